@@ -1,0 +1,36 @@
+# Two entry points: `make run` starts the bot, `make test` runs lint, types and the whole suite.
+# Both create the virtualenv on first use and reinstall when a requirements file changes.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test console backup lint clean
+
+$(VENV)/.runtime: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.runtime
+	$(PY) bot.py
+
+console: $(VENV)/.runtime
+	$(PY) bot.py console
+
+backup: $(VENV)/.runtime
+	$(PY) bot.py backup
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,206 @@
+"""Turning the model's extraction JSON into validated drafts, and merging drafts with what is stored.
+
+Pure functions: no database, no clock. Anything that is not the documented shape is an error, never
+"nothing to remember", so the caller keeps the turns queued and tries again later.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TypeVar
+
+from companion import rules
+from companion.errors import LLMBadResponseError
+from companion.keywords import normalize_keyword, normalize_text
+from companion.models import Memory, MemoryDraft, MemoryType, Source, Validity
+
+MAX_EVENT_CHARS = 50
+MAX_KEYWORDS = 8
+MAX_ITEMS = 20
+DUPLICATE_KEYWORD_OVERLAP = 0.6
+_DATE_PREFIX = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}\s*")
+_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_VALIDITY_ALIASES = {
+    "permanent": Validity.PERMANENT, "forever": Validity.PERMANENT, "永久": Validity.PERMANENT,
+    "30d": Validity.DAYS_30, "30": Validity.DAYS_30, "30天": Validity.DAYS_30,
+    "7d": Validity.DAYS_7, "7": Validity.DAYS_7, "7天": Validity.DAYS_7,
+}
+
+Segmenter = Callable[[str], list[str]]
+E = TypeVar("E", MemoryType, Validity)
+
+
+def parse_extraction(raw: str | dict[str, object], segment: Segmenter, today: str) -> list[MemoryDraft]:
+    """Validate the model's answer. Raises LLMBadResponseError for anything but ``{"memories": [...]}``;
+    inside the list, items that cannot be repaired are dropped one by one."""
+    data = _load_object(raw) if isinstance(raw, str) else raw
+    items = data.get("memories")
+    if not isinstance(items, list):
+        raise LLMBadResponseError("extraction JSON has no 'memories' list")
+    drafts = [d for d in (validate_item(item, segment, today) for item in items[:MAX_ITEMS]) if d]
+    return dedupe_drafts(drafts)
+
+
+def _load_object(raw: str) -> dict[str, object]:
+    text = raw.strip()
+    if not text:
+        raise LLMBadResponseError("blank JSON answer")
+    if text.startswith("```"):
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LLMBadResponseError(f"invalid JSON: {exc.msg} at {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise LLMBadResponseError("JSON answer is not an object")
+    return data
+
+
+def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft | None:
+    """One memory, repaired where it safely can be: importance clamped, keywords filled, date added."""
+    if not isinstance(item, dict):
+        return None
+    event = _clean_event(item.get("event"), today)
+    mtype = _enum(MemoryType, item.get("type"), MemoryType.EVENT if "type" not in item else None)
+    if event is None or mtype is None:
+        return None
+    importance = _number(item.get("importance"))
+    validity = _VALIDITY_ALIASES.get(str(item.get("validity", "30d")).strip().lower(), Validity.DAYS_30)
+    keywords = clean_keywords(item.get("keywords"))
+    if not keywords:
+        keywords = clean_keywords(segment(_DATE_PREFIX.sub("", event)))
+    if not keywords:
+        return None
+    return MemoryDraft(
+        event=event, keywords=keywords, importance=rules.clamp_importance(importance),
+        validity=validity, type=mtype, source=Source.EXTRACTION,
+    )
+
+
+def _clean_event(value: object, today: str) -> str | None:
+    if not isinstance(value, str):
+        return None
+    text = normalize_text(value)
+    if not _NOT_WORD.sub("", _DATE_PREFIX.sub("", text)):
+        return None
+    if not _DATE_PREFIX.match(text):
+        text = f"{today} {text}"
+    return text[:MAX_EVENT_CHARS]
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _enum(kind: type[E], value: object, default: E | None) -> E | None:
+    if value is None:
+        return default
+    try:
+        return kind(str(value).strip().lower())
+    except ValueError:
+        return None
+
+
+def clean_keywords(value: object) -> list[str]:
+    if isinstance(value, str):
+        value = re.split(r"[,，、;；\s]+", value)
+    if not isinstance(value, list):
+        return []
+    words = (normalize_keyword(str(v)) for v in value if isinstance(v, str | int | float) and not isinstance(v, bool))
+    return list(dict.fromkeys(w for w in words if len(w) >= 2 or (w and not w.isascii())))[:MAX_KEYWORDS]
+
+
+def event_key(event: str) -> str:
+    """The same event told twice: compare without the date prefix, punctuation, spaces or case."""
+    return _NOT_WORD.sub("", _DATE_PREFIX.sub("", normalize_text(event)).lower())
+
+
+def keyword_overlap(a: Sequence[str], b: Sequence[str]) -> float:
+    set_a, set_b = set(a), set(b)
+    if not set_a or not set_b:
+        return 0.0
+    return len(set_a & set_b) / len(set_a | set_b)
+
+
+def same_event(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords: Sequence[str]) -> bool:
+    if event_key(a_event) == event_key(b_event):
+        return True
+    shared = set(a_keywords) & set(b_keywords)
+    return len(shared) >= 2 and keyword_overlap(a_keywords, b_keywords) >= DUPLICATE_KEYWORD_OVERLAP
+
+
+def dedupe_drafts(drafts: Sequence[MemoryDraft]) -> list[MemoryDraft]:
+    kept: list[MemoryDraft] = []
+    for draft in drafts:
+        twin = next((k for k in kept if same_event(k.event, k.keywords, draft.event, draft.keywords)), None)
+        if twin is None:
+            kept.append(draft)
+        else:
+            kept[kept.index(twin)] = _merge_drafts(twin, draft)
+    return kept
+
+
+def _merge_drafts(old: MemoryDraft, new: MemoryDraft) -> MemoryDraft:
+    return replace(
+        new,
+        keywords=list(dict.fromkeys([*new.keywords, *old.keywords]))[:MAX_KEYWORDS],
+        importance=max(old.importance, new.importance),
+        validity=longer_validity(old.validity, new.validity),
+    )
+
+
+def longer_validity(a: Validity, b: Validity) -> Validity:
+    order = [Validity.DAYS_7, Validity.DAYS_30, Validity.PERMANENT]
+    return max(a, b, key=order.index)
+
+
+@dataclass(slots=True)
+class MergePlan:
+    inserts: list[MemoryDraft] = field(default_factory=list)
+    updates: list[Memory] = field(default_factory=list)
+
+
+def plan_merge(existing: Sequence[Memory], drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
+    """Dedup against stored memories: a retold event updates its row (newest wording, highest importance,
+    fresh expiry) instead of adding a second one."""
+    plan = MergePlan()
+    touched: dict[int, Memory] = {}
+    for draft in dedupe_drafts(drafts):
+        match = next(
+            (m for m in [*touched.values(), *existing]
+             if same_event(m.event, m.keywords, draft.event, draft.keywords)),
+            None,
+        )
+        if match is None:
+            plan.inserts.append(draft)
+            continue
+        touched[match.id] = merge_into(touched.get(match.id, match), draft, now)
+    plan.updates = list(touched.values())
+    return plan
+
+
+def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
+    validity = longer_validity(memory.validity, draft.validity)
+    return replace(
+        memory,
+        event=draft.event,
+        keywords=list(dict.fromkeys([*draft.keywords, *memory.keywords]))[:MAX_KEYWORDS],
+        importance=max(memory.importance, rules.clamp_importance(draft.importance)),
+        validity=validity,
+        type=draft.type,
+        updated_at=now,
+        expires_at=rules.expires_at(now, validity),
+    )

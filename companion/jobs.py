@@ -1,0 +1,83 @@
+"""Daily maintenance inside the bot process: decay and cleanup, then the nightly backup.
+
+Each job runs through ``guarded``: a failure is logged with its traceback and the bot carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from companion.backup import BackupResult, make_backup
+from companion.errors import LLMError
+from companion.settings import Settings
+from companion.timeutil import from_db, utcnow
+from memory import DecayReport, MemoryEngine
+
+log = logging.getLogger(__name__)
+
+
+async def guarded(name: str, job: Callable[[], Awaitable[object]]) -> None:
+    try:
+        result = await job()
+    except Exception:
+        # The job wrapper is an edge: nothing above it would see the error, so log it whole.
+        log.exception("job %s failed; the bot keeps running", name)
+        return
+    log.info("job %s done: %s", name, result)
+
+
+async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayReport:
+    """Extract what is still queued (the model may have been down), then decay and clean up."""
+    now = now or utcnow()
+    pending = await engine.storage.scopes_with_pending() if engine.llm is not None else []
+    for scope in pending:
+        try:
+            await engine.consolidate(scope, now)
+        except LLMError as exc:
+            log.warning("catch-up extraction for %s failed, turns stay queued: %s", scope.key, exc)
+    return await engine.decay(now)
+
+
+async def run_backup(engine: MemoryEngine, settings: Settings, now: datetime | None = None) -> BackupResult:
+    return await make_backup(
+        engine.storage, Path(settings.backup_dir), now or utcnow(), settings.tz, settings.backup_keep_days
+    )
+
+
+async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
+    last = await engine.storage.get_meta("last_decay_at")
+    return last is None or now - from_db(last) >= timedelta(days=1)
+
+
+def build_scheduler(engine: MemoryEngine, settings: Settings) -> AsyncIOScheduler:
+    scheduler = AsyncIOScheduler(timezone=settings.tz)
+
+    async def decay_job() -> None:
+        await guarded("decay", lambda: run_decay(engine))
+
+    async def backup_job() -> None:
+        await guarded("backup", lambda: run_backup(engine, settings))
+
+    options = {"coalesce": True, "misfire_grace_time": 6 * 3600, "max_instances": 1}
+    scheduler.add_job(
+        decay_job, CronTrigger(hour=settings.decay_time.hour, minute=settings.decay_time.minute,
+                               timezone=settings.tz), id="decay", **options,
+    )
+    scheduler.add_job(
+        backup_job, CronTrigger(hour=settings.backup_time.hour, minute=settings.backup_time.minute,
+                                timezone=settings.tz), id="backup", **options,
+    )
+    return scheduler
+
+
+async def catch_up(engine: MemoryEngine) -> None:
+    """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles)."""
+    now = utcnow()
+    if await decay_is_overdue(engine, now):
+        await guarded("decay catch-up", lambda: run_decay(engine, now))

@@ -1,0 +1,91 @@
+"""Keyword extraction with jieba: a private tokenizer, the shipped user dictionary and stopwords."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable
+from importlib import resources
+
+import jieba
+
+log = logging.getLogger(__name__)
+
+MAX_KEYWORD_CHARS = 20
+_WORDISH = re.compile(r"[\w\u4e00-\u9fff]", re.UNICODE)
+_DIGITS = re.compile(r"^[\d.,:/\-]+$")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+_SEPARATORS = re.compile(r"[,，、;；\s]+")
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, no control or zero-width characters, whitespace folded: the form we tokenize and store."""
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Cs", "Co"} or ch in "\n\t")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def normalize_keyword(word: str) -> str:
+    """A stored keyword: lower case, no separators (they delimit keywords in CSV), at most 20 chars."""
+    word = _SEPARATORS.sub("", normalize_text(word).lower())
+    return word[:MAX_KEYWORD_CHARS]
+
+
+class KeywordExtractor:
+    """Segments text into content words. ``load()`` is slow (jieba builds its prefix dict): call it once,
+    off the event loop, at startup."""
+
+    def __init__(self) -> None:
+        self._tokenizer = jieba.Tokenizer()
+        self._stopwords: frozenset[str] = frozenset()
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            jieba.setLogLevel(logging.WARNING)
+            self._tokenizer.initialize()
+            package = resources.files("companion.resources")
+            with resources.as_file(package / "userdict.txt") as path:
+                self._tokenizer.load_userdict(str(path))
+            text = (package / "stopwords.txt").read_text(encoding="utf-8")
+            self._stopwords = frozenset(line.strip() for line in text.splitlines() if line.strip())
+            self._loaded = True
+
+    def add_words(self, words: Iterable[str]) -> None:
+        """Teach the tokenizer extra words (the configured important keywords) so they stay whole."""
+        self.load()
+        for word in words:
+            if word:
+                self._tokenizer.add_word(word, freq=2000)
+
+    def tokens(self, text: str) -> list[str]:
+        """All content words in order, duplicates kept (for BM25 and mention checks)."""
+        self.load()
+        out: list[str] = []
+        for raw in self._tokenizer.lcut(normalize_text(text).lower()):
+            word = raw.strip()
+            if self._is_content(word):
+                out.append(word[:MAX_KEYWORD_CHARS])
+        return out
+
+    def keywords(self, text: str, limit: int = 12) -> list[str]:
+        """Distinct content words, first occurrence first, at most ``limit``."""
+        seen: dict[str, None] = {}
+        for word in self.tokens(text):
+            seen.setdefault(word, None)
+            if len(seen) >= limit:
+                break
+        return list(seen)
+
+    def _is_content(self, word: str) -> bool:
+        if not word or word in self._stopwords or _DIGITS.match(word):
+            return False
+        if not _WORDISH.search(word):
+            return False
+        # One CJK character is too ambiguous to match on ("好", "病"); one Latin letter too.
+        return len(word) >= 2

@@ -1,0 +1,104 @@
+"""The only module that talks HTTP to the model: one AsyncOpenAI client, typed errors, usage counts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
+
+from companion.errors import LLMBadResponseError, LLMUnavailableError
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, str]
+
+
+@dataclass(slots=True)
+class Usage:
+    """Calls and prompt/completion sizes per purpose (reply, extraction, profile), for cost reports."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    prompt_chars: Counter[str] = field(default_factory=Counter)
+    completion_chars: Counter[str] = field(default_factory=Counter)
+    prompt_tokens: Counter[str] = field(default_factory=Counter)
+    completion_tokens: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+class LLMClient:
+    """Chat and JSON-mode calls. The SDK retries connection errors, 429 and 5xx with exponential
+    backoff (``max_retries``); what still fails becomes ``LLMUnavailableError``."""
+
+    def __init__(
+        self, *, api_key: str, base_url: str, model: str, timeout: float = 30.0, max_retries: int = 3
+    ) -> None:
+        self.model = model
+        self.usage = Usage()
+        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def chat(
+        self, messages: Sequence[Message], *, purpose: str = "reply", temperature: float = 0.8,
+        max_tokens: int = 800,
+    ) -> str:
+        return await self._complete(messages, purpose=purpose, temperature=temperature, max_tokens=max_tokens)
+
+    async def json(
+        self, messages: Sequence[Message], *, purpose: str, max_tokens: int = 1200
+    ) -> dict[str, Any]:
+        """JSON mode. DeepSeek requires the word "json" in the prompt; we check it here so a prompt
+        edit cannot silently break the call."""
+        if not any("json" in m.get("content", "").lower() for m in messages):
+            raise ValueError("JSON-mode prompts must mention 'json' and show an example")
+        text = await self._complete(
+            messages, purpose=purpose, temperature=0.2, max_tokens=max_tokens,
+            response_format={"type": "json_object"},
+        )
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.usage.failures[purpose] += 1
+            raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            self.usage.failures[purpose] += 1
+            raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
+        return data
+
+    async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> str:
+        prompt_chars = sum(len(m.get("content", "")) for m in messages)
+        self.usage.calls[purpose] += 1
+        self.usage.prompt_chars[purpose] += prompt_chars
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model, messages=list(messages), **options  # type: ignore[arg-type]
+            )
+        except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                openai.InternalServerError) as exc:
+            self.usage.failures[purpose] += 1
+            raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
+        except openai.APIError as exc:
+            self.usage.failures[purpose] += 1
+            raise LLMUnavailableError(f"{purpose}: {type(exc).__name__} {getattr(exc, 'status_code', '')}") from exc
+        if not isinstance(response, ChatCompletion):
+            # A non-JSON 200 (a proxy's HTML error page) comes back from the SDK as a bare string.
+            self.usage.failures[purpose] += 1
+            raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion")
+        content = response.choices[0].message.content if response.choices else None
+        if not content or not content.strip():
+            self.usage.failures[purpose] += 1
+            raise LLMBadResponseError(f"{purpose}: blank answer")
+        self.usage.completion_chars[purpose] += len(content)
+        if response.usage is not None:
+            self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
+            self.usage.completion_tokens[purpose] += response.usage.completion_tokens
+        log.debug("llm %s answered %d chars", purpose, len(content))
+        return content.strip()

@@ -1,0 +1,15 @@
+"""Logging setup. Memory text and secrets are only ever logged at DEBUG."""
+
+from __future__ import annotations
+
+import logging
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # httpx/aiohttp at INFO would print request URLs, which for Telegram contain the bot token.
+    for noisy in ("httpx", "httpx2", "openai", "aiogram.event", "apscheduler"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))

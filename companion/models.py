@@ -1,0 +1,149 @@
+"""Plain data types of the memory engine: scopes, memories and drafts. No I/O here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from companion.errors import InvalidScopeError
+
+# Telegram ids fit in 52 bits; anything larger (or non-numeric) never names a table.
+_MAX_ID = 2**53
+
+
+class Validity(StrEnum):
+    PERMANENT = "permanent"
+    DAYS_30 = "30d"
+    DAYS_7 = "7d"
+
+    def lifetime(self) -> timedelta | None:
+        return {Validity.PERMANENT: None, Validity.DAYS_30: timedelta(days=30),
+                Validity.DAYS_7: timedelta(days=7)}[self]
+
+
+class MemoryType(StrEnum):
+    PREFERENCE = "preference"
+    FACT = "fact"
+    INSTRUCTION = "instruction"
+    EVENT = "event"
+
+
+class Source(StrEnum):
+    EXTRACTION = "extraction"
+    MANUAL = "manual"
+    IMPORT = "import"
+
+
+def _checked_id(value: object, what: str, *, allow_negative: bool = False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,16}", value.strip()):
+            value = int(value.strip())
+        else:
+            raise InvalidScopeError(f"{what} must be an integer, got {value!r}")
+    assert isinstance(value, int)
+    if not (-_MAX_ID < value < _MAX_ID) or value == 0 or (value < 0 and not allow_negative):
+        raise InvalidScopeError(f"{what} out of range: {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose memories: a user in a private chat, or a user inside one group chat.
+
+    The table name is built only from validated integers, never from free text.
+    """
+
+    user_id: int
+    chat_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user_id", _checked_id(self.user_id, "user id"))
+        if self.chat_id is not None:
+            chat = _checked_id(self.chat_id, "chat id", allow_negative=True)
+            object.__setattr__(self, "chat_id", None if chat == self.user_id else chat)
+
+    @property
+    def key(self) -> str:
+        if self.chat_id is None:
+            return f"u{self.user_id}"
+        sign = "n" if self.chat_id < 0 else "p"
+        return f"c{sign}{abs(self.chat_id)}_u{self.user_id}"
+
+    @property
+    def table(self) -> str:
+        return f"mem_{self.key}"
+
+    @classmethod
+    def from_key(cls, key: str) -> Scope:
+        match = re.fullmatch(r"u(\d+)|c([np])(\d+)_u(\d+)", key)
+        if match is None:
+            raise InvalidScopeError(f"not a scope key: {key!r}")
+        if match.group(1):
+            return cls(int(match.group(1)))
+        chat = int(match.group(3)) * (-1 if match.group(2) == "n" else 1)
+        return cls(int(match.group(4)), chat)
+
+
+@dataclass(slots=True)
+class MemoryDraft:
+    """A memory about to be written: validated, but without id or bookkeeping times."""
+
+    event: str
+    keywords: list[str]
+    importance: float
+    validity: Validity = Validity.DAYS_30
+    type: MemoryType = MemoryType.EVENT
+    source: Source = Source.EXTRACTION
+    created_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class Memory:
+    id: int
+    event: str
+    keywords: list[str]
+    importance: float
+    created_at: datetime
+    validity: Validity
+    last_mentioned_at: datetime | None
+    updated_at: datetime
+    expires_at: datetime | None
+    type: MemoryType
+    source: Source
+    mention_count: int
+    last_decay_at: datetime
+
+    def is_expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    memory: Memory
+    score: float
+    match: float
+
+
+@dataclass(slots=True)
+class Turn:
+    """One exchange: the user's (buffered) text and the companion's reply, if it got one."""
+
+    user: str
+    reply: str | None
+    at: datetime
+    id: int | None = None
+
+
+@dataclass(slots=True)
+class Profile:
+    core: str
+    dynamic: list[DynamicTrait] = field(default_factory=list)
+    built_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicTrait:
+    text: str
+    keywords: tuple[str, ...]

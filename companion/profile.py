@@ -1,0 +1,127 @@
+"""The USER_PROMPT: a short two-layer profile (core always shown, dynamic on matching turns).
+
+Built by the model from the scope's memories, persisted so it survives restarts and LLM outages, and
+cached in process. A failed rebuild keeps the last good profile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+
+from companion import prompts
+from companion.errors import LLMBadResponseError
+from companion.extraction import clean_keywords
+from companion.keywords import normalize_text
+from companion.llm import LLMClient
+from companion.models import DynamicTrait, Memory, Profile, Scope
+from companion.storage import Storage
+from companion.timeutil import local_date
+
+log = logging.getLogger(__name__)
+
+MAX_PROFILE_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePolicy:
+    ttl: timedelta = timedelta(hours=24)
+    min_refresh: timedelta = timedelta(hours=6)
+    min_importance: float = 30.0
+    max_chars: int = MAX_PROFILE_CHARS
+
+
+def needs_rebuild(built_at: datetime | None, stale: bool, now: datetime, policy: ProfilePolicy) -> bool:
+    """Rebuild when there is none, when it is older than the TTL, or when memories changed and the last
+    build is old enough: retelling one detail must not cost a model call every turn."""
+    if built_at is None:
+        return True
+    age = now - built_at
+    return age >= policy.ttl or (stale and age >= policy.min_refresh)
+
+
+def parse_profile(data: dict[str, object], max_chars: int = MAX_PROFILE_CHARS) -> Profile:
+    core = data.get("core")
+    if not isinstance(core, str):
+        raise LLMBadResponseError("profile JSON has no 'core' text")
+    core = normalize_text(core)[:max_chars]
+    budget = max_chars - len(core)
+    traits: list[DynamicTrait] = []
+    raw = data.get("dynamic")
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            continue
+        text = normalize_text(item["text"])
+        keywords = tuple(clean_keywords(item.get("keywords")))
+        if text and keywords and len(text) <= budget:
+            traits.append(DynamicTrait(text, keywords))
+            budget -= len(text)
+    return Profile(core=core, dynamic=traits)
+
+
+def matching_traits(profile: Profile, keywords: Iterable[str]) -> list[str]:
+    words = set(keywords)
+    return [
+        t.text for t in profile.dynamic
+        if any(k in words or any(k in w or w in k for w in words if len(w) >= 2) for k in t.keywords)
+    ]
+
+
+def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
+    ordered = sorted(memories, key=lambda m: -m.importance)
+    return "\n".join(f"- {m.event}（重要程度 {m.importance:.0f}，{m.type.value}）" for m in ordered)
+
+
+class ProfileService:
+    def __init__(self, storage: Storage, llm: LLMClient | None, tz: tzinfo, policy: ProfilePolicy) -> None:
+        self._storage = storage
+        self._llm = llm
+        self._tz = tz
+        self.policy = policy
+        self._cache: dict[Scope, tuple[Profile, bool]] = {}
+
+    def invalidate(self, scope: Scope) -> None:
+        self._cache.pop(scope, None)
+
+    async def current(self, scope: Scope) -> tuple[Profile, bool] | None:
+        """The cached or persisted profile and whether it is stale; None before the first build."""
+        if scope not in self._cache:
+            loaded = await self._storage.load_profile(scope)
+            if loaded is None:
+                return None
+            self._cache[scope] = loaded
+        return self._cache[scope]
+
+    async def due(self, scope: Scope, now: datetime) -> bool:
+        current = await self.current(scope)
+        if current is None:
+            return True
+        return needs_rebuild(current[0].built_at, current[1], now, self.policy)
+
+    async def rebuild(self, scope: Scope, now: datetime) -> Profile:
+        """Ask the model for a fresh profile and persist it. Raises LLMError; the old one stays."""
+        memories = [
+            m for m in await self._storage.fetch_memories(scope)
+            if not m.is_expired(now) and m.importance >= self.policy.min_importance
+        ]
+        if not memories:
+            profile = Profile(core="", dynamic=[], built_at=now)
+        else:
+            profile = await self._ask(memories, now)
+        await self._storage.save_profile(scope, profile, now)
+        self._cache[scope] = (profile, False)
+        return profile
+
+    async def _ask(self, memories: Sequence[Memory], now: datetime) -> Profile:
+        if self._llm is None:
+            raise LLMBadResponseError("no model configured for profiles")
+        prompt = prompts.render(
+            "profile", today=local_date(now, self._tz), max_chars=self.policy.max_chars,
+            memories=memory_lines(memories, self._tz),
+        )
+        data = await self._llm.json([{"role": "user", "content": prompt}], purpose="profile")
+        profile = parse_profile(data, self.policy.max_chars)
+        profile.built_at = now
+        return profile

@@ -1,0 +1,92 @@
+"""Pure memory rules: decay, expiry, cleanup and the recall rate limit.
+
+Every function takes ``now`` as an argument and touches no clock, database or network, so the rules
+are tested with plain tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from companion.models import Validity
+
+DAY = timedelta(days=1)
+DECAY_PER_DAY = 0.95
+DECAY_PER_DAY_MENTIONED = 0.98
+MENTION_WINDOW = timedelta(days=7)
+MIN_IMPORTANCE = 0.0
+MAX_IMPORTANCE = 100.0
+CLEANUP_BELOW = 10.0
+
+
+def clamp_importance(value: float) -> float:
+    if math.isnan(value):
+        return MIN_IMPORTANCE
+    return max(MIN_IMPORTANCE, min(MAX_IMPORTANCE, value))
+
+
+def expires_at(created_at: datetime, validity: Validity) -> datetime | None:
+    lifetime = validity.lifetime()
+    return None if lifetime is None else created_at + lifetime
+
+
+def whole_days(since: datetime, now: datetime) -> int:
+    return max(0, math.floor((now - since) / DAY))
+
+
+def decay(
+    importance: float,
+    validity: Validity,
+    last_decay_at: datetime,
+    last_mentioned_at: datetime | None,
+    now: datetime,
+) -> tuple[float, datetime]:
+    """Importance after the whole days elapsed since ``last_decay_at``, and the new decay anchor.
+
+    Day i ends at ``last_decay_at + i days``; it decays at the mentioned rate when its end falls within
+    seven days after the last mention. Counting whole days makes a catch-up after downtime equal to the
+    daily runs it replaces, and a second run on the same day a no-op.
+    """
+    if validity is Validity.PERMANENT:
+        return importance, last_decay_at
+    days = whole_days(last_decay_at, now)
+    if days == 0:
+        return importance, last_decay_at
+    slow = _days_in_mention_window(last_decay_at, last_mentioned_at, days)
+    factor = DECAY_PER_DAY_MENTIONED**slow * DECAY_PER_DAY ** (days - slow)
+    return clamp_importance(importance * factor), last_decay_at + days * DAY
+
+
+def _days_in_mention_window(anchor: datetime, mentioned: datetime | None, days: int) -> int:
+    if mentioned is None:
+        return 0
+    first = max(1, math.ceil((mentioned - anchor) / DAY))
+    last = min(days, math.floor((mentioned + MENTION_WINDOW - anchor) / DAY))
+    return max(0, last - first + 1)
+
+
+def removal_reason(
+    importance: float,
+    validity: Validity,
+    expires: datetime | None,
+    last_mentioned_at: datetime | None,
+    now: datetime,
+) -> str | None:
+    """Why cleanup removes a memory, or None to keep it. Permanent memories are never removed here."""
+    if validity is Validity.PERMANENT:
+        return None
+    if importance < CLEANUP_BELOW:
+        return "faded"
+    expired = expires is not None and expires <= now
+    quiet = last_mentioned_at is None or now - last_mentioned_at >= MENTION_WINDOW
+    if expired and quiet:
+        return "expired"
+    return None
+
+
+def recall_allowed(recent_injections: Sequence[bool], max_rate: float, window: int = 10) -> bool:
+    """Keep memories to about ``max_rate`` of turns: a turn may carry a memory only while fewer than
+    ``max_rate * window`` of the previous ``window`` turns did."""
+    return sum(recent_injections[-window:]) < max_rate * window

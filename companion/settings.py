@@ -1,0 +1,115 @@
+"""The one place that reads the environment: every setting, with its default, lives here."""
+
+from __future__ import annotations
+
+from datetime import time
+from pathlib import Path
+from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from companion.errors import ConfigError
+
+DEFAULT_IMPORTANT_KEYWORDS = (
+    "生病", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
+    "结婚", "离婚", "怀孕", "去世", "搬家", "毕业", "考试", "面试", "升职",
+)
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.replace("，", ",").split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Configuration from the environment and ``.env``; ``.env.example`` documents every key."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    telegram_bot_token: SecretStr | None = None
+    telegram_api_base: str = "https://api.telegram.org"
+    llm_api_key: SecretStr | None = None
+    llm_base_url: str = "https://api.deepseek.com"
+    llm_model: str = "deepseek-chat"
+    llm_timeout_seconds: float = Field(default=30.0, gt=0)
+    llm_max_retries: int = Field(default=3, ge=0, le=10)
+    data_dir: Path = Path("data")
+    backup_dir: Path = Path("backups")
+    timezone: str = "Asia/Shanghai"
+    admin_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
+    log_level: str = "INFO"
+
+    quiet_seconds: float = Field(default=2.0, ge=0)
+    history_turns: int = Field(default=10, ge=1, le=100)
+    recall_max: int = Field(default=2, ge=0, le=10)
+    recall_min_importance: float = Field(default=50.0, ge=0, le=100)
+    recall_min_match: float = Field(default=0.34, ge=0, le=1)
+    recall_cooldown_turns: int = Field(default=5, ge=0)
+    recall_max_rate: float = Field(default=0.2, ge=0, le=1)
+    extract_every_min: int = Field(default=8, ge=1)
+    extract_every_max: int = Field(default=12, ge=1)
+    extract_max_turns: int = Field(default=12, ge=1, le=50)
+    important_keywords: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_IMPORTANT_KEYWORDS)
+    )
+    profile_ttl_hours: float = Field(default=24.0, gt=0)
+    profile_min_importance: float = Field(default=30.0, ge=0, le=100)
+    profile_refresh_min_minutes: float = Field(default=360.0, ge=0)
+    decay_time: time = time(3, 0)
+    backup_time: time = time(3, 30)
+    backup_keep_days: int = Field(default=30, ge=1)
+    console_user_id: int = Field(default=1, ge=1)
+
+    @field_validator("admin_ids", "important_keywords", mode="before")
+    @classmethod
+    def _csv_list(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown timezone {value!r}") from exc
+        return value
+
+    @field_validator("telegram_api_base", "llm_base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "memory.sqlite3"
+
+    def require(self, *names: str) -> None:
+        """Raise one clear ConfigError naming every required key that is unset."""
+        missing = [name.upper() for name in names if not _is_set(getattr(self, name))]
+        if missing:
+            keys = ", ".join(missing)
+            raise ConfigError(f"Missing required setting {keys}: set it in .env or the environment (see .env.example).")
+
+
+def _is_set(value: object) -> bool:
+    if isinstance(value, SecretStr):
+        return bool(value.get_secret_value().strip())
+    return value is not None and value != ""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings, turning pydantic's multi-line report into one ConfigError line per problem."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"Invalid setting {problems}") from None

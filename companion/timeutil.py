@@ -1,0 +1,36 @@
+"""UTC storage format and local-time display. Everything stored is UTC; local time is for people."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+
+_STORED = "%Y-%m-%dT%H:%M:%SZ"
+_SHOWN = "%Y-%m-%d %H:%M"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def to_db(moment: datetime) -> str:
+    """Fixed-width UTC text, so that string order is time order inside SQLite."""
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: attach a timezone before storing")
+    return moment.astimezone(UTC).strftime(_STORED)
+
+
+def from_db(text: str) -> datetime:
+    return datetime.strptime(text, _STORED).replace(tzinfo=UTC)
+
+
+def maybe_from_db(text: str | None) -> datetime | None:
+    return None if text is None else from_db(text)
+
+
+def show(moment: datetime | None, tz: tzinfo) -> str:
+    """Local wall time for people: ``2025-12-23 16:05``; empty for no value."""
+    return "" if moment is None else moment.astimezone(tz).strftime(_SHOWN)
+
+
+def local_date(moment: datetime, tz: tzinfo) -> str:
+    return moment.astimezone(tz).strftime("%Y-%m-%d")

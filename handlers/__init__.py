@@ -1,0 +1,13 @@
+"""Thin aiogram routers. They translate Telegram updates to ChatService calls and nothing more."""
+
+from __future__ import annotations
+
+from aiogram import Router
+
+from handlers import chat, commands, errors
+
+
+def build_router() -> Router:
+    root = Router(name="root")
+    root.include_routers(commands.router, chat.router, errors.router)
+    return root

@@ -1,0 +1,50 @@
+"""Text messages in companion mode: buffer, then one reply per quiet period."""
+
+from __future__ import annotations
+
+from aiogram import Bot, F, Router
+from aiogram.types import Message
+from aiogram.utils.chat_action import ChatActionSender
+
+from companion import texts
+from companion.buffer import MessageBuffer
+from companion.chat import ChatService
+from companion.models import Scope
+from handlers.scope import scope_of
+
+router = Router(name="chat")
+router.message.filter(F.chat.type == "private")
+
+
+@router.message(F.text & ~F.text.startswith("/"))
+async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer) -> None:
+    scope = scope_of(message)
+    if scope is None or message.text is None:
+        return
+    if not chat.is_active(scope):
+        await message.answer(texts.NOT_STARTED)
+        return
+    chat_id = message.chat.id
+
+    async def flush(text: str) -> None:
+        await answer_turn(bot, chat, scope, chat_id, text)
+
+    buffer.push(scope, message.text, flush)
+
+
+async def answer_turn(bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str) -> None:
+    async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
+        reply = await chat.reply(scope, text)
+    for part in texts.split_message(reply.text):
+        await bot.send_message(chat_id, part)
+
+
+@router.message(F.text.startswith("/"))
+async def on_unknown_command(message: Message) -> None:
+    await message.answer(texts.HELP)
+
+
+@router.message()
+async def on_other(message: Message) -> None:
+    """Stickers, photos, voice and the rest: a friendly word instead of silence or a crash."""
+    await message.answer(texts.NON_TEXT)

@@ -1,0 +1,284 @@
+"""The memory engine's API: remember, recall, build context, consolidate, decay, forget.
+
+It composes the library parts (storage, keyword index, extraction, profile) and knows nothing about
+Telegram. Writes to one scope are serialised by a per-scope lock; a transaction never spans an LLM call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo
+
+from companion import prompts
+from companion.extraction import clean_keywords, parse_extraction, plan_merge
+from companion.keywords import KeywordExtractor, normalize_text
+from companion.llm import LLMClient
+from companion.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
+from companion.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.recall import RecallFilter, ScopeIndex, mentions
+from companion.settings import Settings
+from companion.storage import Storage
+from companion.timeutil import local_date, show, utcnow
+
+log = logging.getLogger(__name__)
+
+INDEX_CACHE_SCOPES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    recall_max: int = 2
+    recall_min_importance: float = 50.0
+    recall_min_match: float = 0.34
+    recall_cooldown_turns: int = 5
+    extract_max_turns: int = 12
+    tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
+    profile: ProfilePolicy = field(default_factory=ProfilePolicy)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EngineConfig:
+        return cls(
+            recall_max=settings.recall_max,
+            recall_min_importance=settings.recall_min_importance,
+            recall_min_match=settings.recall_min_match,
+            recall_cooldown_turns=settings.recall_cooldown_turns,
+            extract_max_turns=settings.extract_max_turns,
+            tz=settings.tz,
+            profile=ProfilePolicy(
+                ttl=timedelta(hours=settings.profile_ttl_hours),
+                min_refresh=timedelta(minutes=settings.profile_refresh_min_minutes),
+                min_importance=settings.profile_min_importance,
+            ),
+        )
+
+
+@dataclass(slots=True)
+class MemoryContext:
+    """What one reply call may know: the profile core, the dynamic traits this turn touches, and the
+    recalled memories. Used for this call only; never written back or extracted from."""
+
+    core: str = ""
+    dynamic: list[str] = field(default_factory=list)
+    recalled: list[Recalled] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Consolidation:
+    turns: int
+    inserted: int
+    updated: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecayReport:
+    scopes: int
+    decayed: int
+    removed: int
+
+
+class MemoryEngine:
+    def __init__(
+        self, storage: Storage, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
+    ) -> None:
+        self.storage = storage
+        self.keywords = keywords
+        self.config = config
+        self.llm = llm
+        self.profiles = ProfileService(storage, llm, config.tz, config.profile)
+        self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
+        self._locks: dict[Scope, asyncio.Lock] = {}
+        self._data_version: int | None = None
+
+    @classmethod
+    async def open(
+        cls, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+    ) -> MemoryEngine:
+        await asyncio.to_thread(keywords.load)
+        keywords.add_words(settings.important_keywords)
+        storage = await Storage.open(settings.db_path)
+        return cls(storage, keywords, EngineConfig.from_settings(settings), llm)
+
+    async def close(self) -> None:
+        await self.storage.close()
+
+    def lock(self, scope: Scope) -> asyncio.Lock:
+        """Serialises one scope's writes; other scopes never wait on it."""
+        return self._locks.setdefault(scope, asyncio.Lock())
+
+    # ---- remember / forget -----------------------------------------------------------------------
+
+    async def remember(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> list[int]:
+        """Store memories, merging retold events into their existing row. Returns ids of new rows."""
+        prepared = [self._prepare(d) for d in drafts]
+        async with self.lock(scope):
+            plan = plan_merge(await self.storage.fetch_memories(scope), prepared, now)
+            ids = await self.storage.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+        self._invalidate(scope)
+        return ids
+
+    def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
+        draft.event = normalize_text(draft.event)
+        draft.keywords = clean_keywords(draft.keywords) or self.keywords.keywords(draft.event, limit=8)
+        return draft
+
+    async def forget(self, scope: Scope, ids: Iterable[int] | None = None) -> int:
+        """Delete some memories, or all of a scope's when ``ids`` is None. Returns how many went."""
+        async with self.lock(scope):
+            stored = await self.storage.fetch_memories(scope)
+            wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
+            await self.storage.apply_changes(scope, utcnow(), deletes=sorted(wanted))
+        self._invalidate(scope)
+        return len(wanted)
+
+    async def memories(self, scope: Scope) -> list[Memory]:
+        return await self.storage.fetch_memories(scope)
+
+    # ---- recall / context ------------------------------------------------------------------------
+
+    async def recall(
+        self, scope: Scope, text: str, now: datetime, *, turn: int = 0,
+        cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
+        min_importance: float | None = None, keywords: Sequence[str] | None = None,
+    ) -> list[Recalled]:
+        """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
+        lifts it (benchmarks), as ``min_importance=0`` lifts the floor and ``cooldown=None`` the cooldown."""
+        query = list(keywords) if keywords is not None else self.keywords.keywords(text)
+        if not query:
+            return []
+        index = await self._index(scope)
+        rules = RecallFilter(
+            limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
+            min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
+            min_match=self.config.recall_min_match,
+            cooldown_turns=self.config.recall_cooldown_turns,
+            turn=turn,
+            cooldown=cooldown,
+        )
+        return index.rank(query, now, rules)
+
+    async def build_context(
+        self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
+        allow_recall: bool = True,
+    ) -> MemoryContext:
+        keywords = self.keywords.keywords(text)
+        recalled = (
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
+            if allow_recall else []
+        )
+        current = await self.profiles.current(scope)
+        profile = current[0] if current else Profile(core="")
+        return MemoryContext(
+            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords
+        )
+
+    def render_system_prompt(self, context: MemoryContext, now: datetime) -> str:
+        dynamic = "".join(f"- {line}\n" for line in context.dynamic)
+        memories = "".join(f"- {r.memory.event}\n" for r in context.recalled)
+        return prompts.render(
+            "system",
+            now_local=show(now, self.config.tz),
+            core_profile=context.core or "（还不太了解）",
+            dynamic_block=f"\n用户最近的情况（和当前话题有关）：\n{dynamic}" if dynamic else "",
+            memory_block=f"\n可能相关的记忆（仅供参考）：\n{memories}" if memories else "",
+        )
+
+    async def mark_mentioned(
+        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
+    ) -> list[int]:
+        ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
+        if ids:
+            await self.storage.mark_mentioned(scope, ids, now)
+            self._invalidate(scope)
+        return ids
+
+    # ---- consolidation (extraction) --------------------------------------------------------------
+
+    async def note_turn(self, scope: Scope, turn: Turn) -> None:
+        """Queue a finished exchange for the next extraction; it stays queued until one succeeds."""
+        await self.storage.add_turn(scope, turn)
+
+    async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
+        """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
+        async with self.lock(scope):
+            turns = await self.storage.pending_turns(scope, self.config.extract_max_turns)
+            if not turns:
+                return Consolidation(0, 0, 0)
+            drafts = await self._extract(turns, now)
+            prepared = [self._prepare(d) for d in drafts]
+            plan = plan_merge(await self.storage.fetch_memories(scope), prepared, now)
+            up_to = max(t.id or 0 for t in turns)
+            await self.storage.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+        self._invalidate(scope)
+        log.info("extraction for %s: %d turns, %d new, %d updated",
+                 scope.key, len(turns), len(plan.inserts), len(plan.updates))
+        return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
+
+    async def _extract(self, turns: Sequence[Turn], now: datetime) -> list[MemoryDraft]:
+        if self.llm is None:
+            raise RuntimeError("consolidate needs an LLM client")
+        today = local_date(now, self.config.tz)
+        prompt = prompts.render("extract", today=today, turns=self._format_turns(turns))
+        data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
+        return parse_extraction(data, self.keywords.keywords, today)
+
+    def _format_turns(self, turns: Sequence[Turn]) -> str:
+        lines: list[str] = []
+        for turn in turns:
+            lines.append(f"[{show(turn.at, self.config.tz)}] 用户：{turn.user}")
+            if turn.reply:
+                lines.append(f"聊天伙伴：{turn.reply}")
+        return "\n".join(lines)
+
+    # ---- profile ---------------------------------------------------------------------------------
+
+    async def refresh_profile(self, scope: Scope, now: datetime, *, force: bool = False) -> Profile | None:
+        """Rebuild the profile if due (or forced). On an LLM failure keep and return the last one."""
+        if not force and not await self.profiles.due(scope, now):
+            current = await self.profiles.current(scope)
+            return current[0] if current else None
+        async with self.lock(scope):
+            return await self.profiles.rebuild(scope, now)
+
+    # ---- decay -----------------------------------------------------------------------------------
+
+    async def decay(self, now: datetime, batch: int = 200) -> DecayReport:
+        """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
+        scopes = await self.storage.scopes()
+        decayed = removed = 0
+        for start in range(0, len(scopes), batch):
+            part = scopes[start : start + batch]
+            d, r = await self.storage.decay_and_clean(part, now)
+            decayed, removed = decayed + d, removed + r
+            await asyncio.sleep(0)
+        self._indexes.clear()
+        for scope in scopes:
+            self.profiles.invalidate(scope)
+        return DecayReport(len(scopes), decayed, removed)
+
+    # ---- index cache -----------------------------------------------------------------------------
+
+    async def _index(self, scope: Scope) -> ScopeIndex:
+        version = await self.storage.data_version()
+        if version != self._data_version:
+            # Another process (an operator's CLI) wrote: nothing cached can be trusted.
+            self._indexes.clear()
+            self._data_version = version
+        index = self._indexes.get(scope)
+        if index is None:
+            index = ScopeIndex(await self.storage.fetch_memories(scope))
+            self._indexes[scope] = index
+            if len(self._indexes) > INDEX_CACHE_SCOPES:
+                self._indexes.popitem(last=False)
+        else:
+            self._indexes.move_to_end(scope)
+        return index
+
+    def _invalidate(self, scope: Scope) -> None:
+        self._indexes.pop(scope, None)
+        self.profiles.invalidate(scope)
