@@ -38,6 +38,9 @@ def parse_extraction(raw: str | dict[str, object], segment: Segmenter, today: st
     """Validate the model's answer. Raises LLMBadResponseError for anything but ``{"memories": [...]}``;
     inside the list, items that cannot be repaired are dropped one by one."""
     data = _load_object(raw) if isinstance(raw, str) else raw
+    if not isinstance(data, dict):
+        # Callers may hand over already-parsed JSON; a top-level list is as wrong as in the text form.
+        raise LLMBadResponseError("extraction JSON is not an object")
     items = data.get("memories")
     if not isinstance(items, list):
         raise LLMBadResponseError("extraction JSON has no 'memories' list")

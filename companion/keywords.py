@@ -21,15 +21,16 @@ _SEPARATORS = re.compile(r"[,，、;；\s]+")
 
 
 def normalize_text(text: str) -> str:
-    """NFKC, no control or zero-width characters, whitespace folded: the form we tokenize and store."""
-    text = unicodedata.normalize("NFKC", text)
+    """NFC, no control or zero-width characters, whitespace folded: the form we store. NFC, not NFKC,
+    so full-width Chinese punctuation stays as the user wrote it."""
+    text = unicodedata.normalize("NFC", text)
     text = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Cs", "Co"} or ch in "\n\t")
     return re.sub(r"\s+", " ", text).strip()
 
 
 def normalize_keyword(word: str) -> str:
     """A stored keyword: lower case, no separators (they delimit keywords in CSV), at most 20 chars."""
-    word = _SEPARATORS.sub("", normalize_text(word).lower())
+    word = _SEPARATORS.sub("", unicodedata.normalize("NFKC", normalize_text(word)).lower())
     return word[:MAX_KEYWORD_CHARS]
 
 
@@ -67,7 +68,8 @@ class KeywordExtractor:
         """All content words in order, duplicates kept (for BM25 and mention checks)."""
         self.load()
         out: list[str] = []
-        for raw in self._tokenizer.lcut(normalize_text(text).lower()):
+        # NFKC for matching only: full-width "ＡＢＣ" and "ABC" are the same keyword.
+        for raw in self._tokenizer.lcut(unicodedata.normalize("NFKC", normalize_text(text)).lower()):
             word = raw.strip()
             if self._is_content(word):
                 out.append(word[:MAX_KEYWORD_CHARS])

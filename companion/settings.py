@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from companion.errors import ConfigError
 
 DEFAULT_IMPORTANT_KEYWORDS = (
-    "生病", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
+    "生病", "感冒", "发烧", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
     "结婚", "离婚", "怀孕", "去世", "搬家", "毕业", "考试", "面试", "升职",
 )
 

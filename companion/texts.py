@@ -18,9 +18,10 @@ HELP = (
     "/help — 查看帮助\n\n"
     "开启后直接发文字就好，我会在你说完后一起回复。"
 )
+# Telegram's command menu accepts only lower-case names; typing /start_aiGF still matches (ignore_case).
 COMMANDS = {
-    "start_aiGF": "开启陪伴模式",
-    "stop_aiGF": "关闭陪伴模式",
+    "start_aigf": "开启陪伴模式",
+    "stop_aigf": "关闭陪伴模式",
     "help": "查看帮助",
 }
 

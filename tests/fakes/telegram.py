@@ -1,0 +1,431 @@
+"""A local Telegram Bot API so aiogram's real client can be exercised without the internet.
+
+Only the methods the bot uses exist, but they mimic Telegram's observable behaviour (status codes,
+error descriptions, the UTF-16 length limit, long polling and offsets) so bugs are not papered over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+JSONDict = dict[str, Any]
+
+MAX_MESSAGE_LENGTH = 4096
+MAX_UPDATES_LIMIT = 100
+# Free text must never be JSON-decoded, even when a user literally types "[1]" or "true".
+_FREE_TEXT = frozenset({"text", "caption", "description", "short_description", "title", "name", "query"})
+_INT_FIELDS = frozenset({"chat_id", "from_chat_id", "message_id", "user_id", "offset", "limit"})
+_INT_RE = re.compile(r"-?\d+")
+_COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
+_CHAT_ACTIONS = frozenset(
+    {
+        "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
+        "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
+    }
+)  # fmt: skip
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+
+
+def utf16_len(text: str) -> int:
+    """Telegram measures text in UTF-16 code units, so an emoji outside the BMP counts as two."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str, parameters: JSONDict | None = None) -> None:
+        super().__init__(description)
+        self.status, self.description, self.parameters = status, description, parameters
+
+    def response(self) -> web.Response:
+        body: JSONDict = {"ok": False, "error_code": self.status, "description": self.description}
+        if self.parameters:
+            body["parameters"] = self.parameters
+        return web.json_response(body, status=self.status)
+
+
+@dataclass
+class _Failure:
+    status: int
+    description: str
+    retry_after: int | None
+
+
+def _decode_value(key: str, value: str) -> Any:
+    """Undo aiogram's form encoding: every non-string value arrives JSON-dumped in a form field."""
+    if key in _INT_FIELDS and _INT_RE.fullmatch(value):
+        return int(value)
+    if key in _FREE_TEXT:
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    if value[:1] in ("{", "["):
+        with contextlib.suppress(ValueError):
+            return json.loads(value)
+    return value
+
+
+async def _read_params(request: web.Request) -> JSONDict:
+    # Telegram accepts parameters in the query string as well as in any body encoding.
+    params: JSONDict = {k: _decode_value(k, v) for k, v in request.query.items()}
+    if request.content_type == "application/json" and request.can_read_body:
+        body = await request.json()
+        if isinstance(body, dict):
+            params.update(body)
+    elif request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        for key, value in (await request.post()).items():
+            if isinstance(value, str):
+                params[key] = _decode_value(key, value)
+            elif isinstance(value, web.FileField):  # an upload: keep what a test could assert on
+                params[key] = {"filename": value.filename, "size": len(value.file.read())}
+            else:
+                params[key] = bytes(value)
+    chat_id = params.get("chat_id")
+    if isinstance(chat_id, str) and _INT_RE.fullmatch(chat_id):
+        params["chat_id"] = int(chat_id)
+    return params
+
+
+class FakeTelegram:
+    """Bot API server on 127.0.0.1; point aiogram at it with ``TelegramAPIServer.from_base(base_url)``."""
+
+    def __init__(
+        self, token: str = "123456:TEST", *, bot_first_name: str = "小伴", bot_username: str = "companion_bot"
+    ) -> None:
+        self.token = token
+        bot_id = token.split(":", 1)[0]
+        self.bot_user: JSONDict = {
+            "id": int(bot_id) if bot_id.isdigit() else 123456, "is_bot": True, "first_name": bot_first_name,
+            "username": bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
+        }  # fmt: skip
+        self.base_url = ""
+        self.calls: list[tuple[str, JSONDict]] = []
+        self.commands: list[JSONDict] | None = None
+        self._sent: list[JSONDict] = []
+        self._actions: list[JSONDict] = []
+        self._updates: list[JSONDict] = []
+        self._chats: dict[int, JSONDict] = {}
+        self._failures: dict[str, list[_Failure]] = {}
+        # One sequence for both directions, as in a private chat where user and bot messages interleave.
+        self._message_ids = itertools.count(1)
+        self._update_ids = itertools.count(1)
+        self._file_ids = itertools.count(1)
+        # Replaced on every state change; waiters grab the current one before checking, so none is missed.
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._runner: web.AppRunner | None = None
+        # Bot API method names are case-insensitive, hence lower-case keys.
+        self._methods: dict[str, Callable[[JSONDict], Awaitable[Any]]] = {
+            "getme": self._get_me, "deletewebhook": self._true, "close": self._true, "logout": self._true,
+            "setmycommands": self._set_my_commands, "getmycommands": self._get_my_commands,
+            "deletemycommands": self._delete_my_commands, "sendchataction": self._send_chat_action,
+            "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
+            "getupdates": self._get_updates,
+        }  # fmt: skip
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        # handler_cancellation: a poll abandoned by a stopped client must not linger until its timeout.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self._closing = False
+
+    async def stop(self) -> None:
+        self._closing = True  # releases long polls still held open by live clients
+        self._notify()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def fail_next(
+        self, method: str, count: int = 1, status: int = 500, description: str | None = None, *,
+        retry_after: int = 1,
+    ) -> None:  # fmt: skip
+        """Make the next ``count`` calls of ``method`` fail; a 429 carries ``parameters.retry_after``."""
+        if description is None:
+            description = {
+                429: f"Too Many Requests: retry after {retry_after}",
+                400: "Bad Request",
+                403: "Forbidden: bot was blocked by the user",
+            }.get(status, "Internal Server Error")
+        failure = _Failure(status, description, retry_after if status == 429 else None)
+        self._failures.setdefault(method.lower(), []).extend([failure] * count)
+
+    def push_update(self, raw: JSONDict) -> int:
+        update = {**raw, "update_id": next(self._update_ids)}
+        self._updates.append(update)
+        self._notify()
+        return int(update["update_id"])
+
+    def push_text(
+        self, user_id: int, text: str, *, chat_id: int | None = None, first_name: str = "小明",
+        username: str | None = None,
+    ) -> int:  # fmt: skip
+        content: JSONDict = {"text": text}
+        if text.startswith("/"):
+            # Telegram tags the command token ("/start" or "/start@bot"); aiogram's Command filter needs it.
+            command = text.split(maxsplit=1)[0]
+            content["entities"] = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
+        return self._push_message(user_id, chat_id, first_name, username, content)
+
+    def push_sticker(
+        self, user_id: int, *, emoji: str = "😊", chat_id: int | None = None, first_name: str = "小明",
+        username: str | None = None,
+    ) -> int:  # fmt: skip
+        sticker = {
+            **self._file("sticker"), "type": "regular", "width": 512, "height": 512,
+            "is_animated": False, "is_video": False, "emoji": emoji,
+        }  # fmt: skip
+        return self._push_message(user_id, chat_id, first_name, username, {"sticker": sticker})
+
+    def push_photo(
+        self, user_id: int, *, caption: str | None = None, chat_id: int | None = None,
+        first_name: str = "小明", username: str | None = None,
+    ) -> int:  # fmt: skip
+        # Telegram always sends several resolutions, smallest first.
+        sizes = [(90, 67, 1200), (320, 240, 15000), (1280, 960, 120000)]
+        photo = [{**self._file("photo"), "width": w, "height": h, "file_size": b} for w, h, b in sizes]
+        content: JSONDict = {"photo": photo} if caption is None else {"photo": photo, "caption": caption}
+        return self._push_message(user_id, chat_id, first_name, username, content)
+
+    def push_voice(
+        self, user_id: int, *, duration: int = 3, chat_id: int | None = None, first_name: str = "小明",
+        username: str | None = None,
+    ) -> int:  # fmt: skip
+        voice = {**self._file("voice"), "duration": duration, "mime_type": "audio/ogg", "file_size": 4000}
+        return self._push_message(user_id, chat_id, first_name, username, {"voice": voice})
+
+    def clear(self) -> None:
+        """Forget recorded traffic; queued updates, commands and id counters are kept."""
+        self.calls.clear()
+        self._sent.clear()
+        self._actions.clear()
+
+    def sent_messages(self, chat_id: int | None = None) -> list[JSONDict]:
+        """Messages the bot sent (current text after edits), oldest first."""
+        return [dict(m) for m in self._sent if chat_id is None or m["chat_id"] == chat_id]
+
+    def chat_actions(self, chat_id: int | None = None) -> list[JSONDict]:
+        return [dict(a) for a in self._actions if chat_id is None or a["chat_id"] == chat_id]
+
+    @property
+    def pending_updates(self) -> list[JSONDict]:
+        """Updates not yet confirmed by a getUpdates offset."""
+        return list(self._updates)
+
+    async def wait_for_messages(self, chat_id: int, count: int, timeout: float = 10.0) -> list[JSONDict]:
+        def describe() -> str:
+            got = [m["text"] for m in self.sent_messages(chat_id)]
+            return (
+                f"expected >= {count} message(s) to chat {chat_id} within {timeout}s, got {len(got)}: "
+                f"{got!r}; to other chats: {len(self._sent) - len(got)}; last calls: {self._call_names(10)}"
+            )
+
+        await self._wait_until(lambda: len(self.sent_messages(chat_id)) >= count, timeout, describe)
+        return self.sent_messages(chat_id)
+
+    async def wait_for_call(self, method: str, timeout: float = 10.0, *, count: int = 1) -> JSONDict:
+        """Wait for the ``count``-th call of ``method`` (earlier history included); return its params."""
+
+        def matching() -> list[JSONDict]:
+            return [p for name, p in self.calls if name.lower() == method.lower()]
+
+        def describe() -> str:
+            return f"{method} called {len(matching())} time(s), wanted {count}; calls: {self._call_names(20)}"
+
+        await self._wait_until(lambda: len(matching()) >= count, timeout, describe)
+        return matching()[count - 1]
+
+    def _call_names(self, last: int) -> list[str]:
+        return [name for name, _ in self.calls[-last:]]
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_until(self, ready: Callable[[], bool], within: float, why: Callable[[], str]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            changed = self._changed
+            if ready():
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(why())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def _file(self, kind: str) -> JSONDict:
+        n = next(self._file_ids)
+        return {"file_id": f"{kind}-{n}", "file_unique_id": f"u{kind}{n}"}
+
+    def _chat(self, chat_id: int) -> JSONDict:
+        if chat_id in self._chats:
+            return self._chats[chat_id]
+        if chat_id < 0:
+            return {"id": chat_id, "type": "supergroup", "title": "测试群"}
+        return {"id": chat_id, "type": "private", "first_name": "User"}
+
+    def _push_message(
+        self, user_id: int, chat_id: int | None, first_name: str, username: str | None, content: JSONDict
+    ) -> int:
+        user: JSONDict = {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "zh"}
+        if username:
+            user["username"] = username
+        chat_id = user_id if chat_id is None else chat_id
+        if chat_id > 0:  # a private chat mirrors the user's names
+            self._chats[chat_id] = {k: user[k] for k in ("first_name", "username") if k in user}
+            self._chats[chat_id].update(id=chat_id, type="private")
+        chat = self._chat(chat_id)
+        message_id = next(self._message_ids)
+        message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user, **content}
+        return self.push_update({"message": message})
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _ApiError(401, "Unauthorized").response()
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        self.calls.append((method, params))
+        self._notify()
+        try:
+            if queued := self._failures.get(method.lower()):
+                failure = queued.pop(0)
+                extra = None if failure.retry_after is None else {"retry_after": failure.retry_after}
+                raise _ApiError(failure.status, failure.description, extra)
+            handler = self._methods.get(method.lower())
+            if handler is None:
+                raise _ApiError(404, "Not Found: method not found")
+            result = await handler(params)
+        except _ApiError as err:
+            return err.response()
+        self._notify()  # waiters on recorded sends/actions re-check now that the handler has run
+        return web.json_response({"ok": True, "result": result})
+
+    async def _true(self, params: JSONDict) -> bool:
+        return True
+
+    async def _get_me(self, params: JSONDict) -> JSONDict:
+        return dict(self.bot_user)
+
+    async def _set_my_commands(self, params: JSONDict) -> bool:
+        commands = params.get("commands")
+        if not isinstance(commands, list):
+            raise _ApiError(400, 'Bad Request: parameter "commands" is required')
+        # Telegram rejects "/start", "Start" or over-long names; better to learn that here than in production.
+        if not all(_COMMAND_RE.fullmatch(str(cmd.get("command", ""))) for cmd in commands):
+            raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+        self.commands = commands
+        return True
+
+    async def _get_my_commands(self, params: JSONDict) -> list[JSONDict]:
+        return list(self.commands or [])
+
+    async def _delete_my_commands(self, params: JSONDict) -> bool:
+        self.commands = None
+        return True
+
+    async def _send_chat_action(self, params: JSONDict) -> bool:
+        chat_id = self._require_chat(params)
+        action = params.get("action")
+        if action not in _CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        self._actions.append({"chat_id": chat_id, "action": action})
+        return True
+
+    async def _send_message(self, params: JSONDict) -> JSONDict:
+        record: JSONDict = {
+            "chat_id": self._require_chat(params),
+            "text": self._check_text(params.get("text")),
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "parse_mode": params.get("parse_mode"),
+            "reply_markup": params.get("reply_markup"),
+            "params": params,
+        }
+        self._sent.append(record)
+        return self._message_json(record)
+
+    async def _edit_message_text(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        text = self._check_text(params.get("text"))
+        for record in self._sent:
+            if record["chat_id"] == chat_id and record["message_id"] == params.get("message_id"):
+                break
+        else:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        # Telegram rejects no-op edits; a bot that re-edits with unchanged text must cope with that.
+        if record["text"] == text and record["reply_markup"] == params.get("reply_markup"):
+            raise _ApiError(400, _NOT_MODIFIED)
+        record.update(text=text, parse_mode=params.get("parse_mode"), reply_markup=params.get("reply_markup"))
+        record["edit_date"] = int(time.time())
+        return self._message_json(record)
+
+    async def _get_updates(self, params: JSONDict) -> list[JSONDict]:
+        offset = params.get("offset")
+        # Confirmation is permanent, as on Telegram; a negative offset keeps only the newest -offset.
+        if isinstance(offset, int) and offset > 0:
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        elif isinstance(offset, int) and offset < 0:
+            self._updates = self._updates[offset:]
+        limit = min(max(int(params.get("limit") or MAX_UPDATES_LIMIT), 1), MAX_UPDATES_LIMIT)
+        timeout = max(float(params.get("timeout") or 0), 0.0)
+        with contextlib.suppress(AssertionError):
+            await self._wait_until(lambda: bool(self._updates) or self._closing, timeout, lambda: "")
+        return self._updates[:limit]
+
+    def _require_chat(self, params: JSONDict) -> int:
+        chat_id = params.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        if not isinstance(chat_id, int):  # e.g. "@channel": no such chat exists here
+            raise _ApiError(400, "Bad Request: chat not found")
+        return chat_id
+
+    def _check_text(self, text: Any) -> str:
+        # Telegram strips surrounding whitespace, so a blank string counts as empty.
+        if not isinstance(text, str) or not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if utf16_len(text) > MAX_MESSAGE_LENGTH:
+            raise _ApiError(400, "Bad Request: message is too long")
+        return text
+
+    def _message_json(self, record: JSONDict) -> JSONDict:
+        message: JSONDict = {
+            "message_id": record["message_id"],
+            "date": record["date"],
+            "chat": self._chat(record["chat_id"]),
+            "from": dict(self.bot_user),
+            "text": record["text"],
+        }
+        if "edit_date" in record:
+            message["edit_date"] = record["edit_date"]
+        if isinstance(record["reply_markup"], dict) and "inline_keyboard" in record["reply_markup"]:
+            message["reply_markup"] = record["reply_markup"]
+        return message
