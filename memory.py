@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from companion import prompts
-from companion.extraction import clean_keywords, parse_extraction, plan_merge
+from companion.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
 from companion.keywords import KeywordExtractor, normalize_text
 from companion.llm import LLMClient
 from companion.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
@@ -114,13 +114,29 @@ class MemoryEngine:
     # ---- remember / forget -----------------------------------------------------------------------
 
     async def remember(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> list[int]:
-        """Store memories, merging retold events into their existing row. Returns ids of new rows."""
+        """Store memories, merging a retold event into its existing row. Returns the ids of the rows
+        written: new rows first, then rows a draft was merged into."""
         prepared = [self._prepare(d) for d in drafts]
         async with self.lock(scope):
-            plan = plan_merge(await self.storage.fetch_memories(scope), prepared, now)
+            plan = await self._plan(scope, prepared, now)
             ids = await self.storage.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
-        self._invalidate(scope)
-        return ids
+            await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+        self.profiles.invalidate(scope)
+        return [*ids, *(m.id for m in plan.updates)]
+
+    async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
+        """Dedup against only the rows that could match (shared keyword or event text), via the index."""
+        index = await self._index(scope)
+        candidates: dict[int, Memory] = {}
+        for draft in drafts:
+            candidates.update((m.id, m) for m in index.candidates(draft.event, draft.keywords))
+        return plan_merge(list(candidates.values()), drafts, now)
+
+    async def _reindex(self, scope: Scope, ids: Sequence[int]) -> None:
+        index = self._indexes.get(scope)
+        if index is not None:
+            for memory in await self.storage.fetch_by_ids(scope, ids):
+                index.add(memory)
 
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
         draft.event = normalize_text(draft.event)
@@ -194,7 +210,7 @@ class MemoryEngine:
         ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
         if ids:
             await self.storage.mark_mentioned(scope, ids, now)
-            self._invalidate(scope)
+            await self._reindex(scope, ids)
         return ids
 
     # ---- consolidation (extraction) --------------------------------------------------------------
@@ -211,10 +227,11 @@ class MemoryEngine:
                 return Consolidation(0, 0, 0)
             drafts = await self._extract(turns, now)
             prepared = [self._prepare(d) for d in drafts]
-            plan = plan_merge(await self.storage.fetch_memories(scope), prepared, now)
+            plan = await self._plan(scope, prepared, now)
             up_to = max(t.id or 0 for t in turns)
-            await self.storage.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
-        self._invalidate(scope)
+            ids = await self.storage.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+            await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+        self.profiles.invalidate(scope)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))

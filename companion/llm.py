@@ -85,6 +85,10 @@ class LLMClient:
                 openai.InternalServerError) as exc:
             self.usage.failures[purpose] += 1
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
+        except json.JSONDecodeError:
+            # A broken JSON body with a JSON content type escapes the SDK as a plain decode error.
+            self.usage.failures[purpose] += 1
+            raise LLMBadResponseError(f"{purpose}: the server sent malformed JSON") from None
         except openai.APIError as exc:
             self.usage.failures[purpose] += 1
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__} {getattr(exc, 'status_code', '')}") from exc

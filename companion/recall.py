@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from companion.extraction import event_key
 from companion.models import Memory, Recalled
 from companion.rules import DAY
 
@@ -62,16 +63,42 @@ class ScopeIndex:
     """Keywords of one scope's memories, indexed for exact and substring lookups."""
 
     def __init__(self, memories: Iterable[Memory]) -> None:
-        self.memories: dict[int, Memory] = {m.id: m for m in memories}
+        self.memories: dict[int, Memory] = {}
         self._exact: dict[str, set[int]] = defaultdict(set)
         self._fragments: dict[str, set[str]] = defaultdict(set)
-        for memory in self.memories.values():
-            for keyword in memory.keywords:
-                self._exact[keyword].add(memory.id)
-        for keyword in self._exact:
-            for fragment in _fragments(keyword):
-                self._fragments[fragment].add(keyword)
-        self._size = max(len(self.memories), 1)
+        self._events: dict[str, set[int]] = defaultdict(set)
+        for memory in memories:
+            self.add(memory)
+
+    @property
+    def _size(self) -> int:
+        return max(len(self.memories), 1)
+
+    def add(self, memory: Memory) -> None:
+        """Index a new or changed memory (writes keep the cached index current without a reload)."""
+        self.remove(memory.id)
+        self.memories[memory.id] = memory
+        self._events[event_key(memory.event)].add(memory.id)
+        for keyword in memory.keywords:
+            if keyword not in self._exact:
+                for fragment in _fragments(keyword):
+                    self._fragments[fragment].add(keyword)
+            self._exact[keyword].add(memory.id)
+
+    def remove(self, memory_id: int) -> None:
+        old = self.memories.pop(memory_id, None)
+        if old is None:
+            return
+        self._events[event_key(old.event)].discard(memory_id)
+        for keyword in old.keywords:
+            self._exact[keyword].discard(memory_id)
+
+    def candidates(self, event: str, keywords: Iterable[str]) -> list[Memory]:
+        """Memories that could be the same event: same event text or at least one shared keyword."""
+        ids = set(self._events.get(event_key(event), ()))
+        for keyword in keywords:
+            ids |= self._exact.get(keyword, set())
+        return [self.memories[mid] for mid in sorted(ids)]
 
     def _idf(self, doc_count: int) -> float:
         return math.log(1 + self._size / (1 + doc_count))
@@ -133,7 +160,8 @@ class ScopeIndex:
 
 def _fragments(word: str) -> set[str]:
     """Lookup keys for containment: every substring of two or more characters of a CJK word; for Latin
-    words only prefixes of four or more letters, a cheap stemmer ("hiking" ~ "hike" but not "art" ~ "party")."""
+    words only prefixes of four or more letters, a cheap stemmer ("hikes" ~ "hike" but not "art" ~ "party";
+    "hiking" ~ "hike" does not match, their shared prefix is three letters)."""
     if word.isascii():
         return {word[:j] for j in range(MIN_LATIN_PREFIX, len(word) + 1)}
     if len(word) < MIN_FRAGMENT:

@@ -75,6 +75,9 @@ class Storage:
         self._conn = conn
         self._lock = asyncio.Lock()
         self._known_tables: set[str] = set()
+        # Tables created inside the open transaction: known only once it commits, because a rollback
+        # takes the CREATE TABLE with it and a stale entry would make every later query fail.
+        self._new_tables: set[str] = set()
         self.path = path
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -123,16 +126,21 @@ class Storage:
                 await self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _storage_error(exc) from exc
+            self._new_tables.clear()
             try:
                 yield self._conn
             except BaseException:
+                self._new_tables.clear()
                 await self._conn.execute("ROLLBACK")
                 raise
             try:
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
+                self._new_tables.clear()
                 await self._conn.execute("ROLLBACK")
                 raise _storage_error(exc) from exc
+            self._known_tables |= self._new_tables
+            self._new_tables.clear()
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -158,14 +166,14 @@ class Storage:
             await self._ensure_scope(conn, scope, now)
 
     async def _ensure_scope(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> None:
-        if scope.table in self._known_tables:
+        if scope.table in self._known_tables or scope.table in self._new_tables:
             return
         await conn.execute(
             "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at) VALUES (?, ?, ?, ?)",
             (scope.key, scope.user_id, scope.chat_id, to_db(now)),
         )
         await schema.create_memory_table(conn, scope.key, scope.table)
-        self._known_tables.add(scope.table)
+        self._new_tables.add(scope.table)
 
     async def scopes(self) -> list[Scope]:
         async with self._tx() as conn:
@@ -191,6 +199,17 @@ class Storage:
             return []
         async with self._tx() as conn:
             cursor = await conn.execute(f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" ORDER BY id')
+            rows = await cursor.fetchall()
+        return [row_to_memory(row) for row in rows]
+
+    async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
+        if not ids or scope.table not in self._known_tables:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        async with self._tx() as conn:
+            cursor = await conn.execute(
+                f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" WHERE id IN ({marks}) ORDER BY id', tuple(ids)
+            )
             rows = await cursor.fetchall()
         return [row_to_memory(row) for row in rows]
 
