@@ -104,24 +104,25 @@ class ScopeIndex:
         return math.log(1 + self._size / (1 + doc_count))
 
     def matches(self, query: Iterable[str]) -> dict[int, float]:
-        """Match strength in [0, 1] for every memory sharing at least one keyword with the query."""
+        """Match strength in [0, 1] for every memory sharing at least one keyword with the query: the mean
+        of the share of query words it matches and the idf-weighted share of its own keywords matched.
+
+        Query words count equally: a word no memory has would otherwise get the highest idf and drown
+        the words that do match ("发烧了怎么办")."""
         per_memory: dict[int, dict[str, float]] = defaultdict(dict)  # id -> memory keyword -> quality
-        query_best: dict[int, float] = defaultdict(float)  # id -> sum of query-keyword weight*quality
-        query_total = 0.0
-        for word in dict.fromkeys(query):
-            hits = self._lookup(word)
-            ids = {mid for keyword in hits for mid in self._exact[keyword]}
-            weight = self._idf(len(ids))
-            query_total += weight
-            for keyword, quality in hits.items():
+        query_hits: dict[int, float] = defaultdict(float)  # id -> sum of best quality per query word
+        words = list(dict.fromkeys(query))
+        for word in words:
+            best: dict[int, float] = {}
+            for keyword, quality in self._lookup(word).items():
                 for mid in self._exact[keyword]:
                     seen = per_memory[mid]
                     seen[keyword] = max(seen.get(keyword, 0.0), quality)
-            for mid in ids:
-                best = max(q for k, q in hits.items() if mid in self._exact[k])
-                query_best[mid] += weight * best
+                    best[mid] = max(best.get(mid, 0.0), quality)
+            for mid, quality in best.items():
+                query_hits[mid] += quality
         return {
-            mid: 0.5 * query_best[mid] / query_total + 0.5 * self._memory_cover(mid, seen)
+            mid: 0.5 * query_hits[mid] / len(words) + 0.5 * self._memory_cover(mid, seen)
             for mid, seen in per_memory.items()
         }
 

@@ -1,0 +1,277 @@
+"""The conversation pipeline with a real engine, real SQLite and the real openai SDK against FakeLLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from companion import texts
+from companion.models import MemoryDraft, MemoryType, Scope, Validity
+from tests.fakes import FakeLLM
+from tests.scripted import COLD, ScriptedBrain, is_extraction, system_prompt
+from tests.support import Rig, close_rig, fake_llm, make_settings, open_rig, rig
+
+__all__ = ["fake_llm", "rig"]
+
+ME = Scope(777)
+
+
+async def seed(rig: Rig, *drafts: MemoryDraft) -> list[int]:
+    return await rig.engine.remember(ME, list(drafts), rig.clock())
+
+
+def cold(importance: float = 85) -> MemoryDraft:
+    return MemoryDraft("2025-12-22 感冒发烧，身体不舒服", ["感冒", "发烧", "不舒服"], importance, Validity.DAYS_30)
+
+
+async def test_recall_only_when_the_topic_touches_it(rig: Rig) -> None:
+    await seed(rig, cold())
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "今天天气真好，想去公园")
+    assert "感冒发烧" not in system_prompt(rig.llm.chat_requests()[-1])
+    reply = await rig.chat.reply(ME, "我今天又有点不舒服")
+    prompt = system_prompt(rig.llm.chat_requests()[-1])
+    assert "感冒发烧" in prompt and "最多自然地提起其中一条" in prompt
+    assert reply.recalled and reply.ok
+
+
+async def test_cooldown_holds_for_five_turns(rig: Rig) -> None:
+    await seed(rig, cold())
+    await rig.chat.start(ME)
+    carried = []
+    for _ in range(12):
+        await rig.chat.reply(ME, "还是不舒服")
+        carried.append("感冒发烧" in system_prompt(rig.llm.chat_requests()[-1]))
+    turns = [i + 1 for i, on in enumerate(carried) if on]
+    assert turns[0] == 1
+    assert all(b - a >= 5 for a, b in zip(turns, turns[1:], strict=False)), turns
+
+
+async def test_memories_come_up_in_at_most_about_a_fifth_of_turns(rig: Rig) -> None:
+    await seed(rig, *[
+        MemoryDraft(f"2025-12-{10 + i} 不舒服的第{i}件事 话题{i}", ["不舒服", f"话题{i}"], 70, Validity.DAYS_30)
+        for i in range(12)
+    ])
+    await rig.chat.start(ME)
+    carried = 0
+    for _ in range(50):
+        reply = await rig.chat.reply(ME, "我有点不舒服")
+        carried += bool(reply.recalled)
+    assert 5 <= carried <= 11, carried
+
+
+async def test_at_most_two_memories_and_importance_floor(rig: Rig) -> None:
+    await seed(
+        rig, cold(90),
+        MemoryDraft("2025-12-20 发烧去了医院", ["发烧", "医院"], 80, Validity.DAYS_30),
+        MemoryDraft("2025-12-21 发烧吃了退烧药", ["发烧", "退烧药"], 75, Validity.DAYS_30),
+        MemoryDraft("2025-12-21 小时候常发烧", ["发烧", "小时候"], 40, Validity.DAYS_30),
+    )
+    result = await rig.engine.recall(ME, "发烧了怎么办", rig.clock())
+    assert len(result) == 2
+    assert all(r.memory.importance >= 50 for r in result)
+
+
+async def test_reply_failure_is_friendly_and_loses_nothing(rig: Rig) -> None:
+    await rig.chat.start(ME)
+    rig.llm.fail_next(1, status=500)
+    reply = await rig.chat.reply(ME, "我想跟你说件重要的事")
+    assert not reply.ok and reply.text == texts.LLM_DOWN
+    assert await rig.engine.storage.count_pending(ME) == 1
+    ok = await rig.chat.reply(ME, "你还在吗")
+    assert ok.ok
+    last_user = rig.llm.chat_requests()[-1]["messages"][-1]["content"]
+    assert "我想跟你说件重要的事" in last_user and "你还在吗" in last_user
+
+
+@pytest.mark.parametrize("failure", ["timeout", "blank", "html"])
+async def test_other_reply_failures(rig: Rig, failure: str) -> None:
+    await rig.chat.start(ME)
+    if failure == "timeout":
+        rig.llm.delay_next(6)
+    elif failure == "blank":
+        rig.llm.blank_next()
+    else:
+        rig.llm.raw_next("<html>502</html>")
+    reply = await rig.chat.reply(ME, "在吗")
+    assert not reply.ok and reply.text == texts.LLM_DOWN
+
+
+async def test_short_term_context_is_last_ten_turns(rig: Rig) -> None:
+    await rig.chat.start(ME)
+    for i in range(14):
+        await rig.chat.reply(ME, f"第{i}句")
+    messages = rig.llm.chat_requests()[-1]["messages"]
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    assert len(users) == 11 and users[0] == "第3句" and users[-1] == "第13句"
+
+
+async def test_important_news_extracts_at_once_and_never_sees_injected_memory(rig: Rig) -> None:
+    brain = ScriptedBrain(facts={"离职": {
+        "event": "2025-12-23 下个月离职", "keywords": ["离职", "工作"], "importance": 80, "validity": "30d",
+        "type": "event"}})
+    brain.install(rig.llm)
+    await seed(rig, MemoryDraft("2025-11-01 喜欢的工作是设计", ["工作", "设计"], 60, Validity.PERMANENT))
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我决定下个月离职了，工作太累")
+    await rig.chat.drain()
+    extraction = [r for r in rig.llm.json_requests() if is_extraction(r)]
+    assert len(extraction) == 1
+    prompt = extraction[0]["messages"][-1]["content"]
+    assert "我决定下个月离职了" in prompt
+    assert "喜欢的工作是设计" not in prompt, "extraction must not re-read injected memories"
+    events = [m.event for m in await rig.engine.memories(ME)]
+    assert "2025-12-23 下个月离职" in events
+    assert await rig.engine.storage.count_pending(ME) == 0
+
+
+async def test_extraction_every_8_to_12_turns(rig: Rig) -> None:
+    brain = ScriptedBrain()
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    for i in range(36):
+        await rig.chat.reply(ME, f"随便聊聊第{i}句")
+        await rig.chat.drain()
+    assert 3 <= brain.extraction_calls <= 4, brain.extraction_calls
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["not json at all", "", "[]", '{"items": []}', '{"memories": "感冒"}'],
+)
+async def test_broken_extraction_keeps_turns_queued(rig: Rig, answer: str) -> None:
+    await seed(rig, cold())
+    before = [(m.id, m.event, m.importance) for m in await rig.engine.memories(ME)]
+    rig.llm.set_json_reply(answer if answer else " ")
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我生病住院了")
+    await rig.chat.drain()
+    assert await rig.engine.storage.count_pending(ME) == 1
+    assert [(m.id, m.event, m.importance) for m in await rig.engine.memories(ME)] == before
+    # A later good answer extracts the queued turn: nothing was lost.
+    hospital = {**COLD, "event": "2025-12-23 生病住院", "keywords": ["生病", "住院"]}
+    rig.llm.set_json_reply(json.dumps({"memories": [hospital]}, ensure_ascii=False))
+    result = await rig.engine.consolidate(ME, rig.clock())
+    assert result.turns == 1 and result.inserted == 1
+    assert await rig.engine.storage.count_pending(ME) == 0
+
+
+async def test_extraction_items_are_validated(rig: Rig) -> None:
+    items = [
+        {"event": "2025-12-23 过敏严重", "keywords": ["过敏"], "importance": 9999, "validity": "30d", "type": "fact"},
+        {"event": "2025-12-23 喜欢跑步", "keywords": [], "importance": -40, "validity": "forever",
+         "type": "preference", "extra": "ignored"},
+        {"event": "2025-12-23 不认识的类型", "keywords": ["类型"], "importance": 50, "type": "gossip"},
+        {"keywords": ["没有事件"], "importance": 50},
+        "not an object",
+        {"event": "2025-12-23 重要程度是字符串", "keywords": ["字符串"], "importance": "70", "type": "event"},
+    ]
+    rig.llm.set_json_reply(json.dumps({"memories": items}, ensure_ascii=False))
+    await rig.engine.note_turn(ME, __import__("companion.models", fromlist=["Turn"]).Turn("x", "y", rig.clock()))
+    await rig.engine.consolidate(ME, rig.clock())
+    stored = {m.event: m for m in await rig.engine.memories(ME)}
+    assert set(stored) == {"2025-12-23 过敏严重", "2025-12-23 喜欢跑步", "2025-12-23 重要程度是字符串"}
+    assert stored["2025-12-23 过敏严重"].importance == 100
+    assert stored["2025-12-23 喜欢跑步"].importance == 0
+    assert stored["2025-12-23 喜欢跑步"].validity is Validity.PERMANENT
+    assert stored["2025-12-23 喜欢跑步"].keywords == ["喜欢", "跑步"]
+    assert stored["2025-12-23 喜欢跑步"].type is MemoryType.PREFERENCE
+    assert stored["2025-12-23 重要程度是字符串"].importance == 70
+
+
+async def test_mention_in_reply_updates_the_memory(rig: Rig) -> None:
+    (mid,) = await seed(rig, cold())
+    rig.llm.set_chat_reply("感冒好点了吗？")
+    await rig.chat.start(ME)
+    reply = await rig.chat.reply(ME, "今天不舒服")
+    assert reply.mentioned == (mid,)
+    (memory,) = await rig.engine.memories(ME)
+    assert memory.last_mentioned_at == rig.clock() and memory.mention_count == 1
+    rig.llm.set_chat_reply("多休息哦")
+    rig.clock.advance(hours=2)
+    for _ in range(6):
+        await rig.chat.reply(ME, "今天不舒服")
+    (memory,) = await rig.engine.memories(ME)
+    assert memory.mention_count == 1, "a reply that does not mention it must not count"
+
+
+async def test_profile_core_in_prompt_and_survives_llm_outage(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    first = await open_rig(fake_llm, settings)
+    try:
+        await first.engine.remember(ME, [MemoryDraft("2025-12-01 对花生过敏", ["花生", "过敏"], 90,
+                                                     Validity.PERMANENT, MemoryType.FACT)], first.clock())
+        fake_llm.set_json_reply('{"core": "用户对花生过敏，喜欢安静。", "dynamic": '
+                                '[{"text": "最近在准备考试", "keywords": ["考试"]}]}')
+        await first.chat.start(ME)
+        await first.chat.reply(ME, "晚上吃什么好")
+        prompt = system_prompt(fake_llm.chat_requests()[-1])
+        assert "用户对花生过敏" in prompt and "最近在准备考试" not in prompt
+        await first.chat.reply(ME, "明天考试好紧张")
+        assert "最近在准备考试" in system_prompt(fake_llm.chat_requests()[-1])
+    finally:
+        await close_rig(first)
+    # Restart with the model down: the persisted profile keeps the companion personal.
+    second = await open_rig(fake_llm, settings)
+    try:
+        fake_llm.fail_next(5, status=503)
+        await second.chat.start(ME)
+        fake_llm.clear()
+        await second.chat.reply(ME, "晚上吃什么好")
+        assert "用户对花生过敏" in system_prompt(fake_llm.chat_requests()[-1])
+    finally:
+        await close_rig(second)
+
+
+async def test_profile_is_at_most_200_chars(rig: Rig) -> None:
+    await seed(rig, cold())
+    rig.llm.set_json_reply(json.dumps({"core": "长" * 500, "dynamic": [{"text": "短", "keywords": ["短句"]}]}))
+    await rig.chat.start(ME)
+    current = await rig.engine.profiles.current(ME)
+    assert current is not None
+    profile = current[0]
+    assert len(profile.core) + sum(len(t.text) for t in profile.dynamic) <= 200
+
+
+async def test_stop_clears_short_term_but_keeps_long_term(rig: Rig) -> None:
+    await seed(rig, cold())
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "第一句")
+    await rig.chat.stop(ME)
+    assert not rig.chat.is_active(ME)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "第二句")
+    messages = rig.llm.chat_requests()[-1]["messages"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["第二句"]
+    assert len(await rig.engine.memories(ME)) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "长" * 4096,
+        "😀🎉👩‍👩‍👧 表情",
+        "零\u200b宽\u200d字符\ufeff和控制\x00\x07字符",
+        "'); DROP TABLE mem_u777; --",
+        "*粗体* _斜体_ `代码` <b>html</b> &amp; [链接](http://x)",
+    ],
+)
+async def test_odd_text_through_the_pipeline(rig: Rig, text: str) -> None:
+    await seed(rig, cold())
+    await rig.chat.start(ME)
+    reply = await rig.chat.reply(ME, text)
+    assert reply.ok
+    (turn,) = await rig.engine.storage.pending_turns(ME, 10)
+    assert turn.user == text, "the user's words must be kept exactly"
+    assert len(await rig.engine.memories(ME)) == 1
+
+
+async def test_users_never_see_each_others_memories(rig: Rig) -> None:
+    other = Scope(778)
+    await rig.engine.remember(other, [cold()], rig.clock())
+    await rig.chat.start(ME)
+    reply = await rig.chat.reply(ME, "我今天不舒服，发烧了")
+    assert not reply.recalled
+    assert "感冒发烧" not in json.dumps(rig.llm.requests, ensure_ascii=False)
