@@ -115,9 +115,10 @@ class ChatService:
 
     async def stop(self, scope: Scope) -> str:
         """Short-term context and caches go; long-term memory and queued turns stay (extracted later)."""
-        await self.engine.storage.set_active(scope, False, self.clock())
+        # Flip the flag before any await: a message handled concurrently must already see "off".
         self._active.discard(scope)
         self._sessions.pop(scope, None)
+        await self.engine.storage.set_active(scope, False, self.clock())
         self.engine.profiles.invalidate(scope)
         self._spawn(self._consolidate(scope), f"extract-{scope.key}")
         return texts.STOPPED

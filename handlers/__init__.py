@@ -9,5 +9,5 @@ from handlers import chat, commands, errors
 
 def build_router() -> Router:
     root = Router(name="root")
-    root.include_routers(commands.router, chat.router, errors.router)
+    root.include_routers(commands.build(), chat.build(), errors.build())
     return root

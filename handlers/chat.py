@@ -12,11 +12,6 @@ from companion.chat import ChatService
 from companion.models import Scope
 from handlers.scope import scope_of
 
-router = Router(name="chat")
-router.message.filter(F.chat.type == "private")
-
-
-@router.message(F.text & ~F.text.startswith("/"))
 async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer) -> None:
     scope = scope_of(message)
     if scope is None or message.text is None:
@@ -39,12 +34,19 @@ async def answer_turn(bot: Bot, chat: ChatService, scope: Scope, chat_id: int, t
         await bot.send_message(chat_id, part)
 
 
-@router.message(F.text.startswith("/"))
 async def on_unknown_command(message: Message) -> None:
     await message.answer(texts.HELP)
 
 
-@router.message()
 async def on_other(message: Message) -> None:
     """Stickers, photos, voice and the rest: a friendly word instead of silence or a crash."""
     await message.answer(texts.NON_TEXT)
+
+
+def build() -> Router:
+    router = Router(name="chat")
+    router.message.filter(F.chat.type == "private")
+    router.message.register(on_text, F.text & ~F.text.startswith("/"))
+    router.message.register(on_unknown_command, F.text.startswith("/"))
+    router.message.register(on_other)
+    return router

@@ -10,10 +10,8 @@ from aiogram.types import ErrorEvent
 from companion import texts
 
 log = logging.getLogger(__name__)
-router = Router(name="errors")
 
 
-@router.errors()
 async def on_error(event: ErrorEvent) -> bool:
     log.error("update %s failed", event.update.update_id, exc_info=event.exception)
     message = event.update.message
@@ -23,3 +21,9 @@ async def on_error(event: ErrorEvent) -> bool:
         except Exception:  # Telegram itself may be what failed; nothing more to do at this edge.
             log.warning("could not send the error notice", exc_info=True)
     return True
+
+
+def build() -> Router:
+    router = Router(name="errors")
+    router.errors.register(on_error)
+    return router
