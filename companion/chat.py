@@ -17,12 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from companion import rules, texts
-from companion.errors import CompanionError, LLMError
+from companion.errors import CompanionError, LLMError, StorageError
 from companion.llm import LLMClient, Message
 from companion.models import Scope, Turn
 from companion.settings import Settings
 from companion.timeutil import utcnow
-from memory import MemoryEngine
+from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,14 @@ class ChatService:
         now = self.clock()
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
-        context = await self.engine.build_context(
-            scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow
-        )
+        try:
+            context = await self.engine.build_context(
+                scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow
+            )
+        except StorageError as exc:
+            # A locked or failing database must not silence the companion: answer without memory.
+            log.warning("memory unavailable for %s, answering without it: %s", scope.key, exc)
+            context = MemoryContext()
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
@@ -152,11 +157,15 @@ class ChatService:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
         session.history.append((text, answer))
-        await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now))
         recalled_ids = tuple(r.memory.id for r in context.recalled)
+        try:
+            await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now))
+            mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
+        except StorageError as exc:
+            log.warning("could not record the turn for %s: %s", scope.key, exc)
+            mentioned = []
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
-        mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now)
         self._after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiogram import Bot, F, Router
 from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
@@ -9,8 +11,12 @@ from aiogram.utils.chat_action import ChatActionSender
 from companion import texts
 from companion.buffer import MessageBuffer
 from companion.chat import ChatService
+from companion.errors import CompanionError
 from companion.models import Scope
 from handlers.scope import scope_of
+
+log = logging.getLogger(__name__)
+
 
 async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer) -> None:
     scope = scope_of(message)
@@ -28,9 +34,14 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
 
 
 async def answer_turn(bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str) -> None:
-    async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
-        reply = await chat.reply(scope, text)
-    for part in texts.split_message(reply.text):
+    try:
+        async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
+            reply = (await chat.reply(scope, text)).text
+    except CompanionError:
+        # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
+        log.exception("turn for %s failed", scope.key)
+        reply = texts.INTERNAL_ERROR
+    for part in texts.split_message(reply):
         await bot.send_message(chat_id, part)
 
 

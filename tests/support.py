@@ -47,7 +47,7 @@ class Rig:
 def make_settings(tmp: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {"data_dir": tmp / "data", "backup_dir": tmp / "backups"}
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+    return Settings(_env_file=None, **values)  # type: ignore[arg-type,call-arg]
 
 
 async def open_rig(llm: FakeLLM, settings: Settings, clock: Clock | None = None, seed: int = 1) -> Rig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -46,7 +47,7 @@ async def test_cooldown_holds_for_five_turns(rig: Rig) -> None:
         carried.append("感冒发烧" in system_prompt(rig.llm.chat_requests()[-1]))
     turns = [i + 1 for i, on in enumerate(carried) if on]
     assert turns[0] == 1
-    assert all(b - a >= 5 for a, b in zip(turns, turns[1:], strict=False)), turns
+    assert all(b - a >= 5 for a, b in itertools.pairwise(turns)), turns
 
 
 async def test_memories_come_up_in_at_most_about_a_fifth_of_turns(rig: Rig) -> None:

@@ -141,7 +141,7 @@ async def wait_for_rows(tmp: Path, count: int) -> None:
 
 async def test_missing_token_stops_with_one_clear_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "LLM_"))}
-    code, out, err = await run_cli(env, tmp_path)
+    code, _out, err = await run_cli(env, tmp_path)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "TELEGRAM_BOT_TOKEN" in lines[0] and "LLM_API_KEY" in lines[0]

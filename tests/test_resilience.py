@@ -1,0 +1,110 @@
+"""A locked database, failing jobs and the console: the companion degrades, never crashes or loses data."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import companion.storage as storage_module
+from companion import jobs, texts
+from companion.models import MemoryDraft, Scope, Validity
+from tests.fakes import FakeLLM
+from tests.support import Rig, close_rig, fake_llm, make_settings, open_rig, rig
+
+__all__ = ["fake_llm", "rig"]
+
+ME = Scope(31)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_locked_database_during_a_turn(fake_llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storage_module, "BUSY_TIMEOUT_MS", 100)
+    opened = await open_rig(fake_llm, make_settings(tmp_path))
+    try:
+        await opened.engine.remember(ME, [MemoryDraft("2025-12-20 感冒了", ["感冒"], 80, Validity.DAYS_30)],
+                                     opened.clock())
+        await opened.chat.start(ME)
+        before = [(m.id, m.event, m.importance) for m in await opened.engine.memories(ME)]
+        blocker = sqlite3.connect(opened.settings.db_path, timeout=0)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            reply = await opened.chat.reply(ME, "感冒好像又严重了")
+        finally:
+            blocker.rollback()
+            blocker.close()
+        assert reply.ok, "the companion must still answer while the database is locked"
+        assert [(m.id, m.event, m.importance) for m in await opened.engine.memories(ME)] == before
+        assert (await opened.chat.reply(ME, "现在好了吗")).ok
+        assert await opened.engine.storage.count_pending(ME) == 1
+    finally:
+        await close_rig(opened)
+
+
+async def test_failing_job_is_logged_and_contained(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken() -> None:
+        raise RuntimeError("disk on fire")
+
+    with caplog.at_level(logging.ERROR):
+        await jobs.guarded("backup", broken)
+    assert "job backup failed" in caplog.text and "disk on fire" in caplog.text
+
+
+async def test_missed_decay_is_caught_up_at_startup(rig: Rig) -> None:
+    three_days_ago = rig.clock() - timedelta(days=3)
+    await rig.engine.remember(ME, [MemoryDraft("2025-12-20 感冒了", ["感冒"], 80, Validity.DAYS_30,
+                                               created_at=three_days_ago)], three_days_ago)
+    assert await jobs.decay_is_overdue(rig.engine, rig.clock())
+    await jobs.run_decay(rig.engine, rig.clock())
+    (memory,) = await rig.engine.memories(ME)
+    assert memory.importance == pytest.approx(80 * 0.95**3)
+    assert not await jobs.decay_is_overdue(rig.engine, rig.clock())
+    await jobs.run_decay(rig.engine, rig.clock() + timedelta(hours=5))
+    (again,) = await rig.engine.memories(ME)
+    assert again.importance == memory.importance, "a second run on the same day changes nothing"
+
+
+async def test_decay_job_extracts_queued_turns_first(rig: Rig) -> None:
+    rig.llm.set_json_reply('{"memories": [{"event": "2025-12-23 搬家到上海", "keywords": ["搬家", "上海"], '
+                           '"importance": 75, "validity": "30d", "type": "event"}]}')
+    from companion.models import Turn
+
+    await rig.engine.note_turn(ME, Turn("我下周搬家到上海", "好的", rig.clock()))
+    await jobs.run_decay(rig.engine, rig.clock())
+    assert [m.event for m in await rig.engine.memories(ME)] == ["2025-12-23 搬家到上海"]
+    assert await rig.engine.storage.count_pending(ME) == 0
+
+
+def test_scheduler_uses_configured_local_times(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, decay_time="04:10", backup_time="05:20", timezone="Asia/Shanghai")
+    scheduler = jobs.build_scheduler(None, settings)  # type: ignore[arg-type]
+    triggers = {job.id: str(job.trigger) for job in scheduler.get_jobs()}
+    assert "hour='4', minute='10'" in triggers["decay"]
+    assert "hour='5', minute='20'" in triggers["backup"]
+
+
+async def test_console_mode_runs_the_same_pipeline(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.set_chat_reply("控制台里也能聊")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "LLM_"))}
+    env.update(LLM_API_KEY="sk-console", LLM_BASE_URL=fake_llm.base_url, LLM_MAX_RETRIES="0",
+               DATA_DIR=str(tmp_path / "data"), CONSOLE_USER_ID="9")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate("你好\n/quit\n".encode()), 60)
+    assert proc.returncode == 0, err.decode()
+    text = out.decode()
+    assert texts.GREETING_NEW in text and "控制台里也能聊" in text
+    assert [r["messages"][-1]["content"] for r in fake_llm.chat_requests()] == ["你好"]
+    db = sqlite3.connect(tmp_path / "data" / "memory.sqlite3")
+    try:
+        assert db.execute("SELECT count(*) FROM pending_turns WHERE scope_key = 'u9'").fetchone()[0] == 1
+    finally:
+        db.close()
