@@ -24,7 +24,9 @@ ME = Scope(31)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def test_locked_database_during_a_turn(fake_llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_locked_database_during_a_turn(
+    fake_llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(storage_module, "BUSY_TIMEOUT_MS", 100)
     opened = await open_rig(fake_llm, make_settings(tmp_path))
     try:
