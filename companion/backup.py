@@ -16,7 +16,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, tzinfo
 from pathlib import Path
 
 from companion.errors import BackupError
@@ -66,6 +66,12 @@ def show_time(stored: str | None, tz: tzinfo) -> str:
     return f"{text[:-2]}:{text[-2:]}"
 
 
+def show_number(value: float) -> str:
+    """The shortest text that reads back as the same float. Decayed values such as 72.87784375000001
+    must survive backup and restore, so no fixed rounding; whole numbers lose the ".0" for people."""
+    return repr(value).removesuffix(".0")
+
+
 def atomic_write_csv(path: Path, rows: Iterator[list[str]] | list[list[str]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", encoding="utf-8-sig", newline="") as handle:
@@ -102,7 +108,7 @@ def _csv_row(row: tuple[object, ...], tz: tzinfo) -> list[str]:
         if column in TIME_COLUMNS:
             out.append(show_time(None if value is None else str(value), tz))
         elif column == "importance":
-            out.append(f"{float(value):.4f}".rstrip("0").rstrip("."))  # type: ignore[arg-type]
+            out.append(show_number(float(value)))  # type: ignore[arg-type]
         else:
             out.append(neutralise("" if value is None else str(value)))
     return out
@@ -126,11 +132,26 @@ async def make_backup(
 
 
 def prune_backups(backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int) -> int:
-    """Delete day folders older than ``keep_days``; anything not named like a day is left alone."""
-    oldest = local_date(now - timedelta(days=keep_days - 1), tz)
+    """Keep the newest ``keep_days`` day folders and today's; anything not named like a day is left alone.
+
+    Counting folders rather than calendar days means a bot that was down for weeks still keeps its last
+    good backups instead of deleting all of them at the first run after the outage.
+    """
+    today = local_date(now, tz)
+    days = sorted((c for c in backup_dir.iterdir() if c.is_dir() and _is_day(c.name)), reverse=True)
     removed = 0
-    for child in backup_dir.iterdir():
-        if child.is_dir() and _DAY_FOLDER.match(child.name) and child.name < oldest:
+    for child in days[max(keep_days, 1) :]:
+        if child.name != today:
             shutil.rmtree(child)
             removed += 1
     return removed
+
+
+def _is_day(name: str) -> bool:
+    if not _DAY_FOLDER.match(name):
+        return False
+    try:
+        date.fromisoformat(name)
+    except ValueError:
+        return False  # "2025-13-45" looks like a day but is someone else's folder
+    return True

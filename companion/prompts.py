@@ -15,9 +15,13 @@ PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
 def _template(name: str) -> Template:
     path = PROMPT_DIR / f"{name}.md"
     try:
-        return Template(path.read_text(encoding="utf-8"))
+        template = Template(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PromptError(f"prompt {name!r} not found at {path}") from exc
+    if not template.is_valid():
+        # A stray "$" (say "$5") would otherwise fail only at render time, with a bare ValueError.
+        raise PromptError(f"prompt {name!r} has a '$' that is not an input; write '$$' for a literal '$'")
+    return template
 
 
 def names() -> list[str]:

@@ -70,9 +70,9 @@ def _memory(row: dict[str, str]) -> Memory:
     importance = float(row["importance"])
     if not MIN_IMPORTANCE <= importance <= MAX_IMPORTANCE:
         raise ValueError(f"importance {importance} outside 0-100")
+    # No check on the event text: whatever the database held (even blank) must restore, or a backup
+    # with one odd row could never be restored at all.
     event = row["event"]
-    if not event.strip():
-        raise ValueError("empty event")
     created, updated, decayed = times["created_at"], times["updated_at"], times["last_decay_at"]
     if created is None or updated is None or decayed is None:
         raise ValueError("created, updated and decay times are required")
@@ -127,10 +127,14 @@ def check_snapshot(path: Path) -> None:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             status = conn.execute("PRAGMA integrity_check").fetchone()
-            conn.execute("SELECT count(*) FROM scopes").fetchone()
+            keys = [str(r[0]) for r in conn.execute("SELECT key FROM scopes")]
+            # Every registered scope must name a readable memory table, or counting it later would fail
+            # with a bare sqlite3 error after the copy.
+            for key in keys:
+                conn.execute(f'SELECT count(*) FROM "{Scope.from_key(key).table}"').fetchone()
         finally:
             conn.close()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, InvalidScopeError) as exc:
         raise RestoreError(f"{path.name} is not a usable snapshot: {exc}") from None
     if status is None or status[0] != "ok":
         raise RestoreError(f"{path.name} failed the integrity check: {status}")
@@ -160,6 +164,7 @@ async def restore(
     if database_has_data(db_path) and not force:
         raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
     staging = db_path.with_name(f".{db_path.name}.restoring")
+    db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
     _remove_db(staging)
     try:
         if source.is_dir():

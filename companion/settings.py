@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from companion.errors import ConfigError
@@ -82,6 +82,16 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
 
+    @model_validator(mode="after")
+    def _extract_range(self) -> Settings:
+        # The chat draws the next extraction point with randint(min, max), which fails on an empty range.
+        if self.extract_every_min > self.extract_every_max:
+            raise ValueError(
+                f"EXTRACT_EVERY_MIN ({self.extract_every_min}) must not exceed "
+                f"EXTRACT_EVERY_MAX ({self.extract_every_max})"
+            )
+        return self
+
     @property
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
@@ -104,12 +114,17 @@ def _is_set(value: object) -> bool:
     return value is not None and value != ""
 
 
+def _problem(loc: tuple[int | str, ...], msg: str) -> str:
+    # Checks across fields (a model validator) have no location; their message names the keys itself.
+    where = ".".join(str(p) for p in loc).upper()
+    text = " ".join(msg.split())  # one line, whatever the validator wrote
+    return f"{where}: {text}" if where else text
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build settings, turning pydantic's multi-line report into one ConfigError line per problem."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"Invalid setting {problems}") from None

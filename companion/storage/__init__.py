@@ -131,16 +131,22 @@ class Storage:
                 yield self._conn
             except BaseException:
                 self._new_tables.clear()
-                await self._conn.execute("ROLLBACK")
+                await self._rollback()
                 raise
             try:
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._new_tables.clear()
-                await self._conn.execute("ROLLBACK")
+                await self._rollback()
                 raise _storage_error(exc) from exc
             self._known_tables |= self._new_tables
             self._new_tables.clear()
+
+    async def _rollback(self) -> None:
+        # SQLite rolls back by itself on some errors (disk full, I/O); a second ROLLBACK would then fail
+        # with "no transaction is active" and hide the error that matters.
+        if self._conn.in_transaction:
+            await self._conn.execute("ROLLBACK")
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -437,6 +443,9 @@ class Storage:
             try:
                 async with aiosqlite.connect(target) as dest:
                     await self._conn.backup(dest)
+                    # The copy inherits WAL mode; a standalone file must not need -wal/-shm beside it
+                    # (a read-only reader would leave them behind in the backup folder).
+                    await dest.execute("PRAGMA journal_mode = DELETE")
             except sqlite3.Error as exc:
                 raise _storage_error(exc) from exc
 

@@ -1,0 +1,181 @@
+"""Settings from the environment: defaults, comma lists, one-line config errors, secrets kept secret."""
+
+from __future__ import annotations
+
+from datetime import time
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from companion.errors import ConfigError
+from companion.settings import DEFAULT_IMPORTANT_KEYWORDS, Settings, load_settings
+
+TOKEN = "123456:AAE-secret-bot-token"
+API_KEY = "sk-very-secret-api-key"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No developer .env and no exported setting may leak into these tests."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_defaults() -> None:
+    settings = load_settings(_env_file=None)
+    assert settings.telegram_bot_token is None
+    assert settings.llm_api_key is None
+    assert settings.llm_base_url == "https://api.deepseek.com"
+    assert settings.tz == ZoneInfo("Asia/Shanghai")
+    assert settings.db_path == Path("data") / "memory.sqlite3"
+    assert settings.admin_ids == []
+    assert settings.important_keywords == list(DEFAULT_IMPORTANT_KEYWORDS)
+    assert (settings.recall_max, settings.recall_min_importance, settings.recall_cooldown_turns) == (2, 50.0, 5)
+    assert settings.recall_max_rate == 0.2
+    assert (settings.decay_time, settings.backup_time) == (time(3, 0), time(3, 30))
+
+
+def test_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("LLM_API_KEY", API_KEY)
+    monkeypatch.setenv("LLM_BASE_URL", "http://localhost:8080/v1/")
+    monkeypatch.setenv("TIMEZONE", "Europe/Berlin")
+    monkeypatch.setenv("DATA_DIR", "/srv/bot")
+    monkeypatch.setenv("RECALL_MAX", "3")
+    monkeypatch.setenv("RECALL_MIN_MATCH", "0.5")
+    monkeypatch.setenv("DECAY_TIME", "04:15")
+    settings = load_settings(_env_file=None)
+    assert settings.telegram_bot_token is not None
+    assert settings.telegram_bot_token.get_secret_value() == TOKEN
+    assert settings.llm_base_url == "http://localhost:8080/v1"  # trailing slash dropped
+    assert settings.tz == ZoneInfo("Europe/Berlin")
+    assert settings.db_path == Path("/srv/bot/memory.sqlite3")
+    assert (settings.recall_max, settings.recall_min_match) == (3, 0.5)
+    assert settings.decay_time == time(4, 15)
+
+
+def test_reads_dot_env_in_the_working_directory_and_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=from-dot-env\nRECALL_MAX=4\nADMIN_IDS=7,8\n", encoding="utf-8")
+    monkeypatch.setenv("RECALL_MAX", "1")
+    settings = load_settings()
+    assert (settings.llm_model, settings.recall_max, settings.admin_ids) == ("from-dot-env", 1, [7, 8])
+    assert load_settings(_env_file=None).llm_model == "deepseek-chat"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1,2,3", [1, 2, 3]), (" 1 , 2 ,3 ", [1, 2, 3]), ("1，2", [1, 2]), ("42", [42]), ("", []), (",,", [])],
+)
+def test_admin_ids_comma_list(monkeypatch: pytest.MonkeyPatch, raw: str, expected: list[int]) -> None:
+    monkeypatch.setenv("ADMIN_IDS", raw)
+    assert load_settings(_env_file=None).admin_ids == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("生病,住院", ["生病", "住院"]), (" 生病 ，  住院,,手术 ", ["生病", "住院", "手术"]), ("", [])],
+)
+def test_important_keywords_comma_list(monkeypatch: pytest.MonkeyPatch, raw: str, expected: list[str]) -> None:
+    monkeypatch.setenv("IMPORTANT_KEYWORDS", raw)
+    assert load_settings(_env_file=None).important_keywords == expected
+
+
+def one_line_error(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "Asia/Shanghai ", "../etc/passwd", "/etc/localtime", ""])
+def test_bad_timezone_is_one_config_error_line(monkeypatch: pytest.MonkeyPatch, zone: str) -> None:
+    message = one_line_error(monkeypatch, TIMEZONE=zone)
+    assert message.startswith("Invalid setting TIMEZONE:")
+    assert "unknown timezone" in message
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"ADMIN_IDS": "1,abc"}, ["ADMIN_IDS"]),
+        ({"RECALL_MAX": "-1"}, ["RECALL_MAX"]),
+        ({"RECALL_MAX_RATE": "1.5"}, ["RECALL_MAX_RATE"]),
+        ({"LLM_TIMEOUT_SECONDS": "0"}, ["LLM_TIMEOUT_SECONDS"]),
+        ({"BACKUP_TIME": "25:99"}, ["BACKUP_TIME"]),
+        ({"TIMEZONE": "Nowhere/City", "HISTORY_TURNS": "0"}, ["TIMEZONE", "HISTORY_TURNS"]),
+        ({"EXTRACT_EVERY_MIN": "20", "EXTRACT_EVERY_MAX": "10"}, ["EXTRACT_EVERY_MIN", "EXTRACT_EVERY_MAX"]),
+    ],
+)
+def test_invalid_values_name_their_keys_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], names: list[str]
+) -> None:
+    message = one_line_error(monkeypatch, **env)
+    for name in names:
+        assert name in message
+
+
+def test_equal_extraction_bounds_are_fine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXTRACT_EVERY_MIN", "5")
+    monkeypatch.setenv("EXTRACT_EVERY_MAX", "5")
+    settings = load_settings(_env_file=None)
+    assert (settings.extract_every_min, settings.extract_every_max) == (5, 5)
+
+
+@pytest.mark.parametrize(
+    ("env", "missing"),
+    [
+        ({}, ["TELEGRAM_BOT_TOKEN", "LLM_API_KEY"]),
+        ({"TELEGRAM_BOT_TOKEN": TOKEN}, ["LLM_API_KEY"]),
+        ({"LLM_API_KEY": API_KEY}, ["TELEGRAM_BOT_TOKEN"]),
+        ({"TELEGRAM_BOT_TOKEN": "   ", "LLM_API_KEY": API_KEY}, ["TELEGRAM_BOT_TOKEN"]),
+        ({"TELEGRAM_BOT_TOKEN": "", "LLM_API_KEY": ""}, ["TELEGRAM_BOT_TOKEN", "LLM_API_KEY"]),
+    ],
+)
+def test_require_names_exactly_the_missing_keys(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], missing: list[str]
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings(_env_file=None)
+    with pytest.raises(ConfigError) as caught:
+        settings.require("telegram_bot_token", "llm_api_key")
+    message = str(caught.value)
+    assert "\n" not in message
+    named = [key for key in ("TELEGRAM_BOT_TOKEN", "LLM_API_KEY") if key in message]
+    assert named == missing
+    assert ", ".join(missing) in message
+
+
+def test_require_passes_when_everything_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("LLM_API_KEY", API_KEY)
+    settings = load_settings(_env_file=None)
+    settings.require("telegram_bot_token", "llm_api_key")
+    settings.require()  # nothing asked, nothing missing
+
+
+def test_secrets_never_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("LLM_API_KEY", API_KEY)
+    settings = load_settings(_env_file=None)
+    assert settings.llm_api_key is not None and settings.telegram_bot_token is not None
+    shown = [repr(settings), str(settings), repr(settings.llm_api_key), str(settings.llm_api_key),
+             f"{settings.telegram_bot_token}", str(settings.model_dump())]
+    for text in shown:
+        assert API_KEY not in text
+        assert TOKEN not in text
+    assert "**********" in repr(settings.llm_api_key)
+    assert settings.llm_api_key.get_secret_value() == API_KEY
+
+
+def test_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECALL_MAX", "5")
+    assert load_settings(_env_file=None, recall_max=1).recall_max == 1
