@@ -21,6 +21,7 @@ from companion.models import Memory, MemoryDraft, MemoryType, Source, Validity
 MAX_EVENT_CHARS = 50
 MAX_KEYWORDS = 8
 MAX_ITEMS = 20
+DEFAULT_IMPORTANCE = 50.0
 DUPLICATE_KEYWORD_OVERLAP = 0.6
 _DATE_PREFIX = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}\s*")
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -96,16 +97,18 @@ def _clean_event(value: object, today: str) -> str | None:
 
 
 def _number(value: object) -> float:
-    if isinstance(value, bool):
-        return 0.0
+    """The importance the model gave; a missing or unreadable one gets the middle of the scale rather
+    than 0, which would make the memory unrecallable and delete it at the next cleanup."""
+    if isinstance(value, bool) or value is None:
+        return DEFAULT_IMPORTANCE
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
         try:
             return float(value.strip())
         except ValueError:
-            return 0.0
-    return 0.0
+            return DEFAULT_IMPORTANCE
+    return DEFAULT_IMPORTANCE
 
 
 def _enum(kind: type[E], value: object, default: E | None) -> E | None:

@@ -77,7 +77,7 @@ class Scope:
 
     @classmethod
     def from_key(cls, key: str) -> Scope:
-        match = re.fullmatch(r"u(\d+)|c([np])(\d+)_u(\d+)", key)
+        match = re.fullmatch(r"u([1-9][0-9]*)|c([np])([1-9][0-9]*)_u([1-9][0-9]*)", key)
         if match is None:
             raise InvalidScopeError(f"not a scope key: {key!r}")
         if match.group(1):

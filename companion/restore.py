@@ -161,17 +161,19 @@ async def restore(
 ) -> RestoreResult:
     if not source.exists():
         raise RestoreError(f"{source} does not exist")
+    # Read and check the backup first: a corrupt backup is reported before anything else is asked.
+    data = read_backup_folder(source, progress) if source.is_dir() else None
+    if data is None:
+        check_snapshot(source)
     if database_has_data(db_path) and not force:
         raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
     staging = db_path.with_name(f".{db_path.name}.restoring")
     db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
     _remove_db(staging)
     try:
-        if source.is_dir():
-            data = read_backup_folder(source, progress)
+        if data is not None:
             scopes, rows = await _build(staging, data, now)
         else:
-            check_snapshot(source)
             shutil.copyfile(source, staging)
             scopes, rows = _count(staging)
     except BaseException:

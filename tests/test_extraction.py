@@ -119,12 +119,12 @@ def test_full_item_is_read_as_given(segment: Segmenter) -> None:
         (" 72.5 ", 72.5),
         ("-3", 0.0),
         ("500", 100.0),
-        ("很重要", 0.0),
+        ("很重要", 50.0),
         ("nan", 0.0),
-        (True, 0.0),
-        (False, 0.0),
-        (None, 0.0),
-        ([90], 0.0),
+        (True, 50.0),
+        (False, 50.0),
+        (None, 50.0),
+        ([90], 50.0),
         (60.25, 60.25),
     ],
 )
@@ -132,9 +132,10 @@ def test_importance_is_clamped(value: object, expected: float, segment: Segmente
     assert parse_one(item(importance=value), segment).importance == expected
 
 
-def test_missing_importance_is_zero(segment: Segmenter) -> None:
+def test_missing_importance_is_the_middle_of_the_scale(segment: Segmenter) -> None:
+    # 0 would make a memory the model forgot to score unrecallable and delete it at the next cleanup.
     raw: dict[str, object] = {"memories": [{"event": "喜欢猫", "keywords": ["猫咪"]}]}
-    assert parse_extraction(raw, segment, TODAY)[0].importance == 0.0
+    assert parse_extraction(raw, segment, TODAY)[0].importance == 50.0
 
 
 def test_json_infinity_and_nan_are_clamped(segment: Segmenter) -> None:

@@ -119,11 +119,14 @@ class Storage:
         await self._conn.close()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE behind the process-wide lock; commit on success, roll back on any error."""
+    async def transaction(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
+        """A transaction behind the process-wide lock; commit on success, roll back on any error.
+
+        Writes take the write lock up front (BEGIN IMMEDIATE) so they fail fast instead of deadlocking
+        mid-way; reads use a deferred BEGIN, which WAL lets through while another process writes."""
         async with self._lock:
             try:
-                await self._conn.execute("BEGIN IMMEDIATE")
+                await self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as exc:
                 raise _storage_error(exc) from exc
             self._new_tables.clear()
@@ -149,9 +152,9 @@ class Storage:
             await self._conn.execute("ROLLBACK")
 
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _tx(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
         try:
-            async with self.transaction() as conn:
+            async with self.transaction(write=write) as conn:
                 yield conn
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
@@ -182,7 +185,7 @@ class Storage:
         self._new_tables.add(scope.table)
 
     async def scopes(self) -> list[Scope]:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute("SELECT key FROM scopes ORDER BY key")
             rows = await cursor.fetchall()
         return [Scope.from_key(str(row[0])) for row in rows]
@@ -193,7 +196,7 @@ class Storage:
             await conn.execute("UPDATE scopes SET active = ? WHERE key = ?", (int(active), scope.key))
 
     async def active_scopes(self) -> set[Scope]:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute("SELECT key FROM scopes WHERE active = 1")
             rows = await cursor.fetchall()
         return {Scope.from_key(str(row[0])) for row in rows}
@@ -203,7 +206,7 @@ class Storage:
     async def fetch_memories(self, scope: Scope) -> list[Memory]:
         if scope.table not in self._known_tables:
             return []
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute(f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" ORDER BY id')
             rows = await cursor.fetchall()
         return [row_to_memory(row) for row in rows]
@@ -212,7 +215,7 @@ class Storage:
         if not ids or scope.table not in self._known_tables:
             return []
         marks = ", ".join("?" for _ in ids)
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute(
                 f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" WHERE id IN ({marks}) ORDER BY id', tuple(ids)
             )
@@ -293,7 +296,7 @@ class Storage:
 
     async def count_memories(self) -> int:
         total = 0
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             for table in sorted(self._known_tables):
                 cursor = await conn.execute(f'SELECT count(*) FROM "{table}"')
                 row = await cursor.fetchone()
@@ -348,7 +351,7 @@ class Storage:
         return removed + max(cursor.rowcount, 0)
 
     async def get_meta(self, key: str) -> str | None:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute("SELECT value FROM meta WHERE key = ?", (key,))
             row = await cursor.fetchone()
         return None if row is None else str(row[0])
@@ -365,7 +368,7 @@ class Storage:
         return int(cursor.lastrowid or 0)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute(
                 "SELECT id, user_text, reply_text, created_at FROM pending_turns WHERE scope_key = ? "
                 "ORDER BY id LIMIT ?",
@@ -375,13 +378,13 @@ class Storage:
         return [Turn(user=str(r[1]), reply=r[2], at=from_db(str(r[3])), id=int(r[0])) for r in rows]
 
     async def scopes_with_pending(self) -> list[Scope]:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute("SELECT DISTINCT scope_key FROM pending_turns ORDER BY scope_key")
             rows = await cursor.fetchall()
         return [Scope.from_key(str(row[0])) for row in rows]
 
     async def count_pending(self, scope: Scope) -> int:
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute("SELECT count(*) FROM pending_turns WHERE scope_key = ?", (scope.key,))
             row = await cursor.fetchone()
         return int(row[0]) if row else 0
@@ -411,7 +414,7 @@ class Storage:
 
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None:
         """The persisted profile and whether it is stale (memories changed since it was built)."""
-        async with self._tx() as conn:
+        async with self._tx(write=False) as conn:
             cursor = await conn.execute(
                 "SELECT core, dynamic, built_at, dirty FROM profiles WHERE scope_key = ?", (scope.key,)
             )
