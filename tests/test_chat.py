@@ -276,3 +276,31 @@ async def test_users_never_see_each_others_memories(rig: Rig) -> None:
     reply = await rig.chat.reply(ME, "我今天不舒服，发烧了")
     assert not reply.recalled
     assert "感冒发烧" not in json.dumps(rig.llm.requests, ensure_ascii=False)
+
+
+async def test_users_never_wait_on_each_others_llm_calls(rig: Rig) -> None:
+    import asyncio
+
+    slow, fast = Scope(901), Scope(902)
+    await rig.chat.start(slow)
+    await rig.chat.start(fast)
+    release = asyncio.Event()
+    extraction_started = asyncio.Event()
+
+    async def answer(body: dict[str, object]) -> str:
+        if is_extraction(body):
+            extraction_started.set()
+            await release.wait()  # user 901's extraction is stuck at the model until we say so
+        return '{"memories": []}'
+
+    rig.llm.set_json_reply(answer)
+    await rig.chat.reply(slow, "我住院了")  # important news: extraction starts in the background
+    await asyncio.wait_for(extraction_started.wait(), 10)
+    # While 901's model call hangs, 902 chats and writes; the timeout only guards against a deadlock.
+    reply = await asyncio.wait_for(rig.chat.reply(fast, "你好呀"), 10)
+    await asyncio.wait_for(rig.engine.remember(fast, [cold()], rig.clock()), 10)
+    assert reply.ok and not release.is_set()
+    assert await rig.engine.storage.count_pending(slow) == 1, "901's turn is still waiting for its extraction"
+    release.set()
+    await rig.chat.drain()
+    assert await rig.engine.storage.count_pending(slow) == 0
