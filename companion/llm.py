@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from companion.errors import LLMBadResponseError, LLMUnavailableError
+from companion.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -63,46 +64,62 @@ class LLMClient:
             messages, purpose=purpose, temperature=0.2, max_tokens=max_tokens,
             response_format={"type": "json_object"},
         )
+        with self._counting_failures(purpose):
+            return _json_object(text, purpose)
+
+    @contextmanager
+    def _counting_failures(self, purpose: str) -> Iterator[None]:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            yield
+        except LLMError:
             self.usage.failures[purpose] += 1
-            raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            self.usage.failures[purpose] += 1
-            raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
-        return data
+            raise
 
     async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> str:
-        prompt_chars = sum(len(m.get("content", "")) for m in messages)
         self.usage.calls[purpose] += 1
-        self.usage.prompt_chars[purpose] += prompt_chars
+        self.usage.prompt_chars[purpose] += sum(len(m.get("content", "")) for m in messages)
+        with self._counting_failures(purpose):
+            response = await self._request(messages, purpose, options)
+            content = _content(response, purpose)
+        self.usage.completion_chars[purpose] += len(content)
+        if response.usage is not None:
+            self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
+            self.usage.completion_tokens[purpose] += response.usage.completion_tokens
+        log.debug("llm %s answered %d chars", purpose, len(content))
+        return content
+
+    async def _request(self, messages: Sequence[Message], purpose: str, options: dict[str, Any]) -> ChatCompletion:
+        """One SDK call (with the SDK's own retries), its failures mapped to our typed errors."""
         try:
             response = await self._client.chat.completions.create(
                 model=self.model, messages=list(messages), **options  # type: ignore[arg-type]
             )
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
                 openai.InternalServerError) as exc:
-            self.usage.failures[purpose] += 1
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
         except json.JSONDecodeError:
             # A broken JSON body with a JSON content type escapes the SDK as a plain decode error.
-            self.usage.failures[purpose] += 1
             raise LLMBadResponseError(f"{purpose}: the server sent malformed JSON") from None
         except openai.APIError as exc:
-            self.usage.failures[purpose] += 1
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__} {getattr(exc, 'status_code', '')}") from exc
         if not isinstance(response, ChatCompletion):
             # A non-JSON 200 (a proxy's HTML error page) comes back from the SDK as a bare string.
-            self.usage.failures[purpose] += 1
             raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion")
-        content = response.choices[0].message.content if response.choices else None
-        if not content or not content.strip():
-            self.usage.failures[purpose] += 1
-            raise LLMBadResponseError(f"{purpose}: blank answer")
-        self.usage.completion_chars[purpose] += len(content)
-        if response.usage is not None:
-            self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
-            self.usage.completion_tokens[purpose] += response.usage.completion_tokens
-        log.debug("llm %s answered %d chars", purpose, len(content))
-        return content.strip()
+        return response
+
+
+def _content(response: ChatCompletion, purpose: str) -> str:
+    content = response.choices[0].message.content if response.choices else None
+    if not content or not content.strip():
+        raise LLMBadResponseError(f"{purpose}: blank answer")
+    return content.strip()
+
+
+def _json_object(text: str, purpose: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
+    return data
