@@ -11,6 +11,7 @@ from companion.buffer import MessageBuffer
 from companion.chat import ChatService
 from handlers.scope import scope_of
 
+
 def bot_commands() -> list[BotCommand]:
     return [BotCommand(command=name, description=text) for name, text in texts.COMMANDS.items()]
 
