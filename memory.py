@@ -28,6 +28,7 @@ from companion.timeutil import local_date, show, utcnow
 log = logging.getLogger(__name__)
 
 INDEX_CACHE_SCOPES = 4096
+MAX_TERMS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,7 @@ class MemoryEngine:
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
         draft.event = normalize_text(draft.event)
         draft.keywords = clean_keywords(draft.keywords) or self.keywords.keywords(draft.event, limit=8)
+        draft.terms = self.keywords.keywords(draft.event, limit=MAX_TERMS)
         return draft
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None = None) -> int:
@@ -288,7 +290,7 @@ class MemoryEngine:
             self._data_version = version
         index = self._indexes.get(scope)
         if index is None:
-            index = ScopeIndex(await self.storage.fetch_memories(scope))
+            index = ScopeIndex(await self.storage.fetch_memories(scope), self.keywords.keywords)
             self._indexes[scope] = index
             if len(self._indexes) > INDEX_CACHE_SCOPES:
                 self._indexes.popitem(last=False)

@@ -203,6 +203,7 @@ def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
     return replace(
         memory,
         event=draft.event,
+        terms=draft.terms,
         keywords=list(dict.fromkeys([*draft.keywords, *memory.keywords]))[:MAX_KEYWORDS],
         importance=max(memory.importance, rules.clamp_importance(draft.importance)),
         validity=validity,

@@ -97,6 +97,7 @@ class MemoryDraft:
     type: MemoryType = MemoryType.EVENT
     source: Source = Source.EXTRACTION
     created_at: datetime | None = None
+    terms: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -114,6 +115,8 @@ class Memory:
     source: Source
     mention_count: int
     last_decay_at: datetime
+    # Words of the event text, kept so the recall index never re-segments on load; derived, not backed up.
+    terms: list[str] = field(default_factory=list)
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now

@@ -1,16 +1,18 @@
-"""Keyword recall: an in-memory index per scope and the one ranking used by the bot and the benchmarks.
+"""Recall: an in-memory index per scope and the one ranking used by the bot and the benchmarks.
 
-Matching is fuzzy in both directions: a turn keyword matches a memory keyword when they are equal
-(quality 1) or one contains the other (quality scaled by the length ratio, at least two characters
-shared), so "奶茶" finds "珍珠奶茶" and "感冒药" finds "感冒". Rare keywords weigh more (idf over the
-scope's own memories).
+Each memory is indexed by its keywords (full weight) and the words of its event text (lower weight).
+A turn word matches a memory term when they are equal, when one contains the other (Chinese words of
+two or more characters: "奶茶" ~ "珍珠奶茶", "感冒药" ~ "感冒"), or when English words share a stem
+("hiking" ~ "hiked"). Relevance is BM25 over those weighted, fuzzy matches; importance and recency then
+adjust it. Whether a memory is touched at all is decided separately, by ``match``: the idf-weighted
+share of the turn's informative words (those some memory of this scope has) that the memory matches.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,12 +21,17 @@ from companion.models import Memory, Recalled
 from companion.rules import DAY
 
 MIN_FRAGMENT = 2
-MIN_LATIN_PREFIX = 4
 CONTAINMENT_BASE = 0.6
-WEIGHT_MATCH = 0.6
-WEIGHT_IMPORTANCE = 0.25
-WEIGHT_RECENCY = 0.15
+KEYWORD_WEIGHT = 1.0
+TEXT_WEIGHT = 0.6
+BM25_K1 = 1.2
+BM25_B = 0.75
+IMPORTANCE_SHARE = 0.25
+RECENCY_SHARE = 0.15
 RECENCY_HALF_LIFE_DAYS = 30.0
+_SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("ly", ""), ("s", ""))
+
+Tokenize = Callable[[str], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,18 @@ class RecallFilter:
         return last is not None and self.turn - last < self.cooldown_turns
 
 
+def stem(word: str) -> str:
+    """A deliberately small English stemmer ("hike", "hikes", "hiked", "hiking" -> "hik"); Chinese and
+    short words pass through unchanged."""
+    if not word.isascii() or len(word) <= 3:
+        return word
+    for suffix, replacement in _SUFFIXES:
+        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + replacement
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
 def containment_quality(short: str, long: str) -> float:
     return CONTAINMENT_BASE + (1 - CONTAINMENT_BASE) * len(short) / len(long)
 
@@ -55,117 +74,142 @@ def recency(memory: Memory, now: datetime) -> float:
     return float(0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS))
 
 
-def combined_score(match: float, importance: float, fresh: float) -> float:
-    return WEIGHT_MATCH * match + WEIGHT_IMPORTANCE * importance / 100 + WEIGHT_RECENCY * fresh
+def combined_score(relevance: float, importance: float, fresh: float) -> float:
+    """Relevance decides; importance and recency move a memory within about a quarter of its score."""
+    return relevance * (1 - IMPORTANCE_SHARE + IMPORTANCE_SHARE * importance / 100) * (
+        1 - RECENCY_SHARE + RECENCY_SHARE * fresh
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    relevance: float
+    match: float
 
 
 class ScopeIndex:
-    """Keywords of one scope's memories, indexed for exact and substring lookups."""
+    """Terms of one scope's memories, indexed for exact, substring and stem lookups."""
 
-    def __init__(self, memories: Iterable[Memory]) -> None:
+    def __init__(self, memories: Iterable[Memory], tokenize: Tokenize | None = None) -> None:
+        self._tokenize = tokenize
         self.memories: dict[int, Memory] = {}
-        self._exact: dict[str, set[int]] = defaultdict(set)
+        self._terms: dict[int, dict[str, float]] = {}
+        self._postings: dict[str, set[int]] = defaultdict(set)
         self._fragments: dict[str, set[str]] = defaultdict(set)
+        self._keywords: dict[str, set[int]] = defaultdict(set)
         self._events: dict[str, set[int]] = defaultdict(set)
+        self._total_length = 0.0
         for memory in memories:
             self.add(memory)
-
-    @property
-    def _size(self) -> int:
-        return max(len(self.memories), 1)
 
     def add(self, memory: Memory) -> None:
         """Index a new or changed memory (writes keep the cached index current without a reload)."""
         self.remove(memory.id)
         self.memories[memory.id] = memory
         self._events[event_key(memory.event)].add(memory.id)
+        terms = self._memory_terms(memory)
+        self._terms[memory.id] = terms
+        self._total_length += sum(terms.values())
+        for term in terms:
+            if term not in self._postings and not term.isascii():
+                for fragment in _fragments(term):
+                    self._fragments[fragment].add(term)
+            self._postings[term].add(memory.id)
         for keyword in memory.keywords:
-            if keyword not in self._exact:
-                for fragment in _fragments(keyword):
-                    self._fragments[fragment].add(keyword)
-            self._exact[keyword].add(memory.id)
+            self._keywords[keyword].add(memory.id)
+
+    def _memory_terms(self, memory: Memory) -> dict[str, float]:
+        words = memory.terms or (self._tokenize(memory.event) if self._tokenize else [])
+        terms = {stem(w): TEXT_WEIGHT for w in words}
+        terms.update({stem(k): KEYWORD_WEIGHT for k in memory.keywords})
+        return terms
 
     def remove(self, memory_id: int) -> None:
         old = self.memories.pop(memory_id, None)
         if old is None:
             return
         self._events[event_key(old.event)].discard(memory_id)
+        terms = self._terms.pop(memory_id, {})
+        self._total_length -= sum(terms.values())
+        for term in terms:
+            self._postings[term].discard(memory_id)
         for keyword in old.keywords:
-            self._exact[keyword].discard(memory_id)
+            self._keywords[keyword].discard(memory_id)
 
     def candidates(self, event: str, keywords: Iterable[str]) -> list[Memory]:
-        """Memories that could be the same event: same event text or at least one shared keyword."""
+        """Memories that could be the same event: same event text or at least two shared keywords."""
         ids = set(self._events.get(event_key(event), ()))
-        for keyword in keywords:
-            ids |= self._exact.get(keyword, set())
+        shared: Counter[int] = Counter()
+        for keyword in set(keywords):
+            shared.update(self._keywords.get(keyword, ()))
+        # same_event needs two shared keywords; one common word (a name in every turn) is not a candidate.
+        ids.update(mid for mid, count in shared.items() if count >= 2)
         return [self.memories[mid] for mid in sorted(ids)]
 
-    def _idf(self, doc_count: int) -> float:
-        return math.log(1 + self._size / (1 + doc_count))
-
-    def matches(self, query: Iterable[str]) -> dict[int, float]:
-        """Match strength in [0, 1] for every memory sharing at least one keyword with the query: the mean
-        of the share of query words it matches and the idf-weighted share of its own keywords matched.
-
-        Query words count equally: a word no memory has would otherwise get the highest idf and drown
-        the words that do match ("发烧了怎么办")."""
-        per_memory: dict[int, dict[str, float]] = defaultdict(dict)  # id -> memory keyword -> quality
-        query_hits: dict[int, float] = defaultdict(float)  # id -> sum of best quality per query word
-        words = list(dict.fromkeys(query))
-        for word in words:
-            best: dict[int, float] = {}
-            for keyword, quality in self._lookup(word).items():
-                for mid in self._exact[keyword]:
-                    seen = per_memory[mid]
-                    seen[keyword] = max(seen.get(keyword, 0.0), quality)
-                    best[mid] = max(best.get(mid, 0.0), quality)
-            for mid, quality in best.items():
-                query_hits[mid] += quality
-        return {
-            mid: 0.5 * query_hits[mid] / len(words) + 0.5 * self._memory_cover(mid, seen)
-            for mid, seen in per_memory.items()
-        }
-
-    def _memory_cover(self, memory_id: int, seen: Mapping[str, float]) -> float:
-        keywords = self.memories[memory_id].keywords
-        weights = {k: self._idf(len(self._exact[k])) for k in keywords}
-        total = sum(weights.values())
-        return sum(weights[k] * seen.get(k, 0.0) for k in keywords) / total if total else 0.0
-
     def _lookup(self, word: str) -> dict[str, float]:
-        """Memory keywords matching one query word, with the match quality of each."""
+        """Memory terms matching one query word, with the quality of each match."""
+        word = stem(word)
         hits: dict[str, float] = {}
-        if word in self._exact:
+        if self._postings.get(word):
             hits[word] = 1.0
-        for keyword in self._fragments.get(word, ()):
-            if keyword != word:
-                hits[keyword] = containment_quality(word, keyword)
+        if word.isascii():
+            return hits
+        for term in self._fragments.get(word, ()):
+            if term != word and self._postings.get(term):
+                hits[term] = containment_quality(word, term)
         for fragment in _fragments(word):
-            if fragment != word and fragment in self._exact:
+            if fragment != word and self._postings.get(fragment):
                 hits[fragment] = max(hits.get(fragment, 0.0), containment_quality(fragment, word))
         return hits
 
+    def matches(self, query: Iterable[str]) -> dict[int, Match]:
+        """BM25 relevance and match share for every memory that shares a term with the query."""
+        size = len(self.memories)
+        if size == 0:
+            return {}
+        average = self._total_length / size or 1.0
+        relevance: dict[int, float] = defaultdict(float)
+        covered: dict[int, float] = defaultdict(float)
+        informative = 0.0
+        for word in dict.fromkeys(query):
+            best = self._best_per_memory(self._lookup(word))
+            if not best:
+                continue
+            idf = math.log(1 + (size - len(best) + 0.5) / (len(best) + 0.5))
+            informative += idf
+            for mid, (quality, weight) in best.items():
+                tf = quality * weight
+                norm = 1 - BM25_B + BM25_B * sum(self._terms[mid].values()) / average
+                relevance[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
+                covered[mid] += idf * quality
+        return {mid: Match(relevance[mid], covered[mid] / informative) for mid in relevance}
+
+    def _best_per_memory(self, hits: Mapping[str, float]) -> dict[int, tuple[float, float]]:
+        best: dict[int, tuple[float, float]] = {}
+        for term, quality in hits.items():
+            for mid in self._postings[term]:
+                candidate = (quality, self._terms[mid][term])
+                if mid not in best or candidate[0] * candidate[1] > best[mid][0] * best[mid][1]:
+                    best[mid] = candidate
+        return best
+
     def rank(self, query: Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
         results: list[Recalled] = []
-        for mid, match in self.matches(query).items():
+        for mid, found in self.matches(query).items():
             memory = self.memories[mid]
-            if match < rules.min_match or memory.importance < rules.min_importance:
+            if found.match < rules.min_match or memory.importance < rules.min_importance:
                 continue
             if memory.is_expired(now) or rules.cooling(mid):
                 continue
-            score = combined_score(match, memory.importance, recency(memory, now))
-            results.append(Recalled(memory=memory, score=score, match=match))
+            score = combined_score(found.relevance, memory.importance, recency(memory, now))
+            results.append(Recalled(memory=memory, score=score, match=found.match))
         results.sort(key=lambda r: (-r.score, -r.memory.id))
         return results if rules.limit is None else results[: rules.limit]
 
 
 def _fragments(word: str) -> set[str]:
-    """Lookup keys for containment: every substring of two or more characters of a CJK word; for Latin
-    words only prefixes of four or more letters, a cheap stemmer ("hikes" ~ "hike" but not "art" ~ "party";
-    "hiking" ~ "hike" does not match, their shared prefix is three letters)."""
-    if word.isascii():
-        return {word[:j] for j in range(MIN_LATIN_PREFIX, len(word) + 1)}
-    if len(word) < MIN_FRAGMENT:
+    """Every substring of two or more characters of a Chinese word: the keys for containment lookups."""
+    if len(word) < MIN_FRAGMENT or word.isascii():
         return set()
     return {word[i:j] for i in range(len(word)) for j in range(i + MIN_FRAGMENT, len(word) + 1)}
 

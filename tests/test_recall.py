@@ -41,30 +41,31 @@ def ids(index: ScopeIndex, query: list[str], rules: RecallFilter = OPEN, now: da
         ("感冒药", "感冒"),  # the memory's word is inside the turn's
         ("珍珠奶茶", "奶茶"),
         ("面试", "面试"),
-        ("coffee", "coffeehouse"),
-        ("hikes", "hike"),
+        ("hikes", "hike"),  # English words match by stem
+        ("hiking", "hiked"),
     ],
 )
 def test_containment_matches_both_ways(query: str, stored: str) -> None:
     index = ScopeIndex([mem(1, [stored]), mem(2, ["上班"])])
     found = index.matches([query])
     assert list(found) == [1]
-    assert 0.6 <= found[1] <= 1.0
+    assert 0.6 <= found[1].match <= 1.0 and found[1].relevance > 0
 
 
 def test_exact_match_is_stronger_than_containment() -> None:
     index = ScopeIndex([mem(1, ["奶茶"]), mem(2, ["珍珠奶茶"])])
     found = index.matches(["奶茶"])
-    assert found[1] == pytest.approx(1.0)
-    assert 0 < found[2] < found[1]
+    assert found[1].match == pytest.approx(1.0)
+    assert 0 < found[2].match < found[1].match
+    assert found[2].relevance < found[1].relevance
 
 
 def test_longer_shared_part_matches_better() -> None:
     index = ScopeIndex([mem(1, ["感冒"]), mem(2, ["感冒"])])
     close = ScopeIndex([mem(1, ["感冒药"])]).matches(["感冒"])[1]
     far = ScopeIndex([mem(1, ["感冒药膏贴"])]).matches(["感冒"])[1]
-    assert close > far
-    assert index.matches(["感冒"]) == {1: pytest.approx(1.0), 2: pytest.approx(1.0)}
+    assert close.match > far.match
+    assert [m.match for m in index.matches(["感冒"]).values()] == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
 @pytest.mark.parametrize(
@@ -73,12 +74,13 @@ def test_longer_shared_part_matches_better() -> None:
         ["咖啡"],
         ["茶"],  # one character never matches
         ["奶茶店"],  # shares "奶茶" with the memory, but neither word contains the other
-        ["art"],  # Latin words shorter than four letters are not stems
+        ["art"],  # English words match by stem, never by substring
+        ["coffee"],
         [],
     ],
 )
 def test_unrelated_text_finds_nothing(query: list[str]) -> None:
-    index = ScopeIndex([mem(1, ["珍珠奶茶"]), mem(2, ["party"])])
+    index = ScopeIndex([mem(1, ["珍珠奶茶"]), mem(2, ["party"]), mem(3, ["coffeehouse"])])
     assert index.matches(query) == {}
     assert ids(index, query) == []
 
@@ -87,17 +89,29 @@ def test_empty_index_finds_nothing() -> None:
     assert ScopeIndex([]).matches(["奶茶"]) == {}
 
 
-def test_a_query_covering_more_of_the_memory_matches_better() -> None:
+def test_a_query_sharing_more_terms_is_more_relevant() -> None:
     index = ScopeIndex([mem(1, ["感冒", "发烧"]), mem(2, ["旅行"])])
     both = index.matches(["感冒", "发烧"])[1]
     one = index.matches(["感冒"])[1]
-    assert both == pytest.approx(1.0)
-    assert one < both
+    assert both.match == pytest.approx(1.0) and one.match == pytest.approx(1.0)
+    assert one.relevance < both.relevance
 
 
-def test_unmatched_query_words_weaken_the_match() -> None:
+def test_words_no_memory_has_do_not_dilute_the_match() -> None:
+    # "发烧了怎么办": 怎么办 says nothing about which memory is meant.
     index = ScopeIndex([mem(1, ["感冒"]), mem(2, ["旅行"])])
-    assert index.matches(["感冒", "天气", "下雨"])[1] < index.matches(["感冒"])[1]
+    assert index.matches(["感冒", "天气", "下雨"])[1].match == pytest.approx(1.0)
+
+
+def test_informative_words_another_memory_has_weaken_the_match() -> None:
+    index = ScopeIndex([mem(1, ["感冒"]), mem(2, ["旅行"])])
+    assert index.matches(["感冒", "旅行"])[1].match == pytest.approx(0.5)
+
+
+def test_event_text_is_searchable_with_a_tokenizer() -> None:
+    index = ScopeIndex([mem(1, ["生日"], event="2025-12-01 和小红去杭州旅行")], tokenize=lambda t: ["杭州", "旅行"])
+    assert list(index.matches(["杭州"])) == [1]
+    assert index.matches(["杭州"])[1].relevance < index.matches(["生日"])[1].relevance  # keywords weigh more
 
 
 # ---- filters ---------------------------------------------------------------------------------------
@@ -120,7 +134,7 @@ def test_expired_memories_are_skipped(expires: datetime, found: bool) -> None:
 def test_min_match_filters_weak_matches() -> None:
     index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼", "咳嗽"]), mem(2, ["感冒"])])
     rules = RecallFilter(limit=None, min_importance=0.0, min_match=0.8)
-    assert ids(index, ["感冒"], rules) == [2]
+    assert ids(index, ["感冒", "咳嗽"], rules) == [1]
 
 
 @pytest.mark.parametrize(("turn", "found"), [(10, False), (11, False), (14, False), (15, True), (40, True)])
@@ -159,8 +173,8 @@ def test_better_match_ranks_first() -> None:
 
 
 def test_better_match_beats_higher_importance() -> None:
-    index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼"], 100), mem(2, ["感冒"], 60)])
-    assert ids(index, ["感冒"]) == [2, 1]
+    index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼"], 100), mem(2, ["感冒", "发烧"], 60), mem(3, ["头疼"], 90)])
+    assert ids(index, ["感冒", "发烧"])[0] == 2
 
 
 def test_equal_match_ranks_by_importance() -> None:
@@ -178,10 +192,11 @@ def test_equal_match_and_importance_ranks_by_recency() -> None:
 
 
 def test_recalled_carries_its_score_and_match() -> None:
-    index = ScopeIndex([mem(1, ["奶茶"], 100, age=timedelta(0))])
+    index = ScopeIndex([mem(1, ["奶茶"], 100, age=timedelta(0)), mem(2, ["咖啡"], 100, age=timedelta(0))])
     [hit] = index.rank(["奶茶"], NOW, OPEN)
     assert hit.match == pytest.approx(1.0)
-    assert hit.score == pytest.approx(1.0)  # perfect match, importance and freshness
+    # Full importance and freshness leave the relevance as it is.
+    assert hit.score == pytest.approx(index.matches(["奶茶"])[1].relevance)
 
 
 # ---- mentions ----------------------------------------------------------------------------------------

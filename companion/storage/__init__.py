@@ -37,7 +37,7 @@ BUSY_TIMEOUT_MS = 5000
 
 _MEMORY_COLUMNS = (
     "id, event, keywords, importance, created_at, validity, last_mentioned_at, updated_at, "
-    "expires_at, type, source, mention_count, last_decay_at"
+    "expires_at, type, source, mention_count, last_decay_at, terms"
 )
 
 
@@ -50,7 +50,7 @@ def _storage_error(exc: sqlite3.Error) -> StorageError:
 
 def row_to_memory(row: Sequence[object]) -> Memory:
     (mid, event, keywords, importance, created, validity, mentioned, updated, expires,
-     mtype, source, count, decayed) = row
+     mtype, source, count, decayed, terms) = row
     return Memory(
         id=int(mid),  # type: ignore[call-overload]
         event=str(event),
@@ -65,6 +65,7 @@ def row_to_memory(row: Sequence[object]) -> Memory:
         source=Source(str(source)),
         mention_count=int(count),  # type: ignore[call-overload]
         last_decay_at=from_db(str(decayed)),
+        terms=str(terms or "").split(),
     )
 
 
@@ -250,12 +251,12 @@ class Storage:
         created = draft.created_at or now
         cursor = await conn.execute(
             f'INSERT INTO "{scope.table}" (event, keywords, importance, created_at, validity, updated_at, '
-            "expires_at, type, source, mention_count, last_decay_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+            "expires_at, type, source, mention_count, last_decay_at, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
             (
                 draft.event, ",".join(draft.keywords), rules.clamp_importance(draft.importance),
                 to_db(created), draft.validity.value, to_db(now),
                 _maybe_db(rules.expires_at(created, draft.validity)), draft.type.value,
-                draft.source.value, to_db(min(created, now)),
+                draft.source.value, to_db(min(created, now)), " ".join(draft.terms),
             ),
         )
         if cursor.lastrowid is None:
@@ -266,12 +267,13 @@ class Storage:
         await conn.execute(
             f'UPDATE "{scope.table}" SET event = ?, keywords = ?, importance = ?, created_at = ?, validity = ?, '
             "last_mentioned_at = ?, updated_at = ?, expires_at = ?, type = ?, source = ?, mention_count = ?, "
-            "last_decay_at = ? WHERE id = ?",
+            "last_decay_at = ?, terms = ? WHERE id = ?",
             (
                 memory.event, ",".join(memory.keywords), rules.clamp_importance(memory.importance),
                 to_db(memory.created_at), memory.validity.value, _maybe_db(memory.last_mentioned_at),
                 to_db(memory.updated_at), _maybe_db(memory.expires_at), memory.type.value,
-                memory.source.value, memory.mention_count, to_db(memory.last_decay_at), memory.id,
+                memory.source.value, memory.mention_count, to_db(memory.last_decay_at), " ".join(memory.terms),
+                memory.id,
             ),
         )
 
@@ -290,7 +292,7 @@ class Storage:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             await conn.executemany(
-                f'INSERT INTO "{scope.table}" ({_MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                f'INSERT INTO "{scope.table}" ({_MEMORY_COLUMNS}) VALUES ({", ".join("?" * 14)})',
                 [_memory_params(m) for m in memories],
             )
 
@@ -461,7 +463,7 @@ def _memory_params(m: Memory) -> tuple[object, ...]:
     return (
         m.id, m.event, ",".join(m.keywords), rules.clamp_importance(m.importance), to_db(m.created_at),
         m.validity.value, _maybe_db(m.last_mentioned_at), to_db(m.updated_at), _maybe_db(m.expires_at),
-        m.type.value, m.source.value, m.mention_count, to_db(m.last_decay_at),
+        m.type.value, m.source.value, m.mention_count, to_db(m.last_decay_at), " ".join(m.terms),
     )
 
 

@@ -58,6 +58,10 @@ PER_SCOPE: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event);
     """,
+    # v2: the event's words for the recall index ('' = not computed yet; the index segments it then).
+    """
+    ALTER TABLE "{table}" ADD COLUMN terms TEXT NOT NULL DEFAULT ''
+    """,
 )
 
 
