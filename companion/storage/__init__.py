@@ -251,7 +251,8 @@ class Storage:
         created = draft.created_at or now
         cursor = await conn.execute(
             f'INSERT INTO "{scope.table}" (event, keywords, importance, created_at, validity, updated_at, '
-            "expires_at, type, source, mention_count, last_decay_at, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+            "expires_at, type, source, mention_count, last_decay_at, terms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
             (
                 draft.event, ",".join(draft.keywords), rules.clamp_importance(draft.importance),
                 to_db(created), draft.validity.value, to_db(now),
