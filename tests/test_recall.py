@@ -173,7 +173,7 @@ def test_better_match_ranks_first() -> None:
 
 
 def test_better_match_beats_higher_importance() -> None:
-    index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼"], 100), mem(2, ["感冒", "发烧"], 60), mem(3, ["头疼"], 90)])
+    index = ScopeIndex([mem(1, ["感冒", "头疼"], 100), mem(2, ["感冒", "发烧"], 60), mem(3, ["发烧", "咳嗽"], 50)])
     assert ids(index, ["感冒", "发烧"])[0] == 2
 
 
