@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 INDEX_CACHE_SCOPES = 4096
 MAX_TERMS = 64
+# A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
+MAX_QUERY_TERMS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,7 @@ class MemoryEngine:
     ) -> list[Recalled]:
         """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
         lifts it (benchmarks), as ``min_importance=0`` lifts the floor and ``cooldown=None`` the cooldown."""
-        query = list(keywords) if keywords is not None else self.keywords.keywords(text)
+        query = list(keywords) if keywords is not None else self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
         if not query:
             return []
         index = await self._index(scope)
@@ -184,7 +186,7 @@ class MemoryEngine:
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool = True,
     ) -> MemoryContext:
-        keywords = self.keywords.keywords(text)
+        keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
         recalled = (
             await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
             if allow_recall else []

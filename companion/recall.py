@@ -5,7 +5,8 @@ A turn word matches a memory term when they are equal, when one contains the oth
 two or more characters: "奶茶" ~ "珍珠奶茶", "感冒药" ~ "感冒"), or when English words share a stem
 ("hiking" ~ "hiked"). Relevance is BM25 over those weighted, fuzzy matches; importance and recency then
 adjust it. Whether a memory is touched at all is decided separately, by ``match``: the idf-weighted
-share of the turn's informative words (those some memory of this scope has) that the memory matches.
+share of the turn's informative words (those some memory of this scope has) that the memory matches,
+or, when the turn talks about several things, the share of the memory's own words the turn matched.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def combined_score(relevance: float, importance: float, fresh: float) -> float:
 @dataclass(frozen=True, slots=True)
 class Match:
     relevance: float
-    match: float
+    match: float  # share of the turn's informative words this memory matched
+    terms: Mapping[str, float]  # the memory's terms that matched, with the match quality
 
 
 class ScopeIndex:
@@ -170,39 +172,58 @@ class ScopeIndex:
         average = self._total_length / size or 1.0
         relevance: dict[int, float] = defaultdict(float)
         covered: dict[int, float] = defaultdict(float)
+        matched_terms: dict[int, dict[str, float]] = defaultdict(dict)
         informative = 0.0
         for word in dict.fromkeys(query):
             best = self._best_per_memory(self._lookup(word))
             if not best:
                 continue
-            idf = math.log(1 + (size - len(best) + 0.5) / (len(best) + 0.5))
+            idf = self._idf(len(best))
             informative += idf
-            for mid, (quality, weight) in best.items():
+            for mid, (quality, weight, term) in best.items():
                 tf = quality * weight
                 norm = 1 - BM25_B + BM25_B * sum(self._terms[mid].values()) / average
                 relevance[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
                 covered[mid] += idf * quality
-        return {mid: Match(relevance[mid], covered[mid] / informative) for mid in relevance}
+                matched_terms[mid][term] = max(matched_terms[mid].get(term, 0.0), quality)
+        return {
+            mid: Match(relevance[mid], covered[mid] / informative, matched_terms[mid]) for mid in relevance
+        }
 
-    def _best_per_memory(self, hits: Mapping[str, float]) -> dict[int, tuple[float, float]]:
-        best: dict[int, tuple[float, float]] = {}
+    def _idf(self, doc_count: int) -> float:
+        size = len(self.memories)
+        return math.log(1 + (size - doc_count + 0.5) / (doc_count + 0.5))
+
+    def memory_share(self, memory_id: int, matched: Mapping[str, float]) -> float:
+        """How much of the memory itself the turn matched (idf- and field-weighted): a memory whose own
+        words are mostly there is touched even when the turn also talks about other things."""
+        terms = self._terms[memory_id]
+        weights = {t: self._idf(len(self._postings[t])) * w for t, w in terms.items()}
+        total = sum(weights.values())
+        return sum(weights[t] * q for t, q in matched.items() if t in weights) / total if total else 0.0
+
+    def _best_per_memory(self, hits: Mapping[str, float]) -> dict[int, tuple[float, float, str]]:
+        best: dict[int, tuple[float, float, str]] = {}
         for term, quality in hits.items():
             for mid in self._postings[term]:
-                candidate = (quality, self._terms[mid][term])
-                if mid not in best or candidate[0] * candidate[1] > best[mid][0] * best[mid][1]:
-                    best[mid] = candidate
+                weight = self._terms[mid][term]
+                if mid not in best or quality * weight > best[mid][0] * best[mid][1]:
+                    best[mid] = (quality, weight, term)
         return best
 
     def rank(self, query: Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
         results: list[Recalled] = []
         for mid, found in self.matches(query).items():
             memory = self.memories[mid]
-            if found.match < rules.min_match or memory.importance < rules.min_importance:
+            if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
                 continue
-            if memory.is_expired(now) or rules.cooling(mid):
-                continue
+            match = found.match
+            if match < rules.min_match:
+                match = max(match, self.memory_share(mid, found.terms))
+                if match < rules.min_match:
+                    continue
             score = combined_score(found.relevance, memory.importance, recency(memory, now))
-            results.append(Recalled(memory=memory, score=score, match=found.match))
+            results.append(Recalled(memory=memory, score=score, match=match))
         results.sort(key=lambda r: (-r.score, -r.memory.id))
         return results if rules.limit is None else results[: rules.limit]
 

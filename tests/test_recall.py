@@ -132,9 +132,19 @@ def test_expired_memories_are_skipped(expires: datetime, found: bool) -> None:
 
 
 def test_min_match_filters_weak_matches() -> None:
-    index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼", "咳嗽"]), mem(2, ["感冒"])])
+    index = ScopeIndex([mem(1, ["感冒", "发烧", "头疼", "咳嗽"]), mem(2, ["感冒", "旅行", "海边"])])
     rules = RecallFilter(limit=None, min_importance=0.0, min_match=0.8)
     assert ids(index, ["感冒", "咳嗽"], rules) == [1]
+
+
+def test_a_memory_mostly_covered_is_touched_even_amid_chatter() -> None:
+    # "今天天气不错，吃了火锅，看了电视……对了，小王的生日是哪天？"
+    chatter = [mem(i, [word]) for i, word in enumerate(["天气", "火锅", "电视", "公园", "地铁"], start=10)]
+    index = ScopeIndex([mem(1, ["小王", "生日"]), *chatter])
+    rules = RecallFilter(limit=None, min_importance=0.0, min_match=0.34)
+    found = index.rank(["天气", "火锅", "电视", "公园", "地铁", "小王", "生日"], NOW, rules)
+    assert 1 in [r.memory.id for r in found]
+    assert index.matches(["天气", "火锅", "电视", "公园", "地铁", "小王", "生日"])[1].match < 0.34
 
 
 @pytest.mark.parametrize(("turn", "found"), [(10, False), (11, False), (14, False), (15, True), (40, True)])
