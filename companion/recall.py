@@ -96,11 +96,14 @@ class ScopeIndex:
         self._tokenize = tokenize
         self.memories: dict[int, Memory] = {}
         self._terms: dict[int, dict[str, float]] = {}
+        self._lengths: dict[int, float] = {}
         self._postings: dict[str, set[int]] = defaultdict(set)
         self._fragments: dict[str, set[str]] = defaultdict(set)
         self._keywords: dict[str, set[int]] = defaultdict(set)
         self._events: dict[str, set[int]] = defaultdict(set)
         self._total_length = 0.0
+        self._idf_cache: dict[int, float] = {}
+        self._idf_size = -1
         for memory in memories:
             self.add(memory)
 
@@ -111,7 +114,8 @@ class ScopeIndex:
         self._events[event_key(memory.event)].add(memory.id)
         terms = self._memory_terms(memory)
         self._terms[memory.id] = terms
-        self._total_length += sum(terms.values())
+        self._lengths[memory.id] = sum(terms.values())
+        self._total_length += self._lengths[memory.id]
         for term in terms:
             if term not in self._postings and not term.isascii():
                 for fragment in _fragments(term):
@@ -132,7 +136,7 @@ class ScopeIndex:
             return
         self._events[event_key(old.event)].discard(memory_id)
         terms = self._terms.pop(memory_id, {})
-        self._total_length -= sum(terms.values())
+        self._total_length -= self._lengths.pop(memory_id, 0.0)
         for term in terms:
             self._postings[term].discard(memory_id)
         for keyword in old.keywords:
@@ -182,7 +186,7 @@ class ScopeIndex:
             informative += idf
             for mid, (quality, weight, term) in best.items():
                 tf = quality * weight
-                norm = 1 - BM25_B + BM25_B * sum(self._terms[mid].values()) / average
+                norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
                 relevance[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
                 covered[mid] += idf * quality
                 matched_terms[mid][term] = max(matched_terms[mid].get(term, 0.0), quality)
@@ -192,7 +196,13 @@ class ScopeIndex:
 
     def _idf(self, doc_count: int) -> float:
         size = len(self.memories)
-        return math.log(1 + (size - doc_count + 0.5) / (doc_count + 0.5))
+        if self._idf_size != size:
+            self._idf_cache.clear()
+            self._idf_size = size
+        idf = self._idf_cache.get(doc_count)
+        if idf is None:
+            idf = self._idf_cache[doc_count] = math.log(1 + (size - doc_count + 0.5) / (doc_count + 0.5))
+        return idf
 
     def memory_share(self, memory_id: int, matched: Mapping[str, float]) -> float:
         """How much of the memory itself the turn matched (idf- and field-weighted): a memory whose own
@@ -212,20 +222,31 @@ class ScopeIndex:
         return best
 
     def rank(self, query: Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
+        """Best first, filtered. Candidates are scored first and filtered in score order, so a turn that
+        may recall two memories stops after two (the memory-share check is the costly one)."""
+        scored = [
+            (combined_score(found.relevance, self.memories[mid].importance, recency(self.memories[mid], now)),
+             mid, found)
+            for mid, found in self.matches(query).items()
+        ]
+        scored.sort(key=lambda item: (-item[0], -item[1]))
         results: list[Recalled] = []
-        for mid, found in self.matches(query).items():
-            memory = self.memories[mid]
-            if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
-                continue
-            match = found.match
-            if match < rules.min_match:
-                match = max(match, self.memory_share(mid, found.terms))
-                if match < rules.min_match:
-                    continue
-            score = combined_score(found.relevance, memory.importance, recency(memory, now))
-            results.append(Recalled(memory=memory, score=score, match=match))
-        results.sort(key=lambda r: (-r.score, -r.memory.id))
-        return results if rules.limit is None else results[: rules.limit]
+        for score, mid, found in scored:
+            if rules.limit is not None and len(results) >= rules.limit:
+                break
+            match = self._admitted(mid, found, now, rules)
+            if match is not None:
+                results.append(Recalled(memory=self.memories[mid], score=score, match=match))
+        return results
+
+    def _admitted(self, mid: int, found: Match, now: datetime, rules: RecallFilter) -> float | None:
+        memory = self.memories[mid]
+        if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
+            return None
+        match = found.match
+        if match < rules.min_match:
+            match = max(match, self.memory_share(mid, found.terms))
+        return match if match >= rules.min_match else None
 
 
 def _fragments(word: str) -> set[str]:
