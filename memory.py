@@ -153,6 +153,9 @@ class MemoryEngine:
             stored = await self.storage.fetch_memories(scope)
             wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
             await self.storage.apply_changes(scope, utcnow(), deletes=sorted(wanted))
+            if wanted:
+                # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
+                await self.storage.delete_profile(scope)
         self._invalidate(scope)
         return len(wanted)
 

@@ -304,3 +304,16 @@ async def test_users_never_wait_on_each_others_llm_calls(rig: Rig) -> None:
     release.set()
     await rig.chat.drain()
     assert await rig.engine.storage.count_pending(slow) == 0
+
+
+async def test_forget_removes_the_memory_from_every_prompt_at_once(rig: Rig) -> None:
+    (mid,) = await seed(rig, MemoryDraft("2025-12-01 对花生过敏", ["花生", "过敏"], 90, Validity.PERMANENT))
+    rig.llm.set_json_reply('{"core": "用户对花生过敏。", "dynamic": []}')
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "晚饭吃什么")
+    assert "花生过敏" in system_prompt(rig.llm.chat_requests()[-1])
+    assert await rig.engine.forget(ME, [mid]) == 1
+    rig.llm.set_json_reply('{"core": "", "dynamic": []}')
+    await rig.chat.reply(ME, "花生酱好吃吗")
+    assert "花生过敏" not in system_prompt(rig.llm.chat_requests()[-1])
+    assert await rig.engine.memories(ME) == []

@@ -427,6 +427,10 @@ class Storage:
         traits = [DynamicTrait(str(t["text"]), tuple(t["keywords"])) for t in json.loads(str(row[1]))]
         return Profile(core=str(row[0]), dynamic=traits, built_at=from_db(str(row[2]))), bool(row[3])
 
+    async def delete_profile(self, scope: Scope) -> None:
+        async with self._tx() as conn:
+            await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
+
     async def save_profile(self, scope: Scope, profile: Profile, built_at: datetime) -> None:
         dynamic = json.dumps(
             [{"text": t.text, "keywords": list(t.keywords)} for t in profile.dynamic], ensure_ascii=False
