@@ -27,6 +27,7 @@ from memory import MemoryContext, MemoryEngine
 log = logging.getLogger(__name__)
 
 INJECTION_WINDOW = 10
+NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class Session:
     since_extraction: int = 0
     cooldown: dict[int, int] = field(default_factory=dict)
     injections: deque[bool] = field(default_factory=lambda: deque(maxlen=INJECTION_WINDOW))
+    news_turns: dict[str, int] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -171,13 +173,23 @@ class ChatService:
 
     def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
-        important = any(word in text for word in self.config.important_keywords)
-        if important or session.since_extraction >= session.extract_at:
+        if self._is_news(session, text) or session.since_extraction >= session.extract_at:
             session.since_extraction = 0
             session.extract_at = self._next_extraction()
             self._spawn(self._consolidate(scope), f"extract-{scope.key}")
         elif scope not in self._refreshing:
             self._spawn(self._refresh_profile(scope, now), f"profile-{scope.key}")
+
+    def _is_news(self, session: Session, text: str) -> bool:
+        """An important word extracts at once the first time; talking on about the same thing (a cold
+        over several turns) waits for the regular extraction instead of paying for one per turn."""
+        news = [
+            word for word in self.config.important_keywords
+            if word in text and session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
+        ]
+        for word in news:
+            session.news_turns[word] = session.turn
+        return bool(news)
 
     # ---- background work -------------------------------------------------------------------------
 

@@ -317,3 +317,13 @@ async def test_forget_removes_the_memory_from_every_prompt_at_once(rig: Rig) -> 
     await rig.chat.reply(ME, "花生酱好吃吗")
     assert "花生过敏" not in system_prompt(rig.llm.chat_requests()[-1])
     assert await rig.engine.memories(ME) == []
+
+
+async def test_repeated_news_word_extracts_once(rig: Rig) -> None:
+    brain = ScriptedBrain()
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    for text in ("我感冒了", "感冒好难受", "还是感冒", "感冒药吃了", "我要离职了"):
+        await rig.chat.reply(ME, text)
+        await rig.chat.drain()
+    assert brain.extraction_calls == 2, "感冒 once, then 离职 once"
