@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 INJECTION_WINDOW = 10
 NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
+NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,8 @@ class Session:
     cooldown: dict[int, int] = field(default_factory=dict)
     injections: deque[bool] = field(default_factory=lambda: deque(maxlen=INJECTION_WINDOW))
     news_turns: dict[str, int] = field(default_factory=dict)
+    news_waiting: bool = False
+    last_extraction_turn: int | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -173,7 +176,13 @@ class ChatService:
 
     def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
-        if self._is_news(session, text) or session.since_extraction >= session.extract_at:
+        session.news_waiting |= self._is_news(session, text)
+        # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
+        last = session.last_extraction_turn
+        news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
+        if news_due or session.since_extraction >= session.extract_at:
+            session.news_waiting = False
+            session.last_extraction_turn = session.turn
             session.since_extraction = 0
             session.extract_at = self._next_extraction()
             self._spawn(self._consolidate(scope), f"extract-{scope.key}")

@@ -327,3 +327,16 @@ async def test_repeated_news_word_extracts_once(rig: Rig) -> None:
         await rig.chat.reply(ME, text)
         await rig.chat.drain()
     assert brain.extraction_calls == 2, "感冒 once, then 离职 once"
+
+
+async def test_news_in_quick_succession_shares_one_extraction(rig: Rig) -> None:
+    brain = ScriptedBrain()
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    calls = []
+    for text in ("我感冒了", "还有我要搬家了", "对了下周面试", "今天吃了面", "天气不错"):
+        await rig.chat.reply(ME, text)
+        await rig.chat.drain()
+        calls.append(brain.extraction_calls)
+    # The first news goes at once; the next two wait for the third turn since then and go together.
+    assert calls == [1, 1, 1, 2, 2]
