@@ -1,19 +1,24 @@
-"""``python -m bench convert ...`` and ``python -m bench recall ...``."""
+"""``python -m bench convert|recall|scale|bot|cost|plots ...``.
+
+The scale, bot and cost benchmarks are imported only when asked for: they pull in aiogram, the fake
+servers and the bot's composition root, which ``recall`` does not need.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench.convert import ConvertStats, convert_dulemon, convert_locomo, convert_memdaily, write_converted
 from bench.convert.memdaily import find_dulemon
 from bench.dataset import DatasetError, read_dataset
-from bench.metrics import DEFAULT_KS, MetricsAccumulator, Summary
-from bench.recall import run_bm25, run_engine
+from bench.metrics import DEFAULT_KS, Summary
+from bench.recall import breakdown, run_bm25, run_engine
+from bench.timing import write_json
 from companion.keywords import KeywordExtractor
 
 
@@ -42,6 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("dataset", type=Path)
     recall.add_argument("--k", type=parse_ks, default=DEFAULT_KS, help="cut-offs, e.g. 1,2,5,10")
     recall.add_argument("--json", type=Path, help="also write the results here")
+    recall.add_argument("--by-group", action="store_true",
+                        help="also print hit@1, hit@2 and recall@5 per LoCoMo category or MemDaily file")
+    scale = commands.add_parser("scale", help="database size, recall/write latency, decay and backup at scale")
+    scale.add_argument("--users", type=_positive, default=10_000)
+    scale.add_argument("--per-user", type=_positive, default=100)
+    scale.add_argument("--big-user", type=_positive, default=10_000, help="memories of the one heavy user")
+    scale.add_argument("--turns", type=_positive, default=1000, help="recall samples per kind of user")
+    scale.add_argument("--writes", type=_positive, default=200, help="remember() samples per kind of user")
+    scale.add_argument("--seed", type=int, default=7)
+    scale.add_argument("--json", type=Path, help="also write the results here")
+    bot = commands.add_parser("bot", help="throughput of the real bot against fake Telegram and LLM servers")
+    bot.add_argument("--users", type=_positive, default=1000)
+    bot.add_argument("--messages", type=_positive, default=20, help="messages per user")
+    bot.add_argument("--repeat", type=_positive, default=1, help="runs; the median by throughput is reported")
+    bot.add_argument("--parts", action="store_true", help="also measure the CPU of each part of a turn")
+    bot.add_argument("--json", type=Path, help="also write the results here")
+    cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
+    cost.add_argument("--turns", type=_positive, default=200)
+    cost.add_argument("--json", type=Path, help="also write the results here")
+    plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
+    plots.add_argument("--results", type=Path, default=Path("bench/results"))
     return parser
 
 
@@ -93,6 +119,18 @@ def format_table(systems: dict[str, Summary]) -> str:
     return "\n".join([header, *body])
 
 
+def format_groups(groups: dict[str, dict[str, Summary]]) -> str:
+    metrics = ("hit@1", "hit@2", "recall@5")
+    width = max(len(name) for name in groups) + 2
+    head = "group".ljust(width) + "     n" + "".join(f"{s} {m}".rjust(17) for s in ("engine", "bm25") for m in metrics)
+    rows = [head]
+    for name, systems in groups.items():
+        flat = {s: _flatten(summary) for s, summary in systems.items()}
+        cells = "".join(f"{flat[s].get(m, 0.0):17.3f}" for s in ("engine", "bm25") for m in metrics)
+        rows.append(f"{name.ljust(width)}{int(flat['engine']['queries']):6d}{cells}")
+    return "\n".join(rows)
+
+
 def _flatten(summary: Summary) -> dict[str, float]:
     flat: dict[str, float] = {}
     for key, value in summary.items():
@@ -103,15 +141,6 @@ def _flatten(summary: Summary) -> dict[str, float]:
     return flat
 
 
-def _run_engine(args: argparse.Namespace) -> MetricsAccumulator | None:
-    # Temporary fallback until run_engine exists: score BM25 alone.
-    try:
-        return asyncio.run(run_engine(read_dataset(args.dataset), args.k))
-    except NotImplementedError:
-        print("engine runner not available yet: BM25 only", file=sys.stderr)
-        return None
-
-
 def run_recall(args: argparse.Namespace) -> int:
     extractor = KeywordExtractor()
     extractor.load()
@@ -119,26 +148,77 @@ def run_recall(args: argparse.Namespace) -> int:
     if bm25.count == 0:
         print(f"{args.dataset}: no queries", file=sys.stderr)
         return 2
-    engine = _run_engine(args)
-    if engine is not None and engine.count != bm25.count:
+    notes: Counter[str] = Counter()
+    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes))
+    if engine.count != bm25.count:
         print(f"engine scored {engine.count} queries, BM25 {bm25.count}", file=sys.stderr)
         return 2
-    systems = {"bm25": bm25.summary()}
-    if engine is not None:
-        systems = {"engine": engine.summary(), **systems}
+    print("engine writes: " + ", ".join(f"{name} {n}" for name, n in sorted(notes.items())), file=sys.stderr)
+    systems = {"engine": engine.summary(), "bm25": bm25.summary()}
     print(f"{bm25.count} queries")
     print(format_table(systems))
+    if args.by_group:
+        print(format_groups(breakdown(read_dataset(args.dataset), {"engine": engine, "bm25": bm25}, args.k)))
     if args.json:
-        report = {"queries": bm25.count, "engine": systems.get("engine"), "bm25": systems["bm25"]}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, {"queries": bm25.count, "engine": systems["engine"], "bm25": systems["bm25"]})
     return 0
+
+
+def run_scale_command(args: argparse.Namespace) -> int:
+    from bench.scale import ScaleConfig, format_scale, run_scale
+
+    config = ScaleConfig(users=args.users, per_user=args.per_user, big_user=args.big_user, turns=args.turns,
+                         writes=args.writes, seed=args.seed)
+    report = asyncio.run(run_scale(config))
+    print(format_scale(report))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
+def run_bot_command(args: argparse.Namespace) -> int:
+    from bench.botdriver import BotConfig
+    from bench.botload import format_bot, median_run, run_bot_bench
+
+    config = BotConfig(users=args.users, messages=args.messages)
+    report = median_run([asyncio.run(run_bot_bench(config)) for _ in range(args.repeat)])
+    print(format_bot(report))
+    if args.parts:
+        from bench.botparts import format_parts, measure_parts
+
+        report["parts_cpu_ms"] = asyncio.run(measure_parts())
+        print(format_parts(report["parts_cpu_ms"]))
+    if args.json:
+        write_json(args.json, report)
+    return 0 if report["exactly_one_answer_each"] else 1
+
+
+def run_cost_command(args: argparse.Namespace) -> int:
+    from bench.cost import CostConfig, format_cost, run_cost
+
+    report = asyncio.run(run_cost(CostConfig(turns=args.turns)))
+    print(format_cost(report))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
+def run_plots(args: argparse.Namespace) -> int:
+    from bench.plots import draw_all
+
+    for path in draw_all(args.results):
+        print(path)
+    return 0
+
+
+COMMANDS = {"convert": run_convert, "recall": run_recall, "scale": run_scale_command, "bot": run_bot_command,
+            "cost": run_cost_command, "plots": run_plots}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return run_convert(args) if args.command == "convert" else run_recall(args)
+        return COMMANDS[args.command](args)
     except (DatasetError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

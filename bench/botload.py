@@ -1,0 +1,129 @@
+"""``python -m bench bot``: the real bot under many concurrent users, with instant fake backends.
+
+This process runs the bot as ``bot.py run`` builds it (aiogram dispatcher and router, message buffer,
+ChatService, real engine on a fresh SQLite file, the real openai client). A second process runs the
+fake Telegram server, the fake LLM and the simulated users, so the fakes do not eat the bot's CPU: on
+a 2-core machine the bot gets one core, as it would in production with remote backends.
+
+Each simulated user is a closed loop: /start_aiGF, then one message at a time, each sent when the
+answer to the previous one arrived. With QUIET_SECONDS=0 every message is its own turn, so every
+message must get exactly one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import tempfile
+from dataclasses import asdict
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from pydantic import SecretStr
+
+from bench.botdriver import BotConfig, cpu_seconds, driver_main
+from bench.timing import machine
+from bot import companion as companion_service
+from companion.buffer import MessageBuffer
+from companion.settings import Settings
+from handlers import build_router
+
+
+def bot_settings(root: Path, info: dict[str, str]) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None, data_dir=root / "data", backup_dir=root / "backups", quiet_seconds=0,
+        telegram_bot_token=SecretStr(info["token"]), telegram_api_base=info["telegram"],
+        llm_api_key=SecretStr("sk-bench"), llm_base_url=info["llm"], llm_max_retries=0,
+    )
+
+
+async def _receive(conn: Connection, timeout: float, driver: multiprocessing.process.BaseProcess) -> Any:
+    """The driver's next message; fails fast when the driver died instead of waiting out the timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(conn.poll, 0.5):
+        if not driver.is_alive():
+            raise RuntimeError(f"the driver process exited with code {driver.exitcode}")
+        if loop.time() > deadline:
+            raise TimeoutError(f"the driver process did not answer within {timeout} s")
+    return conn.recv()
+
+
+async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe()
+    driver = context.Process(target=driver_main, args=(there, config), name="bench-bot-driver", daemon=True)
+    driver.start()
+    try:
+        info = await _receive(here, 60, driver)
+        with tempfile.TemporaryDirectory(prefix="bench-bot-") as tmp:
+            report = await _serve(here, driver, bot_settings(Path(tmp), info), config)
+        here.send("stop")
+        report.update(await _receive(here, 30, driver))
+    finally:
+        driver.join(10)
+        if driver.is_alive():
+            driver.terminate()
+    report["config"] = asdict(config)
+    report["machine"] = machine()
+    return report
+
+
+async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
+                 config: BotConfig) -> dict[str, Any]:
+    """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
+    assert settings.telegram_bot_token is not None
+    async with companion_service(settings) as chat:
+        buffer = MessageBuffer(settings.quiet_seconds)
+        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
+        bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
+        dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings)
+        dispatcher.include_router(build_router())
+        polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
+        try:
+            cpu = cpu_seconds()
+            conn.send("go")
+            timeout = 120 + config.users * config.messages * 0.1
+            report: dict[str, Any] = await _receive(conn, timeout, driver)
+            report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
+            report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
+            report["llm_calls"] = dict(chat.llm.usage.calls)
+        finally:
+            await dispatcher.stop_polling()
+            await polling
+            await buffer.close()
+            await bot.session.close()
+    report["llm_calls_final"] = dict(chat.llm.usage.calls)
+    return report
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median throughput, carrying a summary of every run."""
+    ordered = sorted(runs, key=lambda r: float(r["messages_per_s"]))
+    report = dict(ordered[len(ordered) // 2])
+    keys = ("messages_per_s", "latency_ms", "exactly_one_answer_each", "bot_cpu_ms_per_message")
+    report["runs"] = [{k: run[k] for k in keys} for run in runs]
+    report["exactly_one_answer_each"] = all(run["exactly_one_answer_each"] for run in runs)
+    return report
+
+
+def format_bot(report: dict[str, Any]) -> str:
+    lat = report["latency_ms"]
+    ok = "yes" if report["exactly_one_answer_each"] else "NO"
+    return "\n".join([
+        f"{report['config']['users']} users x {report['config']['messages']} messages: "
+        f"{report['answered']}/{report['messages']} answered in {report['seconds']} s",
+        f"throughput: {report['messages_per_s']} messages/s (target >= 300)",
+        f"latency (message pushed -> answer sent), ms: p50 {lat['p50']}, p95 {lat['p95']}, p99 {lat['p99']}",
+        f"exactly one answer per message: {ok} (missing {report['missing']}, users with extra answers "
+        f"{report['users_with_extra_answers']}, failed answers {report['failed_answers']})",
+        f"bot CPU: {report['bot_cpu_s']} s ({report['bot_cpu_ms_per_message']} ms per message); "
+        f"driver+fakes CPU: {report['driver_cpu_s']} s",
+        f"LLM calls by purpose: {report['llm_calls_final']}",
+        *(f"run {n + 1}: {run['messages_per_s']} messages/s, p95 {run['latency_ms']['p95']} ms"
+          for n, run in enumerate(report.get("runs", [])) if len(report["runs"]) > 1),
+    ])

@@ -1,0 +1,187 @@
+"""``python -m bench cost``: LLM calls and prompt sizes of a scripted conversation through the real
+pipeline (ChatService, engine, openai client) against a counting fake model.
+
+The conversation runs on a simulated clock (3 minutes per turn, so 200 turns are a 10-hour day and
+the profile's TTL and minimum refresh interval behave as in real use). Background extraction and
+profile work is awaited after every turn: three minutes is far longer than either takes.
+
+Tokens are estimated with DeepSeek's published ratio (api-docs.deepseek.com, "Token & Token Usage"):
+one Chinese character ~ 0.6 token, one other character ~ 0.3 token.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.brain import ScriptedModel
+from bench.script_zh import FACTS, TURNS
+from bench.timing import latency_summary
+from companion.chat import ChatConfig, ChatService
+from companion.keywords import KeywordExtractor
+from companion.llm import LLMClient
+from companion.models import Scope
+from companion.settings import Settings
+from memory import MemoryEngine
+from tests.fakes import FakeLLM
+from tests.fakes.llm import is_json_mode
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK, system_prompt
+
+START = datetime(2025, 6, 2, 0, 0, tzinfo=UTC)  # 08:00 in Asia/Shanghai
+PURPOSES = ("reply", "extraction", "profile")
+MEMORY_PARTS = ("core", "dynamic", "recalled")
+TARGETS = {"non_reply_calls_per_100_turns": 12, "memory_context_tokens_per_reply": 300}
+# The system prompt's memory section (prompts/system.md): from the profile header to the rules.
+PROFILE_HEADER = "关于用户（长期了解）：\n"
+RULES_HEADER = "\n规则："
+NO_PROFILE = "（还不太了解）"
+DYNAMIC_HEADER = "\n用户最近的情况（和当前话题有关）：\n"
+MEMORY_HEADER = "\n可能相关的记忆（仅供参考）：\n"
+_CHINESE = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
+
+
+def estimate_tokens(text: str) -> int:
+    chinese = len(_CHINESE.findall(text))
+    return math.ceil(0.6 * chinese + 0.3 * (len(text) - chinese))
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    turns: int = 200
+    minutes_per_turn: float = 3.0
+    seed: int = 7
+
+
+class SimClock:
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def purpose_of(body: Mapping[str, Any]) -> str:
+    if not is_json_mode(dict(body)):
+        return "reply"
+    text = str(body["messages"][-1]["content"])
+    return "profile" if PROFILE_MARK in text else "extraction" if EXTRACT_MARK in text else "other"
+
+
+def memory_parts(system: str) -> dict[str, str]:
+    """The parts of a reply call's system prompt that come from memory: the profile core (unless it is
+    the "not known yet" placeholder), the matching dynamic traits and the recalled memories, each with
+    its header line."""
+    section = system.split(PROFILE_HEADER, 1)[-1].split(RULES_HEADER, 1)[0]
+    core, _, blocks = section.partition("\n")
+    dynamic, memories = "", ""
+    if MEMORY_HEADER.lstrip("\n") in blocks:
+        blocks, _, rest = blocks.partition(MEMORY_HEADER.lstrip("\n"))
+        memories = MEMORY_HEADER.lstrip("\n") + rest
+    if DYNAMIC_HEADER.strip("\n") in blocks:
+        dynamic = blocks.strip("\n")
+    return {"core": "" if core == NO_PROFILE else core, "dynamic": dynamic, "recalled": memories}
+
+
+async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
+                   facts: Mapping[str, dict[str, Any]] = FACTS) -> dict[str, Any]:
+    script = [turns[n % len(turns)] for n in range(config.turns)]
+    async with FakeLLM() as fake:
+        model = ScriptedModel(facts, record=True)
+        model.install(fake)
+        with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+            settings = Settings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+            llm = LLMClient(api_key="sk-bench", base_url=fake.base_url,
+                            model="deepseek-chat", max_retries=0)
+            engine = await MemoryEngine.open(settings, KeywordExtractor(), llm)
+            try:
+                replies = await _converse(engine, llm, settings, config, script)
+                stored = len(await engine.memories(Scope(1)))
+            finally:
+                await engine.close()
+                await llm.close()
+        return _report(config, fake.requests, model.answers, llm, replies, stored)
+
+
+async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, config: CostConfig,
+                    script: Sequence[str]) -> list[tuple[int, int]]:
+    """Plays the script; returns (memories recalled, memories mentioned) per turn."""
+    clock = SimClock(START)
+    chat = ChatService(engine, llm, ChatConfig.from_settings(settings), clock=clock,
+                       rng=random.Random(config.seed))
+    scope = Scope(1)
+    await chat.start(scope)
+    out: list[tuple[int, int]] = []
+    for text in script:
+        clock.advance(timedelta(minutes=config.minutes_per_turn))
+        reply = await chat.reply(scope, text)
+        if not reply.ok:
+            raise RuntimeError(f"the fake model failed a reply: {reply.text}")
+        await chat.drain()
+        out.append((len(reply.recalled), len(reply.mentioned)))
+    return out
+
+
+def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: Sequence[tuple[str, str]],
+            llm: LLMClient, replies: Sequence[tuple[int, int]], stored: int) -> dict[str, Any]:
+    per100 = 100 / config.turns
+    sizes: dict[str, Counter[str]] = {p: Counter() for p in PURPOSES}
+    context_tokens: list[float] = []
+    parts: Counter[str] = Counter()
+    for body in requests:
+        purpose = purpose_of(body)
+        prompt = "".join(str(m.get("content", "")) for m in body["messages"])
+        sizes.setdefault(purpose, Counter()).update(
+            {"calls": 1, "prompt_chars": len(prompt), "prompt_tokens_est": estimate_tokens(prompt)})
+        if purpose == "reply":
+            found = memory_parts(system_prompt(dict(body)))
+            parts.update({name: estimate_tokens(text) for name, text in found.items()})
+            context_tokens.append(sum(estimate_tokens(text) for text in found.values()))
+    for purpose, text in answers:
+        sizes[purpose].update({"completion_chars": len(text), "completion_tokens_est": estimate_tokens(text)})
+    per_purpose = {p: {k: round(v * per100, 1) for k, v in sorted(c.items())} for p, c in sizes.items()}
+    non_reply = sum(c["calls"] for p, c in sizes.items() if p != "reply") * per100
+    replies_n = max(len(context_tokens), 1)
+    return {
+        "config": asdict(config), "targets": TARGETS, "per_100_turns": per_purpose,
+        "non_reply_calls_per_100_turns": round(non_reply, 1),
+        "memory_context_tokens": {**latency_summary(context_tokens), "max": max(context_tokens, default=0),
+                                  "mean": round(sum(context_tokens) / replies_n, 1)},
+        "memory_context_parts_mean_tokens": {k: round(parts[k] / replies_n, 1) for k in MEMORY_PARTS},
+        "context_tokens_per_turn": context_tokens,
+        "turns_with_recall": sum(1 for recalled, _ in replies if recalled),
+        "recalled_memories_mentioned": sum(mentioned for _, mentioned in replies),
+        "memories_stored": stored,
+        "client_usage": {"calls": dict(llm.usage.calls), "prompt_chars": dict(llm.usage.prompt_chars),
+                         "completion_chars": dict(llm.usage.completion_chars)},
+        "server_requests": {p: sizes[p]["calls"] for p in sizes},
+    }
+
+
+def format_cost(report: dict[str, Any]) -> str:
+    header = f"  {'purpose':<12}{'calls':>8}{'prompt chars':>14}{'prompt tok~':>13}{'compl chars':>13}"
+    lines = [f"{report['config']['turns']} user turns, per 100 turns:", f"{header}{'compl tok~':>12}"]
+    for purpose, row in report["per_100_turns"].items():
+        lines.append(f"  {purpose:<12}{row.get('calls', 0):>8}{row.get('prompt_chars', 0):>14}"
+                     f"{row.get('prompt_tokens_est', 0):>13}{row.get('completion_chars', 0):>13}"
+                     f"{row.get('completion_tokens_est', 0):>12}")
+    ctx, parts = report["memory_context_tokens"], report["memory_context_parts_mean_tokens"]
+    lines += [
+        f"non-reply calls per 100 turns: {report['non_reply_calls_per_100_turns']} (target <= 12)",
+        f"memory context per reply call, est. tokens: mean {ctx['mean']}, p50 {ctx['p50']}, p95 {ctx['p95']}, "
+        f"max {ctx['max']} (target <= 300); mean parts: core {parts['core']}, dynamic {parts['dynamic']}, "
+        f"recalled {parts['recalled']}",
+        f"turns with recalled memories: {report['turns_with_recall']}, mentioned in the reply: "
+        f"{report['recalled_memories_mentioned']}; memories stored at the end: {report['memories_stored']}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""Tiny runs of every benchmark, so ``make test`` notices when one of them stops working."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from bench import cli
+from bench.botdriver import BotConfig
+from bench.botload import run_bot_bench
+from bench.cost import CostConfig, estimate_tokens, memory_parts, run_cost
+from bench.dataset import MemoryLine, QueryLine, write_dataset
+from bench.plots import draw_all
+from bench.recall import run_engine
+from bench.scale import NEW_USERS, ScaleConfig, run_scale
+from companion.keywords import KeywordExtractor
+from companion.models import Memory, MemoryType, Recalled, Source, Validity
+from companion.storage import Storage
+from memory import EngineConfig, MemoryContext, MemoryEngine
+
+WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _memories(user: str) -> list[MemoryLine]:
+    texts = ["我的猫叫布丁，是一只三岁的橘猫", "今天晚饭吃了牛肉面，味道不错", "下个月要去北京出差一周",
+             "最近在学弹吉他，手指好疼", "周末和朋友去爬了香山", "对花生过敏，小时候住过院"]
+    return [MemoryLine(user, f"m{n}", WHEN + timedelta(minutes=n), text) for n, text in enumerate(texts)]
+
+
+def test_recall_command_scores_engine_and_bm25(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    later = WHEN + timedelta(days=1)
+    dataset = tmp_path / "tiny.jsonl"
+    write_dataset(dataset, [
+        *_memories("u1"), *_memories("u2"),
+        QueryLine("u1", "q1", later, "布丁这只橘猫最近怎么样", ("m0",)),
+        QueryLine("u1", "q2", later, "北京出差的事情定了吗", ("m2",)),
+        QueryLine("u2", "q3", later, "我能吃花生酱吗", ("m5",)),
+    ])
+    out = tmp_path / "result.json"
+    assert cli.main(["recall", str(dataset), "--k", "1,2,5", "--json", str(out)]) == 0
+    assert "engine" in capsys.readouterr().out
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert set(report) == {"queries", "engine", "bm25"} and report["queries"] == 3
+    assert set(report["engine"]) == {"hit@1", "hit@2", "hit@5", "recall@1", "recall@2", "recall@5", "mrr",
+                                     "latency_ms"}
+    assert report["engine"]["hit@1"] == 1.0, "the engine missed an obviously relevant memory"
+    assert report["engine"]["latency_ms"]["p50"] > 0
+
+
+async def test_engine_runner_expands_merged_rows_and_keeps_scopes_apart() -> None:
+    retold = "我的猫叫布丁，是一只三岁的橘猫"
+    notes: Counter[str] = Counter()
+    result = await run_engine([
+        *_memories("u1"),
+        MemoryLine("u1", "again", WHEN + timedelta(hours=1), retold),  # the engine merges a retold event
+        MemoryLine("u2", "other", WHEN, "我的猫叫布丁，是一只三岁的橘猫"),
+        QueryLine("u1", "q", WHEN + timedelta(days=1), "布丁是橘猫吗", ("again",)),
+    ], (1, 2, 5), notes=notes)
+    assert notes["memories merged into an earlier row"] == 1
+    ranked = result.results[0].ranked_ids
+    assert ranked[:2] == ("m0", "again"), "a merged row must stand for every dataset memory it absorbed"
+    assert "other" not in ranked
+
+
+async def test_scale_runs_tiny(tmp_path: Path) -> None:
+    report = await run_scale(ScaleConfig(users=20, per_user=6, big_user=150, turns=40, writes=10), tmp_path)
+    assert report["build"]["rows"] == 20 * 6 + 150 and report["build"]["tables"] == 21
+    for key in ("recall_typical", "recall_big"):
+        assert report[key]["warm"]["n"] > 0 and report[key]["warm"]["p95"] > 0
+        assert report[key]["cold"]["n"] >= 1
+    assert report["write_big"]["n"] == 10
+    assert report["write_new_user"]["n"] == NEW_USERS
+    assert report["decay"]["scopes"] == 21 + NEW_USERS and report["decay"]["decayed"] > 0
+    assert report["backup"]["files"] == 21 + NEW_USERS and report["backup"]["rows"] > 0
+    assert len(report["build"]["seconds_per_slice"]) == 10
+    assert report["size"]["db_mb"] + report["size"]["wal_mb"] > 0 and report["rss_mb_peak"] > 0
+
+
+async def test_bot_answers_every_message_exactly_once() -> None:
+    report = await run_bot_bench(BotConfig(users=5, messages=3, answer_timeout=30))
+    assert report["answered"] == 15 and report["missing"] == 0
+    assert report["exactly_one_answer_each"], report
+    assert report["llm_calls_final"]["reply"] == 15
+    assert report["llm_requests_final"]["reply"] == 15, "the fake LLM saw a different number of replies"
+    assert report["messages_per_s"] > 0
+
+
+async def test_cost_counts_match_what_the_fake_model_saw() -> None:
+    report = await run_cost(CostConfig(turns=30))
+    client, server = report["client_usage"]["calls"], report["server_requests"]
+    assert client == {purpose: n for purpose, n in server.items() if n}
+    assert client["reply"] == 30
+    assert client["extraction"] >= 1, "turn 21 tells of a fever: extraction must run at once"
+    per100 = report["per_100_turns"]
+    assert per100["reply"]["calls"] == 100.0
+    assert report["non_reply_calls_per_100_turns"] == pytest.approx(
+        (client.get("extraction", 0) + client.get("profile", 0)) * 100 / 30, abs=0.1)
+    assert per100["reply"]["prompt_chars"] * 30 / 100 == pytest.approx(report["client_usage"]["prompt_chars"]["reply"])
+    assert len(report["context_tokens_per_turn"]) == 30
+    assert report["memories_stored"] >= 1
+
+
+def test_memory_parts_are_read_from_the_real_system_prompt() -> None:
+    # Rendering needs no database: the engine is built around a storage it never touches here.
+    engine = MemoryEngine(cast(Storage, None), KeywordExtractor(), EngineConfig())
+    memory = Memory(1, "2024-03-01 感冒发烧", ["感冒"], 80, WHEN, Validity.DAYS_30, None, WHEN, None,
+                    MemoryType.EVENT, Source.EXTRACTION, 0, WHEN)
+    context = MemoryContext(core="喜欢奶茶", dynamic=["最近在准备面试"],
+                            recalled=[Recalled(memory=memory, score=1.0, match=1.0)])
+    parts = memory_parts(engine.render_system_prompt(context, WHEN))
+    assert parts["core"] == "喜欢奶茶"
+    assert "最近在准备面试" in parts["dynamic"] and "感冒" not in parts["dynamic"]
+    assert parts["recalled"].endswith("- 2024-03-01 感冒发烧\n")
+    empty = memory_parts(engine.render_system_prompt(MemoryContext(), WHEN))
+    assert empty == {"core": "", "dynamic": "", "recalled": ""}
+    assert estimate_tokens("你好") == 2 and estimate_tokens("hello") == 2
+
+
+def test_plots_draw_from_results(tmp_path: Path) -> None:
+    summary = {"hit@1": 0.5, "hit@2": 0.6, "recall@5": 0.7, "recall@10": 0.8, "mrr": 0.6,
+               "latency_ms": {"p50": 1.0, "p95": 2.0}}
+    (tmp_path / "recall_tiny.json").write_text(json.dumps({"queries": 3, "engine": summary, "bm25": summary}))
+    drawn = draw_all(tmp_path)
+    assert drawn == [tmp_path / "recall_quality.png"] and drawn[0].stat().st_size > 1000
