@@ -81,15 +81,21 @@ async def companion(settings: Settings) -> AsyncIterator[ChatService]:
             await chat.drain()
 
 
+def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, MessageBuffer]:
+    """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
+    assert settings.telegram_bot_token is not None
+    buffer = MessageBuffer(settings.quiet_seconds)
+    session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
+    bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
+    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings)
+    dispatcher.include_router(build_router())
+    return bot, dispatcher, buffer
+
+
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     settings.require("telegram_bot_token", "llm_api_key")
-    assert settings.telegram_bot_token is not None
     async with companion(settings) as chat:
-        buffer = MessageBuffer(settings.quiet_seconds)
-        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
-        bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-        dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings)
-        dispatcher.include_router(build_router())
+        bot, dispatcher, buffer = build_bot(settings, chat)
         scheduler = jobs.build_scheduler(chat.engine, settings)
         try:
             await bot.set_my_commands(bot_commands())

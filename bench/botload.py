@@ -20,17 +20,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from pydantic import SecretStr
 
 from bench.botdriver import BotConfig, cpu_seconds, driver_main
 from bench.timing import machine
+from bot import build_bot
 from bot import companion as companion_service
-from companion.buffer import MessageBuffer
 from companion.settings import Settings
-from handlers import build_router
 
 
 def bot_settings(root: Path, info: dict[str, str]) -> Settings:
@@ -76,13 +72,8 @@ async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
 async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
                  config: BotConfig) -> dict[str, Any]:
     """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
-    assert settings.telegram_bot_token is not None
     async with companion_service(settings) as chat:
-        buffer = MessageBuffer(settings.quiet_seconds)
-        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
-        bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-        dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings)
-        dispatcher.include_router(build_router())
+        bot, dispatcher, buffer = build_bot(settings, chat)
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:
             cpu = cpu_seconds()
