@@ -483,3 +483,25 @@ async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypat
     finally:
         other.close()
         await storage.close()
+
+
+async def test_new_tables_equal_tables_built_by_every_migration_step(tmp_path: Path) -> None:
+    import sqlite3 as _sqlite3
+
+    from companion.storage import schema as _schema
+
+    conn = _sqlite3.connect(tmp_path / "shape.sqlite3")
+    try:
+        conn.executescript(_schema.CURRENT_TABLE.format(table="fresh"))
+        for step in _schema.PER_SCOPE[: _schema.CURRENT_TABLE_VERSION]:
+            conn.executescript(step.format(table="migrated"))
+        columns = [
+            [tuple(c[1:]) for c in conn.execute(f'PRAGMA table_info("{name}")')] for name in ("fresh", "migrated")
+        ]
+        indexes = [
+            [i[1] for i in conn.execute(f'PRAGMA index_list("{name}")')] for name in ("fresh", "migrated")
+        ]
+    finally:
+        conn.close()
+    assert columns[0] == columns[1]
+    assert indexes[0] == ["fresh_event"] and indexes[1] == ["migrated_event"]

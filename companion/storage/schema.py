@@ -81,10 +81,41 @@ async def migrate(conn: aiosqlite.Connection) -> None:
         await _upgrade_table(conn, str(key), f"mem_{key}", int(table_version))
 
 
+# What PER_SCOPE builds, as one statement, for brand-new tables: SQLite re-parses the whole schema after
+# every ALTER TABLE, which made a new user's first write cost ~300 ms at 10,000 tables (BENCHMARKS.md).
+# It equals PER_SCOPE[:CURRENT_TABLE_VERSION] (tests/test_storage.py checks); steps appended later still
+# run on new tables after it, so forgetting to update this is slow, never wrong.
+CURRENT_TABLE_VERSION = 2
+CURRENT_TABLE = """
+    CREATE TABLE IF NOT EXISTS "{table}" (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event TEXT NOT NULL,
+        keywords TEXT NOT NULL,
+        importance REAL NOT NULL,
+        created_at TEXT NOT NULL,
+        validity TEXT NOT NULL CHECK (validity IN ('permanent', '30d', '7d')),
+        last_mentioned_at TEXT,
+        updated_at TEXT NOT NULL,
+        expires_at TEXT,
+        type TEXT NOT NULL,
+        source TEXT NOT NULL,
+        mention_count INTEGER NOT NULL DEFAULT 0,
+        last_decay_at TEXT NOT NULL,
+        terms TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event);
+"""
+
+
 async def create_memory_table(conn: aiosqlite.Connection, key: str, table: str) -> None:
     cursor = await conn.execute("SELECT table_version FROM scopes WHERE key = ?", (key,))
     row = await cursor.fetchone()
-    await _upgrade_table(conn, key, table, int(row[0]) if row else 0)
+    version = int(row[0]) if row else 0
+    if version == 0:
+        await _run_script(conn, CURRENT_TABLE.format(table=table))
+        version = CURRENT_TABLE_VERSION
+        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (version, key))
+    await _upgrade_table(conn, key, table, version)
 
 
 async def memory_tables(conn: aiosqlite.Connection) -> list[str]:
