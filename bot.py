@@ -16,6 +16,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,21 @@ from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
-from companion import jobs
-from companion.backup import make_backup
-from companion.buffer import MessageBuffer
-from companion.chat import ChatConfig, ChatService
+from companion.chat.buffer import MessageBuffer
+from companion.chat.pipeline import ChatConfig, ChatService
+from companion.config.logs import setup_logging
+from companion.config.settings import Settings, load_settings
 from companion.console import run_console
-from companion.errors import CompanionError, ConfigError
-from companion.keywords import KeywordExtractor
-from companion.llm import LLMClient
-from companion.logs import setup_logging
-from companion.models import Scope
-from companion.restore import restore
-from companion.settings import Settings, load_settings
-from companion.storage import Storage
-from companion.table import memories_table
-from companion.timeutil import utcnow
+from companion.core.errors import CompanionError, ConfigError
+from companion.core.models import Scope
+from companion.core.timeutil import utcnow
+from companion.llm.client import LLMClient
+from companion.ops import jobs
+from companion.ops.backup import make_backup
+from companion.ops.restore import restore
+from companion.ops.table import memories_table
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import Storage
 from handlers import build_router
 from handlers.commands import bot_commands
 from memory import MemoryEngine
@@ -54,29 +55,37 @@ def build_llm(settings: Settings) -> LLMClient:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Services:
+    store: Storage
+    engine: MemoryEngine
+    llm: LLMClient | None
+
+
 @asynccontextmanager
-async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[tuple[MemoryEngine, LLMClient | None]]:
-    """The engine and, when needed or configured, the LLM client; closed in reverse order."""
+async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
+    """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
     try:
-        engine = await MemoryEngine.open(settings, KeywordExtractor(), llm)
+        store = await Storage.open(settings.db_path)
         try:
-            yield engine, llm
+            engine = await MemoryEngine.create(store, settings, KeywordExtractor(), llm)
+            yield Services(store, engine, llm)
         finally:
-            await engine.close()
+            await store.close()
     finally:
         if llm is not None:
             await llm.close()
 
 
 @asynccontextmanager
-async def companion(settings: Settings) -> AsyncIterator[ChatService]:
-    async with services(settings, need_llm=True) as (engine, llm):
-        assert llm is not None
-        chat = ChatService(engine, llm, ChatConfig.from_settings(settings))
+async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
+    async with services(settings, need_llm=True) as parts:
+        assert parts.llm is not None
+        chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings))
         await chat.load()
         try:
-            yield chat
+            yield chat, parts
         finally:
             await chat.drain()
 
@@ -94,13 +103,13 @@ def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, M
 
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     settings.require("telegram_bot_token", "llm_api_key")
-    async with companion(settings) as chat:
+    async with companion(settings) as (chat, parts):
         bot, dispatcher, buffer = build_bot(settings, chat)
-        scheduler = jobs.build_scheduler(chat.engine, settings)
+        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
         try:
             await bot.set_my_commands(bot_commands())
             scheduler.start()
-            await jobs.catch_up(chat.engine)
+            await jobs.catch_up(parts.engine)
             log.info("bot started; polling %s", settings.telegram_api_base)
             await dispatcher.start_polling(bot, close_bot_session=False)
         finally:
@@ -112,7 +121,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
-    async with companion(settings) as chat:
+    async with companion(settings) as (chat, _):
         await run_console(chat, Scope(settings.console_user_id))
     return 0
 
@@ -155,8 +164,8 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
-    async with services(settings, need_llm=False) as (engine, _):
-        report = await jobs.run_decay(engine)
+    async with services(settings, need_llm=False) as parts:
+        report = await jobs.run_decay(parts.engine)
     print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
     return 0
 

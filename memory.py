@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
-from companion import prompts
-from companion.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
-from companion.keywords import KeywordExtractor, normalize_text
-from companion.llm import LLMClient
-from companion.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
-from companion.profile import ProfilePolicy, ProfileService, matching_traits
-from companion.recall import RecallFilter, ScopeIndex, mentions
-from companion.settings import Settings
-from companion.storage import Storage
-from companion.timeutil import local_date, show, utcnow
+import prompts
+from companion.config.settings import Settings
+from companion.core.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
+from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
+from companion.core.text import normalize_text
+from companion.core.timeutil import from_db, local_date, show, utcnow
+from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.llm.client import LLMClient
+from companion.recall.index import RecallFilter, ScopeIndex, mentions
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import Storage
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +98,72 @@ class MemoryEngine:
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
         self._locks: dict[Scope, asyncio.Lock] = {}
         self._data_version: int | None = None
+        self._owns_store = False
+
+    @classmethod
+    async def create(
+        cls, store: Storage, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+    ) -> MemoryEngine:
+        """An engine on an open store; loads the keyword dictionaries off the event loop."""
+        await asyncio.to_thread(keywords.load)
+        keywords.add_words(settings.important_keywords)
+        return cls(store, keywords, EngineConfig.from_settings(settings), llm)
 
     @classmethod
     async def open(
         cls, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
-        await asyncio.to_thread(keywords.load)
-        keywords.add_words(settings.important_keywords)
-        storage = await Storage.open(settings.db_path)
-        return cls(storage, keywords, EngineConfig.from_settings(settings), llm)
+        """Open the SQLite store named by the settings and an engine that owns it (closed with it)."""
+        store = await Storage.open(settings.db_path)
+        try:
+            engine = await cls.create(store, settings, keywords, llm)
+        except BaseException:
+            await store.close()
+            raise
+        engine._owns_store = True
+        return engine
 
     async def close(self) -> None:
-        await self.storage.close()
+        if self._owns_store:
+            await self.storage.close()
+
+    # ---- scope state -----------------------------------------------------------------------------
+
+    async def active_scopes(self) -> set[Scope]:
+        """Scopes with companion mode on (the flag survives restarts)."""
+        return await self.storage.active_scopes()
+
+    async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
+        await self.storage.set_active(scope, active, now)
+        if not active:
+            self.profiles.invalidate(scope)
+
+    @property
+    def can_extract(self) -> bool:
+        return self.llm is not None
+
+    @property
+    def extract_batch(self) -> int:
+        """How many queued turns one extraction reads; a full batch means more may be waiting."""
+        return self.config.extract_max_turns
+
+    async def pending_count(self, scope: Scope) -> int:
+        return await self.storage.count_pending(scope)
+
+    async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
+        return await self.storage.pending_turns(scope, limit)
+
+    async def scopes_with_pending(self) -> list[Scope]:
+        return await self.storage.scopes_with_pending()
+
+    async def last_decay_at(self) -> datetime | None:
+        stored = await self.storage.get_meta("last_decay_at")
+        return None if stored is None else from_db(stored)
+
+    async def profile(self, scope: Scope) -> Profile | None:
+        """The current profile (cached or persisted), or None before the first build."""
+        current = await self.profiles.current(scope)
+        return current[0] if current else None
 
     def lock(self, scope: Scope) -> asyncio.Lock:
         """Serialises one scope's writes; other scopes never wait on it."""
@@ -198,17 +253,6 @@ class MemoryEngine:
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords
-        )
-
-    def render_system_prompt(self, context: MemoryContext, now: datetime) -> str:
-        dynamic = "".join(f"- {line}\n" for line in context.dynamic)
-        memories = "".join(f"- {r.memory.event}\n" for r in context.recalled)
-        return prompts.render(
-            "system",
-            now_local=show(now, self.config.tz),
-            core_profile=context.core or "（还不太了解）",
-            dynamic_block=f"\n用户最近的情况（和当前话题有关）：\n{dynamic}" if dynamic else "",
-            memory_block=f"\n可能相关的记忆（仅供参考）：\n{memories}" if memories else "",
         )
 
     async def mark_mentioned(

@@ -17,7 +17,7 @@ from typing import Any
 from bench.brain import ScriptedModel
 from bench.script_zh import FACTS, TURNS
 from bench.timing import latency_summary
-from companion import texts
+from companion.chat import texts
 from tests.fakes import FakeLLM, FakeTelegram
 
 FIRST_USER = 100_001

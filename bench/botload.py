@@ -26,7 +26,7 @@ from bench.botdriver import BotConfig, cpu_seconds, driver_main
 from bench.timing import machine
 from bot import build_bot
 from bot import companion as companion_service
-from companion.settings import Settings
+from companion.config.settings import Settings
 
 
 def bot_settings(root: Path, info: dict[str, str]) -> Settings:
@@ -72,7 +72,7 @@ async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
 async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
                  config: BotConfig) -> dict[str, Any]:
     """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
-    async with companion_service(settings) as chat:
+    async with companion_service(settings) as (chat, _):
         bot, dispatcher, buffer = build_bot(settings, chat)
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:

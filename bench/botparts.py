@@ -21,11 +21,12 @@ from aiogram.client.telegram import TelegramAPIServer
 from bench.botdriver import serve_main
 from bench.brain import REPLIES
 from bench.script_zh import TURNS
-from companion.keywords import KeywordExtractor
-from companion.llm import LLMClient, Message
-from companion.models import MemoryDraft, Scope, Turn
-from companion.settings import Settings
-from companion.timeutil import utcnow
+from companion.chat.persona import render_system_prompt
+from companion.config.settings import Settings
+from companion.core.models import MemoryDraft, Scope, Turn
+from companion.core.timeutil import utcnow
+from companion.llm.client import LLMClient, Message
+from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 
 HISTORY_TURNS = (0, 5, 10)  # the bot sends up to HISTORY_TURNS=10 past exchanges with every reply call
@@ -65,7 +66,7 @@ async def _engine_turn_ms(samples: int) -> float:
             async def turn() -> None:
                 text = next(texts)
                 context = await engine.build_context(scope, text, now, turn=1, cooldown={})
-                engine.render_system_prompt(context, now)
+                render_system_prompt(context, now, engine.config.tz)
                 await engine.note_turn(scope, Turn(user=text, reply="嗯嗯", at=now))
 
             return await cpu_ms(turn, samples)

@@ -19,7 +19,7 @@ from bench.dataset import DatasetError, read_dataset
 from bench.metrics import DEFAULT_KS, Summary
 from bench.recall import breakdown, run_bm25, run_engine
 from bench.timing import write_json
-from companion.keywords import KeywordExtractor
+from companion.recall.keywords import KeywordExtractor
 
 
 def parse_ks(text: str) -> tuple[int, ...]:

@@ -25,11 +25,11 @@ from typing import Any
 from bench.brain import ScriptedModel
 from bench.script_zh import FACTS, TURNS
 from bench.timing import latency_summary
-from companion.chat import ChatConfig, ChatService
-from companion.keywords import KeywordExtractor
-from companion.llm import LLMClient
-from companion.models import Scope
-from companion.settings import Settings
+from companion.chat.pipeline import ChatConfig, ChatService
+from companion.config.settings import Settings
+from companion.core.models import Scope
+from companion.llm.client import LLMClient
+from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
 from tests.fakes.llm import is_json_mode

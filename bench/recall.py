@@ -11,9 +11,9 @@ from pathlib import Path
 from bench.bm25 import ScopedBM25
 from bench.dataset import DatasetLine, MemoryLine, QueryLine
 from bench.metrics import MetricsAccumulator, Summary
-from companion.keywords import KeywordExtractor
-from companion.models import MemoryDraft, Scope, Validity
-from companion.settings import Settings
+from companion.config.settings import Settings
+from companion.core.models import MemoryDraft, Scope, Validity
+from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 
 # A dataset memory without importance must still be recallable by the bot (its floor is 50).

@@ -22,12 +22,13 @@ from typing import Any
 
 from bench import synth
 from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
-from companion.backup import _csv_row, make_backup
-from companion.keywords import KeywordExtractor
-from companion.models import DynamicTrait, MemoryDraft, Profile, Scope
-from companion.recall import RecallFilter
-from companion.settings import Settings
-from companion.storage import Storage, _sql_decay_anchor, _sql_decayed_importance, _sql_removal_reason
+from companion.chat.persona import render_system_prompt
+from companion.config.settings import Settings
+from companion.core.models import DynamicTrait, MemoryDraft, Profile, Scope
+from companion.ops.backup import _csv_row, make_backup
+from companion.recall.index import RecallFilter
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import Storage, _sql_decay_anchor, _sql_decayed_importance, _sql_removal_reason
 from memory import MemoryEngine
 
 NOW = datetime(2025, 6, 1, 4, 0, tzinfo=UTC)
@@ -62,7 +63,7 @@ class _Turns:
         context = await self.engine.build_context(scope, text, now, turn=turn, cooldown=cooldown)
         for recalled in context.recalled:
             cooldown[recalled.memory.id] = turn
-        self.engine.render_system_prompt(context, now)
+        render_system_prompt(context, now, self.engine.config.tz)
         return len(context.recalled)
 
 

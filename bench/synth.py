@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from companion.models import MemoryDraft, MemoryType, Validity
+from companion.core.models import MemoryDraft, MemoryType, Validity
 
 TZ = ZoneInfo("Asia/Shanghai")
 HISTORY = timedelta(days=60)

@@ -1,4 +1,8 @@
-"""Companion library: memory, storage, LLM and conversation logic.
+"""The companion's library, in layers; imports only point down (``tests/test_layers.py`` enforces it).
 
-Nothing in this package knows about Telegram; the aiogram layer lives in ``handlers/`` and ``bot.py``.
+Bottom, knowing nothing of the engine: ``core`` (data types, pure rules, errors), then ``config``,
+``storage``, ``recall``, ``llm`` (and the top-level ``prompts`` package), which import only ``core``.
+``engine`` (the engine's services) sits on those; the top-level ``memory.py`` (the engine API) on top
+of ``engine``; ``chat`` (the conversation pipeline), ``ops`` (jobs, backup, restore) above the engine;
+``console`` above ``chat``. Nothing here imports aiogram: ``handlers/`` and ``bot.py`` sit above all.
 """

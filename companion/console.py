@@ -6,8 +6,8 @@ import asyncio
 import sys
 from typing import TextIO
 
-from companion.chat import ChatService
-from companion.models import Scope
+from companion.chat.pipeline import ChatService
+from companion.core.models import Scope
 
 PROMPT = "你> "
 EXIT_WORDS = frozenset({"/quit", "/exit", "/q"})

@@ -8,11 +8,11 @@ from aiogram import Bot, F, Router
 from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 
-from companion import texts
-from companion.buffer import MessageBuffer
-from companion.chat import ChatService
-from companion.errors import CompanionError
-from companion.models import Scope
+from companion.chat import texts
+from companion.chat.buffer import MessageBuffer
+from companion.chat.pipeline import ChatService
+from companion.core.errors import CompanionError
+from companion.core.models import Scope
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from aiogram import F, Router
 from aiogram.filters import Command, CommandStart
 from aiogram.types import BotCommand, Message
 
-from companion import texts
-from companion.buffer import MessageBuffer
-from companion.chat import ChatService
+from companion.chat import texts
+from companion.chat.buffer import MessageBuffer
+from companion.chat.pipeline import ChatService
 from handlers.scope import scope_of
 
 

@@ -7,7 +7,7 @@ import logging
 from aiogram import Router
 from aiogram.types import ErrorEvent
 
-from companion import texts
+from companion.chat import texts
 
 log = logging.getLogger(__name__)
 

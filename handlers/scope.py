@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiogram.types import Message
 
-from companion.models import Scope
+from companion.core.models import Scope
 
 
 def scope_of(message: Message) -> Scope | None:

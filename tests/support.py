@@ -1,20 +1,17 @@
 """Fixtures for pipeline tests: a real engine on a temporary SQLite file, the real LLM client against
-FakeLLM, and the chat service on top. Import the fixtures into a test module to use them."""
+FakeLLM, and the chat service on top. The fixtures built from them live in ``conftest.py``."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
-from companion.chat import ChatConfig, ChatService
-from companion.keywords import KeywordExtractor
-from companion.llm import LLMClient
-from companion.settings import Settings
+from companion.chat.pipeline import ChatConfig, ChatService
+from companion.config.settings import Settings
+from companion.llm.client import LLMClient
+from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
 
@@ -63,18 +60,3 @@ async def close_rig(rig: Rig) -> None:
     await rig.chat.drain()
     await rig.engine.close()
     await rig.client.close()
-
-
-@pytest.fixture
-async def fake_llm() -> AsyncIterator[FakeLLM]:
-    async with FakeLLM() as llm:
-        yield llm
-
-
-@pytest.fixture
-async def rig(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[Rig]:
-    opened = await open_rig(fake_llm, make_settings(tmp_path))
-    try:
-        yield opened
-    finally:
-        await close_rig(opened)

@@ -12,7 +12,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companion.backup import (
+from companion.core.errors import RestoreError
+from companion.core.models import Memory, MemoryType, Scope, Source, Turn, Validity
+from companion.ops.backup import (
     CSV_HEADERS,
     SNAPSHOT_NAME,
     make_backup,
@@ -20,10 +22,8 @@ from companion.backup import (
     prune_backups,
     unneutralise,
 )
-from companion.errors import RestoreError
-from companion.models import Memory, MemoryType, Scope, Source, Turn, Validity
-from companion.restore import read_backup_csv, restore
-from companion.storage import Storage
+from companion.ops.restore import read_backup_csv, restore
+from companion.storage.sqlite import Storage
 
 TZ = ZoneInfo("Asia/Shanghai")
 # 20:00 UTC is already the next day in Shanghai: the folder must be named by the local date.

@@ -18,9 +18,10 @@ from bench.dataset import MemoryLine, QueryLine, write_dataset
 from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
-from companion.keywords import KeywordExtractor
-from companion.models import Memory, MemoryType, Recalled, Source, Validity
-from companion.storage import Storage
+from companion.chat.persona import render_system_prompt
+from companion.core.models import Memory, MemoryType, Recalled, Source, Validity
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import Storage
 from memory import EngineConfig, MemoryContext, MemoryEngine
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -112,11 +113,11 @@ def test_memory_parts_are_read_from_the_real_system_prompt() -> None:
                     MemoryType.EVENT, Source.EXTRACTION, 0, WHEN)
     context = MemoryContext(core="喜欢奶茶", dynamic=["最近在准备面试"],
                             recalled=[Recalled(memory=memory, score=1.0, match=1.0)])
-    parts = memory_parts(engine.render_system_prompt(context, WHEN))
+    parts = memory_parts(render_system_prompt(context, WHEN, engine.config.tz))
     assert parts["core"] == "喜欢奶茶"
     assert "最近在准备面试" in parts["dynamic"] and "感冒" not in parts["dynamic"]
     assert parts["recalled"].endswith("- 2024-03-01 感冒发烧\n")
-    empty = memory_parts(engine.render_system_prompt(MemoryContext(), WHEN))
+    empty = memory_parts(render_system_prompt(MemoryContext(), WHEN, engine.config.tz))
     assert empty == {"core": "", "dynamic": "", "recalled": ""}
     assert estimate_tokens("你好") == 2 and estimate_tokens("hello") == 2
 

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from companion import texts
-from companion.models import MemoryDraft, MemoryType, Scope, Validity
+from companion.chat import texts
+from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
 from tests.fakes import FakeLLM
 from tests.scripted import COLD, ScriptedBrain, is_extraction, system_prompt
-from tests.support import Rig, close_rig, fake_llm, make_settings, open_rig, rig
-
-__all__ = ["fake_llm", "rig"]
+from tests.support import Rig, close_rig, make_settings, open_rig
 
 ME = Scope(777)
 
@@ -80,7 +78,7 @@ async def test_reply_failure_is_friendly_and_loses_nothing(rig: Rig) -> None:
     rig.llm.fail_next(1, status=500)
     reply = await rig.chat.reply(ME, "我想跟你说件重要的事")
     assert not reply.ok and reply.text == texts.LLM_DOWN
-    assert await rig.engine.storage.count_pending(ME) == 1
+    assert await rig.engine.pending_count(ME) == 1
     ok = await rig.chat.reply(ME, "你还在吗")
     assert ok.ok
     last_user = rig.llm.chat_requests()[-1]["messages"][-1]["content"]
@@ -125,7 +123,7 @@ async def test_important_news_extracts_at_once_and_never_sees_injected_memory(ri
     assert "喜欢的工作是设计" not in prompt, "extraction must not re-read injected memories"
     events = [m.event for m in await rig.engine.memories(ME)]
     assert "2025-12-23 下个月离职" in events
-    assert await rig.engine.storage.count_pending(ME) == 0
+    assert await rig.engine.pending_count(ME) == 0
 
 
 async def test_extraction_every_8_to_12_turns(rig: Rig) -> None:
@@ -149,14 +147,14 @@ async def test_broken_extraction_keeps_turns_queued(rig: Rig, answer: str) -> No
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "我生病住院了")
     await rig.chat.drain()
-    assert await rig.engine.storage.count_pending(ME) == 1
+    assert await rig.engine.pending_count(ME) == 1
     assert [(m.id, m.event, m.importance) for m in await rig.engine.memories(ME)] == before
     # A later good answer extracts the queued turn: nothing was lost.
     hospital = {**COLD, "event": "2025-12-23 生病住院", "keywords": ["生病", "住院"]}
     rig.llm.set_json_reply(json.dumps({"memories": [hospital]}, ensure_ascii=False))
     result = await rig.engine.consolidate(ME, rig.clock())
     assert result.turns == 1 and result.inserted == 1
-    assert await rig.engine.storage.count_pending(ME) == 0
+    assert await rig.engine.pending_count(ME) == 0
 
 
 async def test_extraction_items_are_validated(rig: Rig) -> None:
@@ -170,7 +168,7 @@ async def test_extraction_items_are_validated(rig: Rig) -> None:
         {"event": "2025-12-23 重要程度是字符串", "keywords": ["字符串"], "importance": "70", "type": "event"},
     ]
     rig.llm.set_json_reply(json.dumps({"memories": items}, ensure_ascii=False))
-    await rig.engine.note_turn(ME, __import__("companion.models", fromlist=["Turn"]).Turn("x", "y", rig.clock()))
+    await rig.engine.note_turn(ME, Turn("x", "y", rig.clock()))
     await rig.engine.consolidate(ME, rig.clock())
     stored = {m.event: m for m in await rig.engine.memories(ME)}
     assert set(stored) == {"2025-12-23 过敏严重", "2025-12-23 喜欢跑步", "2025-12-23 重要程度是字符串"}
@@ -230,9 +228,8 @@ async def test_profile_is_at_most_200_chars(rig: Rig) -> None:
     await seed(rig, cold())
     rig.llm.set_json_reply(json.dumps({"core": "长" * 500, "dynamic": [{"text": "短", "keywords": ["短句"]}]}))
     await rig.chat.start(ME)
-    current = await rig.engine.profiles.current(ME)
-    assert current is not None
-    profile = current[0]
+    profile = await rig.engine.profile(ME)
+    assert profile is not None
     assert len(profile.core) + sum(len(t.text) for t in profile.dynamic) <= 200
 
 
@@ -264,7 +261,7 @@ async def test_odd_text_through_the_pipeline(rig: Rig, text: str) -> None:
     await rig.chat.start(ME)
     reply = await rig.chat.reply(ME, text)
     assert reply.ok
-    (turn,) = await rig.engine.storage.pending_turns(ME, 10)
+    (turn,) = await rig.engine.pending_turns(ME, 10)
     assert turn.user == text, "the user's words must be kept exactly"
     assert len(await rig.engine.memories(ME)) == 1
 
@@ -300,10 +297,10 @@ async def test_users_never_wait_on_each_others_llm_calls(rig: Rig) -> None:
     reply = await asyncio.wait_for(rig.chat.reply(fast, "你好呀"), 10)
     await asyncio.wait_for(rig.engine.remember(fast, [cold()], rig.clock()), 10)
     assert reply.ok and not release.is_set()
-    assert await rig.engine.storage.count_pending(slow) == 1, "901's turn is still waiting for its extraction"
+    assert await rig.engine.pending_count(slow) == 1, "901's turn is still waiting for its extraction"
     release.set()
     await rig.chat.drain()
-    assert await rig.engine.storage.count_pending(slow) == 0
+    assert await rig.engine.pending_count(slow) == 0
 
 
 async def test_forget_removes_the_memory_from_every_prompt_at_once(rig: Rig) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import texts
+from companion.chat import texts
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.scripted import COLD, ScriptedBrain, is_extraction, system_prompt
 

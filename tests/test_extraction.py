@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from companion.errors import LLMBadResponseError
-from companion.extraction import (
+from companion.core.errors import LLMBadResponseError
+from companion.core.extraction import (
     MAX_EVENT_CHARS,
     MAX_ITEMS,
     MAX_KEYWORDS,
@@ -22,8 +22,8 @@ from companion.extraction import (
     plan_merge,
     same_event,
 )
-from companion.keywords import KeywordExtractor
-from companion.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.recall.keywords import KeywordExtractor
 
 TODAY = "2025-12-23"
 NOW = datetime(2025, 12, 23, 8, 0, tzinfo=UTC)

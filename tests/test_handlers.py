@@ -13,9 +13,9 @@ from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
-from companion import texts
-from companion.buffer import MessageBuffer
-from companion.models import Scope
+from companion.chat import texts
+from companion.chat.buffer import MessageBuffer
+from companion.core.models import Scope
 from handlers import build_router
 from handlers.commands import bot_commands
 from tests.fakes import FakeLLM, FakeTelegram

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from companion import prompts
-from companion.errors import PromptError
-from companion.extraction import parse_extraction
-from companion.profile import parse_profile
+import prompts
+from companion.core.errors import PromptError
+from companion.core.extraction import parse_extraction
+from companion.engine.profile import parse_profile
 
 # The callers (memory.py, profile.py) pass exactly these; a prompt edit that changes them breaks a call.
 DECLARED = {

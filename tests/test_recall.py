@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from companion.models import Memory, MemoryType, Source, Validity
-from companion.recall import RecallFilter, ScopeIndex, mentions
+from companion.core.models import Memory, MemoryType, Source, Validity
+from companion.recall.index import RecallFilter, ScopeIndex, mentions
 
 NOW = datetime(2025, 12, 23, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import companion.storage as storage_module
-from companion import jobs, texts
-from companion.models import MemoryDraft, Scope, Validity
+import companion.storage.sqlite as storage_module
+from companion.chat import texts
+from companion.core.models import MemoryDraft, Scope, Validity
+from companion.ops import jobs
 from tests.fakes import FakeLLM
-from tests.support import Rig, close_rig, fake_llm, make_settings, open_rig, rig
-
-__all__ = ["fake_llm", "rig"]
+from tests.support import Rig, close_rig, make_settings, open_rig
 
 ME = Scope(31)
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +43,7 @@ async def test_locked_database_during_a_turn(
         assert reply.ok, "the companion must still answer while the database is locked"
         assert [(m.id, m.event, m.importance) for m in await opened.engine.memories(ME)] == before
         assert (await opened.chat.reply(ME, "现在好了吗")).ok
-        assert await opened.engine.storage.count_pending(ME) == 1
+        assert await opened.engine.pending_count(ME) == 1
     finally:
         await close_rig(opened)
 
@@ -75,17 +74,17 @@ async def test_missed_decay_is_caught_up_at_startup(rig: Rig) -> None:
 async def test_decay_job_extracts_queued_turns_first(rig: Rig) -> None:
     rig.llm.set_json_reply('{"memories": [{"event": "2025-12-23 搬家到上海", "keywords": ["搬家", "上海"], '
                            '"importance": 75, "validity": "30d", "type": "event"}]}')
-    from companion.models import Turn
+    from companion.core.models import Turn
 
     await rig.engine.note_turn(ME, Turn("我下周搬家到上海", "好的", rig.clock()))
     await jobs.run_decay(rig.engine, rig.clock())
     assert [m.event for m in await rig.engine.memories(ME)] == ["2025-12-23 搬家到上海"]
-    assert await rig.engine.storage.count_pending(ME) == 0
+    assert await rig.engine.pending_count(ME) == 0
 
 
 def test_scheduler_uses_configured_local_times(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, decay_time="04:10", backup_time="05:20", timezone="Asia/Shanghai")
-    scheduler = jobs.build_scheduler(None, settings)  # type: ignore[arg-type]
+    scheduler = jobs.build_scheduler(None, None, settings)  # type: ignore[arg-type]
     triggers = {job.id: str(job.trigger) for job in scheduler.get_jobs()}
     assert "hour='4', minute='10'" in triggers["decay"]
     assert "hour='5', minute='20'" in triggers["backup"]

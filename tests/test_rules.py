@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from companion import rules
-from companion.models import Validity
+from companion.core import rules
+from companion.core.models import Validity
 
 T0 = datetime(2025, 1, 1, 3, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companion.errors import ConfigError
-from companion.settings import DEFAULT_IMPORTANT_KEYWORDS, Settings, load_settings
+from companion.config.settings import DEFAULT_IMPORTANT_KEYWORDS, Settings, load_settings
+from companion.core.errors import ConfigError
 
 TOKEN = "123456:AAE-secret-bot-token"
 API_KEY = "sk-very-secret-api-key"

@@ -13,10 +13,10 @@ from typing import cast
 
 import pytest
 
-import companion.storage as storage_module
-from companion import rules
-from companion.errors import DatabaseBusyError, InvalidScopeError, StorageError
-from companion.models import (
+import companion.storage.sqlite as storage_module
+from companion.core import rules
+from companion.core.errors import DatabaseBusyError, InvalidScopeError, StorageError
+from companion.core.models import (
     DynamicTrait,
     Memory,
     MemoryDraft,
@@ -27,7 +27,8 @@ from companion.models import (
     Turn,
     Validity,
 )
-from companion.storage import Storage, schema
+from companion.storage import migrations as schema
+from companion.storage.sqlite import Storage
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -488,7 +489,7 @@ async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypat
 async def test_new_tables_equal_tables_built_by_every_migration_step(tmp_path: Path) -> None:
     import sqlite3 as _sqlite3
 
-    from companion.storage import schema as _schema
+    from companion.storage import migrations as _schema
 
     conn = _sqlite3.connect(tmp_path / "shape.sqlite3")
     try:

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 
-from companion import prompts
-from companion.errors import LLMBadResponseError
-from companion.extraction import clean_keywords
-from companion.keywords import normalize_text
-from companion.llm import LLMClient
-from companion.models import DynamicTrait, Memory, Profile, Scope
-from companion.storage import Storage
-from companion.timeutil import local_date
+import prompts
+from companion.core.errors import LLMBadResponseError
+from companion.core.extraction import clean_keywords
+from companion.core.models import DynamicTrait, Memory, Profile, Scope
+from companion.core.text import normalize_text
+from companion.core.timeutil import local_date
+from companion.llm.client import LLMClient
+from companion.storage.sqlite import Storage
 
 log = logging.getLogger(__name__)
 

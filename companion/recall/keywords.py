@@ -11,27 +11,13 @@ from importlib import resources
 
 import jieba
 
+from companion.core.text import MAX_KEYWORD_CHARS, normalize_text
+
 log = logging.getLogger(__name__)
 
-MAX_KEYWORD_CHARS = 20
 _WORDISH = re.compile(r"[\w\u4e00-\u9fff]", re.UNICODE)
 _DIGITS = re.compile(r"^[\d.,:/\-]+$")
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_SEPARATORS = re.compile(r"[,，、;；\s]+")
-
-
-def normalize_text(text: str) -> str:
-    """NFC, no control or zero-width characters, whitespace folded: the form we store. NFC, not NFKC,
-    so full-width Chinese punctuation stays as the user wrote it."""
-    text = unicodedata.normalize("NFC", text)
-    text = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Cs", "Co"} or ch in "\n\t")
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def normalize_keyword(word: str) -> str:
-    """A stored keyword: lower case, no separators (they delimit keywords in CSV), at most 20 chars."""
-    word = _SEPARATORS.sub("", unicodedata.normalize("NFKC", normalize_text(word)).lower())
-    return word[:MAX_KEYWORD_CHARS]
 
 
 class KeywordExtractor:
@@ -50,7 +36,7 @@ class KeywordExtractor:
                 return
             jieba.setLogLevel(logging.WARNING)
             self._tokenizer.initialize()
-            package = resources.files("companion.resources")
+            package = resources.files("companion.recall.resources")
             with resources.as_file(package / "userdict.txt") as path:
                 self._tokenizer.load_userdict(str(path))
             text = (package / "stopwords.txt").read_text(encoding="utf-8")

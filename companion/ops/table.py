@@ -7,8 +7,8 @@ from datetime import tzinfo
 
 import pandas as pd
 
-from companion.models import Memory
-from companion.timeutil import show
+from companion.core.models import Memory
+from companion.core.timeutil import show
 
 
 def memories_table(memories: Sequence[Memory], tz: tzinfo) -> str:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from companion.models import Validity
+from companion.core.models import Validity
 
 DAY = timedelta(days=1)
 DECAY_PER_DAY = 0.95

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from companion.extraction import event_key
-from companion.models import Memory, Recalled
-from companion.rules import DAY
+from companion.core.extraction import event_key
+from companion.core.models import Memory, Recalled
+from companion.core.rules import DAY
 
 MIN_FRAGMENT = 2
 CONTAINMENT_BASE = 0.6

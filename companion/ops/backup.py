@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 
-from companion.errors import BackupError
-from companion.models import Scope
-from companion.storage import Storage
-from companion.timeutil import from_db, local_date
+from companion.core.errors import BackupError
+from companion.core.models import Scope
+from companion.core.timeutil import from_db, local_date
+from companion.storage.sqlite import Storage
 
 SNAPSHOT_NAME = "memory.sqlite3"
 CSV_HEADERS = (

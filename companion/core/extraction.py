@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TypeVar
 
-from companion import rules
-from companion.errors import LLMBadResponseError
-from companion.keywords import normalize_keyword, normalize_text
-from companion.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core import rules
+from companion.core.errors import LLMBadResponseError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core.text import normalize_keyword, normalize_text
 
 MAX_EVENT_CHARS = 50
 MAX_KEYWORDS = 8

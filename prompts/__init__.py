@@ -1,14 +1,18 @@
-"""Prompt templates are files in ``prompts/``; each is rendered with exactly the inputs it names."""
+"""Prompt templates of the companion (``*.md`` beside this file), rendered with exactly the inputs they name.
+
+A package so that the templates ship in the wheel and are found the same way from the repository or an
+installed copy (``importlib.resources``). Bottom layer: imports only ``companion.core``."""
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from string import Template
 
-from companion.errors import PromptError
+from companion.core.errors import PromptError
 
-PROMPT_DIR = Path(__file__).resolve().parent.parent / "prompts"
+PROMPT_DIR: Traversable = resources.files(__name__)
 
 
 @cache
@@ -25,7 +29,7 @@ def _template(name: str) -> Template:
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in PROMPT_DIR.glob("*.md"))
+    return sorted(p.name.removesuffix(".md") for p in PROMPT_DIR.iterdir() if p.name.endswith(".md"))
 
 
 def inputs(name: str) -> set[str]:

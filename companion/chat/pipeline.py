@@ -13,15 +13,18 @@ import random
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from companion import rules, texts
-from companion.errors import CompanionError, LLMError, StorageError
-from companion.llm import LLMClient, Message
-from companion.models import Scope, Turn
-from companion.settings import Settings
-from companion.timeutil import utcnow
+from companion.chat import texts
+from companion.chat.persona import render_system_prompt
+from companion.config.settings import Settings
+from companion.core import rules
+from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.models import Scope, Turn
+from companion.core.timeutil import utcnow
+from companion.llm.client import LLMClient, Message
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ class ChatConfig:
     extract_every_min: int = 8
     extract_every_max: int = 12
     important_keywords: tuple[str, ...] = ()
+    tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatConfig:
@@ -48,6 +52,7 @@ class ChatConfig:
             extract_every_min=low,
             extract_every_max=high,
             important_keywords=tuple(settings.important_keywords),
+            tz=settings.tz,
         )
 
 
@@ -90,7 +95,7 @@ class ChatService:
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
-        self._active = await self.engine.storage.active_scopes()
+        self._active = await self.engine.active_scopes()
 
     def is_active(self, scope: Scope) -> bool:
         return scope in self._active
@@ -109,7 +114,7 @@ class ChatService:
 
     async def start(self, scope: Scope) -> str:
         now = self.clock()
-        await self.engine.storage.set_active(scope, True, now)
+        await self.engine.set_active(scope, True, now)
         self._active.add(scope)
         try:
             await self.engine.refresh_profile(scope, now, force=True)
@@ -123,8 +128,7 @@ class ChatService:
         # Flip the flag before any await: a message handled concurrently must already see "off".
         self._active.discard(scope)
         self._sessions.pop(scope, None)
-        await self.engine.storage.set_active(scope, False, self.clock())
-        self.engine.profiles.invalidate(scope)
+        await self.engine.set_active(scope, False, self.clock())
         self._spawn(self._consolidate(scope), f"extract-{scope.key}")
         return texts.STOPPED
 
@@ -151,7 +155,7 @@ class ChatService:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
         messages = [
-            {"role": "system", "content": self.engine.render_system_prompt(context, now)},
+            {"role": "system", "content": render_system_prompt(context, now, self.config.tz)},
             *history_messages(session.history),
         ]
         messages = merge_user_message(messages, text)
@@ -211,7 +215,7 @@ class ChatService:
         try:
             while True:
                 result = await self.engine.consolidate(scope, self.clock())
-                if result.turns < self.engine.config.extract_max_turns:
+                if result.turns < self.engine.extract_batch:
                     break
         except LLMError as exc:
             log.warning("extraction for %s failed, turns stay queued: %s", scope.key, exc)

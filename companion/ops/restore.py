@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from companion.backup import CSV_HEADERS, DB_COLUMNS, TIME_COLUMNS, unneutralise
-from companion.errors import InvalidScopeError, RestoreError
-from companion.models import Memory, MemoryType, Scope, Source, Validity
-from companion.rules import MAX_IMPORTANCE, MIN_IMPORTANCE
-from companion.storage import Storage
+from companion.core.errors import InvalidScopeError, RestoreError
+from companion.core.models import Memory, MemoryType, Scope, Source, Validity
+from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE
+from companion.ops.backup import CSV_HEADERS, DB_COLUMNS, TIME_COLUMNS, unneutralise
+from companion.storage.sqlite import Storage
 
 Progress = Callable[[int, int], None]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from companion.errors import InvalidScopeError
+from companion.core.errors import InvalidScopeError
 
 # Telegram ids fit in 52 bits; anything larger (or non-numeric) never names a table.
 _MAX_ID = 2**53

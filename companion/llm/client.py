@@ -14,7 +14,7 @@ import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from companion.errors import LLMBadResponseError, LLMError, LLMUnavailableError
+from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,11 @@ from pathlib import Path
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
-from companion.backup import BackupResult, make_backup
-from companion.errors import LLMError
-from companion.settings import Settings
-from companion.timeutil import from_db, utcnow
+from companion.config.settings import Settings
+from companion.core.errors import LLMError
+from companion.core.timeutil import utcnow
+from companion.ops.backup import BackupResult, make_backup
+from companion.storage.sqlite import Storage
 from memory import DecayReport, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ async def guarded(name: str, job: Callable[[], Awaitable[object]]) -> None:
 async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayReport:
     """Extract what is still queued (the model may have been down), then decay and clean up."""
     now = now or utcnow()
-    pending = await engine.storage.scopes_with_pending() if engine.llm is not None else []
+    pending = await engine.scopes_with_pending() if engine.can_extract else []
     for scope in pending:
         try:
             await engine.consolidate(scope, now)
@@ -44,25 +45,26 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
     return await engine.decay(now)
 
 
-async def run_backup(engine: MemoryEngine, settings: Settings, now: datetime | None = None) -> BackupResult:
+async def run_backup(store: Storage, settings: Settings, now: datetime | None = None) -> BackupResult:
     return await make_backup(
-        engine.storage, Path(settings.backup_dir), now or utcnow(), settings.tz, settings.backup_keep_days
+        store, Path(settings.backup_dir), now or utcnow(), settings.tz, settings.backup_keep_days
     )
 
 
 async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
-    last = await engine.storage.get_meta("last_decay_at")
-    return last is None or now - from_db(last) >= timedelta(days=1)
+    last = await engine.last_decay_at()
+    return last is None or now - last >= timedelta(days=1)
 
 
-def build_scheduler(engine: MemoryEngine, settings: Settings) -> AsyncIOScheduler:
+def build_scheduler(engine: MemoryEngine, store: Storage, settings: Settings) -> AsyncIOScheduler:
+    """Decay through the engine; the backup reads the store directly (the composition root hands both)."""
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 
     async def decay_job() -> None:
         await guarded("decay", lambda: run_decay(engine))
 
     async def backup_job() -> None:
-        await guarded("backup", lambda: run_backup(engine, settings))
+        await guarded("backup", lambda: run_backup(store, settings))
 
     options = {"coalesce": True, "misfire_grace_time": 6 * 3600, "max_instances": 1}
     scheduler.add_job(

@@ -1,0 +1,2 @@
+"""The conversation pipeline shared by Telegram and the console: persona, reply prompt, short-term
+context, the message buffer and the Chinese texts users read. May import ``memory`` and everything below."""

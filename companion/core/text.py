@@ -1,0 +1,23 @@
+"""Text normal forms: what we store (NFC, no control characters) and what a stored keyword looks like."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_KEYWORD_CHARS = 20
+_SEPARATORS = re.compile(r"[,，、;；\s]+")
+
+
+def normalize_text(text: str) -> str:
+    """NFC, no control or zero-width characters, whitespace folded: the form we store. NFC, not NFKC,
+    so full-width Chinese punctuation stays as the user wrote it."""
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Cs", "Co"} or ch in "\n\t")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def normalize_keyword(word: str) -> str:
+    """A stored keyword: lower case, no separators (they delimit keywords in CSV), at most 20 chars."""
+    word = _SEPARATORS.sub("", unicodedata.normalize("NFKC", normalize_text(word)).lower())
+    return word[:MAX_KEYWORD_CHARS]

@@ -1,0 +1,2 @@
+"""Operator work above the engine: scheduled jobs, backups, restore, tables for the command line. May import
+``memory`` and everything below it; never ``chat``, ``handlers`` or ``bot``."""

@@ -1,0 +1,1 @@
+"""Keywords (jieba, shipped dictionaries) and the per-scope recall index. May import ``companion.core``."""

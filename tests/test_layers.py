@@ -1,0 +1,105 @@
+"""Imports point down only: each module may import its own package and the layers below it.
+
+The layer map is the architecture paragraph of the README in code; a new package must be placed here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Lower number = lower layer. Packages on the same layer may not import each other.
+LAYERS: dict[str, int] = {
+    "companion.core": 0,
+    "companion.config": 1,
+    "companion.storage": 1,
+    "companion.recall": 1,
+    "companion.llm": 1,
+    "prompts": 1,
+    "companion.engine": 2,
+    "memory": 3,
+    "companion.chat": 4,
+    "companion.ops": 4,
+    "companion.console": 5,
+    "handlers": 6,
+    "bot": 7,
+}
+NO_TELEGRAM_BELOW = 6  # nothing under handlers/ imports aiogram
+
+
+def package_of(module: str) -> str | None:
+    best = None
+    for name in LAYERS:
+        if (module == name or module.startswith(name + ".")) and (best is None or len(name) > len(best)):
+            best = name
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_files() -> list[Path]:
+    files = [ROOT / "bot.py", ROOT / "memory.py"]
+    for folder in ("companion", "handlers", "prompts"):
+        files.extend(sorted((ROOT / folder).rglob("*.py")))
+    # ``companion/__init__.py`` is only the map of the layers; it imports nothing.
+    return [f for f in files if f != ROOT / "companion" / "__init__.py"]
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            # ``from companion import chat`` imports the subpackage, not the namespace.
+            found.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names
+                         if package_of(f"{node.module}.{alias.name}") not in (None, package_of(node.module)))
+    return found
+
+
+@pytest.mark.parametrize("path", project_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down(path: Path) -> None:
+    own = package_of(module_name(path))
+    assert own is not None, f"{path.relative_to(ROOT)} is in no layer: add its package to LAYERS"
+    upward = []
+    for line, target in imports_of(path):
+        if target.split(".")[0] == "aiogram" and LAYERS[own] < NO_TELEGRAM_BELOW:
+            upward.append(f"line {line}: {target} (aiogram below handlers/)")
+        other = package_of(target)
+        if other is None or other == own:
+            continue
+        if LAYERS[other] >= LAYERS[own]:
+            upward.append(f"line {line}: {target} (layer {LAYERS[other]}) from {own} (layer {LAYERS[own]})")
+    assert not upward, f"{path.relative_to(ROOT)} imports up or sideways:\n" + "\n".join(upward)
+
+
+def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:
+    """The check itself must be able to fail: an engine module importing the chat layer is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from companion.chat.pipeline import ChatService\nimport memory\n", encoding="utf-8")
+    targets = [package_of(t) for _, t in imports_of(bad)]
+    assert [LAYERS[t] for t in targets if t] == [4, 3]
+    assert all(LAYERS[t] >= LAYERS["companion.engine"] for t in targets if t)
+
+
+def test_every_package_says_what_it_may_import() -> None:
+    for name in LAYERS:
+        path = ROOT / Path(*name.split("."))
+        init = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc, f"{init.relative_to(ROOT)} needs a docstring saying what it holds and may import"
+
+
+def test_the_namespace_package_imports_nothing() -> None:
+    assert imports_of(ROOT / "companion" / "__init__.py") == []
