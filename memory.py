@@ -9,22 +9,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import prompts
 from companion.config.settings import Settings
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
-from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
+from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope, Status, Turn
 from companion.core.text import normalize_text
-from companion.core.timeutil import from_db, local_date, show, utcnow
+from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
 from companion.llm.client import LLMClient
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import Storage
+from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
+from companion.storage.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +90,13 @@ class DecayReport:
 
 class MemoryEngine:
     def __init__(
-        self, storage: Storage, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
     ) -> None:
-        self.storage = storage
+        self._store = store
         self.keywords = keywords
         self.config = config
         self.llm = llm
-        self.profiles = ProfileService(storage, llm, config.tz, config.profile)
+        self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
         self._locks: dict[Scope, asyncio.Lock] = {}
         self._data_version: int | None = None
@@ -102,7 +104,7 @@ class MemoryEngine:
 
     @classmethod
     async def create(
-        cls, store: Storage, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+        cls, store: MemoryStore, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop."""
         await asyncio.to_thread(keywords.load)
@@ -114,7 +116,7 @@ class MemoryEngine:
         cls, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
         """Open the SQLite store named by the settings and an engine that owns it (closed with it)."""
-        store = await Storage.open(settings.db_path)
+        store = await SQLiteStore.open(settings.db_path)
         try:
             engine = await cls.create(store, settings, keywords, llm)
         except BaseException:
@@ -125,16 +127,16 @@ class MemoryEngine:
 
     async def close(self) -> None:
         if self._owns_store:
-            await self.storage.close()
+            await self._store.close()
 
     # ---- scope state -----------------------------------------------------------------------------
 
     async def active_scopes(self) -> set[Scope]:
         """Scopes with companion mode on (the flag survives restarts)."""
-        return await self.storage.active_scopes()
+        return await self._store.active_scopes()
 
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
-        await self.storage.set_active(scope, active, now)
+        await self._store.set_active(scope, active, now)
         if not active:
             self.profiles.invalidate(scope)
 
@@ -148,16 +150,16 @@ class MemoryEngine:
         return self.config.extract_max_turns
 
     async def pending_count(self, scope: Scope) -> int:
-        return await self.storage.count_pending(scope)
+        return await self._store.count_pending(scope)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
-        return await self.storage.pending_turns(scope, limit)
+        return await self._store.pending_turns(scope, limit)
 
     async def scopes_with_pending(self) -> list[Scope]:
-        return await self.storage.scopes_with_pending()
+        return await self._store.scopes_with_pending()
 
     async def last_decay_at(self) -> datetime | None:
-        stored = await self.storage.get_meta("last_decay_at")
+        stored = await self._store.get_meta("last_decay_at")
         return None if stored is None else from_db(stored)
 
     async def profile(self, scope: Scope) -> Profile | None:
@@ -177,7 +179,7 @@ class MemoryEngine:
         prepared = [self._prepare(d) for d in drafts]
         async with self.lock(scope):
             plan = await self._plan(scope, prepared, now)
-            ids = await self.storage.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
         self.profiles.invalidate(scope)
         return [*ids, *(m.id for m in plan.updates)]
@@ -193,7 +195,7 @@ class MemoryEngine:
     async def _reindex(self, scope: Scope, ids: Sequence[int]) -> None:
         index = self._indexes.get(scope)
         if index is not None:
-            for memory in await self.storage.fetch_by_ids(scope, ids):
+            for memory in await self._store.fetch_by_ids(scope, ids):
                 index.add(memory)
 
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
@@ -202,20 +204,34 @@ class MemoryEngine:
         draft.terms = self.keywords.keywords(draft.event, limit=MAX_TERMS)
         return draft
 
-    async def forget(self, scope: Scope, ids: Iterable[int] | None = None) -> int:
-        """Delete some memories, or all of a scope's when ``ids`` is None. Returns how many went."""
+    async def forget(self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user") -> int:
+        """Forget some memories, or all of a scope's when ``ids`` is None; returns how many went. The text
+        goes at once, everywhere (table, index, profile); a content-free tombstone stays."""
         async with self.lock(scope):
-            stored = await self.storage.fetch_memories(scope)
+            stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
             wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
-            await self.storage.apply_changes(scope, utcnow(), deletes=sorted(wanted))
+            await self._store.apply_changes(scope, utcnow(), forget=sorted(wanted), reason=reason)
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
-                await self.storage.delete_profile(scope)
+                await self._store.delete_profile(scope)
         self._invalidate(scope)
         return len(wanted)
 
-    async def memories(self, scope: Scope) -> list[Memory]:
-        return await self.storage.fetch_memories(scope)
+    async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
+        """The scope's memories in these statuses (active by default), oldest first."""
+        return await self._store.fetch_memories(scope, statuses)
+
+    async def get(self, scope: Scope, handle: int) -> Memory:
+        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
+        owner = await self._store.owner_of(handle)
+        if owner is None:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        if owner != scope:
+            raise NotYourMemoryError(f"memory {handle} belongs to another scope")
+        found = await self._store.fetch_by_ids(scope, [handle])
+        if not found:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        return found[0]
 
     # ---- recall / context ------------------------------------------------------------------------
 
@@ -260,7 +276,7 @@ class MemoryEngine:
     ) -> list[int]:
         ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
         if ids:
-            await self.storage.mark_mentioned(scope, ids, now)
+            await self._store.mark_mentioned(scope, ids, now)
             await self._reindex(scope, ids)
         return ids
 
@@ -268,19 +284,19 @@ class MemoryEngine:
 
     async def note_turn(self, scope: Scope, turn: Turn) -> None:
         """Queue a finished exchange for the next extraction; it stays queued until one succeeds."""
-        await self.storage.add_turn(scope, turn)
+        await self._store.add_turn(scope, turn)
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
         """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
         async with self.lock(scope):
-            turns = await self.storage.pending_turns(scope, self.config.extract_max_turns)
+            turns = await self._store.pending_turns(scope, self.config.extract_max_turns)
             if not turns:
                 return Consolidation(0, 0, 0)
             drafts = await self._extract(turns, now)
             prepared = [self._prepare(d) for d in drafts]
             plan = await self._plan(scope, prepared, now)
             up_to = max(t.id or 0 for t in turns)
-            ids = await self.storage.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+            ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
         self.profiles.invalidate(scope)
         log.info("extraction for %s: %d turns, %d new, %d updated",
@@ -317,13 +333,16 @@ class MemoryEngine:
 
     async def decay(self, now: datetime, batch: int = 200) -> DecayReport:
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
-        scopes = await self.storage.scopes()
+        scopes = await self._store.scopes()
         decayed = removed = 0
         for start in range(0, len(scopes), batch):
             part = scopes[start : start + batch]
-            d, r = await self.storage.decay_and_clean(part, now)
+            d, r = await self._store.decay_and_clean(part, now)
             decayed, removed = decayed + d, removed + r
             await asyncio.sleep(0)
+        # Recorded once every scope is done: a run cut short is simply run again (whole days since each
+        # row's own anchor, so nothing decays twice).
+        await self._store.set_meta("last_decay_at", to_db(now))
         self._indexes.clear()
         for scope in scopes:
             self.profiles.invalidate(scope)
@@ -332,14 +351,14 @@ class MemoryEngine:
     # ---- index cache -----------------------------------------------------------------------------
 
     async def _index(self, scope: Scope) -> ScopeIndex:
-        version = await self.storage.data_version()
+        version = await self._store.data_version()
         if version != self._data_version:
             # Another process (an operator's CLI) wrote: nothing cached can be trusted.
             self._indexes.clear()
             self._data_version = version
         index = self._indexes.get(scope)
         if index is None:
-            index = ScopeIndex(await self.storage.fetch_memories(scope), self.keywords.keywords)
+            index = ScopeIndex(await self._store.fetch_memories(scope), self.keywords.keywords)
             self._indexes[scope] = index
             if len(self._indexes) > INDEX_CACHE_SCOPES:
                 self._indexes.popitem(last=False)

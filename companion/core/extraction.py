@@ -6,6 +6,7 @@ Pure functions: no database, no clock. Anything that is not the documented shape
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 from companion.core import rules
 from companion.core.errors import LLMBadResponseError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
 from companion.core.text import normalize_keyword, normalize_text
 
 MAX_EVENT_CHARS = 50
@@ -81,7 +82,7 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
         return None
     return MemoryDraft(
         event=event, keywords=keywords, importance=rules.clamp_importance(importance),
-        validity=validity, type=mtype, source=Source.EXTRACTION,
+        validity=validity, type=mtype, origin=Origin.EXTRACTED,
     )
 
 
@@ -132,6 +133,12 @@ def clean_keywords(value: object) -> list[str]:
 def event_key(event: str) -> str:
     """The same event told twice: compare without the date prefix, punctuation, spaces or case."""
     return _NOT_WORD.sub("", _DATE_PREFIX.sub("", normalize_text(event)).lower())
+
+
+def fingerprint(event: str) -> str:
+    """A one-way hash of an event's normal form: lets a tombstone recognise the same event told again
+    without keeping its words."""
+    return hashlib.sha256(event_key(event).encode("utf-8")).hexdigest()[:32]
 
 
 def keyword_overlap(a: Sequence[str], b: Sequence[str]) -> float:
