@@ -89,8 +89,9 @@ CORE = MigrationSet("core", (
 SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)
 
 
-async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] = SHARED_SETS) -> None:
-    """Apply the database-wide steps not applied yet, inside the caller's transaction."""
+async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:
+    """Apply the database-wide steps not applied yet (of ``SHARED_SETS`` unless given), inside the caller's
+    transaction."""
     await conn.execute(
         "CREATE TABLE IF NOT EXISTS migrations (owner TEXT NOT NULL, name TEXT NOT NULL, applied_at TEXT NOT NULL, "
         "PRIMARY KEY (owner, name))"
@@ -104,7 +105,7 @@ async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[Mi
         await conn.execute("PRAGMA user_version = 0")
     cursor = await conn.execute("SELECT owner, name FROM migrations")
     done = {(str(o), str(n)) for o, n in await cursor.fetchall()}
-    for migration_set in sets:
+    for migration_set in SHARED_SETS if sets is None else sets:
         for step in migration_set.steps:
             if (migration_set.owner, step.name) in done:
                 continue
