@@ -22,7 +22,10 @@ from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope,
 from companion.core.text import normalize_text
 from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.engine.retrievers import DenseRetriever
+from companion.engine.search import SEARCH_RULES, search_memories
 from companion.llm.client import LLMClient
+from companion.recall.filters import MemoryFilter
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
@@ -90,9 +93,11 @@ class DecayReport:
 
 class MemoryEngine:
     def __init__(
-        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
+        dense: DenseRetriever | None = None,
     ) -> None:
         self._store = store
+        self.dense = dense  # semantic recall, when an embedding backend is configured
         self.keywords = keywords
         self.config = config
         self.llm = llm
@@ -109,7 +114,8 @@ class MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop."""
         await asyncio.to_thread(keywords.load)
         keywords.add_words(settings.important_keywords)
-        return cls(store, keywords, EngineConfig.from_settings(settings), llm)
+        dense = await DenseRetriever.from_settings(store, settings)
+        return cls(store, keywords, EngineConfig.from_settings(settings), llm, dense)
 
     @classmethod
     async def open(
@@ -126,6 +132,8 @@ class MemoryEngine:
         return engine
 
     async def close(self) -> None:
+        if self.dense is not None:
+            await self.dense.close()
         if self._owns_store:
             await self._store.close()
 
@@ -182,6 +190,7 @@ class MemoryEngine:
             ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
         self.profiles.invalidate(scope)
+        await self._embed(scope, now)
         return [*ids, *(m.id for m in plan.updates)]
 
     async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
@@ -198,6 +207,11 @@ class MemoryEngine:
             for memory in await self._store.fetch_by_ids(scope, ids):
                 index.add(memory)
 
+    async def _embed(self, scope: Scope, now: datetime) -> None:
+        # After the lock: an embedding call never holds up the scope's other writes.
+        if self.dense is not None:
+            await self.dense.sync(scope, now)
+
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
         draft.event = normalize_text(draft.event)
         draft.keywords = clean_keywords(draft.keywords) or self.keywords.keywords(draft.event, limit=8)
@@ -211,6 +225,8 @@ class MemoryEngine:
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
             wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
             await self._store.apply_changes(scope, utcnow(), forget=sorted(wanted), reason=reason)
+            if wanted and self.dense is not None:
+                await self.dense.forget(sorted(wanted))
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
                 await self._store.delete_profile(scope)
@@ -254,7 +270,20 @@ class MemoryEngine:
             turn=turn,
             cooldown=cooldown,
         )
-        return index.rank(query, now, rules)
+        ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
+        return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
+
+    async def search(
+        self, scope: Scope, query: str, filters: MemoryFilter | None = None, *, limit: int = 10,
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        """search_memories: the scope's active memories matching ``query`` (by keywords and, when
+        configured, meaning) and ``filters`` (type, tier, origin, creation time), best first; a blank
+        query lists the newest. No recall gate, floor or cooldown."""
+        words = self.keywords.keywords(query, limit=MAX_QUERY_TERMS)
+        lexical = (await self._index(scope)).rank(words, now or utcnow(), SEARCH_RULES) if words else []
+        return await search_memories(self._store, scope, query, lexical, self.dense, filters or MemoryFilter(),
+                                     limit)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
@@ -299,6 +328,7 @@ class MemoryEngine:
             ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
         self.profiles.invalidate(scope)
+        await self._embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
@@ -343,6 +373,8 @@ class MemoryEngine:
         # Recorded once every scope is done: a run cut short is simply run again (whole days since each
         # row's own anchor, so nothing decays twice).
         await self._store.set_meta("last_decay_at", to_db(now))
+        if self.dense is not None:
+            await self.dense.prune()  # cleanup tombstoned rows in SQL; their vectors go too
         self._indexes.clear()
         for scope in scopes:
             self.profiles.invalidate(scope)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from companion.storage import vector_schema
+
 Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
 
 
@@ -86,7 +88,9 @@ CORE = MigrationSet("core", (
     ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
     """),
 ))
-SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)
+# Semantic recall's vectors (``vector_schema.py``), created empty whether or not a backend is configured.
+VECTORS = MigrationSet(vector_schema.OWNER, tuple(Migration(name, script) for name, script in vector_schema.STEPS))
+SHARED_SETS: tuple[MigrationSet, ...] = (CORE, VECTORS)
 
 
 async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:
