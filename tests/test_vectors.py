@@ -35,7 +35,7 @@ def cosine_distance(a: bytes, b: bytes) -> float:
     cannot load the extension: the SQL path then runs against this stand-in."""
     x, y = unpack(a), unpack(b)
     norms = (sum(v * v for v in x) * sum(v * v for v in y)) ** 0.5
-    return 1.0 - sum(p * q for p, q in zip(x, y, strict=True)) / norms
+    return float(1.0 - sum(p * q for p, q in zip(x, y, strict=True)) / norms)
 
 
 @pytest.fixture(params=["python", "sqlite-vec", "sqlite-vec-sql"])
