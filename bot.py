@@ -6,6 +6,7 @@
     python bot.py restore PATH    rebuild the database from a backup folder or snapshot [--force]
     python bot.py memories USER   print a user's memories as a table
     python bot.py decay           run decay and cleanup now
+    python bot.py reindex         embed memories for semantic recall (when a backend is configured)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from tqdm import tqdm
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatConfig, ChatService
@@ -170,9 +172,28 @@ async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
+    if settings.embedding_backend is None:
+        raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
+                          "(or EMBEDDING_LOCAL_MODEL); see .env.example")
+    async with services(settings, need_llm=False) as parts:
+        dense = parts.engine.dense
+        if dense is None:
+            raise ConfigError("semantic recall could not start; see the log above")
+        with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            written = await dense.reindex(force=args.force, progress=progress)
+    print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "run": run_bot, "console": run_console_mode, "backup": run_backup, "restore": run_restore,
-    "memories": run_memories, "decay": run_decay,
+    "memories": run_memories, "decay": run_decay, "reindex": run_reindex,
 }
 
 
@@ -189,6 +210,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mem_p.add_argument("user_id", type=int)
     mem_p.add_argument("--chat", type=int, default=None, help="group chat id, for a group scope")
     sub.add_parser("decay", help="run decay and cleanup now")
+    reindex_p = sub.add_parser("reindex", help="embed memories for semantic recall")
+    reindex_p.add_argument("--force", action="store_true", help="embed every memory again, not only missing ones")
     args = parser.parse_args(argv)
     args.command = args.command or "run"
     return args
