@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.dataset import MemoryLine, QueryLine, write_dataset
+from bench.dataset import DatasetLine, MemoryLine, QueryLine, write_dataset
 from bench.dense import replay_dense
 from tests.fakes.embeddings import FakeEmbeddings
 
@@ -71,7 +71,7 @@ def test_the_dense_bench_command(server_in_thread: FakeEmbeddings, tmp_path: Pat
 
 
 async def test_queries_without_a_relevant_memory_measure_false_injection(tmp_path: Path) -> None:
-    lines = [*memories("u1"), QueryLine("u1", "q1", LATER, "狗狗最近怎么样", ("u1m0",))]
+    lines: list[DatasetLine] = [*memories("u1"), QueryLine("u1", "q1", LATER, "狗狗最近怎么样", ("u1m0",))]
     async with FakeEmbeddings(synonyms=SYNONYMS) as fake:
         replay = await replay_dense(lines, (1, 5), fake.base_url, "fake-ngrams")
     assert replay.results["dense"].count == 1 and replay.notes["vectors written"] == 4
