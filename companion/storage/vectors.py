@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+import math
 import operator
 import sqlite3
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,7 +44,13 @@ def unpack(blob: bytes) -> array[float]:
     return values
 
 
+# Python 3.12+ has a C dot product (several times faster); 3.11 sums the products.
+_SUMPROD: Callable[[Sequence[float], Sequence[float]], float] | None = getattr(math, "sumprod", None)
+
+
 def dot(a: Sequence[float], b: Sequence[float]) -> float:
+    if _SUMPROD is not None:
+        return float(_SUMPROD(a, b))
     return float(sum(map(operator.mul, a, b)))
 
 
