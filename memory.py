@@ -225,12 +225,12 @@ class MemoryEngine:
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
             wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
             await self._store.apply_changes(scope, utcnow(), forget=sorted(wanted), reason=reason)
-            if wanted and self.dense is not None:
-                await self.dense.forget(sorted(wanted))
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
                 await self._store.delete_profile(scope)
         self._invalidate(scope)
+        if self.dense is not None:
+            await self.dense.prune(scope)  # every vector of a forgotten memory, whatever forgot it
         return len(wanted)
 
     async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
@@ -248,6 +248,18 @@ class MemoryEngine:
         if not found:
             raise MemoryNotFoundError(f"no memory {handle}")
         return found[0]
+
+    async def search(
+        self, scope: Scope, query: str, filters: MemoryFilter | None = None, *, limit: int = 10,
+        now: datetime | None = None,
+    ) -> list[Memory]:
+        """search_memories: the scope's active memories matching ``query`` (by keywords and, when
+        configured, meaning) and ``filters`` (type, tier, origin, creation time), best first; a blank
+        query lists the newest. No recall gate, floor or cooldown."""
+        words = self.keywords.keywords(query, limit=MAX_QUERY_TERMS)
+        lexical = (await self._index(scope)).rank(words, now or utcnow(), SEARCH_RULES) if words else []
+        return await search_memories(self._store, scope, query, lexical, self.dense, filters or MemoryFilter(),
+                                     limit)
 
     # ---- recall / context ------------------------------------------------------------------------
 
@@ -272,18 +284,6 @@ class MemoryEngine:
         )
         ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
         return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
-
-    async def search(
-        self, scope: Scope, query: str, filters: MemoryFilter | None = None, *, limit: int = 10,
-        now: datetime | None = None,
-    ) -> list[Memory]:
-        """search_memories: the scope's active memories matching ``query`` (by keywords and, when
-        configured, meaning) and ``filters`` (type, tier, origin, creation time), best first; a blank
-        query lists the newest. No recall gate, floor or cooldown."""
-        words = self.keywords.keywords(query, limit=MAX_QUERY_TERMS)
-        lexical = (await self._index(scope)).rank(words, now or utcnow(), SEARCH_RULES) if words else []
-        return await search_memories(self._store, scope, query, lexical, self.dense, filters or MemoryFilter(),
-                                     limit)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],

@@ -22,6 +22,7 @@ from companion.engine.retrievers import DenseRetriever, document
 from companion.llm.embeddings import EmbeddingError
 from companion.recall.filters import MemoryFilter
 from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
 from tests.fakes.embeddings import FakeEmbeddings
@@ -149,6 +150,19 @@ async def test_forget_removes_the_vectors(setup: Setup) -> None:
     assert await recalled_events(setup.engine, "狗狗最近怎么样") == []
     await setup.engine.forget(ME)
     assert await setup.dense.vectors.count() == 0
+    assert await setup.engine.forget(Scope(999)) == 0  # a scope never written has nothing to prune
+
+
+async def test_vectors_of_memories_tombstoned_elsewhere_never_surface(setup: Setup) -> None:
+    [a] = await setup.engine.remember(ME, [dog()], NOW)
+    # Tombstoned by a path that does not prune: here another process's store on the same file.
+    other = await SQLiteStore.open(setup.settings.db_path)
+    try:
+        await other.apply_changes(ME, NOW, forget=[a])
+    finally:
+        await other.close()
+    assert await recalled_events(setup.engine, "狗狗最近怎么样") == []
+    assert await setup.dense.vectors.count() == 0  # removed on sight
 
 
 async def test_cleanup_removes_the_vectors(setup: Setup) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from companion.config.settings import Settings
-from companion.core.models import Memory, Recalled, Scope
+from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder, OpenAIEmbedder
 from companion.recall.fusion import reciprocal_rank_fusion
@@ -149,11 +149,10 @@ class DenseRetriever:
         rows = [VectorRow(m.id, text_hash(doc), v) for (m, doc), v in zip(todo, vectors, strict=True)]
         return await self.vectors.put(scope, self.model, rows, now)
 
-    async def forget(self, handles: Sequence[int]) -> int:
-        return await self.vectors.delete(handles)
-
-    async def prune(self) -> int:
-        return await self.vectors.prune()
+    async def prune(self, scope: Scope | None = None) -> int:
+        """Delete the vectors of forgotten memories (of one scope, or all): called after a forget, whatever
+        forgot it (the user, a tool, capacity), and after the nightly cleanup, which tombstones in SQL."""
+        return await self.vectors.prune(scope)
 
     async def reindex(self, *, force: bool = False, progress: Progress | None = None) -> int:
         """Embed every scope's active memories that lack a current vector (all of them with ``force``),
@@ -200,6 +199,9 @@ class DenseRetriever:
         hits = await self.nearest(scope, text, self.policy.depth)
         similar = {h: s for h, s in hits if s >= self.policy.min_similarity}
         found = {m.id: m for m in await self._store.fetch_by_ids(scope, list(similar))}
+        gone = [h for h in similar if h not in found or found[h].status is Status.FORGOTTEN]
+        if gone:
+            await self.vectors.delete(gone)  # a tombstone the prune has not reached yet
         dense = [
             h for h in similar
             if h in found and found[h].is_active and found[h].importance >= rules.min_importance

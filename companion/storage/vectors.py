@@ -137,11 +137,12 @@ class VectorStore:
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 
-    async def prune(self) -> int:
-        """Drop vectors whose memory is gone or forgotten (cleanup tombstones rows in SQL, and a crash can
-        fall between a forget and its vector delete). One short transaction per scope."""
+    async def prune(self, scope: Scope | None = None) -> int:
+        """Drop vectors whose memory is gone or forgotten, of one scope or of every scope that has vectors.
+        One short transaction per scope."""
         removed = 0
-        for key in await self._scope_keys():
+        # Only scopes holding vectors: they have a memory table (a scope never written has none).
+        for key in await self._scope_keys(scope):
             table = Scope.from_key(key).table
             try:
                 async with self._store.transaction() as conn:
@@ -166,8 +167,11 @@ class VectorStore:
 
     # ---- reads -----------------------------------------------------------------------------------
 
-    async def _scope_keys(self) -> list[str]:
-        rows = await self._read("SELECT DISTINCT scope_key FROM memory_vectors ORDER BY scope_key", ())
+    async def _scope_keys(self, scope: Scope | None = None) -> list[str]:
+        if scope is not None:
+            rows = await self._read("SELECT scope_key FROM memory_vectors WHERE scope_key = ? LIMIT 1", (scope.key,))
+        else:
+            rows = await self._read("SELECT DISTINCT scope_key FROM memory_vectors ORDER BY scope_key", ())
         return [str(row[0]) for row in rows]
 
     async def _read(self, sql: str, params: tuple[object, ...]) -> list[sqlite3.Row]:
