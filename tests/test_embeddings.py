@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -159,3 +161,27 @@ def test_environment_turns_semantic_recall_on(monkeypatch: pytest.MonkeyPatch) -
     loaded = load_settings(_env_file=None)
     assert loaded.embedding_backend == "openai" and loaded.embedding_dimensions == 512
     assert loaded.embedding_api_key is not None and loaded.embedding_api_key.get_secret_value() == "sk-embed"
+
+
+class StubSentenceTransformer:
+    """Stands in for the extra's class: records how it was loaded, encodes with the fake's n-grams."""
+
+    loaded: ClassVar[list[tuple[str, dict[str, object]]]] = []
+
+    def __init__(self, path: str, **options: object) -> None:
+        StubSentenceTransformer.loaded.append((path, options))
+
+    def encode(self, texts: list[str], **options: object) -> list[list[float]]:
+        assert options.get("normalize_embeddings") is True
+        return [FakeEmbeddings().vector(t, 32) for t in texts]
+
+
+async def test_local_model_loads_only_from_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers",
+                        types.SimpleNamespace(SentenceTransformer=StubSentenceTransformer))
+    local = LocalEmbedder(str(tmp_path), batch_size=4)
+    vectors = await local.embed(["我家小狗叫豆豆", "下周三面试"])
+    await local.embed(["再来一次"], query=True)
+    assert StubSentenceTransformer.loaded == [(str(tmp_path), {"local_files_only": True})]  # loaded once
+    assert len(vectors) == 2 and all(len(v) == 32 for v in vectors)
+    await local.close()
