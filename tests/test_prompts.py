@@ -16,11 +16,12 @@ from companion.engine.profile import parse_profile
 
 # The callers (memory.py, profile.py) pass exactly these; a prompt edit that changes them breaks a call.
 DECLARED = {
-    "extract": {"today", "turns"},
+    "extract": {"today", "known", "turns"},
+    "save": {"today", "text"},
     "profile": {"today", "max_chars", "memories"},
     "system": {"now_local", "core_profile", "dynamic_block", "memory_block"},
 }
-JSON_PROMPTS = ["extract", "profile"]
+JSON_PROMPTS = ["extract", "profile", "save"]
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def test_unknown_prompt_is_an_error() -> None:
 
 
 def test_values_are_inserted_literally() -> None:
-    text = prompts.render("extract", today="$turns", turns="用户：我有 $5 和 ${today}")
+    text = prompts.render("extract", today="$turns", known="（无）", turns="用户：我有 $5 和 ${today}")
     assert "今天是 $turns。" in text
     assert "用户：我有 $5 和 ${today}" in text
 
