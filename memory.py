@@ -36,7 +36,10 @@ INDEX_CACHE_SCOPES = 4096
 MAX_TERMS = 64
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
-MAX_RELATED = 12  # stored memories shown to an extraction, to spot contradictions
+MAX_RELATED = 12
+MAX_INSTRUCTIONS = 5
+MAX_RECENT = 3
+RECENT_WINDOW = timedelta(days=1)  # stored memories shown to an extraction, to spot contradictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,15 @@ class MemoryContext:
     dynamic: list[str] = field(default_factory=list)
     recalled: list[Recalled] = field(default_factory=list)
     keywords: list[str] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
+    recent: list[str] = field(default_factory=list)  # core facts learned in the last day
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    recallable: set[int]
+    instructions: list[str]
+    recent: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,14 +319,30 @@ class MemoryEngine:
     ) -> MemoryContext:
         keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None)
             if allow_recall else []
         )
+        standing = await self._standing(scope, now)
+        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile).
+        recalled = [r for r in recalled if r.memory.id in standing.recallable][: self.config.recall_max]
+        if recalled:
+            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
-            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords
+            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
+            instructions=standing.instructions, recent=standing.recent,
         )
+
+    async def _standing(self, scope: Scope, now: datetime) -> Standing:
+        """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
+        core facts learned in the last day that the profile may not carry yet."""
+        active = await self._store.fetch_memories(scope)
+        _, recallable, instructions = tiers.reply_candidates(active)
+        recent = [m.event for m in sorted(active, key=lambda m: m.created_at, reverse=True)
+                  if now - m.created_at <= RECENT_WINDOW and m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
+                  and m.tier is not Tier.SHORT][:MAX_RECENT]
+        return Standing({m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], recent)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime

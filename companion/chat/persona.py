@@ -13,6 +13,9 @@ from memory import MemoryContext
 def render_system_prompt(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     dynamic = "".join(f"- {line}\n" for line in context.dynamic)
     memories = "".join(f"- {r.memory.event}\n" for r in context.recalled)
+    memories += "".join(f"- （今天刚知道）{line}\n" for line in context.recent)
+    if context.instructions:
+        memories += "用户对聊天方式的要求（请照做）：\n" + "".join(f"- {line}\n" for line in context.instructions)
     return prompts.render(
         "system",
         now_local=show(now, tz),
