@@ -585,6 +585,14 @@ class MemoryEngine:
         back = replace(memory, status=Status.ACTIVE, status_reason="")
         return await self._write(scope, tiers.keep_for_another_period(back, now))
 
+    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
+        """Put a review time back (undoing a "keep")."""
+        return await self._write(scope, replace(await self.get(scope, handle), review_at=when))
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """Record that these memories were shown (a list): their last access time moves."""
+        await self._store.touch(scope, ids, now)
+
     async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
         return await self._write(scope, replace(await self.get(scope, handle), pinned=pinned, updated_at=now))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,15 +22,28 @@ HELP = (
     "我是小伴，一个会记住你的聊天伙伴。\n\n"
     "/start_aiGF — 开启陪伴模式\n"
     "/stop_aiGF — 关闭陪伴模式（长期记忆会保留）\n"
-    "/help — 查看帮助\n\n"
-    "开启后直接发文字就好，我会在你说完后一起回复。"
+    "/reset — 结束这段对话，重新开始\n"
+    "/memories [关键词] — 看看我记得什么（可翻页、忘掉、归档、升级）\n"
+    "/forget 关键词 | all — 让我忘掉某些事或全部\n"
+    "/why 关键词 — 这条记忆是怎么来的\n"
+    "/stats — 记忆统计\n"
+    "/weekly on|off — 每周记忆小结\n\n"
+    "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
+    "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
 )
 # Telegram's command menu accepts only lower-case names; typing /start_aiGF still matches (ignore_case).
 COMMANDS = {
     "start_aigf": "开启陪伴模式",
     "stop_aigf": "关闭陪伴模式",
+    "memories": "我记得什么",
+    "forget": "忘掉某些记忆",
+    "why": "这条记忆从哪来",
+    "stats": "记忆统计",
+    "reset": "重新开始对话",
+    "weekly": "每周记忆小结 on/off",
     "help": "查看帮助",
 }
+START_GREETING = "你好，我是小伴～我会陪你聊天，并记住对你重要的事。点下面的按钮开启陪伴模式吧。"
 
 
 def utf16_len(text: str) -> int:
@@ -143,3 +156,84 @@ def reset_done(saved: Memory | None) -> str:
     if saved is None:
         return "好，我们重新开始聊吧～"
     return f"好，我们重新开始聊吧～刚才聊的我记下了：{saved.event}"
+
+
+# ---- /memories, /why, /stats, weekly -----------------------------------------------------------------
+
+ORIGIN_NAMES = {"extracted": "聊天中记下", "explicit": "你让我记住", "tool": "我主动记下", "admin": "管理员添加",
+                "restore": "从备份恢复"}
+NOT_YOURS = "这不是你的记忆，不能操作。"
+UNDO_EXPIRED = "已经超过一分钟，不能撤销了。"
+CANCELLED = "好的，什么都没改。"
+WEEKLY_ON = "好的，每周我会告诉你这周记住了什么。发送 /weekly off 关闭。"
+WEEKLY_OFF = "好的，不再发送每周记忆小结。"
+
+
+def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str = "", archived: bool = False,
+                start: int = 1) -> str:
+    if archived:
+        head = "已归档的记忆（不会在聊天中被想起，可以恢复）："
+    elif query:
+        head = f"和“{query}”有关的记忆："
+    else:
+        head = "我记得的关于你的事："
+    lines = [head]
+    current = ""
+    for i, memory in enumerate(memories, start=start):
+        if not archived and memory.tier.value != current:
+            current = memory.tier.value
+            lines.append(f"【{tier_name(current)}】")
+        pin = "📌" if memory.pinned else ""
+        lines.append(f"{i - start + 1}. {pin}{memory.event}")
+    if pages > 1:
+        lines.append(f"（第 {page + 1}/{pages} 页）")
+    return "\n".join(lines)
+
+
+def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, tz_show: Callable[[object], str],
+        link: str | None) -> str:
+    lines = [f"“{memory.event}”", f"· {tier_name(memory.tier.value)}，{TYPE_NAMES.get(memory.type.value, '')}，"
+             f"重要程度 {memory.importance:.0f}"]
+    learned = tz_show(memory.source_at or memory.created_at)
+    lines.append(f"· {ORIGIN_NAMES.get(memory.origin.value, memory.origin.value)}，时间 {learned}")
+    if link:
+        lines.append(f"· 原消息：{link}")
+    if memory.updated_at != memory.created_at:
+        lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
+    for old in replaced:
+        lines.append(f"· 取代了之前的：“{old.event}”")
+    if replaced_by is not None:
+        lines.append(f"· 已被新的信息取代：“{replaced_by.event}”")
+    if memory.last_mentioned_at or memory.last_accessed_at:
+        last = max(t for t in (memory.last_mentioned_at, memory.last_accessed_at) if t is not None)
+        lines.append(f"· 上次被想起：{tz_show(last)}（共 {memory.mention_count + memory.access_count} 次）")
+    else:
+        lines.append("· 还没有在聊天中被想起过")
+    return "\n".join(lines)
+
+
+def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learned_week: int, evicted_week: int) -> str:
+    total = sum(by_tier.values())
+    tiers_line = "，".join(f"{tier_name(k)} {v}" for k, v in by_tier.items())
+    types_line = "，".join(f"{TYPE_NAMES.get(k, k)} {v}" for k, v in by_type.items())
+    lines = [f"我记得关于你的 {total} 件事：", f"· {tiers_line}", f"· {types_line}", f"· 已归档 {archived} 条",
+             f"· 这周新记住 {learned_week} 条"]
+    if evicted_week:
+        lines.append(f"· 这周因为记忆太多，清理了 {evicted_week} 条不重要的小事")
+    return "\n".join(lines)
+
+
+def weekly(learned: Sequence[Memory], promoted: int, archived: int, evicted: int) -> str:
+    lines = ["这周我记住了："]
+    lines += [f"· {m.event}" for m in learned[:10]] or ["· （没有新的事情）"]
+    extra = []
+    if promoted:
+        extra.append(f"升级了 {promoted} 条")
+    if archived:
+        extra.append(f"归档了 {archived} 条")
+    if evicted:
+        extra.append(f"因为记忆太多清理了 {evicted} 条小事")
+    if extra:
+        lines.append("另外" + "，".join(extra) + "。")
+    lines.append("想看全部可以发 /memories。")
+    return "\n".join(lines)
