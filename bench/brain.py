@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fakes.llm import FakeLLM, request_text
-from tests.scripted import EXTRACT_MARK, PROFILE_MARK, system_prompt
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK, recalled_events
 
-MEMORY_HEADER = "可能相关的记忆（仅供参考）："
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}\s*")
 _PROFILE_LINE = re.compile(r"^- (.*)（重要程度 [\d.]+，(\w+)）$")
 CORE_CHARS = 120
@@ -49,7 +48,8 @@ class ScriptedModel:
         """Like a real companion: a reply to the turn, bringing up a recalled memory when there is one."""
         self.counts["reply"] += 1
         base = self.replies[self.counts["reply"] % len(self.replies)]
-        fact = self._first_recalled(system_prompt(body))
+        events = recalled_events(body)
+        fact = self._by_event(events[0]) if events else None
         return self._answer("reply", f"{fact['keywords'][0]}的事我一直记着呢。{base}" if fact else base)
 
     def answer_json(self, body: dict[str, Any]) -> str:
@@ -73,14 +73,6 @@ class ScriptedModel:
     def _by_event(self, event: str) -> dict[str, Any] | None:
         plain = _DATE.sub("", event.strip())
         return next((f for f in self.facts.values() if f["event"] == plain), None)
-
-    def _first_recalled(self, system: str) -> dict[str, Any] | None:
-        if MEMORY_HEADER not in system:
-            return None
-        for line in system.split(MEMORY_HEADER, 1)[1].splitlines():
-            if line.startswith("- "):
-                return self._by_event(line[2:])
-        return None
 
     def _profile(self, prompt: str) -> dict[str, Any]:
         """Lasting facts go to the core, recent events to dynamic traits with their keywords."""

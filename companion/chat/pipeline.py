@@ -3,6 +3,12 @@
 Short-term memory (the last turns, recall cooldowns, the extraction countdown) lives here, in the
 process. Long-term memory goes through the engine. Extraction and profile rebuilds run in background
 tasks after the reply, so the user never waits for them.
+
+A reply call is laid out for DeepSeek's prefix cache (see ``persona``): the fixed system message, the
+history, then the latest user message carrying this turn's reference block. The history is trimmed in
+steps (``history_excess``) rather than sliding by one turn, so most turns repeat the whole previous
+prefix. When tools are on and a ``ToolFactory`` is given, the reply runs the bounded tool loop with
+tools built for this turn's scope; otherwise it is the plain chat call, with no tools field.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference, render_system_prompt, with_reference
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.models import Scope, Turn
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient, Message
+from companion.llm.loop import LoopLimits, run_tool_loop
+from companion.llm.tools import ToolFactory, Toolset
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,8 @@ class ChatConfig:
     extract_every_max: int = 12
     important_keywords: tuple[str, ...] = ()
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
+    tools_enabled: bool = True
+    tool_limits: LoopLimits = field(default_factory=LoopLimits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatConfig:
@@ -53,6 +63,7 @@ class ChatConfig:
             extract_every_max=high,
             important_keywords=tuple(settings.important_keywords),
             tz=settings.tz,
+            tools_enabled=settings.llm_tools_enabled,
         )
 
 
@@ -76,12 +87,14 @@ class Reply:
     ok: bool
     recalled: tuple[int, ...] = ()
     mentioned: tuple[int, ...] = ()
+    tool_calls: int = 0
 
 
 class ChatService:
     def __init__(
         self, engine: MemoryEngine, llm: LLMClient, config: ChatConfig, *,
         clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
+        tools: ToolFactory | None = None,
     ) -> None:
         self.engine = engine
         self.llm = llm
@@ -92,6 +105,7 @@ class ChatService:
         self._active: set[Scope] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._refreshing: set[Scope] = set()
+        self._tools = tools if config.tools_enabled else None
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -103,7 +117,7 @@ class ChatService:
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:
-            session = Session(history=deque(maxlen=self.config.history_turns), extract_at=self._next_extraction())
+            session = Session(history=deque(), extract_at=self._next_extraction())
             self._sessions[scope] = session
         return session
 
@@ -154,18 +168,22 @@ class ChatService:
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
-        messages = [
-            {"role": "system", "content": render_system_prompt(context, now, self.config.tz)},
-            *history_messages(session.history),
-        ]
-        messages = merge_user_message(messages, text)
+        # Built per turn, closing over this scope: no tool argument can name another user or chat.
+        toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
+        messages = reply_messages(session.history, text, render_reference(context, now, self.config.tz),
+                                  with_tools=bool(toolset))
         answer: str | None
+        tool_calls = 0
         try:
-            answer = await self.llm.chat(messages, purpose="reply")
+            result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
+                                         limits=self.config.tool_limits)
+            answer, tool_calls = result.text, len(result.outcomes)
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
         session.history.append((text, answer))
+        for _ in range(history_excess(len(session.history), self.config.history_turns)):
+            session.history.popleft()
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
             await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now))
@@ -176,7 +194,7 @@ class ChatService:
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         self._after_turn(scope, session, text, now)
-        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned))
+        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
 
     def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
@@ -242,6 +260,25 @@ class ChatService:
         """Wait for background extractions and profile rebuilds (shutdown, tests, benchmarks)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def history_excess(length: int, keep: int) -> int:
+    """How many of the oldest turns to drop once a turn is recorded. The history grows to
+    ``keep + step - 1`` turns (``step`` = half of ``keep``) and is then cut back to ``keep``: every call
+    sees at least ``keep`` past turns, and the prompt prefix changes at the cut only, one turn in
+    ``step``, instead of every turn as a sliding window would."""
+    step = max(1, keep // 2)
+    return length - keep if length >= keep + step else 0
+
+
+def reply_messages(
+    history: Sequence[tuple[str, str | None]], text: str, reference: str, *, with_tools: bool = False
+) -> list[Message]:
+    """A reply call's messages: fixed system message, history, then the latest user message (merged with
+    any unanswered turns) carrying this turn's reference block."""
+    messages = merge_user_message([{"role": "system", "content": render_system_prompt(with_tools)},
+                                   *history_messages(history)], text)
+    return [*messages[:-1], {"role": "user", "content": with_reference(messages[-1]["content"], reference)}]
 
 
 def history_messages(history: Sequence[tuple[str, str | None]]) -> list[Message]:

@@ -231,7 +231,7 @@ class FakeLLM:
     def chat_requests(self) -> list[JSONDict]:
         return [r for r in self.requests if not is_json_mode(r)]
 
-    def tool_results(self, body: JSONDict) -> list[JSONDict]:
+    def tool_results(self, body: JSONDict) -> list[Any]:
         """The tool messages of a request, their JSON content parsed."""
         return [json.loads(m["content"]) for m in body["messages"] if m.get("role") == "tool"]
 
@@ -354,7 +354,7 @@ class FakeLLM:
         prompt_tokens = len(prompt) // 2
         completion_tokens = len(content if isinstance(answer, ToolCallAnswer) else answer) // 2
         # DeepSeek's cache split, estimated like the totals: the prefix shared with the previous request.
-        hit = min(_common_prefix(prompt, self._last_prompt) // 2, prompt_tokens)
+        hit = min(common_prefix(prompt, self._last_prompt) // 2, prompt_tokens)
         self._last_prompt = prompt
         return {
             "id": f"chatcmpl-fake-{next(self._ids)}",
@@ -373,7 +373,7 @@ class FakeLLM:
         }
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the common prefix, by bisection on slice equality (C speed on long prompts)."""
     low, high = 0, min(len(a), len(b))
     while low < high:
