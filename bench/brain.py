@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.llm import FakeLLM, request_text
-from tests.scripted import EXTRACT_MARK, PROFILE_MARK, recalled_events
+from bench.standin_tools import wants_tool
+from tests.fakes.llm import FakeLLM, ToolCallAnswer, request_text
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK, latest_user_message, recalled_events, user_words
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}\s*")
 _PROFILE_LINE = re.compile(r"^- (.*)（重要程度 [\d.]+，(\w+)）$")
@@ -44,8 +45,13 @@ class ScriptedModel:
         llm.set_json_reply(self.answer_json)
         llm.set_chat_reply(self.answer_chat)
 
-    def answer_chat(self, body: dict[str, Any]) -> str:
-        """Like a real companion: a reply to the turn, bringing up a recalled memory when there is one."""
+    def answer_chat(self, body: dict[str, Any]) -> str | ToolCallAnswer:
+        """Like a real companion: a reply to the turn, bringing up a recalled memory when there is one;
+        with tools offered, first a tool call when the user asks to be remembered or asks what it recalls."""
+        call = wants_tool(user_words(latest_user_message(body)))
+        if call and body.get("tools") and body.get("tool_choice") != "none" and body["messages"][-1]["role"] == "user":
+            self._answer("reply", json.dumps(call, ensure_ascii=False))
+            return ToolCallAnswer([call])
         self.counts["reply"] += 1
         base = self.replies[self.counts["reply"] % len(self.replies)]
         events = recalled_events(body)

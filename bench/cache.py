@@ -9,8 +9,9 @@ any other character ~ 0.3 token. Two shares per call:
   issue's measure; an upper bound of what the cache can give).
 - ``units``: DeepSeek's documented persistence rules (api-docs.deepseek.com/guides/kv_cache): a call hits
   only whole cached prefix units, written at the end of each request's input and at common prefixes
-  detected between requests. Estimated as the longest of: the previous call's whole input, or the common
-  prefix of the two previous calls, when this call starts with it. Fixed-interval units on long prompts
+  detected between requests. Estimated as the longest unit this call starts with, among every earlier
+  call's whole input and the common prefix of every two consecutive earlier calls. Fixed-interval units
+  on long prompts and prefixes shared with other users (the system message is the same for everyone)
   are left out, so this is a lower estimate.
 
 Pure functions of request bodies, so they can be pointed at requests recorded by any version of the bot.
@@ -56,13 +57,14 @@ def cache_shares(bodies: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
     The bodies are one user's reply calls; the first call has nothing to hit."""
     streams = [prompt_stream(body) for body in bodies]
     out: list[dict[str, float]] = []
+    units: list[str] = []
     for i, stream in enumerate(streams):
         total = estimate_tokens(stream)
         prefix = common_prefix(stream, streams[i - 1]) if i else 0
-        units = [streams[i - 1]] if i else []
-        if i >= 2:
-            units.append(streams[i - 1][: common_prefix(streams[i - 2], streams[i - 1])])
         unit = max((len(u) for u in units if stream.startswith(u)), default=0)
+        units.append(stream)
+        if i:
+            units.append(stream[:prefix])
         out.append({"prompt_tokens": total,
                     "prefix": estimate_tokens(stream[:prefix]) / total if total else 0.0,
                     "units": estimate_tokens(stream[:unit]) / total if total else 0.0})

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.brain import ScriptedModel
-from bench.cache import cache_shares, estimate_tokens, share_summary
+from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
+from bench.standin_tools import standin_tools
 from bench.timing import latency_summary
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
@@ -56,6 +57,7 @@ class CostConfig:
     turns: int = 200
     minutes_per_turn: float = 3.0
     seed: int = 7
+    tools: bool = False  # offer the stand-in memory tools (bench/standin_tools.py)
 
 
 class SimClock:
@@ -92,7 +94,9 @@ def memory_parts(reference: str) -> dict[str, str]:
 
 
 async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
-                   facts: Mapping[str, dict[str, Any]] = FACTS) -> dict[str, Any]:
+                   facts: Mapping[str, dict[str, Any]] = FACTS,
+                   record: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Play the script; ``record``, when given, receives every request body the fake model saw."""
     script = [turns[n % len(turns)] for n in range(config.turns)]
     async with FakeLLM() as fake:
         model = ScriptedModel(facts, record=True)
@@ -108,6 +112,8 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
             finally:
                 await engine.close()
                 await llm.close()
+        if record is not None:
+            record.extend(fake.requests)
         return _report(config, fake.requests, model.answers, llm, replies, stored)
 
 
@@ -116,7 +122,7 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
     """Plays the script; returns (memories recalled, memories mentioned) per turn."""
     clock = SimClock(START)
     chat = ChatService(engine, llm, ChatConfig.from_settings(settings), clock=clock,
-                       rng=random.Random(config.seed))
+                       rng=random.Random(config.seed), tools=standin_tools if config.tools else None)
     scope = Scope(1)
     await chat.start(scope)
     out: list[tuple[int, int]] = []
@@ -176,13 +182,15 @@ def tool_costs(replies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     message is a tool result), with their estimated prompt tokens."""
     follow_ups = [body for body in replies if body["messages"][-1].get("role") == "tool"]
     first_rounds = len(replies) - len(follow_ups)
+    offered = [body for body in replies if body.get("tools")]
     return {
+        "tool_definition_tokens": estimate_tokens(json.dumps(offered[0]["tools"], ensure_ascii=False))
+        if offered else 0,
         "calls_offering_tools": sum(1 for body in replies if body.get("tools")),
         "turns": first_rounds,
         "follow_up_calls": len(follow_ups),
         "follow_up_calls_per_turn": round(len(follow_ups) / first_rounds, 3) if first_rounds else 0.0,
-        "follow_up_prompt_tokens": sum(estimate_tokens(json.dumps(b["messages"], ensure_ascii=False))
-                                       for b in follow_ups),
+        "follow_up_prompt_tokens": sum(estimate_tokens(prompt_stream(body)) for body in follow_ups),
     }
 
 
@@ -202,10 +210,17 @@ def format_cost(report: dict[str, Any]) -> str:
         f"turns with recalled memories: {report['turns_with_recall']}, mentioned in the reply: "
         f"{report['recalled_memories_mentioned']}; memories stored at the end: {report['memories_stored']}",
         *format_cache(report["cache"]),
-        f"tools: offered on {report['tools']['calls_offering_tools']} reply calls; follow-up calls "
-        f"{report['tools']['follow_up_calls']} ({report['tools']['follow_up_calls_per_turn']} per turn)",
+        f"tools: offered on {report['tools']['calls_offering_tools']} reply calls "
+        f"({report['tools']['tool_definition_tokens']} tokens~ of definitions); follow-up calls "
+        f"{report['tools']['follow_up_calls']} ({report['tools']['follow_up_calls_per_turn']} per turn, "
+        f"{report['tools']['follow_up_prompt_tokens']} prompt tokens~ in all)",
     ]
     return "\n".join(lines)
+
+
+def shares_of(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Cache shares of recorded request bodies (one user's conversation, JSON lines of any bot version)."""
+    return share_summary(cache_shares([body for body in bodies if purpose_of(body) == "reply"]))
 
 
 def format_cache(summary: Mapping[str, Any]) -> list[str]:

@@ -103,8 +103,8 @@ async def test_short_term_context_keeps_ten_turns_and_drops_old_ones_in_steps(ri
     for i in range(22):
         await rig.chat.reply(ME, f"第{i}句")
     calls = [[user_words(m["content"]) for m in r["messages"] if m["role"] == "user"] for r in rig.llm.chat_requests()]
-    # Up to 14 past turns, then back to 10: the prompt prefix changes once in five turns, not every turn.
-    assert [len(users) - 1 for users in calls] == [*range(15), 10, 11, 12, 13, 14, 10, 11]
+    # Up to 19 past turns, then back to 10: the prompt prefix changes once in ten turns, not every turn.
+    assert [len(users) - 1 for users in calls] == [*range(20), 10, 11]
     assert calls[-1][0] == "第10句" and calls[-1][-1] == "第21句"
 
 

@@ -263,12 +263,12 @@ class ChatService:
 
 
 def history_excess(length: int, keep: int) -> int:
-    """How many of the oldest turns to drop once a turn is recorded. The history grows to
-    ``keep + step - 1`` turns (``step`` = half of ``keep``) and is then cut back to ``keep``: every call
-    sees at least ``keep`` past turns, and the prompt prefix changes at the cut only, one turn in
-    ``step``, instead of every turn as a sliding window would."""
-    step = max(1, keep // 2)
-    return length - keep if length >= keep + step else 0
+    """How many of the oldest turns to drop once a turn is recorded. The history grows to ``2 * keep - 1``
+    turns and is then cut back to ``keep``: every call sees at least ``keep`` past turns, and the prompt
+    prefix changes at the cut only, one turn in ``keep``, instead of every turn as a sliding window would.
+    (Cutting every ``keep // 2`` turns sends fewer tokens but misses the cache more often, and costs more
+    in the cost benchmark; BENCHMARKS.md, "Prompt cache".)"""
+    return length - keep if length >= 2 * keep else 0
 
 
 def reply_messages(
