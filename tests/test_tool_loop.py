@@ -168,6 +168,8 @@ async def test_usage_records_carry_cache_split_latency_and_failures(
     reply = totals.by_purpose()["reply"]
     assert reply.calls == 2 and reply.cache_hit_share is not None and 0 < reply.cache_hit_share < 1
     assert totals.by_day()[date(2025, 12, 23)].failures == 1
+    assert llm.usage.cache_hit_tokens["reply"] == second.cache_hit_tokens
+    assert llm.usage.cache_miss_tokens["reply"] == (first.cache_miss_tokens or 0) + (second.cache_miss_tokens or 0)
 
 
 async def test_a_failing_sink_never_fails_the_call(fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:

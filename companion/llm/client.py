@@ -43,6 +43,8 @@ class Usage:
     completion_chars: Counter[str] = field(default_factory=Counter)
     prompt_tokens: Counter[str] = field(default_factory=Counter)
     completion_tokens: Counter[str] = field(default_factory=Counter)
+    cache_hit_tokens: Counter[str] = field(default_factory=Counter)
+    cache_miss_tokens: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
 
 
@@ -154,6 +156,9 @@ class LLMClient:
         if response.usage is not None:
             self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
             self.usage.completion_tokens[purpose] += response.usage.completion_tokens
+            hit, miss = cache_split(response.usage)
+            self.usage.cache_hit_tokens[purpose] += hit or 0
+            self.usage.cache_miss_tokens[purpose] += miss or 0
         await self._record(purpose, response, started, ok=True, tool_calls=len(completion.tool_calls))
         log.debug("llm %s answered %d chars, %d tool calls", purpose, len(completion.content or ""),
                   len(completion.tool_calls))
