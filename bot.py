@@ -38,7 +38,7 @@ from companion.ops.backup import make_backup
 from companion.ops.restore import restore
 from companion.ops.table import memories_table
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore
 from handlers import build_router
 from handlers.commands import bot_commands
 from memory import MemoryEngine
@@ -57,7 +57,7 @@ def build_llm(settings: Settings) -> LLMClient:
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    store: Storage
+    store: SQLiteStore
     engine: MemoryEngine
     llm: LLMClient | None
 
@@ -67,7 +67,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
     try:
-        store = await Storage.open(settings.db_path)
+        store = await SQLiteStore.open(settings.db_path)
         try:
             engine = await MemoryEngine.create(store, settings, KeywordExtractor(), llm)
             yield Services(store, engine, llm)
@@ -135,7 +135,7 @@ def _progress(label: str) -> Callable[[int, int], None]:
 
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
-    storage = await Storage.open(settings.db_path)
+    storage = await SQLiteStore.open(settings.db_path)
     try:
         result = await make_backup(
             storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, _progress("backup")
@@ -154,7 +154,7 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
-    storage = await Storage.open(settings.db_path)
+    storage = await SQLiteStore.open(settings.db_path)
     try:
         memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
     finally:

@@ -9,22 +9,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import prompts
 from companion.config.settings import Settings
-from companion.core.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
-from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope, Turn
+from companion.core import tiers
+from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
+from companion.core.extraction import MergePlan, clean_keywords, fingerprint, parse_extraction, plan_merge, tells
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Profile, Recalled, Scope, Status, Tier, Turn
 from companion.core.text import normalize_text
-from companion.core.timeutil import from_db, local_date, show, utcnow
+from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.engine.saving import guess_draft, parse_saved
 from companion.llm.client import LLMClient
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import Storage
+from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
+from companion.storage.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,10 @@ INDEX_CACHE_SCOPES = 4096
 MAX_TERMS = 64
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
+MAX_RELATED = 12
+MAX_INSTRUCTIONS = 5
+MAX_RECENT = 3
+RECENT_WINDOW = timedelta(days=1)  # stored memories shown to an extraction, to spot contradictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class EngineConfig:
     recall_min_match: float = 0.34
     recall_cooldown_turns: int = 5
     extract_max_turns: int = 12
+    capacity: int = 200
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
     profile: ProfilePolicy = field(default_factory=ProfilePolicy)
 
@@ -52,6 +61,7 @@ class EngineConfig:
             recall_min_match=settings.recall_min_match,
             recall_cooldown_turns=settings.recall_cooldown_turns,
             extract_max_turns=settings.extract_max_turns,
+            capacity=settings.memory_capacity,
             tz=settings.tz,
             profile=ProfilePolicy(
                 ttl=timedelta(hours=settings.profile_ttl_hours),
@@ -70,6 +80,35 @@ class MemoryContext:
     dynamic: list[str] = field(default_factory=list)
     recalled: list[Recalled] = field(default_factory=list)
     keywords: list[str] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
+    recent: list[str] = field(default_factory=list)  # core facts learned in the last day
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    recallable: set[int]
+    instructions: list[str]
+    recent: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """``/why``: the memory (with its source message and times), what it replaced, what replaced it."""
+
+    memory: Memory
+    replaced: list[Memory]
+    replaced_by: Memory | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    by_tier: dict[Tier, int]
+    by_type: dict[MemoryType, int]
+    archived: int
+    superseded: int
+    learned_this_week: int
+    evicted_this_week: int
+    pending_turns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +127,23 @@ class DecayReport:
 
 class MemoryEngine:
     def __init__(
-        self, storage: Storage, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
     ) -> None:
-        self.storage = storage
+        self._store = store
         self.keywords = keywords
         self.config = config
         self.llm = llm
-        self.profiles = ProfileService(storage, llm, config.tz, config.profile)
+        self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
         self._locks: dict[Scope, asyncio.Lock] = {}
         self._data_version: int | None = None
         self._owns_store = False
+        # Fingerprints of what each scope asked to forget, so extraction does not learn it again.
+        self._forgotten_prints: dict[Scope, set[str]] = {}
 
     @classmethod
     async def create(
-        cls, store: Storage, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+        cls, store: MemoryStore, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop."""
         await asyncio.to_thread(keywords.load)
@@ -114,7 +155,7 @@ class MemoryEngine:
         cls, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
         """Open the SQLite store named by the settings and an engine that owns it (closed with it)."""
-        store = await Storage.open(settings.db_path)
+        store = await SQLiteStore.open(settings.db_path)
         try:
             engine = await cls.create(store, settings, keywords, llm)
         except BaseException:
@@ -125,16 +166,16 @@ class MemoryEngine:
 
     async def close(self) -> None:
         if self._owns_store:
-            await self.storage.close()
+            await self._store.close()
 
     # ---- scope state -----------------------------------------------------------------------------
 
     async def active_scopes(self) -> set[Scope]:
         """Scopes with companion mode on (the flag survives restarts)."""
-        return await self.storage.active_scopes()
+        return await self._store.active_scopes()
 
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
-        await self.storage.set_active(scope, active, now)
+        await self._store.set_active(scope, active, now)
         if not active:
             self.profiles.invalidate(scope)
 
@@ -148,16 +189,16 @@ class MemoryEngine:
         return self.config.extract_max_turns
 
     async def pending_count(self, scope: Scope) -> int:
-        return await self.storage.count_pending(scope)
+        return await self._store.count_pending(scope)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
-        return await self.storage.pending_turns(scope, limit)
+        return await self._store.pending_turns(scope, limit)
 
     async def scopes_with_pending(self) -> list[Scope]:
-        return await self.storage.scopes_with_pending()
+        return await self._store.scopes_with_pending()
 
     async def last_decay_at(self) -> datetime | None:
-        stored = await self.storage.get_meta("last_decay_at")
+        stored = await self._store.get_meta("last_decay_at")
         return None if stored is None else from_db(stored)
 
     async def profile(self, scope: Scope) -> Profile | None:
@@ -177,9 +218,13 @@ class MemoryEngine:
         prepared = [self._prepare(d) for d in drafts]
         async with self.lock(scope):
             plan = await self._plan(scope, prepared, now)
-            ids = await self.storage.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            await self._supersede(scope, plan.inserts, ids, now)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+            evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         return [*ids, *(m.id for m in plan.updates)]
 
     async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
@@ -193,7 +238,7 @@ class MemoryEngine:
     async def _reindex(self, scope: Scope, ids: Sequence[int]) -> None:
         index = self._indexes.get(scope)
         if index is not None:
-            for memory in await self.storage.fetch_by_ids(scope, ids):
+            for memory in await self._store.fetch_by_ids(scope, ids):
                 index.add(memory)
 
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
@@ -202,20 +247,48 @@ class MemoryEngine:
         draft.terms = self.keywords.keywords(draft.event, limit=MAX_TERMS)
         return draft
 
-    async def forget(self, scope: Scope, ids: Iterable[int] | None = None) -> int:
-        """Delete some memories, or all of a scope's when ``ids`` is None. Returns how many went."""
+    async def forget(self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user") -> int:
+        """Forget some memories, or all of a scope's when ``ids`` is None; returns how many went."""
+        return len(await self.forget_memories(scope, ids, reason=reason))
+
+    async def forget_memories(
+        self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
+    ) -> list[Memory]:
+        """Forget and return what was forgotten (as it was, so the chat layer can scrub its short-term
+        context). The text goes at once, everywhere: table, index, profile, and the queued turns that told
+        it (so a later extraction cannot bring it back); a content-free tombstone stays."""
         async with self.lock(scope):
-            stored = await self.storage.fetch_memories(scope)
-            wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
-            await self.storage.apply_changes(scope, utcnow(), deletes=sorted(wanted))
+            stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
+            wanted = [m for m in stored if ids is None or m.id in set(ids)]
+            await self._store.apply_changes(scope, utcnow(), forget=[m.id for m in wanted], reason=reason)
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
-                await self.storage.delete_profile(scope)
+                await self._store.delete_profile(scope)
+                if reason == "user":
+                    await self._drop_telling_turns(scope, wanted)
         self._invalidate(scope)
-        return len(wanted)
+        return wanted
 
-    async def memories(self, scope: Scope) -> list[Memory]:
-        return await self.storage.fetch_memories(scope)
+    async def _drop_telling_turns(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
+        turns = await self._store.pending_turns(scope, 10_000)
+        telling = [t.id for t in turns if t.id is not None and any(tells(t.user, m) for m in forgotten)]
+        await self._store.drop_turns(scope, telling)
+
+    async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
+        """The scope's memories in these statuses (active by default), oldest first."""
+        return await self._store.fetch_memories(scope, statuses)
+
+    async def get(self, scope: Scope, handle: int) -> Memory:
+        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
+        owner = await self._store.owner_of(handle)
+        if owner is None:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        if owner != scope:
+            raise NotYourMemoryError(f"memory {handle} belongs to another scope")
+        found = await self._store.fetch_by_ids(scope, [handle])
+        if not found:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        return found[0]
 
     # ---- recall / context ------------------------------------------------------------------------
 
@@ -246,21 +319,37 @@ class MemoryEngine:
     ) -> MemoryContext:
         keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None)
             if allow_recall else []
         )
+        standing = await self._standing(scope, now)
+        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile).
+        recalled = [r for r in recalled if r.memory.id in standing.recallable][: self.config.recall_max]
+        if recalled:
+            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
-            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords
+            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
+            instructions=standing.instructions, recent=standing.recent,
         )
+
+    async def _standing(self, scope: Scope, now: datetime) -> Standing:
+        """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
+        core facts learned in the last day that the profile may not carry yet."""
+        active = await self._store.fetch_memories(scope)
+        _, recallable, instructions = tiers.reply_candidates(active)
+        recent = [m.event for m in sorted(active, key=lambda m: m.created_at, reverse=True)
+                  if now - m.created_at <= RECENT_WINDOW and m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
+                  and m.tier is not Tier.SHORT][:MAX_RECENT]
+        return Standing({m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], recent)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
     ) -> list[int]:
         ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
         if ids:
-            await self.storage.mark_mentioned(scope, ids, now)
+            await self._store.mark_mentioned(scope, ids, now)
             await self._reindex(scope, ids)
         return ids
 
@@ -268,30 +357,42 @@ class MemoryEngine:
 
     async def note_turn(self, scope: Scope, turn: Turn) -> None:
         """Queue a finished exchange for the next extraction; it stays queued until one succeeds."""
-        await self.storage.add_turn(scope, turn)
+        await self._store.add_turn(scope, turn)
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
         """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
         async with self.lock(scope):
-            turns = await self.storage.pending_turns(scope, self.config.extract_max_turns)
+            turns = await self._store.pending_turns(scope, self.config.extract_max_turns)
             if not turns:
                 return Consolidation(0, 0, 0)
-            drafts = await self._extract(turns, now)
-            prepared = [self._prepare(d) for d in drafts]
+            known = await self._related(scope, turns)
+            drafts = await self._extract(turns, known, now)
+            for draft in drafts:
+                draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
+                draft.source_at = turns[-1].at
+                draft.source_chat_id, draft.source_message_id = turns[-1].chat_id, turns[-1].message_id
+                if draft.supersedes not in known:
+                    draft.supersedes = None  # only a memory the model was shown, so only this scope's
+            prepared = [self._prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
             plan = await self._plan(scope, prepared, now)
             up_to = max(t.id or 0 for t in turns)
-            ids = await self.storage.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+            ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+            await self._supersede(scope, plan.inserts, ids, now)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+            evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
 
-    async def _extract(self, turns: Sequence[Turn], now: datetime) -> list[MemoryDraft]:
+    async def _extract(self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime) -> list[MemoryDraft]:
         if self.llm is None:
             raise RuntimeError("consolidate needs an LLM client")
         today = local_date(now, self.config.tz)
-        prompt = prompts.render("extract", today=today, turns=self._format_turns(turns))
+        listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
+        prompt = prompts.render("extract", today=today, known=listed, turns=self._format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
         return parse_extraction(data, self.keywords.keywords, today)
 
@@ -317,13 +418,16 @@ class MemoryEngine:
 
     async def decay(self, now: datetime, batch: int = 200) -> DecayReport:
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
-        scopes = await self.storage.scopes()
+        scopes = await self._store.scopes()
         decayed = removed = 0
         for start in range(0, len(scopes), batch):
             part = scopes[start : start + batch]
-            d, r = await self.storage.decay_and_clean(part, now)
+            d, r = await self._store.decay_and_clean(part, now)
             decayed, removed = decayed + d, removed + r
             await asyncio.sleep(0)
+        # Recorded once every scope is done: a run cut short is simply run again (whole days since each
+        # row's own anchor, so nothing decays twice).
+        await self._store.set_meta("last_decay_at", to_db(now))
         self._indexes.clear()
         for scope in scopes:
             self.profiles.invalidate(scope)
@@ -332,14 +436,14 @@ class MemoryEngine:
     # ---- index cache -----------------------------------------------------------------------------
 
     async def _index(self, scope: Scope) -> ScopeIndex:
-        version = await self.storage.data_version()
+        version = await self._store.data_version()
         if version != self._data_version:
             # Another process (an operator's CLI) wrote: nothing cached can be trusted.
             self._indexes.clear()
             self._data_version = version
         index = self._indexes.get(scope)
         if index is None:
-            index = ScopeIndex(await self.storage.fetch_memories(scope), self.keywords.keywords)
+            index = ScopeIndex(await self._store.fetch_memories(scope), self.keywords.keywords)
             self._indexes[scope] = index
             if len(self._indexes) > INDEX_CACHE_SCOPES:
                 self._indexes.popitem(last=False)
@@ -349,4 +453,187 @@ class MemoryEngine:
 
     def _invalidate(self, scope: Scope) -> None:
         self._indexes.pop(scope, None)
+        self._forgotten_prints.pop(scope, None)
         self.profiles.invalidate(scope)
+
+    # ---- life cycle: contradictions, capacity -----------------------------------------------------
+
+    async def _related(self, scope: Scope, turns: Sequence[Turn]) -> dict[int, Memory]:
+        """Stored memories the turns may contradict, shown to the extraction with their handles."""
+        text = " ".join(t.user for t in turns)
+        touched = await self.recall(scope, text, utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None)
+        found = {r.memory.id: r.memory for r in touched}
+        # Names, standing instructions and core facts are what news most often replaces, even in other words.
+        for memory in await self._store.fetch_memories(scope):
+            if len(found) >= MAX_RELATED:
+                break
+            if memory.type is MemoryType.INSTRUCTION or memory.tier is Tier.LONG:
+                found.setdefault(memory.id, memory)
+        return found
+
+    async def _was_forgotten(self, scope: Scope, draft: MemoryDraft) -> bool:
+        """A draft whose words equal a memory the user asked to forget is not learned again."""
+        if scope not in self._forgotten_prints:
+            stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
+            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == "user"}
+        return fingerprint(draft.event) in self._forgotten_prints[scope]
+
+    async def _supersede(self, scope: Scope, drafts: Sequence[MemoryDraft], ids: Sequence[int], now: datetime) -> None:
+        """New information that replaces old: the old memory stays, linked to the new one, never recalled."""
+        pairs = {d.supersedes: new for d, new in zip(drafts, ids, strict=True) if d.supersedes is not None}
+        if not pairs:
+            return
+        old = await self._store.fetch_by_ids(scope, list(pairs))
+        updates = [replace(m, status=Status.SUPERSEDED, superseded_by=pairs[m.id], status_reason="replaced",
+                           updated_at=now) for m in old if m.is_active]
+        if updates:
+            await self._store.apply_changes(scope, now, updates=updates)
+            for m in updates:
+                self._drop_from_index(scope, m.id)
+
+    async def _enforce_capacity(self, scope: Scope, now: datetime) -> int:
+        victims = tiers.to_evict(await self._store.fetch_memories(scope), self.config.capacity, now)
+        if victims:
+            await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason="evicted")
+            for m in victims:
+                self._drop_from_index(scope, m.id)
+        return len(victims)
+
+    def _drop_from_index(self, scope: Scope, handle: int) -> None:
+        index = self._indexes.get(scope)
+        if index is not None:
+            index.remove(handle)
+
+    # ---- the user steers: save, edit, move, archive, search, why, reviews, stats ------------------
+
+    async def save_explicit(
+        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
+        source_chat_id: int | None = None, source_message_id: int | None = None,
+    ) -> Memory:
+        """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
+        core preference long-term, important information medium-term, the rest short-term). Works
+        without the model: the words are kept as they are."""
+        draft = await self._judge(text, now)
+        draft.origin, draft.source_at = origin, now
+        draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
+        [handle, *_] = await self.remember(scope, [draft], now)
+        memory = await self.get(scope, handle)
+        if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
+            memory = await self._write(scope, tiers.move_to_tier(memory, draft.tier, now))
+        return memory
+
+    async def _judge(self, text: str, now: datetime) -> MemoryDraft:
+        if self.llm is None:
+            return guess_draft(text, self.keywords.keywords)
+        prompt = prompts.render("save", today=local_date(now, self.config.tz), text=text)
+        try:
+            data = await self.llm.json([{"role": "user", "content": prompt}], purpose="save")
+        except LLMError as exc:
+            log.warning("save without the model's judgement: %s", exc)
+            return guess_draft(text, self.keywords.keywords)
+        return parse_saved(data, text, self.keywords.keywords)
+
+    async def _write(self, scope: Scope, memory: Memory) -> Memory:
+        async with self.lock(scope):
+            await self._store.apply_changes(scope, memory.updated_at, updates=[memory])
+            self._drop_from_index(scope, memory.id)
+            if memory.is_active:
+                await self._reindex(scope, [memory.id])
+        self.profiles.invalidate(scope)
+        return memory
+
+    async def edit(self, scope: Scope, handle: int, text: str, now: datetime) -> Memory:
+        """New wording for one memory (keywords and index terms follow)."""
+        memory = await self.get(scope, handle)
+        draft = self._prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
+        return await self._write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
+                                                terms=draft.terms, updated_at=now))
+
+    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
+        return await self._write(scope, tiers.move_to_tier(await self.get(scope, handle), tier, now))
+
+    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        memory = await self.get(scope, handle)
+        return await self._write(scope, tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now))
+
+    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Keep as it is and ask again after one more period of its tier."""
+        return await self._write(scope, tiers.keep_for_another_period(await self.get(scope, handle), now))
+
+    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Put away: never recalled, kept in backups, restorable from /memories."""
+        memory = await self.get(scope, handle)
+        return await self._write(scope, replace(memory, status=Status.ARCHIVED, status_reason="user", updated_at=now))
+
+    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Bring an archived memory back (its review restarts in its tier)."""
+        memory = await self.get(scope, handle)
+        if memory.status is not Status.ARCHIVED:
+            return memory
+        back = replace(memory, status=Status.ACTIVE, status_reason="")
+        return await self._write(scope, tiers.keep_for_another_period(back, now))
+
+    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
+        return await self._write(scope, replace(await self.get(scope, handle), pinned=pinned, updated_at=now))
+
+    async def search(
+        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
+        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
+        since: datetime | None = None, limit: int = 20,
+    ) -> list[Memory]:
+        """Memories matching a query (every word, or the text itself), newest first; an empty query
+        lists them all. Filters: status, tier, type, learned since. Counts as an access."""
+        words = [w for w in normalize_text(query).lower().split() if w]
+        found = [
+            m for m in await self._store.fetch_memories(scope, statuses)
+            if (tiers_ is None or m.tier in tiers_) and (types is None or m.type in types)
+            and (since is None or m.created_at >= since)
+            and all(w in m.event.lower() or any(w in k or k in w for k in m.keywords) for w in words)
+        ]
+        if words and not found:
+            found = [r.memory for r in await self.recall(scope, query, now, limit=limit, min_importance=0)
+                     if r.memory.status in statuses]
+        found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        found = found[:limit]
+        await self._store.touch(scope, [m.id for m in found if m.is_active], now)
+        return found
+
+    async def why(self, scope: Scope, handle: int) -> Provenance:
+        """Where a memory came from and how it changed: its source, and the memories it replaced."""
+        memory = await self.get(scope, handle)
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        replaced = [m for m in everything if m.superseded_by == handle]
+        newer = next((m for m in everything if m.id == memory.superseded_by), None)
+        return Provenance(memory, replaced, newer)
+
+    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
+        """Memories at their review time, each with a suggestion and its reason."""
+        due = [m for m in await self._store.fetch_memories(scope) if tiers.is_due(m, now)]
+        due.sort(key=lambda m: (m.review_at or now, m.id))
+        return [(m, tiers.suggest(m, now)) for m in due]
+
+    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
+        """Apply the user's answer to a review."""
+        if action is tiers.Action.PROMOTE:
+            return await self.promote(scope, handle, now)
+        if action is tiers.Action.ARCHIVE:
+            return await self.archive(scope, handle, now)
+        if action is tiers.Action.FORGET:
+            memory = await self.get(scope, handle)  # owner check before anything changes
+            gone = await self.forget_memories(scope, [handle])
+            return gone[0] if gone else memory
+        return await self.keep(scope, handle, now)
+
+    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        active = [m for m in everything if m.is_active]
+        week_ago = now - timedelta(days=7)
+        return MemoryStats(
+            by_tier={t: sum(m.tier is t for m in active) for t in Tier},
+            by_type={t: sum(m.type is t for m in active) for t in MemoryType},
+            archived=sum(m.status is Status.ARCHIVED for m in everything),
+            superseded=sum(m.status is Status.SUPERSEDED for m in everything),
+            learned_this_week=sum(m.created_at >= week_ago for m in active),
+            evicted_this_week=sum(m.status_reason == "evicted" and m.updated_at >= week_ago for m in everything),
+            pending_turns=await self._store.count_pending(scope),
+        )

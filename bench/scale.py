@@ -1,6 +1,6 @@
 """``python -m bench scale``: a database of synthetic users, then the costs that grow with it.
 
-Setup bulk-loads each user's rows in one transaction (``Storage.apply_changes``, the engine's storage
+Setup bulk-loads each user's rows in one transaction (``SQLiteStore.apply_changes``, the engine's storage
 write) after preparing them as ``remember`` would (``MemoryEngine._prepare``: normalised text, keywords,
 index terms), cached per distinct sentence because segmenting a million rows would dominate the setup.
 The measured parts go through the engine's API exactly as the bot calls it:
@@ -11,7 +11,6 @@ scope, ``make_backup`` for the nightly backup.
 from __future__ import annotations
 
 import random
-import sqlite3
 import tempfile
 import time
 import tracemalloc
@@ -25,10 +24,10 @@ from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
 from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, MemoryDraft, Profile, Scope
-from companion.ops.backup import _csv_row, make_backup
+from companion.ops.backup import make_backup
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import Storage, _sql_decay_anchor, _sql_decayed_importance, _sql_removal_reason
+from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
 
 NOW = datetime(2025, 6, 1, 4, 0, tzinfo=UTC)
@@ -71,25 +70,28 @@ async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[st
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         root = workdir or Path(tmp)
         settings = Settings(_env_file=None, data_dir=root / "data", backup_dir=root / "backups")  # type: ignore[call-arg]
-        engine = await MemoryEngine.open(settings, KeywordExtractor())
+        store = await SQLiteStore.open(settings.db_path)
         try:
-            report = await _measure(engine, settings, config)
+            engine = await MemoryEngine.create(store, settings, KeywordExtractor())
+            report = await _measure(engine, store, settings, config)
         finally:
-            await engine.close()
+            await store.close()
         report["reopen_s"] = await _reopen(settings)
         return report
 
 
-async def _measure(engine: MemoryEngine, settings: Settings, config: ScaleConfig) -> dict[str, Any]:
+async def _measure(
+    engine: MemoryEngine, store: SQLiteStore, settings: Settings, config: ScaleConfig
+) -> dict[str, Any]:
     rng = random.Random(config.seed)
     big = Scope(config.users + 1)
     report: dict[str, Any] = {"config": asdict(config), "targets": TARGETS}
-    report["build"] = await _build(engine, config, big, rng)
+    report["build"] = await _build(engine, store, config, big, rng)
     report["rss_mb_after_build"] = peak_rss_mb()
     typical = rng.sample(range(1, config.users + 1), min(SAMPLED_USERS, config.users))
     sampled = [Scope(n) for n in typical]
     for scope in [*sampled, big]:
-        await _give_profile(engine, scope)
+        await _give_profile(store, scope)
     report["recall_typical"] = await _recall(engine, sampled, config.turns, rng)
     report["recall_big"] = await _recall(engine, [big], config.turns, rng)
     report["stages_typical"] = await _stages(engine, sampled, config.turns, rng)
@@ -100,7 +102,7 @@ async def _measure(engine: MemoryEngine, settings: Settings, config: ScaleConfig
     report["write_new_user"] = await _new_users(engine, config, rng)
     report["rss_mb_after_recall"] = peak_rss_mb()
     report["size"] = _sizes(settings.db_path)
-    report["backup"] = await _backup(engine, settings, report["build"]["rows"])
+    report["backup"] = await _backup(store, settings, report["build"]["rows"])
     report["decay"] = await _decay(engine, report["build"]["rows"] + 2 * config.writes + NEW_USERS)
     report["rss_mb_peak"] = peak_rss_mb()
     report["machine"] = machine()
@@ -127,7 +129,9 @@ class _Prepared:
         return [self(d) for d in drafts]
 
 
-async def _build(engine: MemoryEngine, config: ScaleConfig, big: Scope, rng: random.Random) -> dict[str, Any]:
+async def _build(
+    engine: MemoryEngine, store: SQLiteStore, config: ScaleConfig, big: Scope, rng: random.Random
+) -> dict[str, Any]:
     """One transaction per user; the big user's rows go in chunks so no single statement list is huge."""
     rows = 0
     prepare = _Prepared(engine)
@@ -138,7 +142,7 @@ async def _build(engine: MemoryEngine, config: ScaleConfig, big: Scope, rng: ran
         mark = time.perf_counter()
         for number in range(1, config.users + 1):
             drafts = prepare.many(synth.memories(rng, config.per_user, NOW))
-            await engine.storage.apply_changes(Scope(number), NOW, inserts=drafts)
+            await store.apply_changes(Scope(number), NOW, inserts=drafts)
             rows += config.per_user
             progress("users loaded", number, config.users)
             if number % slice_size == 0:
@@ -146,19 +150,19 @@ async def _build(engine: MemoryEngine, config: ScaleConfig, big: Scope, rng: ran
                 mark = time.perf_counter()
         for start in range(0, config.big_user, 1000):
             count = min(1000, config.big_user - start)
-            await engine.storage.apply_changes(big, NOW, inserts=prepare.many(synth.memories(rng, count, NOW)))
+            await store.apply_changes(big, NOW, inserts=prepare.many(synth.memories(rng, count, NOW)))
             rows += count
     return {"rows": rows, "tables": config.users + 1, "seconds": round(took[0], 2),
             "rows_per_s": round(rows / took[0]) if took[0] else 0, "users_per_slice": slice_size,
             "seconds_per_slice": slices}
 
 
-async def _give_profile(engine: MemoryEngine, scope: Scope) -> None:
+async def _give_profile(store: SQLiteStore, scope: Scope) -> None:
     """A realistic profile, so each turn pays for the core and the dynamic-trait match like a real user."""
     profile = Profile(core="用户是程序员，喜欢吃火锅和奶茶，养了一只猫叫布丁，周末常去爬山。对花生过敏。",
                       dynamic=[DynamicTrait("最近感冒了，身体不太舒服", ("感冒", "不舒服")),
                                DynamicTrait("最近在准备面试，有点焦虑", ("面试", "焦虑"))])
-    await engine.storage.save_profile(scope, profile, NOW)
+    await store.save_profile(scope, profile, NOW)
 
 
 async def _recall(engine: MemoryEngine, scopes: list[Scope], turns: int, rng: random.Random) -> dict[str, Any]:
@@ -240,38 +244,19 @@ def _sizes(db: Path) -> dict[str, float]:
             "wal_mb": round(wal.stat().st_size / 2**20, 3) if wal.exists() else 0.0}
 
 
-async def _backup(engine: MemoryEngine, settings: Settings, rows: int) -> dict[str, Any]:
+async def _backup(store: SQLiteStore, settings: Settings, rows: int) -> dict[str, Any]:
     """The nightly backup (snapshot + one CSV per user), plus the snapshot alone and the per-row CSV
     formatting cost, to tell how much is per row and how much per file."""
     snapshot = settings.data_dir / "snapshot-only.sqlite3"
     with elapsed() as snap:
-        await engine.storage.snapshot(snapshot)
+        await store.snapshot(snapshot)
     snapshot_mb = snapshot.stat().st_size / 2**20
     with elapsed() as took:
-        result = await make_backup(engine.storage, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
-    row_us = _csv_row_cost(snapshot, settings)
+        result = await make_backup(store, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
     snapshot.unlink()
     return {"seconds": round(took[0], 2), "snapshot_s": round(snap[0], 2), "snapshot_mb": round(snapshot_mb, 3),
-            "files": result.files, "rows": result.rows, "csv_row_us": row_us,
+            "files": result.files, "rows": result.rows,
             "per_1m_rows_s": round(took[0] * 1_000_000 / max(rows, 1), 1)}
-
-
-def _csv_row_cost(snapshot: Path, settings: Settings, sample: int = 20_000) -> float:
-    conn = sqlite3.connect(snapshot)
-    try:
-        table = next(str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'mem_u%' "
-                                                     "AND type = 'table' ORDER BY name LIMIT 1"))
-        rows = conn.execute(f'SELECT id, event, keywords, importance, created_at, validity, last_mentioned_at, '
-                            f'type, source, mention_count, updated_at, expires_at, last_decay_at FROM "{table}"'
-                            ).fetchall()
-    finally:
-        conn.close()
-    if not rows:
-        return 0.0
-    started = time.perf_counter()
-    for n in range(sample):
-        _csv_row(rows[n % len(rows)], settings.tz)
-    return round((time.perf_counter() - started) / sample * 1e6, 2)
 
 
 async def _decay(engine: MemoryEngine, rows: int) -> dict[str, Any]:
@@ -280,25 +265,14 @@ async def _decay(engine: MemoryEngine, rows: int) -> dict[str, Any]:
     with elapsed() as took:
         report = await engine.decay(NOW + timedelta(days=1))
     return {"seconds": round(took[0], 2), "scopes": report.scopes, "decayed": report.decayed,
-            "removed": report.removed, "rows": rows, "rules_per_row_us": _rules_cost(),
+            "removed": report.removed, "rows": rows,
             "per_1m_rows_s": round(took[0] * 1_000_000 / max(rows, 1), 1)}
-
-
-def _rules_cost(sample: int = 20_000) -> float:
-    """Microseconds per row for the three SQL functions decay and cleanup call on a non-permanent row."""
-    anchor, now = "2025-05-20T04:00:00Z", "2025-06-02T04:00:00Z"
-    started = time.perf_counter()
-    for _ in range(sample):
-        _sql_decayed_importance(60.0, "30d", anchor, None, now)
-        _sql_decay_anchor("30d", anchor, now)
-        _sql_removal_reason(55.0, "30d", "2025-06-19T04:00:00Z", None, now)
-    return round((time.perf_counter() - started) / sample * 1e6, 2)
 
 
 async def _reopen(settings: Settings) -> float:
     """A restart: open the database again (schema of every per-user table parsed, migrations checked)."""
     with elapsed() as took:
-        storage = await Storage.open(settings.db_path)
+        storage = await SQLiteStore.open(settings.db_path)
     await storage.close()
     return round(took[0], 2)
 
@@ -326,10 +300,9 @@ def format_scale(report: dict[str, Any]) -> str:
     lines += [
         f"big-user index: rebuild p50 {report['index_build_big_ms']['p50']} ms, {report['index_mb_big']} MB",
         f"decay + cleanup: {decay['seconds']} s for {decay['rows']:,} rows ({decay['decayed']:,} decayed, "
-        f"{decay['removed']:,} removed); {decay['per_1m_rows_s']} s per 1M rows; "
-        f"rules {decay['rules_per_row_us']} us/row",
+        f"{decay['removed']:,} removed); {decay['per_1m_rows_s']} s per 1M rows",
         f"backup: {backup['seconds']} s ({backup['files']:,} files, {backup['rows']:,} rows; snapshot alone "
-        f"{backup['snapshot_s']} s); {backup['per_1m_rows_s']} s per 1M rows; CSV {backup['csv_row_us']} us/row",
+        f"{backup['snapshot_s']} s); {backup['per_1m_rows_s']} s per 1M rows",
         f"peak memory: {report['rss_mb_peak']} MB (after build {report['rss_mb_after_build']} MB)",
     ]
     return "\n".join(lines)

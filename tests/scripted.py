@@ -51,6 +51,7 @@ def is_extraction(body: dict[str, Any]) -> bool:
 REFERENCE_OPEN = "【参考资料："
 REFERENCE_CLOSE = "【参考资料结束】"
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
+RECENT_MARK = "（今天刚知道）"
 
 
 def system_prompt(body: dict[str, Any]) -> str:
@@ -88,8 +89,12 @@ def recalled_events(body: dict[str, Any]) -> list[str]:
     block = reference_data(body)
     if MEMORY_HEADER not in block:
         return []
-    lines = block.split(MEMORY_HEADER, 1)[1].splitlines()
-    return [json.loads(line[2:]) for line in lines if line.startswith("- ")]
+    events: list[str] = []
+    for line in block.split(MEMORY_HEADER, 1)[1].splitlines()[1:]:
+        if not line.startswith("- "):
+            break  # the next section (the user's standing instructions) or the end of the block
+        events.append(json.loads(line[2:].removeprefix(RECENT_MARK)))
+    return events
 
 
 COLD = {"event": "2025-12-23 感冒发烧，身体不舒服", "keywords": ["感冒", "发烧", "不舒服"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -13,17 +14,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.errors import RestoreError
-from companion.core.models import Memory, MemoryType, Scope, Source, Turn, Validity
-from companion.ops.backup import (
-    CSV_HEADERS,
-    SNAPSHOT_NAME,
-    make_backup,
-    neutralise,
-    prune_backups,
-    unneutralise,
-)
+from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Turn, Validity
+from companion.ops.backup import SNAPSHOT_NAME, make_backup, prune_backups
+from companion.ops.csvformat import HEADERS as CSV_HEADERS
+from companion.ops.csvformat import LEGACY_HEADERS, neutralise, unneutralise
 from companion.ops.restore import read_backup_csv, restore
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore
 
 TZ = ZoneInfo("Asia/Shanghai")
 # 20:00 UTC is already the next day in Shanghai: the folder must be named by the local date.
@@ -39,13 +35,13 @@ FIRST_HEADERS = "id,事件,关键词,重要程度,创建时间,有效期,最后�
 
 def mem(mid: int, event: str, importance: float = 80.0, *, keywords: list[str] | None = None,
         validity: Validity = Validity.DAYS_30, mentioned: datetime | None = None, count: int = 0,
-        mtype: MemoryType = MemoryType.EVENT, source: Source = Source.EXTRACTION) -> Memory:
+        mtype: MemoryType = MemoryType.EVENT, origin: Origin = Origin.EXTRACTED) -> Memory:
     created = NOW - 10 * DAY + timedelta(seconds=mid)
     lifetime = validity.lifetime()
     return Memory(
         id=mid, event=event, keywords=["感冒", "发烧"] if keywords is None else keywords, importance=importance,
         created_at=created, validity=validity, last_mentioned_at=mentioned, updated_at=created + DAY,
-        expires_at=None if lifetime is None else created + lifetime, type=mtype, source=source,
+        expires_at=None if lifetime is None else created + lifetime, type=mtype, origin=origin,
         mention_count=count, last_decay_at=created + 2 * DAY,
     )
 
@@ -60,12 +56,12 @@ DATA: dict[Scope, list[Memory]] = {
         mem(11, "'单引号开头", 50.0, keywords=["'引号"]),
         mem(12, "''两个单引号", 50.0),
         mem(13, "\t制表符开头", 50.0),
-        mem(14, "对花生过敏", 100.0, validity=Validity.PERMANENT, mtype=MemoryType.FACT, source=Source.MANUAL),
+        mem(14, "对花生过敏", 100.0, validity=Validity.PERMANENT, mtype=MemoryType.FACT, origin=Origin.EXPLICIT),
         mem(15, "多行\n文本，带\"引号\"和,逗号", 0.0, validity=Validity.DAYS_7),
-        mem(42, "😀 家人👨‍👩‍👧 零\u200b宽", 99.99999999999999, mtype=MemoryType.PREFERENCE, source=Source.IMPORT),
+        mem(42, "😀 家人👨‍👩‍👧 零\u200b宽", 99.99999999999999, mtype=MemoryType.PREFERENCE, origin=Origin.RESTORE),
     ],
-    BOB: [mem(1, "喜欢喝奶茶", 60.0, keywords=["奶茶"], mtype=MemoryType.PREFERENCE)],
-    GROUP: [mem(1, "在群里说要搬家", 85.0, keywords=["搬家"]), mem(2, "群里的生日", 70.0, keywords=["生日"])],
+    BOB: [mem(101, "喜欢喝奶茶", 60.0, keywords=["奶茶"], mtype=MemoryType.PREFERENCE)],
+    GROUP: [mem(201, "在群里说要搬家", 85.0, keywords=["搬家"]), mem(202, "群里的生日", 70.0, keywords=["生日"])],
 }
 
 
@@ -75,8 +71,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def filled(db_path: Path) -> AsyncIterator[Storage]:
-    storage = await Storage.open(db_path)
+async def filled(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    storage = await SQLiteStore.open(db_path)
     for scope, memories in DATA.items():
         await storage.import_rows(scope, memories, NOW)
     await storage.add_turn(QUIET, Turn(user="你好", reply=None, at=NOW))
@@ -85,14 +81,14 @@ async def filled(db_path: Path) -> AsyncIterator[Storage]:
 
 
 @pytest.fixture
-async def backup_folder(filled: Storage, tmp_path: Path) -> Path:
+async def backup_folder(filled: SQLiteStore, tmp_path: Path) -> Path:
     result = await make_backup(filled, tmp_path / "backups", NOW, TZ, keep_days=30)
     await filled.close()
     return result.folder
 
 
 async def read_all(path: Path) -> dict[Scope, list[Memory]]:
-    storage = await Storage.open(path)
+    storage = await SQLiteStore.open(path)
     try:
         return {scope: await storage.fetch_memories(scope) for scope in await storage.scopes()}
     finally:
@@ -135,7 +131,7 @@ def test_neutralise_round_trips(cell: str, shown: str) -> None:
 # ---- make_backup -----------------------------------------------------------------------------------
 
 
-async def test_backup_writes_snapshot_and_one_csv_per_scope(filled: Storage, tmp_path: Path) -> None:
+async def test_backup_writes_snapshot_and_one_csv_per_scope(filled: SQLiteStore, tmp_path: Path) -> None:
     result = await make_backup(filled, tmp_path / "backups", NOW, TZ, keep_days=30)
     assert result.folder == tmp_path / "backups" / TODAY
     assert (result.files, result.rows, result.removed_folders) == (4, 14, 0)
@@ -157,8 +153,11 @@ async def test_csv_is_utf8_with_bom_and_fixed_headers(backup_folder: Path) -> No
     assert text.startswith(FIRST_HEADERS + ",")
     rows = list(csv.reader(text.splitlines(keepends=True)))
     assert tuple(rows[0]) == CSV_HEADERS
-    assert rows[1][:7] == ["3", "2025-12-13 感冒发烧", "感冒,发烧", "72.87784375000001",
-                           "2025-12-14 04:00:03+08:00", "30d", "2025-12-23 04:00:00+08:00"]
+    # Local wall-clock times a spreadsheet sorts, the zone in the last column, codes with their names.
+    assert rows[1][:7] == ["3", "2025-12-13 感冒发烧", "感冒,发烧", "72.88",
+                           "2025-12-14 04:00:03", "30d（30天）", "2025-12-23 04:00:00"]
+    assert rows[1][7:9] == ["event（事件）", "extracted（对话提取）"]
+    assert rows[1][-1] == "Asia/Shanghai"
     empty = (backup_folder / f"{QUIET.key}.csv").read_bytes()
     assert empty.decode("utf-8-sig").splitlines() == [",".join(CSV_HEADERS)]
 
@@ -182,9 +181,11 @@ async def test_backup_restore_round_trip_loses_nothing(backup_folder: Path, tmp_
     result = await restore(backup_folder, target, NOW)
     assert (result.scopes, result.rows, result.kept_old) == (4, 14, None)
     restored = await read_all(target)
-    assert restored == {**DATA, QUIET: []}
+    # CSV shows importance with two decimals; everything else comes back exactly.
+    shown = {scope: [replace(m, importance=round(m.importance, 2)) for m in ms] for scope, ms in DATA.items()}
+    assert restored == {**shown, QUIET: []}
     # Field by field, so a failure names the field; == above already covers every one.
-    for scope, memories in DATA.items():
+    for scope, memories in shown.items():
         for want, got in zip(memories, restored[scope], strict=True):
             for field in Memory.__slots__:
                 assert getattr(got, field) == getattr(want, field), (scope.key, want.id, field)
@@ -213,7 +214,7 @@ ODD_TEXTS = [
 
 
 async def test_odd_text_survives_backup_and_restore(tmp_path: Path) -> None:
-    storage = await Storage.open(tmp_path / "live.sqlite3")
+    storage = await SQLiteStore.open(tmp_path / "live.sqlite3")
     memories = [mem(i, text, keywords=["'引号", "=1"]) for i, text in enumerate(ODD_TEXTS, start=1)]
     await storage.import_rows(BOB, memories, NOW)
     result = await make_backup(storage, tmp_path / "backups", NOW, TZ, keep_days=1)
@@ -239,21 +240,24 @@ async def test_restore_refuses_a_database_with_data(backup_folder: Path, db_path
 
 
 async def test_restore_with_force_keeps_the_old_file_aside(backup_folder: Path, db_path: Path) -> None:
-    storage = await Storage.open(db_path)
-    await storage.apply_changes(BOB, NOW, deletes=[1])  # the live data now differs from the backup
+    storage = await SQLiteStore.open(db_path)
+    await storage.apply_changes(BOB, NOW, forget=[101])  # the live data now differs from the backup
     await storage.close()
     live = await read_all(db_path)
 
     result = await restore(backup_folder, db_path, NOW + DAY, force=True)
     assert result.kept_old is not None
     assert result.kept_old.name == "memory.sqlite3.before-restore-20251224T200000"
+    # Checkpointed before the move: the kept file alone holds every commit, nothing is left beside it.
+    assert not Path(f"{result.kept_old}-wal").exists() or Path(f"{result.kept_old}-wal").stat().st_size == 0
     assert await read_all(result.kept_old) == live
-    assert await read_all(db_path) == {**DATA, QUIET: []}
+    shown = {scope: [replace(m, importance=round(m.importance, 2)) for m in ms] for scope, ms in DATA.items()}
+    assert await read_all(db_path) == {**shown, QUIET: []}
 
 
 async def test_restore_into_an_empty_database_needs_no_force(backup_folder: Path, tmp_path: Path) -> None:
     target = tmp_path / "fresh" / "memory.sqlite3"
-    empty = await Storage.open(target)
+    empty = await SQLiteStore.open(target)
     await empty.close()
     result = await restore(backup_folder, target, NOW)
     assert result.rows == 14
@@ -271,13 +275,15 @@ def rewrite(path: Path, old: str, new: str) -> None:
 CORRUPTIONS = [
     ("bad header", lambda p: rewrite(p, "id,事件", "编号,事件"), "header"),
     ("missing header column", lambda p: rewrite(p, ",有效期,", ","), "header"),
-    ("non-numeric importance", lambda p: rewrite(p, ",60,", ",很高,"), "line 2"),
-    ("importance 500", lambda p: rewrite(p, ",60,", ",500,"), "line 2"),
-    ("negative importance", lambda p: rewrite(p, ",60,", ",-1,"), "line 2"),
-    ("time without offset", lambda p: rewrite(p, "04:00:01+08:00", "04:00:01"), "line 2"),
-    ("not a time", lambda p: rewrite(p, "2025-12-14 04:00:01+08:00", "昨天"), "line 2"),
-    ("bad validity", lambda p: rewrite(p, ",30d,", ",forever,"), "line 2"),
-    ("bad id", lambda p: rewrite(p, "\n1,", "\n0,"), "line 2"),
+    ("non-numeric importance", lambda p: rewrite(p, ",60.00,", ",很高,"), "line 2"),
+    ("importance 500", lambda p: rewrite(p, ",60.00,", ",500,"), "line 2"),
+    ("negative importance", lambda p: rewrite(p, ",60.00,", ",-1,"), "line 2"),
+    ("time without a zone", lambda p: rewrite(p, ",Asia/Shanghai", ","), "line 2"),
+    ("unknown zone", lambda p: rewrite(p, ",Asia/Shanghai", ",Mars/Base"), "line 2"),
+    ("not a time", lambda p: rewrite(p, "2025-12-14 04:01:41", "昨天"), "line 2"),
+    ("bad validity", lambda p: rewrite(p, ",30d（30天）,", ",forever,"), "line 2"),
+    ("bad status", lambda p: rewrite(p, ",active（有效）,", ",gone,"), "line 2"),
+    ("bad id", lambda p: rewrite(p, "\n101,", "\n0,"), "line 2"),
     ("duplicate id", lambda p: p.write_text(
         p.read_text(encoding="utf-8-sig") + p.read_text(encoding="utf-8-sig").splitlines()[1] + "\n",
         encoding="utf-8-sig"), "duplicate"),
@@ -285,7 +291,7 @@ CORRUPTIONS = [
      "line 3"),
     ("truncated quoted field", lambda p: p.write_text(
         p.read_text(encoding="utf-8-sig") + '2,"没写完的事件,奶茶\n', encoding="utf-8-sig"), "unreadable"),
-    ("wrong encoding", lambda p: p.write_bytes(p.read_text(encoding="utf-8-sig").encode("gbk")), "unreadable"),
+    ("wrong encoding", lambda p: p.write_bytes(p.read_text(encoding="utf-8-sig").encode("gbk")), "CSV UTF-8"),
     ("binary garbage", lambda p: p.write_bytes(b"\xff\xfe\x00\x81" * 50), ""),
 ]
 
@@ -322,7 +328,7 @@ def test_read_backup_csv_names_file_and_line(tmp_path: Path) -> None:
             "2025-12-14 04:00:00+08:00", "", "2025-12-14 04:00:00+08:00"]
     with path.open("w", encoding="utf-8-sig", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerows([CSV_HEADERS, good, ["2", *good[1:3], "abc", *good[4:]]])
+        writer.writerows([LEGACY_HEADERS, good, ["2", *good[1:3], "abc", *good[4:]]])
     with pytest.raises(RestoreError, match=r"^u5\.csv line 3: "):
         read_backup_csv(path)
 
@@ -377,7 +383,7 @@ def make_dirs(root: Path, names: list[str]) -> None:
         (root / name / "u1.csv").write_text("x", encoding="utf-8")
 
 
-async def test_backup_keeps_the_last_n_day_folders(filled: Storage, tmp_path: Path) -> None:
+async def test_backup_keeps_the_last_n_day_folders(filled: SQLiteStore, tmp_path: Path) -> None:
     root = tmp_path / "backups"
     old_days = [f"2025-12-{d:02d}" for d in range(15, 24)]
     others = ["manual", "2025-12", "keep-2025-12-01", "2025-13-45", "20251201"]
@@ -407,3 +413,29 @@ def test_prune_backups(tmp_path: Path, existing: list[str], keep: int, expected:
     removed = prune_backups(tmp_path, NOW, TZ, keep)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*expected, "notes"])
     assert removed == len(existing) - len(expected)
+
+
+async def test_a_backup_from_the_first_release_restores_with_fresh_handles(tmp_path: Path) -> None:
+    """The first format: 13 columns, times with their offset, bare codes, ids numbered per user."""
+    folder = tmp_path / "2025-12-01"
+    folder.mkdir()
+    row = ["1", "感冒了", "感冒,发烧", "72.87784375000001", "2025-12-14 04:00:00+08:00", "30d",
+           "2025-12-15 09:30:00+08:00", "event", "extraction", "2", "2025-12-14 04:00:00+08:00",
+           "2026-01-13 04:00:00+08:00", "2025-12-14 04:00:00+08:00"]
+    for key, events in {"u1": ["感冒了", "'=1+1"], "u2": ["喜欢奶茶"]}.items():
+        with (folder / f"{key}.csv").open("w", encoding="utf-8-sig", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(LEGACY_HEADERS)
+            writer.writerows([[str(i), event, *row[2:]] for i, event in enumerate(events, start=1)])
+    target = tmp_path / "memory.sqlite3"
+    result = await restore(folder, target, NOW)
+    assert (result.scopes, result.rows) == (2, 3)
+    restored = await read_all(target)
+    one, two = restored[Scope(1)], restored[Scope(2)]
+    assert [m.event for m in one] == ["感冒了", "=1+1"] and [m.event for m in two] == ["喜欢奶茶"]
+    assert len({m.id for m in [*one, *two]}) == 3  # per-user ids became database-wide handles
+    first = one[0]
+    assert first.importance == 72.87784375000001  # the old format kept every digit
+    assert first.origin is Origin.EXTRACTED and first.tier is Tier.MEDIUM and first.status is Status.ACTIVE
+    assert first.created_at == datetime(2025, 12, 13, 20, 0, tzinfo=UTC)
+    assert first.last_mentioned_at == datetime(2025, 12, 15, 1, 30, tzinfo=UTC)

@@ -19,9 +19,9 @@ from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
 from companion.chat.persona import render_reference
-from companion.core.models import Memory, MemoryType, Recalled, Source, Validity
+from companion.core.models import Memory, MemoryType, Origin, Recalled, Validity
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryContext, MemoryEngine
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -108,9 +108,9 @@ async def test_cost_counts_match_what_the_fake_model_saw() -> None:
 
 def test_memory_parts_are_read_from_the_real_reference_block() -> None:
     # Rendering needs no database: the engine is built around a storage it never touches here.
-    engine = MemoryEngine(cast(Storage, None), KeywordExtractor(), EngineConfig())
+    engine = MemoryEngine(cast(SQLiteStore, None), KeywordExtractor(), EngineConfig())
     memory = Memory(1, "2024-03-01 感冒发烧", ["感冒"], 80, WHEN, Validity.DAYS_30, None, WHEN, None,
-                    MemoryType.EVENT, Source.EXTRACTION, 0, WHEN)
+                    MemoryType.EVENT, Origin.EXTRACTED, 0, WHEN)
     context = MemoryContext(core="喜欢奶茶", dynamic=["最近在准备面试"],
                             recalled=[Recalled(memory=memory, score=1.0, match=1.0)])
     parts = memory_parts(render_reference(context, WHEN, engine.config.tz))

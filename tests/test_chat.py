@@ -121,7 +121,9 @@ async def test_important_news_extracts_at_once_and_never_sees_injected_memory(ri
     assert len(extraction) == 1
     prompt = extraction[0]["messages"][-1]["content"]
     assert "我决定下个月离职了" in prompt
-    assert "喜欢的工作是设计" not in prompt, "extraction must not re-read injected memories"
+    # Stored memories are shown only as marked reference (to spot contradictions), never as dialogue.
+    dialogue = prompt.rsplit("对话：", 1)[1]
+    assert "喜欢的工作是设计" not in dialogue, "extraction must not re-read injected memories as dialogue"
     events = [m.event for m in await rig.engine.memories(ME)]
     assert "2025-12-23 下个月离职" in events
     assert await rig.engine.pending_count(ME) == 0

@@ -22,7 +22,7 @@ from companion.core.extraction import (
     plan_merge,
     same_event,
 )
-from companion.core.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
 from companion.recall.keywords import KeywordExtractor
 
 TODAY = "2025-12-23"
@@ -101,7 +101,7 @@ def test_full_item_is_read_as_given(segment: Segmenter) -> None:
     draft = parse_one(item(type="preference", validity="permanent", importance=55), segment)
     assert draft == MemoryDraft(
         event="2025-12-23 感冒发烧", keywords=["感冒", "发烧"], importance=55.0,
-        validity=Validity.PERMANENT, type=MemoryType.PREFERENCE, source=Source.EXTRACTION,
+        validity=Validity.PERMANENT, type=MemoryType.PREFERENCE, origin=Origin.EXTRACTED,
     )
 
 
@@ -265,7 +265,7 @@ def test_item_without_an_event_is_dropped(event: object, segment: Segmenter) -> 
 
 def test_extra_keys_are_ignored(segment: Segmenter) -> None:
     draft = parse_one(item(id=99, source="manual", created_at="1999-01-01", mood="sad"), segment)
-    assert draft.source is Source.EXTRACTION
+    assert draft.origin is Origin.EXTRACTED
     assert draft.created_at is None
     assert draft.event == "2025-12-23 感冒发烧"
 
@@ -342,7 +342,7 @@ def memory(mid: int, event: str, keywords: list[str], importance: float,
     return Memory(
         id=mid, event=event, keywords=keywords, importance=importance, created_at=created, validity=validity,
         last_mentioned_at=None, updated_at=created, expires_at=created + timedelta(days=7),
-        type=MemoryType.EVENT, source=Source.EXTRACTION, mention_count=2, last_decay_at=created,
+        type=MemoryType.EVENT, origin=Origin.EXTRACTED, mention_count=2, last_decay_at=created,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,7 @@ PROBE = """
 import memory, prompts
 from companion.recall.keywords import KeywordExtractor
 assert not memory.__file__.startswith({root!r}), memory.__file__
-text = prompts.render("extract", today="2025-12-23", turns="用户：我感冒了")
+text = prompts.render("extract", today="2025-12-23", known="（无）", turns="用户：我感冒了")
 assert "感冒" in text
 extractor = KeywordExtractor()
 extractor.load()
@@ -22,8 +23,15 @@ print(",".join(extractor.keywords("我最近感冒了，一直咳嗽")))
 
 
 def test_wheel_ships_the_engine_with_prompts_and_dictionaries(tmp_path: Path) -> None:
+    # Build from a copy: setuptools writes build/ and *.egg-info beside the sources it builds.
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "requirements.txt", "memory.py"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("companion", "prompts"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path / "dist")],
         capture_output=True, text=True, cwd=tmp_path, timeout=300,
     )

@@ -16,13 +16,14 @@ from companion.engine.profile import parse_profile
 
 # The callers (memory.py, profile.py) pass exactly these; a prompt edit that changes them breaks a call.
 DECLARED = {
-    "extract": {"today", "turns"},
+    "extract": {"today", "known", "turns"},
+    "save": {"today", "text"},
     "profile": {"today", "max_chars", "memories"},
     "system": {"tool_rules"},
     "tools": set(),
     "context": {"now_local", "core_profile", "dynamic_block", "memory_block"},
 }
-JSON_PROMPTS = ["extract", "profile"]
+JSON_PROMPTS = ["extract", "profile", "save"]
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_unknown_prompt_is_an_error() -> None:
 
 
 def test_values_are_inserted_literally() -> None:
-    text = prompts.render("extract", today="$turns", turns="用户：我有 $5 和 ${today}")
+    text = prompts.render("extract", today="$turns", known="（无）", turns="用户：我有 $5 和 ${today}")
     assert "今天是 $turns。" in text
     assert "用户：我有 $5 和 ${today}" in text
 

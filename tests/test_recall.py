@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from companion.core.models import Memory, MemoryType, Source, Validity
+from companion.core.models import Memory, MemoryType, Origin, Validity
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 
 NOW = datetime(2025, 12, 23, 12, 0, tzinfo=UTC)
@@ -23,7 +23,7 @@ def mem(
         id=mid, event=event or f"事件{mid}", keywords=keywords, importance=importance, created_at=created,
         validity=Validity.DAYS_30, last_mentioned_at=mentioned, updated_at=created,
         expires_at=expires if expires is not None else NOW + 30 * DAY, type=MemoryType.EVENT,
-        source=Source.EXTRACTION, mention_count=0, last_decay_at=created,
+        origin=Origin.EXTRACTED, mention_count=0, last_decay_at=created,
     )
 
 

@@ -1,4 +1,4 @@
-"""Storage against real SQLite files: WAL, migrations, scope isolation, exact text, the turn queue,
+"""SQLiteStore against real SQLite files: WAL, migrations, scope isolation, exact text, the turn queue,
 profiles, decay through SQL functions, and a locked database."""
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ from companion.core.models import (
     Memory,
     MemoryDraft,
     MemoryType,
+    Origin,
     Profile,
     Scope,
-    Source,
+    Status,
+    Tier,
     Turn,
     Validity,
 )
-from companion.storage import migrations as schema
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -43,8 +44,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def storage(db_path: Path) -> AsyncIterator[Storage]:
-    opened = await Storage.open(db_path)
+async def storage(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = await SQLiteStore.open(db_path)
     yield opened
     await opened.close()
 
@@ -62,7 +63,7 @@ def stored(mid: int, importance: float, validity: Validity, last_decay_at: datet
         id=mid, event=event or f"事件{mid}", keywords=[f"词{mid}"], importance=importance, created_at=created,
         validity=validity, last_mentioned_at=mentioned, updated_at=created,
         expires_at=expires if expires is not None else rules.expires_at(NOW, validity),
-        type=MemoryType.FACT, source=Source.IMPORT, mention_count=1, last_decay_at=last_decay_at,
+        type=MemoryType.FACT, origin=Origin.RESTORE, mention_count=1, last_decay_at=last_decay_at,
     )
 
 
@@ -85,57 +86,16 @@ def table_names(path: Path) -> set[str]:
 # ---- open and migrations ---------------------------------------------------------------------------
 
 
-async def test_open_uses_wal(storage: Storage, db_path: Path) -> None:
+async def test_open_uses_wal(storage: SQLiteStore, db_path: Path) -> None:
     assert read_pragma(db_path, "journal_mode") == "wal"
     assert storage.path == db_path
-
-
-async def test_open_twice_is_idempotent_and_keeps_data(db_path: Path) -> None:
-    first = await Storage.open(db_path)
-    [mid] = await first.apply_changes(ALICE, NOW, inserts=[draft()])
-    await first.close()
-    assert read_pragma(db_path, "user_version") == len(schema.SHARED)
-    for _ in range(2):
-        again = await Storage.open(db_path)
-        assert [m.id for m in await again.fetch_memories(ALICE)] == [mid]
-        await again.close()
-    assert read_pragma(db_path, "user_version") == len(schema.SHARED)
-    assert {"scopes", "profiles", "pending_turns", "meta", ALICE.table} <= table_names(db_path)
-
-
-async def test_new_migration_steps_run_once_on_old_databases(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    old = await Storage.open(db_path)
-    await old.apply_changes(ALICE, NOW, inserts=[draft("旧的记忆")])
-    await old.close()
-
-    monkeypatch.setattr(schema, "SHARED", (*schema.SHARED, "CREATE TABLE extra (x INTEGER)"))
-    monkeypatch.setattr(schema, "PER_SCOPE", (*schema.PER_SCOPE, 'ALTER TABLE "{table}" ADD COLUMN note TEXT'))
-    for _ in range(2):  # the second open must not re-run the new steps ("duplicate column", "table exists")
-        upgraded = await Storage.open(db_path)
-        assert [m.event for m in await upgraded.fetch_memories(ALICE)] == ["旧的记忆"]
-        await upgraded.apply_changes(BOB, NOW, inserts=[draft("新用户")])
-        await upgraded.close()
-
-    assert read_pragma(db_path, "user_version") == len(schema.SHARED)
-    conn = sqlite3.connect(db_path)
-    try:
-        for scope in (ALICE, BOB):
-            columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{scope.table}")')]
-            assert columns[-1] == "note"
-        versions = dict(conn.execute("SELECT key, table_version FROM scopes").fetchall())
-    finally:
-        conn.close()
-    assert versions == {ALICE.key: len(schema.PER_SCOPE), BOB.key: len(schema.PER_SCOPE)}
-    assert "extra" in table_names(db_path)
 
 
 async def test_open_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     path = tmp_path / "memory.sqlite3"
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StorageError):
-        await Storage.open(path)
+        await SQLiteStore.open(path)
 
 
 # ---- scopes ----------------------------------------------------------------------------------------
@@ -187,27 +147,32 @@ def test_scope_from_bad_key(key: str) -> None:
         Scope.from_key(key)
 
 
-async def test_scopes_never_see_each_others_rows(storage: Storage) -> None:
+async def test_scopes_never_see_each_others_rows(storage: SQLiteStore) -> None:
     a = await storage.apply_changes(ALICE, NOW, inserts=[draft("私聊里的事")])
     b = await storage.apply_changes(BOB, NOW, inserts=[draft("鲍勃的事"), draft("鲍勃的另一件事")])
     g = await storage.apply_changes(ALICE_IN_GROUP, NOW, inserts=[draft("群里的事")])
-    assert a == g == [1]  # every scope numbers its own rows
-    assert b == [1, 2]
+    assert (a, b, g) == ([1], [2, 3], [4])  # handles are unique across the database
+    assert [await storage.owner_of(h) for h in (1, 2, 3, 4, 5)] == [ALICE, BOB, BOB, ALICE_IN_GROUP, None]
     assert [m.event for m in await storage.fetch_memories(ALICE)] == ["私聊里的事"]
     assert [m.event for m in await storage.fetch_memories(BOB)] == ["鲍勃的事", "鲍勃的另一件事"]
     assert [m.event for m in await storage.fetch_memories(ALICE_IN_GROUP)] == ["群里的事"]
 
-    await storage.apply_changes(ALICE, NOW, deletes=[1])
-    await storage.mark_mentioned(BOB, [1], NOW)
+    # Another scope's handle changes nothing, read or write.
+    assert await storage.fetch_by_ids(ALICE, [2, 3, 4]) == []
+    await storage.apply_changes(ALICE, NOW, forget=[2, 4])
+    await storage.mark_mentioned(ALICE, [4], NOW)
+    assert len(await storage.fetch_memories(BOB)) == 2
+    assert [m.mention_count for m in await storage.fetch_memories(ALICE_IN_GROUP)] == [0]
+
+    await storage.apply_changes(ALICE, NOW, forget=[1])
     assert await storage.fetch_memories(ALICE) == []
     assert [m.event for m in await storage.fetch_memories(ALICE_IN_GROUP)] == ["群里的事"]
-    assert [m.mention_count for m in await storage.fetch_memories(ALICE_IN_GROUP)] == [0]
     assert await storage.fetch_memories(Scope(303)) == []
     assert set(await storage.scopes()) == {ALICE, BOB, ALICE_IN_GROUP}
     assert await storage.count_memories() == 3
 
 
-async def test_active_scopes(storage: Storage) -> None:
+async def test_active_scopes(storage: SQLiteStore) -> None:
     await storage.set_active(ALICE, True, NOW)
     await storage.set_active(BOB, True, NOW)
     await storage.set_active(BOB, False, NOW)
@@ -234,7 +199,7 @@ TRICKY_TEXTS = [
 
 
 @pytest.mark.parametrize("text", TRICKY_TEXTS)
-async def test_text_round_trips_exactly(storage: Storage, text: str) -> None:
+async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None:
     keywords = [text[:20].replace(",", "") or "词", "😀", "'; --"]
     [mid] = await storage.apply_changes(ALICE, NOW, inserts=[draft(text, keywords)])
     [memory] = await storage.fetch_memories(ALICE)
@@ -246,24 +211,27 @@ async def test_text_round_trips_exactly(storage: Storage, text: str) -> None:
     assert updated.event == text[::-1]
     assert updated.id == mid
     # The text never reached the schema: exactly the shared tables and the one scope table exist.
-    assert table_names(storage.path) == {"scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", ALICE.table}
+    assert table_names(storage.path) == {
+        "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", ALICE.table
+    }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]
 
 
-async def test_insert_fills_bookkeeping_fields(storage: Storage) -> None:
+async def test_insert_fills_bookkeeping_fields(storage: SQLiteStore) -> None:
     created = NOW - 3 * DAY
     d = MemoryDraft(event="对花生过敏", keywords=["花生", "过敏"], importance=150.0, validity=Validity.DAYS_7,
-                    type=MemoryType.FACT, source=Source.MANUAL, created_at=created)
+                    type=MemoryType.FACT, origin=Origin.EXPLICIT, created_at=created)
     [mid] = await storage.apply_changes(ALICE, NOW, inserts=[d])
     [m] = await storage.fetch_memories(ALICE)
     assert m == Memory(
         id=mid, event="对花生过敏", keywords=["花生", "过敏"], importance=100.0, created_at=created,
         validity=Validity.DAYS_7, last_mentioned_at=None, updated_at=NOW, expires_at=created + 7 * DAY,
-        type=MemoryType.FACT, source=Source.MANUAL, mention_count=0, last_decay_at=created,
+        type=MemoryType.FACT, origin=Origin.EXPLICIT, mention_count=0, last_decay_at=created, tier=Tier.SHORT,
+        review_at=NOW + 7 * DAY,
     )
 
 
-async def test_mark_mentioned(storage: Storage) -> None:
+async def test_mark_mentioned(storage: SQLiteStore) -> None:
     await storage.apply_changes(ALICE, NOW, inserts=[draft("a"), draft("b")])
     await storage.mark_mentioned(ALICE, [2], NOW + DAY)
     await storage.mark_mentioned(ALICE, [2], NOW + 2 * DAY)
@@ -272,7 +240,7 @@ async def test_mark_mentioned(storage: Storage) -> None:
     assert (b.mention_count, b.last_mentioned_at) == (2, NOW + 2 * DAY)
 
 
-async def test_failed_write_to_a_new_scope_leaves_storage_usable(storage: Storage) -> None:
+async def test_failed_write_to_a_new_scope_leaves_storage_usable(storage: SQLiteStore) -> None:
     bad = draft(cast(str, None))  # NOT NULL fails inside the transaction that also creates the table
     with pytest.raises(StorageError):
         await storage.apply_changes(ALICE, NOW, inserts=[bad])
@@ -282,7 +250,7 @@ async def test_failed_write_to_a_new_scope_leaves_storage_usable(storage: Storag
     assert [(m.id, m.event) for m in await storage.fetch_memories(ALICE)] == [(mid, "之后的记忆")]
 
 
-async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: Storage) -> None:
+async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: SQLiteStore) -> None:
     class Boom(Exception):
         pass
 
@@ -297,7 +265,7 @@ async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: S
 # ---- pending turns ---------------------------------------------------------------------------------
 
 
-async def test_pending_turns_queue(storage: Storage) -> None:
+async def test_pending_turns_queue(storage: SQLiteStore) -> None:
     for i in range(3):
         await storage.add_turn(ALICE, Turn(user=f"第{i}句 😀", reply=None if i == 1 else f"回复{i}", at=NOW + i * DAY))
     await storage.add_turn(BOB, Turn(user="鲍勃", reply="你好", at=NOW))
@@ -318,7 +286,7 @@ async def test_pending_turns_queue(storage: Storage) -> None:
     assert await storage.scopes_with_pending() == [BOB]
 
 
-async def test_consume_turns_is_atomic_with_its_inserts(storage: Storage) -> None:
+async def test_consume_turns_is_atomic_with_its_inserts(storage: SQLiteStore) -> None:
     await storage.add_turn(ALICE, Turn(user="我感冒了", reply="多喝水", at=NOW))
     [turn] = await storage.pending_turns(ALICE, 10)
     with pytest.raises(StorageError):
@@ -335,14 +303,14 @@ async def test_consume_turns_is_atomic_with_its_inserts(storage: Storage) -> Non
 
 
 async def test_profile_persists_and_goes_stale_on_memory_changes(db_path: Path) -> None:
-    first = await Storage.open(db_path)
+    first = await SQLiteStore.open(db_path)
     assert await first.load_profile(ALICE) is None
     profile = Profile(core="用户叫小明，对花生过敏。", dynamic=[DynamicTrait("最近感冒", ("感冒", "发烧"))])
     await first.save_profile(ALICE, profile, NOW)
     assert await first.load_profile(ALICE) == (replace(profile, built_at=NOW), False)
     await first.close()
 
-    reopened = await Storage.open(db_path)
+    reopened = await SQLiteStore.open(db_path)
     try:
         assert await reopened.load_profile(ALICE) == (replace(profile, built_at=NOW), False)
         await reopened.apply_changes(ALICE, NOW)  # nothing changed
@@ -355,14 +323,14 @@ async def test_profile_persists_and_goes_stale_on_memory_changes(db_path: Path) 
         await reopened.save_profile(ALICE, profile, NOW + DAY)
         assert await reopened.load_profile(ALICE) == (replace(profile, built_at=NOW + DAY), False)
 
-        await reopened.apply_changes(ALICE, NOW, deletes=[mid])
+        await reopened.apply_changes(ALICE, NOW, forget=[mid])
         assert (await reopened.load_profile(ALICE) or (None, None))[1] is True
         assert await reopened.load_profile(BOB) is None
     finally:
         await reopened.close()
 
 
-async def test_cleanup_marks_the_profile_stale(storage: Storage) -> None:
+async def test_cleanup_marks_the_profile_stale(storage: SQLiteStore) -> None:
     await storage.apply_changes(ALICE, NOW, inserts=[draft(importance=10.2)])
     await storage.save_profile(ALICE, Profile(core="x"), NOW)
     await storage.decay_and_clean([ALICE], NOW + DAY)  # 10.2 * 0.95 < 10: removed
@@ -393,7 +361,7 @@ DECAY_ROWS = [
 ]
 
 
-async def test_decay_and_clean_in_sql_equals_the_pure_rules(storage: Storage) -> None:
+async def test_decay_and_clean_in_sql_equals_the_pure_rules(storage: SQLiteStore) -> None:
     await storage.import_rows(ALICE, DECAY_ROWS, NOW)
     assert await storage.fetch_memories(ALICE) == DECAY_ROWS
 
@@ -407,7 +375,9 @@ async def test_decay_and_clean_in_sql_equals_the_pure_rules(storage: Storage) ->
         assert replace(actual, importance=0.0) == replace(wanted, importance=0.0)
     assert (decayed, removed) == (6, 2)  # rows 1, 2, 5, 6, 7, 9 had a whole day to decay
     assert got[1].importance > got[0].importance  # the mention slowed row 2 down
-    assert await storage.get_meta("last_decay_at") == "2025-12-23T04:00:00Z"
+    tombstones = await storage.fetch_by_ids(ALICE, [5, 6])
+    assert [(m.status, m.status_reason, m.event, m.keywords) for m in tombstones] == [
+        (Status.FORGOTTEN, "faded", "", []), (Status.FORGOTTEN, "expired", "", [])]
 
     # A second run the same day changes nothing.
     assert await storage.decay_and_clean([ALICE], NOW + timedelta(minutes=30)) == (0, 0)
@@ -415,8 +385,8 @@ async def test_decay_and_clean_in_sql_equals_the_pure_rules(storage: Storage) ->
 
 
 async def test_catch_up_in_sql_equals_daily_runs(tmp_path: Path) -> None:
-    daily = await Storage.open(tmp_path / "daily.sqlite3")
-    once = await Storage.open(tmp_path / "once.sqlite3")
+    daily = await SQLiteStore.open(tmp_path / "daily.sqlite3")
+    once = await SQLiteStore.open(tmp_path / "once.sqlite3")
     try:
         rows = [r for r in DECAY_ROWS if r.id in {1, 2, 3, 7, 9}]
         for s in (daily, once):
@@ -433,7 +403,7 @@ async def test_catch_up_in_sql_equals_daily_runs(tmp_path: Path) -> None:
     assert [m.last_decay_at for m in a] == [m.last_decay_at for m in b]
 
 
-async def test_cleanup_drops_lower_copies_of_the_same_event(storage: Storage) -> None:
+async def test_cleanup_drops_lower_copies_of_the_same_event(storage: SQLiteStore) -> None:
     rows = [
         stored(1, 60.0, Validity.DAYS_30, NOW, event="感冒了"),
         stored(2, 70.0, Validity.DAYS_30, NOW, event="感冒了"),
@@ -446,9 +416,9 @@ async def test_cleanup_drops_lower_copies_of_the_same_event(storage: Storage) ->
     assert [m.id for m in await storage.fetch_memories(ALICE)] == [3, 4, 5]
 
 
-async def test_decay_skips_unknown_scopes_and_leaves_others_alone(storage: Storage) -> None:
+async def test_decay_skips_unknown_scopes_and_leaves_others_alone(storage: SQLiteStore) -> None:
     await storage.import_rows(ALICE, [stored(1, 80.0, Validity.DAYS_30, NOW - 2 * DAY)], NOW)
-    await storage.import_rows(BOB, [stored(1, 80.0, Validity.DAYS_30, NOW - 2 * DAY)], NOW)
+    await storage.import_rows(BOB, [stored(2, 80.0, Validity.DAYS_30, NOW - 2 * DAY)], NOW)
     assert await storage.decay_and_clean([BOB, Scope(999)], NOW) == (1, 0)
     [alice] = await storage.fetch_memories(ALICE)
     [bob] = await storage.fetch_memories(BOB)
@@ -461,7 +431,7 @@ async def test_decay_skips_unknown_scopes_and_leaves_others_alone(storage: Stora
 
 async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(storage_module, "BUSY_TIMEOUT_MS", 100)
-    storage = await Storage.open(db_path)
+    storage = await SQLiteStore.open(db_path)
     other = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
     try:
         await storage.apply_changes(ALICE, NOW, inserts=[draft("锁之前")])
@@ -486,23 +456,3 @@ async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypat
         await storage.close()
 
 
-async def test_new_tables_equal_tables_built_by_every_migration_step(tmp_path: Path) -> None:
-    import sqlite3 as _sqlite3
-
-    from companion.storage import migrations as _schema
-
-    conn = _sqlite3.connect(tmp_path / "shape.sqlite3")
-    try:
-        conn.executescript(_schema.CURRENT_TABLE.format(table="fresh"))
-        for step in _schema.PER_SCOPE[: _schema.CURRENT_TABLE_VERSION]:
-            conn.executescript(step.format(table="migrated"))
-        columns = [
-            [tuple(c[1:]) for c in conn.execute(f'PRAGMA table_info("{name}")')] for name in ("fresh", "migrated")
-        ]
-        indexes = [
-            [i[1] for i in conn.execute(f'PRAGMA index_list("{name}")')] for name in ("fresh", "migrated")
-        ]
-    finally:
-        conn.close()
-    assert columns[0] == columns[1]
-    assert indexes[0] == ["fresh_event"] and indexes[1] == ["migrated_event"]

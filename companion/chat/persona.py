@@ -21,6 +21,8 @@ from memory import MemoryContext
 
 DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
+INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
+RECENT_MARK = "（今天刚知道）"
 NO_PROFILE = "（还不太了解）"
 
 
@@ -31,15 +33,22 @@ def render_system_prompt(with_tools: bool = False) -> str:
 
 
 def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
-    """The volatile part of a reply call: this turn's time and memory context, as marked, quoted data."""
+    """The volatile part of a reply call: this turn's time and memory context, as marked, quoted data.
+    The user's standing instructions (how to be talked to) come last, under their own header: the
+    system message tells the model to follow that section, and only that one."""
     dynamic = "".join(f"- {quote(line)}\n" for line in context.dynamic)
     memories = "".join(f"- {quote(r.memory.event)}\n" for r in context.recalled)
+    memories += "".join(f"- {RECENT_MARK}{quote(line)}\n" for line in context.recent)
+    instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
+    memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
+    if instructions:
+        memory_block += f"{INSTRUCTIONS_HEADER}\n{instructions}"
     return prompts.render(
         "context",
         now_local=show(now, tz),
         core_profile=quote(context.core) if context.core else NO_PROFILE,
         dynamic_block=f"{DYNAMIC_HEADER}\n{dynamic}" if dynamic else "",
-        memory_block=f"{MEMORY_HEADER}\n{memories}" if memories else "",
+        memory_block=memory_block,
     )
 
 

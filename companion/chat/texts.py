@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from companion.core.models import Memory
+    from companion.core.tiers import Action, Suggestion
+
 TELEGRAM_LIMIT = 4096
 
 GREETING_NEW = "嗨，我是小伴～从现在起我会陪你聊天，也会慢慢记住对你重要的事。今天过得怎么样？"
@@ -58,3 +65,75 @@ def _fit(text: str, limit: int) -> int:
         if units > limit:
             return max(i, 1)
     return len(text)
+
+
+# ---- memory the user steers ------------------------------------------------------------------------
+
+TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期记忆"}
+TYPE_NAMES = {"preference": "偏好", "fact": "事实", "instruction": "要求", "event": "事件"}
+REVIEW_BATCH = 5
+MEMORY_GONE = "这条记忆已经不在了（可能已被删除或不属于你）。"
+NOTHING_TO_SAVE = "要我记住什么呢？可以直接说“记住：……”。"
+EDIT_PROMPT = "好的，请直接发给我新的内容。"
+SAVE_FAILED = "这次没能记下来，请稍后再试一次。"
+NO_MEMORIES = "我还没有记住关于你的事情。聊着聊着我会慢慢记住，也可以说“记住：……”。"
+NO_PERMISSION = "没有权限"
+
+
+def tier_name(tier: str) -> str:
+    return TIER_NAMES.get(tier, tier)
+
+
+def receipt(memory: Memory, *, edited: bool = False) -> str:
+    verb = "改好了" if edited else "记住了"
+    return f"{verb}：{memory.event}（{tier_name(memory.tier.value)}）"
+
+
+def nothing_found(query: str) -> str:
+    return f"我没有找到和“{query}”有关的记忆。"
+
+
+def numbered(memories: Sequence[Memory]) -> str:
+    return "\n".join(f"{i}. {m.event}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
+
+
+def confirm_forget(memories: Sequence[Memory]) -> str:
+    return f"找到这些记忆，选择要忘掉的（忘掉后无法恢复）：\n{numbered(memories)}"
+
+
+def forgotten(count: int) -> str:
+    return f"已经忘掉了 {count} 条记忆，以后不会再提。" if count else "没有需要忘掉的记忆。"
+
+
+def confirm_forget_all(count: int) -> str:
+    return f"确定要忘掉关于你的全部 {count} 条记忆吗？这无法恢复。"
+
+
+REVIEW_VERBS = {"promote": "升级为", "keep": "继续保留在", "archive": "已归档", "forget": "已忘掉"}
+
+
+def review_done(memory: Memory, action: Action) -> str:
+    if action.value == "archive":
+        return f"已归档：{memory.event}（可在 /memories 里恢复）"
+    if action.value == "forget":
+        return "已忘掉一条记忆。"
+    return f"{memory.event}：{REVIEW_VERBS[action.value]}{tier_name(memory.tier.value)}"
+
+
+def review_message(items: Sequence[tuple[Memory, Suggestion]]) -> str:
+    lines = [f"有 {len(items)} 条记忆到了该整理的时候，你想怎么处理？"]
+    for i, (memory, suggestion) in enumerate(items, start=1):
+        advice = SUGGESTION_NAMES[suggestion.action.value]
+        lines.append(f"{i}. {memory.event}（{tier_name(memory.tier.value)}）— 建议{advice}：{suggestion.reason}")
+    return "\n".join(lines)
+
+
+SUGGESTION_NAMES = {"promote": "升级", "keep": "保留", "archive": "归档", "forget": "忘掉"}
+
+
+def pending_reviews(items: Sequence[tuple[Memory, Suggestion]]) -> str:
+    lines = [f"有{len(items)}条记忆待处理，要看看吗？"]
+    for i, (memory, suggestion) in enumerate(items, start=1):
+        lines.append(f"{i}. {memory.event} — 建议{SUGGESTION_NAMES[suggestion.action.value]}（{suggestion.reason}）")
+    lines.append("回复“按你说的办”，或者像“第一个升级，第二个删除”这样告诉我。")
+    return "\n".join(lines)

@@ -45,3 +45,11 @@ class RestoreError(CompanionError):
 
 class PromptError(CompanionError):
     """A prompt template is missing or was rendered with the wrong inputs."""
+
+
+class MemoryNotFoundError(CompanionError, LookupError):
+    """No memory has this handle (never issued, or not in this scope's table)."""
+
+
+class NotYourMemoryError(CompanionError, PermissionError):
+    """The handle names another scope's memory: the caller may not read or change it."""

@@ -6,6 +6,7 @@ Pure functions: no database, no clock. Anything that is not the documented shape
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 from companion.core import rules
 from companion.core.errors import LLMBadResponseError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Source, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
 from companion.core.text import normalize_keyword, normalize_text
 
 MAX_EVENT_CHARS = 50
@@ -81,8 +82,18 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
         return None
     return MemoryDraft(
         event=event, keywords=keywords, importance=rules.clamp_importance(importance),
-        validity=validity, type=mtype, source=Source.EXTRACTION,
+        validity=validity, type=mtype, origin=Origin.EXTRACTED, supersedes=_handle(item.get("replaces")),
     )
+
+
+def _handle(value: object) -> int | None:
+    """A memory number the model says this item replaces; anything else is no replacement. Whether the
+    number is one the model was shown (and so the caller's own) is checked by the engine."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().lstrip("#").isdigit():
+        value = int(value.strip().lstrip("#"))
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _clean_event(value: object, today: str) -> str | None:
@@ -132,6 +143,12 @@ def clean_keywords(value: object) -> list[str]:
 def event_key(event: str) -> str:
     """The same event told twice: compare without the date prefix, punctuation, spaces or case."""
     return _NOT_WORD.sub("", _DATE_PREFIX.sub("", normalize_text(event)).lower())
+
+
+def fingerprint(event: str) -> str:
+    """A one-way hash of an event's normal form: lets a tombstone recognise the same event told again
+    without keeping its words."""
+    return hashlib.sha256(event_key(event).encode("utf-8")).hexdigest()[:32]
 
 
 def keyword_overlap(a: Sequence[str], b: Sequence[str]) -> float:
@@ -211,3 +228,15 @@ def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
         updated_at=now,
         expires_at=rules.expires_at(now, validity),
     )
+
+
+def tells(text: str, memory: Memory) -> bool:
+    """Whether a message says what a memory holds: its event text, or most of its keywords. Used to take
+    a forgotten memory out of the turns still queued or in context."""
+    said = event_key(text)
+    key = event_key(memory.event)
+    if key and key in said:
+        return True
+    words = [k for k in memory.keywords if k]
+    hits = sum(1 for k in words if k in said)
+    return bool(words) and hits >= max(1, (len(words) + 1) // 2)

@@ -30,10 +30,37 @@ class MemoryType(StrEnum):
     EVENT = "event"
 
 
-class Source(StrEnum):
-    EXTRACTION = "extraction"
-    MANUAL = "manual"
-    IMPORT = "import"
+class Origin(StrEnum):
+    """How a memory came to be."""
+
+    EXTRACTED = "extracted"  # the model extracted it from the conversation
+    EXPLICIT = "explicit"  # the user asked to remember it
+    TOOL = "tool"  # the model saved it through a memory tool
+    ADMIN = "admin"  # an operator added it
+    RESTORE = "restore"  # read back from a backup whose origin is unknown
+
+    @classmethod
+    def parse(cls, text: str) -> Origin:
+        """Also reads the seed's ``source`` values found in old backups."""
+        return _LEGACY_ORIGINS.get(text) or cls(text)
+
+
+_LEGACY_ORIGINS = {"extraction": Origin.EXTRACTED, "manual": Origin.EXPLICIT, "import": Origin.RESTORE}
+
+
+class Status(StrEnum):
+    """Only active memories are recalled, listed by default or fed to the profile."""
+
+    ACTIVE = "active"
+    ARCHIVED = "archived"  # put away by the user or a review; kept in backups, restorable
+    SUPERSEDED = "superseded"  # replaced by newer information (``superseded_by``); kept for /why
+    FORGOTTEN = "forgotten"  # a content-free tombstone: handle, when and why, no text
+
+
+class Tier(StrEnum):
+    SHORT = "short"
+    MEDIUM = "medium"
+    LONG = "long"
 
 
 def _checked_id(value: object, what: str, *, allow_negative: bool = False) -> int:
@@ -95,13 +122,23 @@ class MemoryDraft:
     importance: float
     validity: Validity = Validity.DAYS_30
     type: MemoryType = MemoryType.EVENT
-    source: Source = Source.EXTRACTION
+    origin: Origin = Origin.EXTRACTED
     created_at: datetime | None = None
     terms: list[str] = field(default_factory=list)
+    tier: Tier | None = None  # None: follow the validity (rules.tier_for)
+    pinned: bool = False
+    # The message it was learned from (``/why`` links to it where Telegram allows).
+    source_chat_id: int | None = None
+    source_message_id: int | None = None
+    source_at: datetime | None = None
+    supersedes: int | None = None  # the handle of the memory this new information replaces
 
 
 @dataclass(slots=True)
 class Memory:
+    """One stored memory. ``id`` is its handle: unique across the whole database, so a button, a tool
+    call or an admin command can name it and the store can check who owns it."""
+
     id: int
     event: str
     keywords: list[str]
@@ -112,14 +149,32 @@ class Memory:
     updated_at: datetime
     expires_at: datetime | None
     type: MemoryType
-    source: Source
+    origin: Origin
     mention_count: int
     last_decay_at: datetime
     # Words of the event text, kept so the recall index never re-segments on load; derived, not backed up.
     terms: list[str] = field(default_factory=list)
+    status: Status = Status.ACTIVE
+    tier: Tier = Tier.MEDIUM
+    review_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+    pinned: bool = False
+    source_chat_id: int | None = None
+    source_message_id: int | None = None
+    source_at: datetime | None = None
+    superseded_by: int | None = None
+    status_reason: str = ""  # why it was archived, superseded or forgotten ("user", "faded", ...)
+    # A one-way hash of the forgotten event's normal form: a later extraction of the same words can be
+    # recognised without keeping the words.
+    fingerprint: str = ""
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
+
+    @property
+    def is_active(self) -> bool:
+        return self.status is Status.ACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +192,8 @@ class Turn:
     reply: str | None
     at: datetime
     id: int | None = None
+    chat_id: int | None = None
+    message_id: int | None = None
 
 
 @dataclass(slots=True)

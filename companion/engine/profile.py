@@ -18,7 +18,7 @@ from companion.core.models import DynamicTrait, Memory, Profile, Scope
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
 from companion.llm.client import LLMClient
-from companion.storage.sqlite import Storage
+from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
 
 
 class ProfileService:
-    def __init__(self, storage: Storage, llm: LLMClient | None, tz: tzinfo, policy: ProfilePolicy) -> None:
+    def __init__(self, storage: MemoryStore, llm: LLMClient | None, tz: tzinfo, policy: ProfilePolicy) -> None:
         self._storage = storage
         self._llm = llm
         self._tz = tz

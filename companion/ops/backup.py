@@ -1,9 +1,8 @@
 """Nightly backups an operator can open in Excel, and restore.
 
 A backup is a folder ``<BACKUP_DIR>/<YYYY-MM-DD>/`` holding ``memory.sqlite3`` (a consistent snapshot
-through SQLite's backup API) and one CSV per scope, generated from that snapshot. CSV is UTF-8 with BOM
-so Excel shows Chinese; cells that a spreadsheet would run as a formula get a leading apostrophe.
-Every file is written to a temporary name first and renamed into place.
+through SQLite's backup API) and one CSV per scope, streamed from that snapshot in the form of
+``csvformat``. Every file is written to a temporary name first and renamed into place.
 """
 
 from __future__ import annotations
@@ -14,28 +13,18 @@ import os
 import re
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 
-from companion.core.errors import BackupError
-from companion.core.models import Scope
-from companion.core.timeutil import from_db, local_date
-from companion.storage.sqlite import Storage
+from companion.core.errors import BackupError, StorageError
+from companion.core.timeutil import local_date
+from companion.ops.csvformat import HEADERS, fixed_offset, row_finisher, select_expressions
+from companion.storage.snapshot import open_snapshot
+from companion.storage.sqlite import SQLiteStore
 
 SNAPSHOT_NAME = "memory.sqlite3"
-CSV_HEADERS = (
-    "id", "事件", "关键词", "重要程度", "创建时间", "有效期", "最后提及时间",
-    "类型", "来源", "提及次数", "更新时间", "过期时间", "衰减时间",
-)
-DB_COLUMNS = (
-    "id", "event", "keywords", "importance", "created_at", "validity", "last_mentioned_at",
-    "type", "source", "mention_count", "updated_at", "expires_at", "last_decay_at",
-)
-TIME_COLUMNS = frozenset({"created_at", "last_mentioned_at", "updated_at", "expires_at", "last_decay_at"})
-SHOWN_TIME = "%Y-%m-%d %H:%M:%S%z"
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
 _DAY_FOLDER = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 Progress = Callable[[int, int], None]
@@ -49,84 +38,57 @@ class BackupResult:
     removed_folders: int
 
 
-def neutralise(cell: str) -> str:
-    """A leading apostrophe makes Excel show ``=1+1`` as text; restore strips exactly one."""
-    return f"'{cell}" if cell.startswith(FORMULA_PREFIXES) else cell
-
-
-def unneutralise(cell: str) -> str:
-    return cell[1:] if cell.startswith("'") else cell
-
-
-def show_time(stored: str | None, tz: tzinfo) -> str:
-    """Local time with its offset: readable in Excel and exact on the way back."""
-    if stored is None:
-        return ""
-    text = from_db(stored).astimezone(tz).strftime(SHOWN_TIME)
-    return f"{text[:-2]}:{text[-2:]}"
-
-
-def show_number(value: float) -> str:
-    """The shortest text that reads back as the same float. Decayed values such as 72.87784375000001
-    must survive backup and restore, so no fixed rounding; whole numbers lose the ".0" for people."""
-    return repr(value).removesuffix(".0")
-
-
-def atomic_write_csv(path: Path, rows: Iterator[list[str]] | list[list[str]]) -> None:
+def atomic_write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
+    """Write header and rows under a temporary name, fsync, rename; returns the rows written."""
     tmp = path.with_name(f".{path.name}.tmp")
+    count = 0
     with tmp.open("w", encoding="utf-8-sig", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(CSV_HEADERS)
-        writer.writerows(rows)
+        writer.writerow(HEADERS)
+        for row in rows:
+            writer.writerow(row)
+            count += 1
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    return count
 
 
-def export_csv(snapshot: Path, folder: Path, tz: tzinfo, progress: Progress | None = None) -> tuple[int, int]:
-    """One CSV per scope from a snapshot file. Blocking: run it in a thread."""
-    conn = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
-    try:
-        keys = [str(row[0]) for row in conn.execute("SELECT key FROM scopes ORDER BY key")]
-        total_rows = 0
-        for done, key in enumerate(keys, start=1):
-            scope = Scope.from_key(key)
-            cursor = conn.execute(f'SELECT {", ".join(DB_COLUMNS)} FROM "{scope.table}" ORDER BY id')
-            rows = [_csv_row(row, tz) for row in cursor]
-            atomic_write_csv(folder / f"{key}.csv", rows)
-            total_rows += len(rows)
+def export_csv(
+    snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None
+) -> tuple[int, int]:
+    """One CSV per scope from a snapshot file, streamed from one read transaction. Blocking: run it in
+    a thread. Returns (files, rows)."""
+    offset = fixed_offset(tz, now)
+    expressions = select_expressions(offset)
+    finish = row_finisher(tz, offset)
+    total_rows = 0
+    with open_snapshot(snapshot) as reader:
+        scopes = reader.scopes()
+        for done, (scope, _) in enumerate(scopes, start=1):
+            total_rows += atomic_write_csv(folder / f"{scope.key}.csv", map(finish, reader.rows(scope, expressions)))
             if progress is not None:
-                progress(done, len(keys))
-        return len(keys), total_rows
-    finally:
-        conn.close()
-
-
-def _csv_row(row: tuple[object, ...], tz: tzinfo) -> list[str]:
-    out: list[str] = []
-    for column, value in zip(DB_COLUMNS, row, strict=True):
-        if column in TIME_COLUMNS:
-            out.append(show_time(None if value is None else str(value), tz))
-        elif column == "importance":
-            out.append(show_number(float(value)))  # type: ignore[arg-type]
-        else:
-            out.append(neutralise("" if value is None else str(value)))
-    return out
+                progress(done, len(scopes))
+    return len(scopes), total_rows
 
 
 async def make_backup(
-    storage: Storage, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
+    store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
     progress: Progress | None = None,
 ) -> BackupResult:
+    """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days."""
     folder = backup_dir / local_date(now, tz)
     try:
+        # Every table at the current version first, so the CSV files all have the same columns.
+        while await store.upgrade_stale(200):
+            pass
         folder.mkdir(parents=True, exist_ok=True)
         tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
-        await storage.snapshot(tmp_snapshot)
+        await store.snapshot(tmp_snapshot)
         os.replace(tmp_snapshot, folder / SNAPSHOT_NAME)
-        files, rows = await asyncio.to_thread(export_csv, folder / SNAPSHOT_NAME, folder, tz, progress)
+        files, rows = await asyncio.to_thread(export_csv, folder / SNAPSHOT_NAME, folder, tz, now, progress)
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, StorageError) as exc:
         raise BackupError(f"backup to {folder} failed: {exc}") from exc
     return BackupResult(folder, files, rows, removed)
 

@@ -17,7 +17,7 @@ from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
 from companion.ops.backup import BackupResult, make_backup
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore
 from memory import DecayReport, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
     return await engine.decay(now)
 
 
-async def run_backup(store: Storage, settings: Settings, now: datetime | None = None) -> BackupResult:
+async def run_backup(store: SQLiteStore, settings: Settings, now: datetime | None = None) -> BackupResult:
     return await make_backup(
         store, Path(settings.backup_dir), now or utcnow(), settings.tz, settings.backup_keep_days
     )
@@ -56,7 +56,7 @@ async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
     return last is None or now - last >= timedelta(days=1)
 
 
-def build_scheduler(engine: MemoryEngine, store: Storage, settings: Settings) -> AsyncIOScheduler:
+def build_scheduler(engine: MemoryEngine, store: SQLiteStore, settings: Settings) -> AsyncIOScheduler:
     """Decay through the engine; the backup reads the store directly (the composition root hands both)."""
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 

@@ -7,9 +7,9 @@ restore never destroys what was there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from companion.core.errors import InvalidScopeError, RestoreError
-from companion.core.models import Memory, MemoryType, Scope, Source, Validity
-from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE
-from companion.ops.backup import CSV_HEADERS, DB_COLUMNS, TIME_COLUMNS, unneutralise
-from companion.storage.sqlite import Storage
+from companion.core.errors import InvalidScopeError, RestoreError, StorageError
+from companion.core.models import Memory, Scope
+from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
+from companion.storage.snapshot import checkpoint, open_snapshot
+from companion.storage.sqlite import SQLiteStore
 
 Progress = Callable[[int, int], None]
 
@@ -33,7 +33,14 @@ class RestoreResult:
     kept_old: Path | None
 
 
-def read_backup_csv(path: Path) -> tuple[Scope, list[Memory]]:
+@dataclass(frozen=True, slots=True)
+class ScopeBackup:
+    scope: Scope
+    memories: list[Memory]
+    legacy: bool  # the first format: ids were numbered per user, so they get fresh handles
+
+
+def read_backup_csv(path: Path) -> ScopeBackup:
     """Parse and validate one scope's CSV. Raises RestoreError naming the file and line."""
     try:
         scope = Scope.from_key(path.stem)
@@ -41,102 +48,66 @@ def read_backup_csv(path: Path) -> tuple[Scope, list[Memory]]:
         raise RestoreError(f"{path.name}: file name is not a scope ({exc})") from None
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, OSError) as exc:
+    except UnicodeDecodeError:
+        raise RestoreError(f"{path.name}: {_encoding_hint(path)}") from None
+    except (ValueError, pd.errors.ParserError, OSError) as exc:
         raise RestoreError(f"{path.name}: unreadable CSV ({exc})") from None
-    headers = tuple(frame.columns)
-    if headers[: len(CSV_HEADERS)] != CSV_HEADERS:
+    headers = tuple(str(h) for h in frame.columns)
+    if headers[: len(LEGACY_HEADERS)] != LEGACY_HEADERS:
         raise RestoreError(f"{path.name}: unexpected header {','.join(headers)}")
+    unknown = [h for h in headers if h not in BY_HEADER and h != ZONE_HEADER]
+    if unknown:
+        raise RestoreError(f"{path.name}: unknown columns {','.join(unknown)}")
     memories = []
     for line, values in enumerate(frame.itertuples(index=False, name=None), start=2):
         try:
-            memories.append(_memory(_decoded(values)))
+            memories.append(parse_row(dict(zip(headers, values, strict=True))))
         except (ValueError, KeyError, TypeError) as exc:
             raise RestoreError(f"{path.name} line {line}: {exc}") from None
     ids = [m.id for m in memories]
     if len(ids) != len(set(ids)):
         raise RestoreError(f"{path.name}: duplicate ids")
-    return scope, memories
+    return ScopeBackup(scope, memories, legacy="状态" not in headers)
 
 
-def _decoded(values: tuple[str, ...]) -> dict[str, str]:
-    return {
-        column: value if column in TIME_COLUMNS else unneutralise(value)
-        for column, value in zip(DB_COLUMNS, values, strict=False)
-    }
+def _encoding_hint(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        raw.decode("gbk")
+    except UnicodeDecodeError:
+        return "not UTF-8 text; save it as UTF-8 (Excel: 'CSV UTF-8') and try again"
+    return "saved as GBK/ANSI, not UTF-8; in Excel use 'Save as' > 'CSV UTF-8 (comma delimited)' and try again"
 
 
-def _memory(row: dict[str, str]) -> Memory:
-    times = {col: _time(row[col], col) for col in TIME_COLUMNS}
-    importance = float(row["importance"])
-    if not MIN_IMPORTANCE <= importance <= MAX_IMPORTANCE:
-        raise ValueError(f"importance {importance} outside 0-100")
-    # No check on the event text: whatever the database held (even blank) must restore, or a backup
-    # with one odd row could never be restored at all.
-    event = row["event"]
-    created, updated, decayed = times["created_at"], times["updated_at"], times["last_decay_at"]
-    if created is None or updated is None or decayed is None:
-        raise ValueError("created, updated and decay times are required")
-    return Memory(
-        id=_positive_int(row["id"], "id"),
-        event=event,
-        keywords=[k for k in row["keywords"].split(",") if k],
-        importance=importance,
-        created_at=created,
-        validity=Validity(row["validity"]),
-        last_mentioned_at=times["last_mentioned_at"],
-        updated_at=updated,
-        expires_at=times["expires_at"],
-        type=MemoryType(row["type"]),
-        source=Source(row["source"]),
-        mention_count=_positive_int(row["mention_count"], "mention count", allow_zero=True),
-        last_decay_at=decayed,
-    )
-
-
-def _positive_int(text: str, what: str, *, allow_zero: bool = False) -> int:
-    value = int(text)
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{what} {value} is not positive")
-    return value
-
-
-def _time(text: str, column: str) -> datetime | None:
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise ValueError(f"{column} {text!r} has no UTC offset")
-    return moment
-
-
-def read_backup_folder(folder: Path, progress: Progress | None = None) -> dict[Scope, list[Memory]]:
+def read_backup_folder(folder: Path, progress: Progress | None = None) -> list[ScopeBackup]:
     files = sorted(p for p in folder.glob("*.csv") if not p.name.startswith("."))
     if not files:
         raise RestoreError(f"{folder} holds no CSV files")
-    data: dict[Scope, list[Memory]] = {}
+    data: list[ScopeBackup] = []
+    owners: dict[int, str] = {}
     for done, path in enumerate(files, start=1):
-        scope, memories = read_backup_csv(path)
-        data[scope] = memories
+        part = read_backup_csv(path)
+        if not part.legacy:
+            for memory in part.memories:
+                other = owners.setdefault(memory.id, path.name)
+                if other != path.name:
+                    raise RestoreError(f"{path.name}: memory {memory.id} is also in {other}")
+        data.append(part)
         if progress is not None:
             progress(done, len(files))
     return data
 
 
 def check_snapshot(path: Path) -> None:
+    """Refuse a snapshot that fails the integrity check or whose scopes do not all have a readable table
+    (counting it later would fail after the copy)."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            status = conn.execute("PRAGMA integrity_check").fetchone()
-            keys = [str(r[0]) for r in conn.execute("SELECT key FROM scopes")]
-            # Every registered scope must name a readable memory table, or counting it later would fail
-            # with a bare sqlite3 error after the copy.
-            for key in keys:
-                conn.execute(f'SELECT count(*) FROM "{Scope.from_key(key).table}"').fetchone()
-        finally:
-            conn.close()
-    except (sqlite3.Error, InvalidScopeError) as exc:
-        raise RestoreError(f"{path.name} is not a usable snapshot: {exc}") from None
-    if status is None or status[0] != "ok":
+        with open_snapshot(path) as reader:
+            status = reader.integrity()
+            reader.count()
+    except StorageError as exc:
+        raise RestoreError(str(exc)) from None
+    if status != "ok":
         raise RestoreError(f"{path.name} failed the integrity check: {status}")
 
 
@@ -144,15 +115,9 @@ def database_has_data(db_path: Path) -> bool:
     if not db_path.exists() or db_path.stat().st_size == 0:
         return False
     try:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-        try:
-            keys = [str(r[0]) for r in conn.execute("SELECT key FROM scopes")]
-            return any(
-                conn.execute(f'SELECT 1 FROM "{Scope.from_key(k).table}" LIMIT 1').fetchone() for k in keys
-            ) or bool(conn.execute("SELECT 1 FROM pending_turns LIMIT 1").fetchone())
-        finally:
-            conn.close()
-    except sqlite3.Error:
+        with open_snapshot(db_path) as reader:
+            return reader.count()[1] > 0 or reader.has_pending_turns()
+    except StorageError:
         return True  # unreadable is not "empty": never overwrite it without --force
 
 
@@ -175,7 +140,11 @@ async def restore(
             scopes, rows = await _build(staging, data, now)
         else:
             shutil.copyfile(source, staging)
-            scopes, rows = _count(staging)
+            with open_snapshot(staging) as reader:
+                scopes, rows = reader.count()
+    except StorageError as exc:
+        _remove_db(staging)
+        raise RestoreError(f"restore failed, nothing changed: {exc}") from None
     except BaseException:
         _remove_db(staging)
         raise
@@ -183,30 +152,23 @@ async def restore(
     return RestoreResult(scopes, rows, kept)
 
 
-async def _build(path: Path, data: dict[Scope, list[Memory]], now: datetime) -> tuple[int, int]:
-    storage = await Storage.open(path)
+async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> tuple[int, int]:
+    store = await SQLiteStore.open(path)
     try:
-        for scope, memories in data.items():
-            await storage.import_rows(scope, memories, now)
+        for part in data:
+            await store.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
     finally:
-        await storage.close()
-    return len(data), sum(len(m) for m in data.values())
-
-
-def _count(path: Path) -> tuple[int, int]:
-    conn = sqlite3.connect(path)
-    try:
-        keys = [str(r[0]) for r in conn.execute("SELECT key FROM scopes")]
-        rows = sum(conn.execute(f'SELECT count(*) FROM "{Scope.from_key(k).table}"').fetchone()[0] for k in keys)
-    finally:
-        conn.close()
-    return len(keys), rows
+        await store.close()
+    return len(data), sum(len(p.memories) for p in data)
 
 
 def _swap_in(staging: Path, db_path: Path, now: datetime) -> Path | None:
-    """Move the live database (with its WAL, which may hold recent commits) aside, then rename in."""
+    """Move the live database aside, then rename the new one in. The live one is checkpointed first so
+    the kept file alone holds every commit; any -wal/-shm left still travel with it."""
     kept: Path | None = None
     if db_path.exists():
+        with contextlib.suppress(StorageError):
+            checkpoint(db_path)  # a damaged file is kept as it is, side files and all
         kept = db_path.with_name(f"{db_path.name}.before-restore-{now.strftime('%Y%m%dT%H%M%S')}")
         os.replace(db_path, kept)
     for suffix in ("-wal", "-shm"):

@@ -1,1 +1,1 @@
-"""Storage: every byte that reaches the database. May import ``companion.core`` only."""
+"""SQLiteStore: every byte that reaches the database. May import ``companion.core`` only."""

@@ -1,16 +1,51 @@
-"""Append-only migrations. Never edit a step that has shipped: add a new one at the end.
+"""Named, append-only migration sets, one per owner of tables. Never edit a step that has shipped: add one.
 
-``SHARED`` steps run once per database (tracked by ``PRAGMA user_version``). ``PER_SCOPE`` steps run on
-every memory table (tracked per table in ``scopes.table_version``), so a new column reaches old users'
-tables at the next start.
+Database-wide sets (``CORE``) are tracked by name in the ``migrations`` table and run when the database
+opens. The per-scope set (``MEMORIES``) runs on one memory table at a time: when its scope is first opened
+or touched, or in background batches (``SQLiteStore.upgrade_stale``); never all at start-up, so start-up
+time does not grow with the number of users. Its progress is ``scopes.table_version`` (steps applied).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
 import aiosqlite
 
-SHARED: tuple[str, ...] = (
-    """
+Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A step: an SQL script (``{table}`` stands for a memory table's name) or a coroutine."""
+
+    name: str
+    script: str = ""
+    run: Runner | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSet:
+    owner: str
+    steps: tuple[Migration, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(step.name for step in self.steps)
+
+
+async def run_script(conn: aiosqlite.Connection, script: str) -> None:
+    # executescript would COMMIT the caller's open transaction; run statement by statement instead.
+    for statement in script.split(";"):
+        if statement.strip():
+            await conn.execute(statement)
+
+
+# ---- database-wide -------------------------------------------------------------------------------
+
+CORE = MigrationSet("core", (
+    Migration("0001_initial", """
     CREATE TABLE scopes (
         key TEXT PRIMARY KEY,
         user_id INTEGER NOT NULL,
@@ -35,12 +70,117 @@ SHARED: tuple[str, ...] = (
     );
     CREATE INDEX pending_turns_scope ON pending_turns (scope_key, id);
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    """,
-)
+    """),
+    # Memory handles: one id space for every memory table, so a handle names one memory in the whole
+    # database and its owner can be checked. AUTOINCREMENT: a forgotten handle is never handed out again.
+    Migration("0002_memory_handles", """
+    CREATE TABLE memory_handles (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope_key TEXT NOT NULL
+    );
+    CREATE INDEX memory_handles_scope ON memory_handles (scope_key)
+    """),
+    # The message a queued turn came from, so an extracted memory can name its source.
+    Migration("0003_turn_source", """
+    ALTER TABLE pending_turns ADD COLUMN chat_id INTEGER;
+    ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
+    """),
+))
+SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)
 
-# ``{table}`` is always ``Scope.table``: built from validated integers, never from user text.
-PER_SCOPE: tuple[str, ...] = (
-    """
+
+async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:
+    """Apply the database-wide steps not applied yet (of ``SHARED_SETS`` unless given), inside the caller's
+    transaction."""
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS migrations (owner TEXT NOT NULL, name TEXT NOT NULL, applied_at TEXT NOT NULL, "
+        "PRIMARY KEY (owner, name))"
+    )
+    cursor = await conn.execute("PRAGMA user_version")
+    row = await cursor.fetchone()
+    if row is not None and int(row[0]) >= 1:
+        # Databases from before named migrations counted the core steps in user_version.
+        for name in CORE.names[: int(row[0])]:
+            await conn.execute("INSERT OR IGNORE INTO migrations VALUES ('core', ?, ?)", (name, now))
+        await conn.execute("PRAGMA user_version = 0")
+    cursor = await conn.execute("SELECT owner, name FROM migrations")
+    done = {(str(o), str(n)) for o, n in await cursor.fetchall()}
+    for migration_set in SHARED_SETS if sets is None else sets:
+        for step in migration_set.steps:
+            if (migration_set.owner, step.name) in done:
+                continue
+            await run_script(conn, step.script)
+            await conn.execute("INSERT INTO migrations VALUES (?, ?, ?)", (migration_set.owner, step.name, now))
+
+
+# ---- per memory table ----------------------------------------------------------------------------
+
+# The memory table as it is now. New tables are created from this in one statement: SQLite re-parses its
+# schema after every ALTER TABLE, which made a new user's first write cost ~300 ms at 10,000 tables.
+# ``tests/test_migrations.py`` checks it equals what the steps build.
+CURRENT_TABLE = """
+    CREATE TABLE IF NOT EXISTS "{table}" (
+        id INTEGER PRIMARY KEY,
+        event TEXT NOT NULL,
+        keywords TEXT NOT NULL,
+        importance REAL NOT NULL,
+        created_at TEXT NOT NULL,
+        validity TEXT NOT NULL CHECK (validity IN ('permanent', '30d', '7d')),
+        last_mentioned_at TEXT,
+        updated_at TEXT NOT NULL,
+        expires_at TEXT,
+        type TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        mention_count INTEGER NOT NULL DEFAULT 0,
+        last_decay_at TEXT NOT NULL,
+        terms TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT 'active'
+            CHECK (status IN ('active', 'archived', 'superseded', 'forgotten')),
+        tier TEXT NOT NULL CHECK (tier IN ('short', 'medium', 'long')),
+        review_at TEXT,
+        last_accessed_at TEXT,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        source_chat_id INTEGER,
+        source_message_id INTEGER,
+        source_at TEXT,
+        superseded_by INTEGER,
+        status_reason TEXT NOT NULL DEFAULT '',
+        fingerprint TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event)
+"""
+
+
+async def _handles_and_lifecycle(conn: aiosqlite.Connection, key: str, table: str) -> None:
+    """v3: ids become database-wide handles, ``source`` becomes ``origin``, and the life-cycle columns
+    arrive. Rebuilds the table (a primary key cannot be renumbered in place); the ids move by one offset
+    so their order, and everything else, is kept."""
+    cursor = await conn.execute("SELECT COALESCE(max(id), 0) FROM memory_handles")
+    row = await cursor.fetchone()
+    base = int(row[0]) if row else 0
+    new = f"{table}__v3"
+    await conn.execute(f'INSERT INTO memory_handles (id, scope_key) SELECT id + ?, ? FROM "{table}" ORDER BY id',
+                       (base, key))
+    await run_script(conn, CURRENT_TABLE.format(table=new).replace(f'"{new}_event"', f'"{new}_event_tmp"'))
+    await conn.execute(
+        f'INSERT INTO "{new}" (id, event, keywords, importance, created_at, validity, last_mentioned_at, '
+        "updated_at, expires_at, type, origin, mention_count, last_decay_at, terms, status, tier) "
+        "SELECT id + ?, event, keywords, importance, created_at, validity, last_mentioned_at, updated_at, "
+        "expires_at, type, CASE source WHEN 'extraction' THEN 'extracted' WHEN 'manual' THEN 'explicit' "
+        "ELSE 'restore' END, mention_count, last_decay_at, terms, 'active', "
+        "CASE validity WHEN 'permanent' THEN 'long' WHEN '30d' THEN 'medium' ELSE 'short' END "
+        f'FROM "{table}"',
+        (base,),
+    )
+    await conn.execute(f'DROP TABLE "{table}"')
+    await conn.execute(f'DROP INDEX "{new}_event_tmp"')
+    await conn.execute(f'ALTER TABLE "{new}" RENAME TO "{table}"')
+    await conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event)')
+
+
+MEMORIES = MigrationSet("memories", (
+    Migration("0001_create", """
     CREATE TABLE IF NOT EXISTS "{table}" (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         event TEXT NOT NULL,
@@ -56,82 +196,31 @@ PER_SCOPE: tuple[str, ...] = (
         mention_count INTEGER NOT NULL DEFAULT 0,
         last_decay_at TEXT NOT NULL
     );
-    CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event);
-    """,
-    # v2: the event's words for the recall index ('' = not computed yet; the index segments it then).
-    """
+    CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event)
+    """),
+    # The event's words for the recall index ('' = not computed yet; the index segments it then).
+    Migration("0002_terms", """
     ALTER TABLE "{table}" ADD COLUMN terms TEXT NOT NULL DEFAULT ''
-    """,
-)
-
-
-async def migrate(conn: aiosqlite.Connection) -> None:
-    """Bring shared tables and every memory table up to date, inside the caller's transaction."""
-    cursor = await conn.execute("PRAGMA user_version")
-    row = await cursor.fetchone()
-    version = int(row[0]) if row else 0
-    for step in SHARED[version:]:
-        await _run_script(conn, step)
-    if version < len(SHARED):
-        await conn.execute(f"PRAGMA user_version = {len(SHARED)}")
-    cursor = await conn.execute(
-        "SELECT key, table_version FROM scopes WHERE table_version < ?", (len(PER_SCOPE),)
-    )
-    for key, table_version in await cursor.fetchall():
-        await _upgrade_table(conn, str(key), f"mem_{key}", int(table_version))
-
-
-# What PER_SCOPE builds, as one statement, for brand-new tables: SQLite re-parses the whole schema after
-# every ALTER TABLE, which made a new user's first write cost ~300 ms at 10,000 tables (BENCHMARKS.md).
-# It equals PER_SCOPE[:CURRENT_TABLE_VERSION] (tests/test_storage.py checks); steps appended later still
-# run on new tables after it, so forgetting to update this is slow, never wrong.
-CURRENT_TABLE_VERSION = 2
-CURRENT_TABLE = """
-    CREATE TABLE IF NOT EXISTS "{table}" (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        event TEXT NOT NULL,
-        keywords TEXT NOT NULL,
-        importance REAL NOT NULL,
-        created_at TEXT NOT NULL,
-        validity TEXT NOT NULL CHECK (validity IN ('permanent', '30d', '7d')),
-        last_mentioned_at TEXT,
-        updated_at TEXT NOT NULL,
-        expires_at TEXT,
-        type TEXT NOT NULL,
-        source TEXT NOT NULL,
-        mention_count INTEGER NOT NULL DEFAULT 0,
-        last_decay_at TEXT NOT NULL,
-        terms TEXT NOT NULL DEFAULT ''
-    );
-    CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event);
-"""
+    """),
+    Migration("0003_handles_and_lifecycle", run=_handles_and_lifecycle),
+))
+CURRENT_TABLE_VERSION = len(MEMORIES.steps)
+LIFECYCLE_VERSION = MEMORIES.names.index("0003_handles_and_lifecycle") + 1  # tables with ``status``
 
 
 async def create_memory_table(conn: aiosqlite.Connection, key: str, table: str) -> None:
-    cursor = await conn.execute("SELECT table_version FROM scopes WHERE key = ?", (key,))
-    row = await cursor.fetchone()
-    version = int(row[0]) if row else 0
-    if version == 0:
-        await _run_script(conn, CURRENT_TABLE.format(table=table))
-        version = CURRENT_TABLE_VERSION
-        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (version, key))
-    await _upgrade_table(conn, key, table, version)
+    """A new scope's table, at the current version in one statement."""
+    await run_script(conn, CURRENT_TABLE.format(table=table))
+    await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (CURRENT_TABLE_VERSION, key))
 
 
-async def memory_tables(conn: aiosqlite.Connection) -> list[str]:
-    cursor = await conn.execute("SELECT key FROM scopes")
-    return [f"mem_{row[0]}" for row in await cursor.fetchall()]
-
-
-async def _upgrade_table(conn: aiosqlite.Connection, key: str, table: str, version: int) -> None:
-    for step in PER_SCOPE[version:]:
-        await _run_script(conn, step.format(table=table))
-    if version < len(PER_SCOPE):
-        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (len(PER_SCOPE), key))
-
-
-async def _run_script(conn: aiosqlite.Connection, script: str) -> None:
-    # executescript would COMMIT our open transaction; run statement by statement instead.
-    for statement in script.split(";"):
-        if statement.strip():
-            await conn.execute(statement)
+async def upgrade_memory_table(conn: aiosqlite.Connection, key: str, table: str, version: int) -> int:
+    """Run the per-scope steps after ``version`` on one table; returns the new version."""
+    for step in MEMORIES.steps[version:]:
+        if step.run is not None:
+            await step.run(conn, key, table)
+        else:
+            await run_script(conn, step.script.format(table=table))
+    if version < CURRENT_TABLE_VERSION:
+        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (CURRENT_TABLE_VERSION, key))
+    return CURRENT_TABLE_VERSION

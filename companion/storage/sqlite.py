@@ -1,102 +1,95 @@
-"""All SQL of the project: one long-lived aiosqlite connection, WAL, explicit transactions behind a lock.
+"""The SQLite store: one long-lived aiosqlite connection, WAL, explicit short transactions behind a lock.
 
-Memories live in one table per scope (``mem_u<user>``, ``mem_c<n|p><chat>_u<user>``), named only
-from validated integers (see ``Scope``). Shared tables hold the scope registry, persisted profiles and
-the turns still waiting for extraction. Schema changes are append-only migrations (``schema.py``).
+Memories live in one table per scope (``mem_u<user>``, ``mem_c<n|p><chat>_u<user>``), named only from
+validated integers (see ``Scope``); their ids come from the database-wide ``memory_handles`` table, so a
+handle names one memory and its owner. Shared tables hold the scope registry, profiles, the turns waiting
+for extraction and small state. Schema changes are named migrations (``migrations.py``); a memory table is
+upgraded when its scope is touched or by ``upgrade_stale`` in the background, never all at start-up.
+Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 import aiosqlite
 
-from companion.core import rules
 from companion.core.errors import DatabaseBusyError, StorageError
-from companion.core.models import (
-    DynamicTrait,
-    Memory,
-    MemoryDraft,
-    MemoryType,
-    Profile,
-    Scope,
-    Source,
-    Turn,
-    Validity,
+from companion.core.extraction import fingerprint
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+from companion.core.rules import new_memory
+from companion.core.timeutil import to_db, utcnow
+from companion.storage import decay_sql, migrations
+from companion.storage.base import ACTIVE_ONLY
+from companion.storage.rows import (
+    INSERT_MEMORY,
+    PROFILE_COLUMNS,
+    SELECT_MEMORY,
+    TURN_COLUMNS,
+    UPDATE_MEMORY,
+    memory_to_row,
+    memory_update_params,
+    profile_to_row,
+    row_to_memory,
+    row_to_profile,
+    row_to_turn,
+    turn_to_row,
 )
-from companion.core.timeutil import from_db, maybe_from_db, to_db
-from companion.storage import migrations as schema
 
 BUSY_TIMEOUT_MS = 5000
 
-_MEMORY_COLUMNS = (
-    "id, event, keywords, importance, created_at, validity, last_mentioned_at, updated_at, "
-    "expires_at, type, source, mention_count, last_decay_at, terms"
-)
 
-
-def _storage_error(exc: sqlite3.Error) -> StorageError:
+def storage_error(exc: sqlite3.Error) -> StorageError:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return DatabaseBusyError(f"database is locked: {exc}")
     return StorageError(f"database error: {exc}")
 
 
-def row_to_memory(row: Sequence[object]) -> Memory:
-    (mid, event, keywords, importance, created, validity, mentioned, updated, expires,
-     mtype, source, count, decayed, terms) = row
-    return Memory(
-        id=int(mid),  # type: ignore[call-overload]
-        event=str(event),
-        keywords=[k for k in str(keywords).split(",") if k],
-        importance=float(importance),  # type: ignore[arg-type]
-        created_at=from_db(str(created)),
-        validity=Validity(str(validity)),
-        last_mentioned_at=maybe_from_db(mentioned),  # type: ignore[arg-type]
-        updated_at=from_db(str(updated)),
-        expires_at=maybe_from_db(expires),  # type: ignore[arg-type]
-        type=MemoryType(str(mtype)),
-        source=Source(str(source)),
-        mention_count=int(count),  # type: ignore[call-overload]
-        last_decay_at=from_db(str(decayed)),
-        terms=str(terms or "").split(),
-    )
+def _marks(values: Collection[object]) -> str:
+    return ", ".join("?" for _ in values)
 
 
-class Storage:
-    """The database. Every public method is one short transaction; none awaits anything but SQLite."""
+class SQLiteStore:
+    """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
+    SQLite."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
-        self._known_tables: set[str] = set()
-        # Tables created inside the open transaction: known only once it commits, because a rollback
-        # takes the CREATE TABLE with it and a stale entry would make every later query fail.
-        self._new_tables: set[str] = set()
+        # Scope key -> memory table version, for every registered scope (one small query at open).
+        self._versions: dict[str, int] = {}
+        # Changes made inside the open transaction: kept only once it commits, because a rollback takes
+        # the CREATE TABLE (or upgrade) with it and a stale entry would make every later query fail.
+        self._pending_versions: dict[str, int] = {}
         self.path = path
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: Path) -> Storage:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    async def open(cls, path: Path, *, create: bool = True) -> SQLiteStore:
+        """Open (and with ``create``, create) the database. ``create=False`` is for read-only tools: a
+        missing file is a StorageError, never a new empty database."""
+        if not create and not path.is_file():
+            raise StorageError(f"no database at {path}")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             conn = await aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
-        except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
-        storage = cls(conn, path)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot open the database at {path}: {exc}") from exc
+        store = cls(conn, path)
         try:
-            await storage._setup()
+            await store._setup()
         except BaseException:
             await conn.close()
             raise
-        return storage
+        return store
 
     async def _setup(self) -> None:
         try:
@@ -104,17 +97,13 @@ class Storage:
             await self._conn.execute("PRAGMA journal_mode = WAL")
             await self._conn.execute("PRAGMA synchronous = NORMAL")
             await self._conn.execute("PRAGMA foreign_keys = ON")
-            await self._register_functions()
+            await decay_sql.ensure_math(self._conn)
             async with self.transaction() as conn:
-                await schema.migrate(conn)
-                self._known_tables = set(await schema.memory_tables(conn))
+                await migrations.migrate_shared(conn, to_db(utcnow()))
+                cursor = await conn.execute("SELECT key, table_version FROM scopes")
+                self._versions = {str(k): int(v) for k, v in await cursor.fetchall()}
         except sqlite3.DatabaseError as exc:
-            raise _storage_error(exc) from exc
-
-    async def _register_functions(self) -> None:
-        await self._conn.create_function("decayed_importance", 5, _sql_decayed_importance, deterministic=True)
-        await self._conn.create_function("decay_anchor", 3, _sql_decay_anchor, deterministic=True)
-        await self._conn.create_function("removal_reason", 5, _sql_removal_reason, deterministic=True)
+            raise storage_error(exc) from exc
 
     async def close(self) -> None:
         await self._conn.close()
@@ -129,22 +118,22 @@ class Storage:
             try:
                 await self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as exc:
-                raise _storage_error(exc) from exc
-            self._new_tables.clear()
+                raise storage_error(exc) from exc
+            self._pending_versions.clear()
             try:
                 yield self._conn
             except BaseException:
-                self._new_tables.clear()
+                self._pending_versions.clear()
                 await self._rollback()
                 raise
             try:
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._new_tables.clear()
+                self._pending_versions.clear()
                 await self._rollback()
-                raise _storage_error(exc) from exc
-            self._known_tables |= self._new_tables
-            self._new_tables.clear()
+                raise storage_error(exc) from exc
+            self._versions.update(self._pending_versions)
+            self._pending_versions.clear()
 
     async def _rollback(self) -> None:
         # SQLite rolls back by itself on some errors (disk full, I/O); a second ROLLBACK would then fail
@@ -158,32 +147,64 @@ class Storage:
             async with self.transaction(write=write) as conn:
                 yield conn
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
 
     async def data_version(self) -> int:
-        """Changes when another connection (an operator's CLI) commits; our own commits do not count."""
         async with self._lock:
             cursor = await self._conn.execute("PRAGMA data_version")
             row = await cursor.fetchone()
         return int(row[0]) if row else 0
 
-    # ---- scopes ----------------------------------------------------------------------------------
+    # ---- scopes and their tables -----------------------------------------------------------------
+
+    def _version(self, scope: Scope) -> int | None:
+        key = scope.key
+        return self._pending_versions.get(key, self._versions.get(key))
+
+    async def _ensure_scope(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> None:
+        """Register the scope and bring its table to the current version, inside ``conn``'s transaction."""
+        version = self._version(scope)
+        if version == migrations.CURRENT_TABLE_VERSION:
+            return
+        if version is None:
+            await conn.execute(
+                "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at) VALUES (?, ?, ?, ?)",
+                (scope.key, scope.user_id, scope.chat_id, to_db(now)),
+            )
+            cursor = await conn.execute("SELECT table_version FROM scopes WHERE key = ?", (scope.key,))
+            row = await cursor.fetchone()
+            version = int(row[0]) if row else 0
+        if version == 0:
+            await migrations.create_memory_table(conn, scope.key, scope.table)
+        else:
+            await migrations.upgrade_memory_table(conn, scope.key, scope.table, version)
+        self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+
+    async def _readable(self, scope: Scope) -> bool:
+        """Whether the scope has a table to read; a stale one is upgraded first (its own write)."""
+        version = self._version(scope)
+        if version is None:
+            return False
+        if version < migrations.CURRENT_TABLE_VERSION:
+            async with self._tx() as conn:
+                await self._ensure_scope(conn, scope, utcnow())
+        return True
+
+    async def upgrade_stale(self, limit: int = 50) -> int:
+        """Upgrade up to ``limit`` memory tables left at an old version; returns how many remain. For a
+        background task: each batch is one short transaction."""
+        stale = [k for k, v in self._versions.items() if v < migrations.CURRENT_TABLE_VERSION]
+        if stale[:limit]:
+            async with self._tx() as conn:
+                for key in stale[:limit]:
+                    await self._ensure_scope(conn, Scope.from_key(key), utcnow())
+        return max(0, len(stale) - limit)
 
     async def ensure_scope(self, scope: Scope, now: datetime) -> None:
-        if scope.table in self._known_tables:
+        if self._version(scope) == migrations.CURRENT_TABLE_VERSION:
             return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-
-    async def _ensure_scope(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> None:
-        if scope.table in self._known_tables or scope.table in self._new_tables:
-            return
-        await conn.execute(
-            "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at) VALUES (?, ?, ?, ?)",
-            (scope.key, scope.user_id, scope.chat_id, to_db(now)),
-        )
-        await schema.create_memory_table(conn, scope.key, scope.table)
-        self._new_tables.add(scope.table)
 
     async def scopes(self) -> list[Scope]:
         async with self._tx(write=False) as conn:
@@ -204,104 +225,141 @@ class Storage:
 
     # ---- memories --------------------------------------------------------------------------------
 
-    async def fetch_memories(self, scope: Scope) -> list[Memory]:
-        if scope.table not in self._known_tables:
+    async def fetch_memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
+        if not statuses or not await self._readable(scope):
             return []
+        values = sorted(s.value for s in statuses)
         async with self._tx(write=False) as conn:
-            cursor = await conn.execute(f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" ORDER BY id')
+            cursor = await conn.execute(
+                f'SELECT {SELECT_MEMORY} FROM "{scope.table}" WHERE status IN ({_marks(values)}) ORDER BY id', values
+            )
             rows = await cursor.fetchall()
         return [row_to_memory(row) for row in rows]
 
     async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
-        if not ids or scope.table not in self._known_tables:
+        if not ids or not await self._readable(scope):
             return []
-        marks = ", ".join("?" for _ in ids)
         async with self._tx(write=False) as conn:
             cursor = await conn.execute(
-                f'SELECT {_MEMORY_COLUMNS} FROM "{scope.table}" WHERE id IN ({marks}) ORDER BY id', tuple(ids)
+                f'SELECT {SELECT_MEMORY} FROM "{scope.table}" WHERE id IN ({_marks(ids)}) ORDER BY id', tuple(ids)
             )
             rows = await cursor.fetchall()
         return [row_to_memory(row) for row in rows]
 
-    async def apply_changes(
-        self,
-        scope: Scope,
-        now: datetime,
-        inserts: Sequence[MemoryDraft] = (),
-        updates: Sequence[Memory] = (),
-        deletes: Iterable[int] = (),
-    ) -> list[int]:
-        """Insert, update and delete memories of one scope in one transaction; returns the new ids.
+    async def owner_of(self, handle: int) -> Scope | None:
+        async with self._tx(write=False) as conn:
+            cursor = await conn.execute("SELECT scope_key FROM memory_handles WHERE id = ?", (int(handle),))
+            row = await cursor.fetchone()
+        return None if row is None else Scope.from_key(str(row[0]))
 
-        Any change marks the scope's profile stale, so the next prompt never shows a forgotten memory.
-        """
+    async def apply_changes(
+        self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
+        forget: Iterable[int] = (), reason: str = "user",
+    ) -> list[int]:
+        forget_ids = sorted(set(forget))
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = [await self._insert(conn, scope, draft, now) for draft in inserts]
-            for memory in updates:
-                await self._update(conn, scope, memory)
-            delete_ids = [(mid,) for mid in deletes]
-            if delete_ids:
-                await conn.executemany(f'DELETE FROM "{scope.table}" WHERE id = ?', delete_ids)
-            if ids or updates or delete_ids:
+            ids = await self._insert(conn, scope, inserts, now)
+            await self._update(conn, scope, updates)
+            gone = await self._tombstone(conn, scope, forget_ids, now, reason)
+            if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
 
-    async def _insert(self, conn: aiosqlite.Connection, scope: Scope, draft: MemoryDraft, now: datetime) -> int:
-        created = draft.created_at or now
-        cursor = await conn.execute(
-            f'INSERT INTO "{scope.table}" (event, keywords, importance, created_at, validity, updated_at, '
-            "expires_at, type, source, mention_count, last_decay_at, terms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
-            (
-                draft.event, ",".join(draft.keywords), rules.clamp_importance(draft.importance),
-                to_db(created), draft.validity.value, to_db(now),
-                _maybe_db(rules.expires_at(created, draft.validity)), draft.type.value,
-                draft.source.value, to_db(min(created, now)), " ".join(draft.terms),
-            ),
-        )
-        if cursor.lastrowid is None:
-            raise StorageError("insert returned no row id")
-        return cursor.lastrowid
+    async def _insert(
+        self, conn: aiosqlite.Connection, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime
+    ) -> list[int]:
+        ids: list[int] = []
+        rows = []
+        for draft in drafts:
+            cursor = await conn.execute("INSERT INTO memory_handles (scope_key) VALUES (?)", (scope.key,))
+            if cursor.lastrowid is None:
+                raise StorageError("handle insert returned no row id")
+            ids.append(cursor.lastrowid)
+            rows.append(memory_to_row(new_memory(draft, cursor.lastrowid, now)))
+        if rows:
+            await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', rows)
+        return ids
 
-    async def _update(self, conn: aiosqlite.Connection, scope: Scope, memory: Memory) -> None:
-        await conn.execute(
-            f'UPDATE "{scope.table}" SET event = ?, keywords = ?, importance = ?, created_at = ?, validity = ?, '
-            "last_mentioned_at = ?, updated_at = ?, expires_at = ?, type = ?, source = ?, mention_count = ?, "
-            "last_decay_at = ?, terms = ? WHERE id = ?",
-            (
-                memory.event, ",".join(memory.keywords), rules.clamp_importance(memory.importance),
-                to_db(memory.created_at), memory.validity.value, _maybe_db(memory.last_mentioned_at),
-                to_db(memory.updated_at), _maybe_db(memory.expires_at), memory.type.value,
-                memory.source.value, memory.mention_count, to_db(memory.last_decay_at), " ".join(memory.terms),
-                memory.id,
-            ),
-        )
-
-    async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
-        if not ids or scope.table not in self._known_tables:
-            return
-        async with self._tx() as conn:
+    async def _update(self, conn: aiosqlite.Connection, scope: Scope, memories: Sequence[Memory]) -> None:
+        if memories:
             await conn.executemany(
-                f'UPDATE "{scope.table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 '
-                "WHERE id = ?",
-                [(to_db(now), mid) for mid in ids],
+                f'UPDATE "{scope.table}" SET {UPDATE_MEMORY} WHERE id = ?', [memory_update_params(m) for m in memories]
             )
 
-    async def import_rows(self, scope: Scope, memories: Sequence[Memory], now: datetime) -> None:
-        """Write memories with their original ids and times (restore). The scope must be empty."""
+    async def _tombstone(
+        self, conn: aiosqlite.Connection, scope: Scope, ids: Sequence[int], now: datetime, reason: str
+    ) -> int:
+        """Forget: the text and keywords go at once; handle, time, reason and a one-way fingerprint stay."""
+        if not ids:
+            return 0
+        cursor = await conn.execute(
+            f'SELECT id, event FROM "{scope.table}" WHERE id IN ({_marks(ids)}) AND status != ?',
+            (*ids, Status.FORGOTTEN.value),
+        )
+        found = list(await cursor.fetchall())
+        await conn.executemany(
+            f'UPDATE "{scope.table}" SET event = \'\', keywords = \'\', terms = \'\', status = ?, status_reason = ?, '
+            "fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
+            [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
+        )
+        return len(found)
+
+    async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        if not ids or self._version(scope) is None:
+            return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             await conn.executemany(
-                f'INSERT INTO "{scope.table}" ({_MEMORY_COLUMNS}) VALUES ({", ".join("?" * 14)})',
-                [_memory_params(m) for m in memories],
+                f'UPDATE "{scope.table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?',
+                [(to_db(now), mid) for mid in ids],
             )
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        if not ids or self._version(scope) is None:
+            return
+        async with self._tx() as conn:
+            await self._ensure_scope(conn, scope, now)
+            await conn.executemany(
+                f'UPDATE "{scope.table}" SET last_accessed_at = ?, access_count = access_count + 1 WHERE id = ?',
+                [(to_db(now), mid) for mid in ids],
+            )
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        if ids:
+            async with self._tx() as conn:
+                await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
+                                       [(scope.key, i) for i in ids])
+
+    async def import_rows(
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+    ) -> list[int]:
+        """Write memories with their times as they are (restore); returns their handles. ``keep_ids``
+        keeps the handles (they must be unused); otherwise fresh ones are issued in the same order (old
+        backups numbered memories per user)."""
+        async with self._tx() as conn:
+            await self._ensure_scope(conn, scope, now)
+            if keep_ids:
+                await conn.executemany(
+                    "INSERT INTO memory_handles (id, scope_key) VALUES (?, ?)", [(m.id, scope.key) for m in memories]
+                )
+            else:
+                fresh = []
+                for memory in memories:
+                    cursor = await conn.execute("INSERT INTO memory_handles (scope_key) VALUES (?)", (scope.key,))
+                    fresh.append(replace(memory, id=int(cursor.lastrowid or 0)))
+                memories = fresh
+            await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
+        return [m.id for m in memories]
 
     async def count_memories(self) -> int:
         total = 0
         async with self._tx(write=False) as conn:
-            for table in sorted(self._known_tables):
-                cursor = await conn.execute(f'SELECT count(*) FROM "{table}"')
+            for key, version in sorted(self._versions.items()):
+                table = Scope.from_key(key).table
+                # A table not upgraded yet has no status column; all of its rows are active.
+                where = " WHERE status = 'active'" if version >= migrations.LIFECYCLE_VERSION else ""
+                cursor = await conn.execute(f'SELECT count(*) FROM "{table}"{where}')
                 row = await cursor.fetchone()
                 total += int(row[0]) if row else 0
         return total
@@ -309,49 +367,17 @@ class Storage:
     # ---- decay and cleanup -----------------------------------------------------------------------
 
     async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
-        """Decay every non-permanent row of these scopes and delete what the cleanup rules remove.
-
-        Returns (rows decayed, rows removed). Rules are the pure functions in ``rules``, called from SQL.
-        """
         decayed = removed = 0
-        stamp, day_ago = to_db(now), to_db(now - rules.DAY)
         async with self._tx() as conn:
             for scope in scopes:
-                if scope.table not in self._known_tables:
+                if self._version(scope) is None:
                     continue
-                cursor = await conn.execute(
-                    f'UPDATE "{scope.table}" SET importance = decayed_importance(importance, validity, '
-                    "last_decay_at, last_mentioned_at, ?), last_decay_at = decay_anchor(validity, last_decay_at, ?) "
-                    "WHERE validity != 'permanent' AND last_decay_at <= ?",
-                    (stamp, stamp, day_ago),
-                )
-                decayed += max(cursor.rowcount, 0)
-                gone = await self._clean(conn, scope, stamp)
-                removed += gone
-                if gone:
+                await self._ensure_scope(conn, scope, now)
+                d, r = await decay_sql.decay_table(conn, scope.table, now)
+                decayed, removed = decayed + d, removed + r
+                if r:
                     await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
-            await conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('last_decay_at', ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (stamp,),
-            )
         return decayed, removed
-
-    async def _clean(self, conn: aiosqlite.Connection, scope: Scope, stamp: str) -> int:
-        table = scope.table
-        cursor = await conn.execute(
-            f'DELETE FROM "{table}" WHERE removal_reason(importance, validity, expires_at, last_mentioned_at, ?) '
-            "IS NOT NULL",
-            (stamp,),
-        )
-        removed = max(cursor.rowcount, 0)
-        # A lower-value copy of the same event text is noise; permanent rows are never removed here.
-        cursor = await conn.execute(
-            f'DELETE FROM "{table}" WHERE validity != \'permanent\' AND EXISTS (SELECT 1 FROM "{table}" AS o '
-            f'WHERE o.event = "{table}".event AND o.id != "{table}".id AND (o.importance > "{table}".importance '
-            f'OR (o.importance = "{table}".importance AND o.id > "{table}".id)))'
-        )
-        return removed + max(cursor.rowcount, 0)
 
     async def get_meta(self, key: str) -> str | None:
         async with self._tx(write=False) as conn:
@@ -359,26 +385,32 @@ class Storage:
             row = await cursor.fetchone()
         return None if row is None else str(row[0])
 
+    async def set_meta(self, key: str, value: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
     # ---- pending turns (extraction queue) ---------------------------------------------------------
 
     async def add_turn(self, scope: Scope, turn: Turn) -> int:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, turn.at)
             cursor = await conn.execute(
-                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at) VALUES (?, ?, ?, ?)",
-                (scope.key, turn.user, turn.reply, to_db(turn.at)),
+                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (scope.key, *turn_to_row(turn)),
             )
         return int(cursor.lastrowid or 0)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
         async with self._tx(write=False) as conn:
             cursor = await conn.execute(
-                "SELECT id, user_text, reply_text, created_at FROM pending_turns WHERE scope_key = ? "
-                "ORDER BY id LIMIT ?",
-                (scope.key, limit),
+                f"SELECT {TURN_COLUMNS} FROM pending_turns WHERE scope_key = ? ORDER BY id LIMIT ?", (scope.key, limit)
             )
             rows = await cursor.fetchall()
-        return [Turn(user=str(r[1]), reply=r[2], at=from_db(str(r[3])), id=int(r[0])) for r in rows]
+        return [row_to_turn(r) for r in rows]
 
     async def scopes_with_pending(self) -> list[Scope]:
         async with self._tx(write=False) as conn:
@@ -393,18 +425,13 @@ class Storage:
         return int(row[0]) if row else 0
 
     async def consume_turns(
-        self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft],
-        updates: Sequence[Memory],
+        self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
     ) -> list[int]:
-        """Write extracted memories and drop the turns they came from, atomically: either both or neither."""
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = [await self._insert(conn, scope, draft, now) for draft in inserts]
-            for memory in updates:
-                await self._update(conn, scope, memory)
-            await conn.execute(
-                "DELETE FROM pending_turns WHERE scope_key = ? AND id <= ?", (scope.key, up_to_id)
-            )
+            ids = await self._insert(conn, scope, inserts, now)
+            await self._update(conn, scope, updates)
+            await conn.execute("DELETE FROM pending_turns WHERE scope_key = ? AND id <= ?", (scope.key, up_to_id))
             if ids or updates:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
@@ -416,35 +443,26 @@ class Storage:
     # ---- profiles --------------------------------------------------------------------------------
 
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None:
-        """The persisted profile and whether it is stale (memories changed since it was built)."""
         async with self._tx(write=False) as conn:
-            cursor = await conn.execute(
-                "SELECT core, dynamic, built_at, dirty FROM profiles WHERE scope_key = ?", (scope.key,)
-            )
+            cursor = await conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (scope.key,))
             row = await cursor.fetchone()
-        if row is None:
-            return None
-        traits = [DynamicTrait(str(t["text"]), tuple(t["keywords"])) for t in json.loads(str(row[1]))]
-        return Profile(core=str(row[0]), dynamic=traits, built_at=from_db(str(row[2]))), bool(row[3])
+        return None if row is None else row_to_profile(row)
 
     async def delete_profile(self, scope: Scope) -> None:
         async with self._tx() as conn:
             await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
 
     async def save_profile(self, scope: Scope, profile: Profile, built_at: datetime) -> None:
-        dynamic = json.dumps(
-            [{"text": t.text, "keywords": list(t.keywords)} for t in profile.dynamic], ensure_ascii=False
-        )
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, built_at)
             await conn.execute(
                 "INSERT INTO profiles (scope_key, core, dynamic, built_at, dirty) VALUES (?, ?, ?, ?, 0) "
                 "ON CONFLICT(scope_key) DO UPDATE SET core = excluded.core, dynamic = excluded.dynamic, "
                 "built_at = excluded.built_at, dirty = 0",
-                (scope.key, profile.core, dynamic, to_db(built_at)),
+                (scope.key, *profile_to_row(profile), to_db(built_at)),
             )
 
-    # ---- backup ----------------------------------------------------------------------------------
+    # ---- backup (SQLite-specific; used by ops.backup through this store only) --------------------
 
     async def snapshot(self, target: Path) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions."""
@@ -457,36 +475,6 @@ class Storage:
                     # (a read-only reader would leave them behind in the backup folder).
                     await dest.execute("PRAGMA journal_mode = DELETE")
             except sqlite3.Error as exc:
-                raise _storage_error(exc) from exc
+                raise storage_error(exc) from exc
 
 
-def _maybe_db(moment: datetime | None) -> str | None:
-    return None if moment is None else to_db(moment)
-
-
-def _memory_params(m: Memory) -> tuple[object, ...]:
-    return (
-        m.id, m.event, ",".join(m.keywords), rules.clamp_importance(m.importance), to_db(m.created_at),
-        m.validity.value, _maybe_db(m.last_mentioned_at), to_db(m.updated_at), _maybe_db(m.expires_at),
-        m.type.value, m.source.value, m.mention_count, to_db(m.last_decay_at), " ".join(m.terms),
-    )
-
-
-def _sql_decayed_importance(
-    importance: float, validity: str, anchor: str, mentioned: str | None, now: str
-) -> float:
-    value, _ = rules.decay(importance, Validity(validity), from_db(anchor), maybe_from_db(mentioned), from_db(now))
-    return value
-
-
-def _sql_decay_anchor(validity: str, anchor: str, now: str) -> str:
-    _, new_anchor = rules.decay(0.0, Validity(validity), from_db(anchor), None, from_db(now))
-    return to_db(new_anchor)
-
-
-def _sql_removal_reason(
-    importance: float, validity: str, expires: str | None, mentioned: str | None, now: str
-) -> str | None:
-    return rules.removal_reason(
-        importance, Validity(validity), maybe_from_db(expires), maybe_from_db(mentioned), from_db(now)
-    )

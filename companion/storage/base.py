@@ -1,0 +1,98 @@
+"""The storage seam: what the memory engine needs from a store, as a Protocol.
+
+``SQLiteStore`` (``sqlite.py``) is the one that ships; ``InMemoryStore`` (``inmemory.py``) runs the same
+contract in dicts for fast engine tests, and a server database can be added later without touching the
+engine. Every method is one short unit of work: none spans an LLM or Telegram await, and every method that
+reads or writes memories takes the scope it acts for, so one scope's call can never reach another's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+
+ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
+EVERY_STATUS: frozenset[Status] = frozenset(Status)
+
+
+class MemoryStore(Protocol):
+    async def close(self) -> None: ...
+
+    async def data_version(self) -> int:
+        """Changes when another process commits (an operator's command line); own commits do not count."""
+        ...
+
+    # ---- scopes ----
+    async def scopes(self) -> list[Scope]: ...
+    async def set_active(self, scope: Scope, active: bool, now: datetime) -> None: ...
+    async def active_scopes(self) -> set[Scope]: ...
+
+    # ---- memories ----
+    async def fetch_memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]: ...
+
+    async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
+        """The scope's own memories among ``ids``, in any status; other scopes' handles are ignored."""
+        ...
+
+    async def owner_of(self, handle: int) -> Scope | None:
+        """Whose memory a handle names, or None for a handle never issued."""
+        ...
+
+    async def apply_changes(
+        self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
+        forget: Iterable[int] = (), reason: str = "user",
+    ) -> list[int]:
+        """Insert, update and forget memories of one scope atomically; returns the new handles. Forgetting
+        leaves a content-free tombstone. Any change marks the scope's profile stale."""
+        ...
+
+    async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None: ...
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """Record an access (recalled, searched, listed): ``last_accessed_at`` and ``access_count``."""
+        ...
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        """Remove queued turns (they told something the user has since asked to forget)."""
+        ...
+
+    async def import_rows(
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+    ) -> list[int]:
+        """Write memories with their times as they are (restore): with their handles (which must be
+        unused), or with fresh ones in the same order. Returns the handles."""
+        ...
+
+    async def count_memories(self) -> int:
+        """Active memories over every scope."""
+        ...
+
+    async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
+        """Daily decay and cleanup of these scopes (the rules of ``core.rules``); (decayed, removed)."""
+        ...
+
+    # ---- the extraction queue ----
+    async def add_turn(self, scope: Scope, turn: Turn) -> int: ...
+    async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]: ...
+    async def scopes_with_pending(self) -> list[Scope]: ...
+    async def count_pending(self, scope: Scope) -> int: ...
+
+    async def consume_turns(
+        self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
+    ) -> list[int]:
+        """Write extracted memories and drop the turns they came from, atomically."""
+        ...
+
+    async def clear_turns(self, scope: Scope) -> None: ...
+
+    # ---- profiles ----
+    async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None: ...
+    async def save_profile(self, scope: Scope, profile: Profile, built_at: datetime) -> None: ...
+    async def delete_profile(self, scope: Scope) -> None: ...
+
+    # ---- small state ----
+    async def get_meta(self, key: str) -> str | None: ...
+    async def set_meta(self, key: str, value: str) -> None: ...

@@ -1,0 +1,216 @@
+"""``MemoryStore`` in plain dicts: the same contract as ``SQLiteStore`` for fast engine tests, and the
+reference the SQL decay is checked against (it applies ``core.rules`` row by row)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from companion.core import rules
+from companion.core.errors import StorageError
+from companion.core.extraction import fingerprint
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+from companion.storage.base import ACTIVE_ONLY
+
+
+class InMemoryStore:
+    """Implements ``MemoryStore``; nothing survives ``close``. Returned objects are copies, as rows are."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[Scope, bool] = {}  # scope -> companion mode on
+        self._memories: dict[Scope, dict[int, Memory]] = {}
+        self._owners: dict[int, Scope] = {}
+        self._turns: dict[Scope, list[Turn]] = {}
+        self._profiles: dict[Scope, tuple[Profile, bool]] = {}
+        self._meta: dict[str, str] = {}
+        self._next_handle = 1
+        self._next_turn = 1
+
+    async def close(self) -> None:
+        return None
+
+    async def data_version(self) -> int:
+        return 0
+
+    def _ensure(self, scope: Scope) -> dict[int, Memory]:
+        self._scopes.setdefault(scope, False)
+        return self._memories.setdefault(scope, {})
+
+    def _dirty(self, scope: Scope) -> None:
+        if scope in self._profiles:
+            self._profiles[scope] = (self._profiles[scope][0], True)
+
+    # ---- scopes ----
+    async def scopes(self) -> list[Scope]:
+        return sorted(self._scopes, key=lambda s: s.key)
+
+    async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
+        self._ensure(scope)
+        self._scopes[scope] = active
+
+    async def active_scopes(self) -> set[Scope]:
+        return {scope for scope, on in self._scopes.items() if on}
+
+    # ---- memories ----
+    async def fetch_memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
+        rows = self._memories.get(scope, {})
+        return [replace(m) for _, m in sorted(rows.items()) if m.status in statuses]
+
+    async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
+        rows = self._memories.get(scope, {})
+        return [replace(rows[i]) for i in sorted(set(ids)) if i in rows]
+
+    async def owner_of(self, handle: int) -> Scope | None:
+        return self._owners.get(handle)
+
+    async def apply_changes(
+        self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
+        forget: Iterable[int] = (), reason: str = "user",
+    ) -> list[int]:
+        rows = self._ensure(scope)
+        ids = self._insert(scope, inserts, now)
+        for memory in updates:
+            if memory.id in rows:
+                rows[memory.id] = replace(memory, importance=rules.clamp_importance(memory.importance))
+        gone = 0
+        for mid in set(forget):
+            found = rows.get(mid)
+            if found is not None and found.status is not Status.FORGOTTEN:
+                rows[mid] = _tombstone(found, now, reason, fingerprint(found.event))
+                gone += 1
+        if ids or updates or gone:
+            self._dirty(scope)
+        return ids
+
+    def _insert(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> list[int]:
+        rows = self._ensure(scope)
+        ids = []
+        for draft in drafts:
+            handle = self._next_handle
+            self._next_handle += 1
+            self._owners[handle] = scope
+            rows[handle] = rules.new_memory(draft, handle, now)
+            ids.append(handle)
+        return ids
+
+    async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        rows = self._memories.get(scope, {})
+        for mid in ids:
+            if mid in rows:
+                rows[mid].last_mentioned_at = now
+                rows[mid].mention_count += 1
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        rows = self._memories.get(scope, {})
+        for mid in ids:
+            if mid in rows:
+                rows[mid].last_accessed_at = now
+                rows[mid].access_count += 1
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        gone = set(ids)
+        self._turns[scope] = [t for t in self._turns.get(scope, []) if t.id not in gone]
+
+    async def import_rows(
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+    ) -> list[int]:
+        rows = self._ensure(scope)
+        if not keep_ids:
+            memories = [replace(m, id=self._next_handle + i) for i, m in enumerate(memories)]
+        clash = [m.id for m in memories if m.id in self._owners]
+        if clash:
+            raise StorageError(f"handles already used: {clash[:5]}")
+        for memory in memories:
+            self._owners[memory.id] = scope
+            rows[memory.id] = replace(memory)
+            self._next_handle = max(self._next_handle, memory.id + 1)
+        return [m.id for m in memories]
+
+    async def count_memories(self) -> int:
+        return sum(m.is_active for rows in self._memories.values() for m in rows.values())
+
+    async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
+        decayed = removed = 0
+        for scope in scopes:
+            rows = self._memories.get(scope, {})
+            for mid, m in list(rows.items()):
+                if not (m.is_active and rules.decays(m.validity, m.tier, m.pinned)):
+                    continue
+                value, anchor = rules.decay(m.importance, m.validity, m.last_decay_at, m.last_mentioned_at, now)
+                if anchor != m.last_decay_at:
+                    decayed += 1
+                    rows[mid] = m = replace(m, importance=value, last_decay_at=anchor)
+                reason = rules.removal_reason(m.importance, m.validity, m.expires_at, m.last_mentioned_at, now)
+                if reason is not None:
+                    rows[mid] = _tombstone(m, now, reason, "")
+                    removed += 1
+            removed += self._drop_duplicates(rows, now)
+            if removed:
+                self._dirty(scope)
+        return decayed, removed
+
+    @staticmethod
+    def _drop_duplicates(rows: dict[int, Memory], now: datetime) -> int:
+        best: dict[str, Memory] = {}
+        for m in rows.values():
+            top = best.get(m.event)
+            if m.is_active and (top is None or (m.importance, m.id) > (top.importance, top.id)):
+                best[m.event] = m
+        removed = 0
+        for mid, m in list(rows.items()):
+            if m.is_active and rules.decays(m.validity, m.tier, m.pinned) and best[m.event].id != mid:
+                rows[mid] = _tombstone(m, now, "duplicate", "")
+                removed += 1
+        return removed
+
+    # ---- the extraction queue ----
+    async def add_turn(self, scope: Scope, turn: Turn) -> int:
+        self._ensure(scope)
+        turn = replace(turn, id=self._next_turn)
+        self._next_turn += 1
+        self._turns.setdefault(scope, []).append(turn)
+        return turn.id or 0
+
+    async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
+        return [replace(t) for t in self._turns.get(scope, [])[:limit]]
+
+    async def scopes_with_pending(self) -> list[Scope]:
+        return sorted((s for s, turns in self._turns.items() if turns), key=lambda s: s.key)
+
+    async def count_pending(self, scope: Scope) -> int:
+        return len(self._turns.get(scope, []))
+
+    async def consume_turns(
+        self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
+    ) -> list[int]:
+        ids = await self.apply_changes(scope, now, inserts, updates)
+        self._turns[scope] = [t for t in self._turns.get(scope, []) if (t.id or 0) > up_to_id]
+        return ids
+
+    async def clear_turns(self, scope: Scope) -> None:
+        self._turns.pop(scope, None)
+
+    # ---- profiles ----
+    async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None:
+        return self._profiles.get(scope)
+
+    async def save_profile(self, scope: Scope, profile: Profile, built_at: datetime) -> None:
+        self._ensure(scope)
+        self._profiles[scope] = (replace(profile, built_at=built_at), False)
+
+    async def delete_profile(self, scope: Scope) -> None:
+        self._profiles.pop(scope, None)
+
+    # ---- small state ----
+    async def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    async def set_meta(self, key: str, value: str) -> None:
+        self._meta[key] = value
+
+
+def _tombstone(memory: Memory, now: datetime, reason: str, print_: str) -> Memory:
+    return replace(memory, event="", keywords=[], terms=[], status=Status.FORGOTTEN, status_reason=reason,
+                   fingerprint=print_, updated_at=now, superseded_by=None)
+

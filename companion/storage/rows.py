@@ -1,0 +1,134 @@
+"""One mapping per record type between database rows and objects.
+
+A memory column is declared once, in ``MEMORY_CODECS``: its name (the ``Memory`` attribute of the same
+name) and how its value is written and read. Every SELECT, INSERT and UPDATE of memories is built from
+that table, so a new column means one migration plus one line here (and ``ops.backup``'s CSV list when
+it belongs in backups). ``tests/test_storage_rows.py`` fails when ``Memory`` and this table disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from companion.core.models import DynamicTrait, Memory, MemoryType, Origin, Profile, Status, Tier, Turn, Validity
+from companion.core.rules import clamp_importance
+from companion.core.timeutil import from_db, to_db
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    dump: Callable[[Any], object]
+    load: Callable[[Any], Any]
+
+
+def _opt(codec: Codec) -> Codec:
+    return Codec(lambda v: None if v is None else codec.dump(v), lambda v: None if v is None else codec.load(v))
+
+
+def _enum(kind: type[StrEnum], load: Callable[[str], Any] | None = None) -> Codec:
+    return Codec(lambda v: v.value, load or (lambda v: kind(str(v))))
+
+
+INT = Codec(int, int)
+TEXT = Codec(lambda v: v, str)  # None stays None, so NOT NULL still guards the column
+TIME = Codec(to_db, lambda v: from_db(str(v)))
+OPT_TIME = _opt(TIME)
+OPT_INT = _opt(INT)
+BOOL = Codec(int, bool)
+IMPORTANCE = Codec(clamp_importance, float)
+# Keywords never contain a comma (``normalize_keyword`` strips separators); terms are single words.
+COMMA_LIST = Codec(lambda v: ",".join(v), lambda v: [k for k in str(v).split(",") if k])
+SPACE_LIST = Codec(lambda v: " ".join(v), lambda v: str(v or "").split())
+
+MEMORY_CODECS: Mapping[str, Codec] = {
+    "id": INT,
+    "event": TEXT,
+    "keywords": COMMA_LIST,
+    "importance": IMPORTANCE,
+    "created_at": TIME,
+    "validity": _enum(Validity),
+    "last_mentioned_at": OPT_TIME,
+    "updated_at": TIME,
+    "expires_at": OPT_TIME,
+    "type": _enum(MemoryType),
+    "origin": _enum(Origin, lambda v: Origin.parse(str(v))),
+    "mention_count": INT,
+    "last_decay_at": TIME,
+    "terms": SPACE_LIST,
+    "status": _enum(Status),
+    "tier": _enum(Tier),
+    "review_at": OPT_TIME,
+    "last_accessed_at": OPT_TIME,
+    "access_count": INT,
+    "pinned": BOOL,
+    "source_chat_id": OPT_INT,
+    "source_message_id": OPT_INT,
+    "source_at": OPT_TIME,
+    "superseded_by": OPT_INT,
+    "status_reason": TEXT,
+    "fingerprint": TEXT,
+}
+MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_CODECS)
+SELECT_MEMORY = ", ".join(MEMORY_COLUMNS)
+INSERT_MEMORY = f"({SELECT_MEMORY}) VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
+UPDATE_MEMORY = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
+
+
+def memory_to_row(memory: Memory) -> tuple[object, ...]:
+    """Values in ``MEMORY_COLUMNS`` order."""
+    return tuple(codec.dump(getattr(memory, name)) for name, codec in MEMORY_CODECS.items())
+
+
+def memory_update_params(memory: Memory) -> tuple[object, ...]:
+    """Values for ``UPDATE ... SET {UPDATE_MEMORY} WHERE id = ?``."""
+    row = memory_to_row(memory)
+    return (*row[1:], row[0])
+
+
+def row_to_memory(row: Sequence[object]) -> Memory:
+    values = {name: codec.load(value) for (name, codec), value in zip(MEMORY_CODECS.items(), row, strict=True)}
+    return Memory(**values)
+
+
+# ---- profiles and turns ----------------------------------------------------------------------------
+
+PROFILE_COLUMNS = "core, dynamic, built_at, dirty"
+
+
+def profile_to_row(profile: Profile) -> tuple[str, str]:
+    dynamic = json.dumps([{"text": t.text, "keywords": list(t.keywords)} for t in profile.dynamic],
+                         ensure_ascii=False)
+    return profile.core, dynamic
+
+
+def row_to_profile(row: Sequence[object]) -> tuple[Profile, bool]:
+    """The profile and whether it is stale (memories changed since it was built)."""
+    core, dynamic, built_at, dirty = row
+    traits = [DynamicTrait(str(t["text"]), tuple(t["keywords"])) for t in json.loads(str(dynamic))]
+    return Profile(core=str(core), dynamic=traits, built_at=from_db(str(built_at))), bool(dirty)
+
+
+TURN_COLUMNS = "id, user_text, reply_text, created_at, chat_id, message_id"
+
+
+def turn_to_row(turn: Turn) -> tuple[object, ...]:
+    """Values for every column of ``TURN_COLUMNS`` but ``id``."""
+    return turn.user, turn.reply, to_db(turn.at), turn.chat_id, turn.message_id
+
+
+def row_to_turn(row: Sequence[object]) -> Turn:
+    mid, user, reply, at, chat_id, message_id = row
+    return Turn(
+        user=str(user), reply=None if reply is None else str(reply), at=from_db(str(at)),
+        id=int(mid),  # type: ignore[call-overload]
+        chat_id=OPT_INT.load(chat_id), message_id=OPT_INT.load(message_id),
+    )
+
+
+def maybe_db(moment: datetime | None) -> str | None:
+    return None if moment is None else to_db(moment)

@@ -1,0 +1,77 @@
+"""Reading a snapshot file (``SQLiteStore.snapshot``) outside the store: the SQLite-specific half of backup
+and restore. Blocking ``sqlite3`` calls on a read-only connection: run them in a thread.
+
+Rows are streamed from one read transaction, so a CSV export sees exactly one state of the snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from companion.core.errors import InvalidScopeError, StorageError
+from companion.core.models import Scope
+from companion.storage import migrations
+
+
+class SnapshotReader:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def scopes(self) -> list[tuple[Scope, int]]:
+        """Every registered scope with its memory table version, in key order."""
+        rows = self._conn.execute("SELECT key, table_version FROM scopes ORDER BY key").fetchall()
+        return [(Scope.from_key(str(k)), int(v)) for k, v in rows]
+
+    def rows(self, scope: Scope, expressions: Sequence[str]) -> Iterator[tuple[object, ...]]:
+        """The scope's memories, one tuple of ``expressions`` (SQL over the memory columns) per row, by id.
+        ``expressions`` come from code (``ops.csvformat``), never from input."""
+        select = ", ".join(expressions)
+        yield from self._conn.execute(f'SELECT {select} FROM "{scope.table}" ORDER BY id')
+
+    def count(self) -> tuple[int, int]:
+        """(scopes, memories) of the snapshot; every registered scope must have a readable table."""
+        scopes = self.scopes()
+        rows = 0
+        for scope, version in scopes:
+            where = " WHERE status = 'active'" if version >= migrations.LIFECYCLE_VERSION else ""
+            found = self._conn.execute(f'SELECT count(*) FROM "{scope.table}"{where}').fetchone()
+            rows += int(found[0])
+        return len(scopes), rows
+
+    def has_pending_turns(self) -> bool:
+        return self._conn.execute("SELECT 1 FROM pending_turns LIMIT 1").fetchone() is not None
+
+    def integrity(self) -> str:
+        found = self._conn.execute("PRAGMA integrity_check").fetchone()
+        return "no answer" if found is None else str(found[0])
+
+
+@contextmanager
+def open_snapshot(path: Path) -> Iterator[SnapshotReader]:
+    """A read-only view of a snapshot; StorageError if it is not a usable one."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StorageError(f"{path.name} is not a readable database: {exc}") from None
+    try:
+        conn.execute("BEGIN")
+        yield SnapshotReader(conn)
+    except (sqlite3.Error, InvalidScopeError) as exc:
+        raise StorageError(f"{path.name} is not a usable snapshot: {exc}") from None
+    finally:
+        conn.close()
+
+
+def checkpoint(path: Path) -> None:
+    """Fold a database's WAL into the main file, so the file alone holds every commit (before it is moved)."""
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot checkpoint {path.name}: {exc}") from None

@@ -1,0 +1,183 @@
+"""Named, append-only migrations: a database from the first release upgrades without losing anything,
+database-wide steps run once at open, per-scope steps only when a scope is touched or in background
+batches, and a new table built in one statement equals one built step by step."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from companion.core.models import Origin, Scope, Status, Tier, Validity
+from companion.storage import migrations
+from companion.storage.migrations import CORE, MEMORIES, Migration, MigrationSet
+from companion.storage.sqlite import SQLiteStore
+
+NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
+ALICE, BOB = Scope(101), Scope(202)
+
+# What the first release wrote: the core script under PRAGMA user_version = 1, memory tables at v2.
+V1_ROWS = {
+    ALICE: [(1, "2025-12-20 感冒发烧", "感冒,发烧", 80.0, "permanent", "extraction"),
+            (2, "喜欢奶茶", "奶茶", 60.5, "30d", "manual")],
+    BOB: [(1, "要搬家", "搬家", 70.0, "7d", "import")],
+}
+
+
+def make_v1_database(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(CORE.steps[0].script)
+        conn.execute("PRAGMA user_version = 1")
+        for scope, rows in V1_ROWS.items():
+            table = scope.table
+            conn.execute("INSERT INTO scopes (key, user_id, chat_id, table_version, active, created_at) "
+                         "VALUES (?, ?, NULL, 2, 1, '2025-12-01T00:00:00Z')", (scope.key, scope.user_id))
+            conn.executescript(MEMORIES.steps[0].script.format(table=table))
+            conn.executescript(MEMORIES.steps[1].script.format(table=table))
+            for mid, event, keywords, importance, validity, source in rows:
+                conn.execute(
+                    f'INSERT INTO "{table}" (id, event, keywords, importance, created_at, validity, updated_at, '
+                    "type, source, mention_count, last_decay_at, terms) VALUES "
+                    "(?, ?, ?, ?, '2025-12-20T02:00:00Z', ?, '2025-12-20T02:00:00Z', 'event', ?, 3, "
+                    "'2025-12-21T02:00:00Z', '')",
+                    (mid, event, keywords, importance, validity, source),
+                )
+        conn.execute("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at) "
+                     "VALUES ('u101', '还在咳嗽', NULL, '2025-12-22T02:00:00Z')")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def versions(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        return {str(k): int(v) for k, v in conn.execute("SELECT key, table_version FROM scopes")}
+    finally:
+        conn.close()
+
+
+def applied(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        return [(str(o), str(n)) for o, n in conn.execute("SELECT owner, name FROM migrations ORDER BY owner, name")]
+    finally:
+        conn.close()
+
+
+async def test_a_first_release_database_upgrades_lazily_and_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite3"
+    make_v1_database(path)
+    store = await SQLiteStore.open(path)
+    try:
+        # Opening ran only the database-wide steps; no memory table was touched.
+        assert applied(path) == [("core", name) for name in CORE.names]
+        assert versions(path) == {"u101": 2, "u202": 2}
+        assert await store.active_scopes() == {ALICE, BOB}
+        assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["还在咳嗽"]
+
+        alice = await store.fetch_memories(ALICE)  # touching a scope upgrades its table
+        assert versions(path) == {"u101": migrations.CURRENT_TABLE_VERSION, "u202": 2}
+        assert [(m.event, m.keywords, m.importance, m.validity, m.origin, m.tier, m.mention_count)
+                for m in alice] == [
+            ("2025-12-20 感冒发烧", ["感冒", "发烧"], 80.0, Validity.PERMANENT, Origin.EXTRACTED, Tier.LONG, 3),
+            ("喜欢奶茶", ["奶茶"], 60.5, Validity.DAYS_30, Origin.EXPLICIT, Tier.MEDIUM, 3),
+        ]
+        assert all(m.status is Status.ACTIVE for m in alice)
+
+        assert await store.upgrade_stale(limit=10) == 0  # the background batch does the rest
+        assert versions(path) == {"u101": migrations.CURRENT_TABLE_VERSION, "u202": migrations.CURRENT_TABLE_VERSION}
+        [bob] = await store.fetch_memories(BOB)
+        assert (bob.event, bob.origin, bob.tier) == ("要搬家", Origin.RESTORE, Tier.SHORT)
+
+        # Per-user ids became database-wide handles, in their old order, each owned by its scope.
+        handles = [m.id for m in alice] + [bob.id]
+        assert len(set(handles)) == 3 and handles[0] < handles[1]
+        assert [await store.owner_of(h) for h in handles] == [ALICE, ALICE, BOB]
+    finally:
+        await store.close()
+
+    again = await SQLiteStore.open(path)  # a second open runs nothing again
+    try:
+        assert len(await again.fetch_memories(ALICE)) == 2
+        assert applied(path) == [("core", name) for name in CORE.names]
+    finally:
+        await again.close()
+
+
+async def test_new_steps_run_once_on_old_databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "memory.sqlite3"
+    old = await SQLiteStore.open(path)
+    await old.apply_changes(ALICE, NOW, inserts=[])
+    await old.set_active(ALICE, True, NOW)
+    await old.close()
+
+    extra_core = MigrationSet("core", (*CORE.steps, Migration("9001_extra", "CREATE TABLE extra (x INTEGER)")))
+    sync = MigrationSet("sync", (Migration("0001_state", "CREATE TABLE sync_state (k TEXT)"),))
+    monkeypatch.setattr(migrations, "SHARED_SETS", (extra_core, sync))
+    monkeypatch.setattr(migrations, "MEMORIES", MigrationSet("memories", (
+        *MEMORIES.steps, Migration("9001_note", 'ALTER TABLE "{table}" ADD COLUMN note TEXT'))))
+    monkeypatch.setattr(migrations, "CURRENT_TABLE_VERSION", len(MEMORIES.steps) + 1)
+    for _ in range(2):  # the second open must not re-run the new steps ("duplicate column", "table exists")
+        store = await SQLiteStore.open(path)
+        await store.fetch_memories(ALICE)
+        await store.close()
+    assert ("core", "9001_extra") in applied(path) and ("sync", "0001_state") in applied(path)
+    conn = sqlite3.connect(path)
+    try:
+        columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{ALICE.table}")')]
+    finally:
+        conn.close()
+    assert columns[-1] == "note"
+    assert versions(path) == {ALICE.key: len(MEMORIES.steps) + 1}
+
+
+def test_shipped_step_names_never_change() -> None:
+    """Append-only: a shipped step keeps its name and place; new ones go at the end."""
+    assert CORE.names[:3] == ("0001_initial", "0002_memory_handles", "0003_turn_source")
+    assert MEMORIES.names[:3] == ("0001_create", "0002_terms", "0003_handles_and_lifecycle")
+    assert len(MEMORIES.steps) == migrations.CURRENT_TABLE_VERSION
+
+
+async def test_a_new_table_equals_one_built_by_every_step(tmp_path: Path) -> None:
+    async with aiosqlite.connect(tmp_path / "shape.sqlite3") as conn:
+        await migrations.migrate_shared(conn, "2025-12-23T04:00:00Z")
+        for key in ("u1", "u2"):
+            await conn.execute("INSERT INTO scopes (key, user_id, created_at) VALUES (?, 1, 'x')", (key,))
+        await migrations.create_memory_table(conn, "u1", "mem_u1")
+        await migrations.upgrade_memory_table(conn, "u2", "mem_u2", 0)
+        shapes = []
+        for table in ("mem_u1", "mem_u2"):
+            cursor = await conn.execute(f'PRAGMA table_info("{table}")')
+            columns = [tuple(c[1:]) for c in await cursor.fetchall()]
+            cursor = await conn.execute(f'PRAGMA index_list("{table}")')
+            indexes = sorted(str(i[1]).replace(table, "T") for i in await cursor.fetchall())
+            shapes.append((columns, indexes))
+    assert shapes[0] == shapes[1]
+    assert shapes[0][1] == ["T_event"]
+
+
+async def test_start_up_reads_no_memory_table(tmp_path: Path) -> None:
+    """Opening costs one query over the scope registry however many users there are: a broken memory
+    table of one user does not even stop the store from opening, only that user's reads fail."""
+    path = tmp_path / "memory.sqlite3"
+    store = await SQLiteStore.open(path)
+    for n in range(1, 6):
+        await store.set_active(Scope(n), True, NOW)
+    await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("UPDATE scopes SET table_version = 2 WHERE key = 'u3'")  # pretend u3 is old
+        conn.commit()
+    finally:
+        conn.close()
+    store = await SQLiteStore.open(path)
+    try:
+        assert len(await store.active_scopes()) == 5
+        assert versions(path)["u3"] == 2
+    finally:
+        await store.close()

@@ -1,0 +1,162 @@
+"""The ``MemoryStore`` contract, run against both implementations (SQLite on a real file, and the
+in-memory fake), plus a property test that the set-based SQL decay equals the pure rules row by row."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from companion.core.extraction import fingerprint
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    MemoryType,
+    Origin,
+    Profile,
+    Scope,
+    Status,
+    Tier,
+    Turn,
+    Validity,
+)
+from companion.storage.base import EVERY_STATUS, MemoryStore
+from companion.storage.inmemory import InMemoryStore
+from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
+from companion.storage.sqlite import SQLiteStore
+
+NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+ALICE, BOB = Scope(101), Scope(202)
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    opened: MemoryStore
+    opened = await SQLiteStore.open(tmp_path / "m.sqlite3") if request.param == "sqlite" else InMemoryStore()
+    yield opened
+    await opened.close()
+
+
+def draft(event: str, **extra: object) -> MemoryDraft:
+    return MemoryDraft(event=event, keywords=["词"], importance=70.0, **extra)  # type: ignore[arg-type]
+
+
+def test_every_memory_field_has_exactly_one_column() -> None:
+    fields = [f.name for f in dataclasses.fields(Memory)]
+    assert list(MEMORY_CODECS) == fields
+
+
+def test_a_memory_survives_the_row_mapping() -> None:
+    memory = Memory(
+        id=7, event="事件", keywords=["a", "b"], importance=55.5, created_at=NOW, validity=Validity.DAYS_7,
+        last_mentioned_at=NOW + DAY, updated_at=NOW, expires_at=None, type=MemoryType.FACT, origin=Origin.TOOL,
+        mention_count=2, last_decay_at=NOW, terms=["事件"], status=Status.SUPERSEDED, tier=Tier.SHORT,
+        review_at=NOW + 7 * DAY, last_accessed_at=NOW, access_count=4, pinned=True, source_chat_id=-100,
+        source_message_id=42, source_at=NOW, superseded_by=9, status_reason="replaced", fingerprint="ab",
+    )
+    assert row_to_memory(memory_to_row(memory)) == memory
+
+
+async def test_handles_are_unique_and_owned(store: MemoryStore) -> None:
+    a = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")])
+    b = await store.apply_changes(BOB, NOW, inserts=[draft("丙")])
+    assert len(set(a + b)) == 3
+    assert [await store.owner_of(h) for h in a + b] == [ALICE, ALICE, BOB]
+    assert await store.owner_of(max(a + b) + 100) is None
+    assert await store.fetch_by_ids(BOB, a) == []  # another scope's handles read nothing
+
+
+async def test_new_memories_take_their_tier_and_source(store: MemoryStore) -> None:
+    [h] = await store.apply_changes(ALICE, NOW, inserts=[
+        draft("叫我小王", validity=Validity.PERMANENT, origin=Origin.EXPLICIT, source_chat_id=101,
+              source_message_id=55, source_at=NOW - DAY)])
+    [m] = await store.fetch_memories(ALICE)
+    assert (m.id, m.tier, m.origin, m.status) == (h, Tier.LONG, Origin.EXPLICIT, Status.ACTIVE)
+    assert (m.source_chat_id, m.source_message_id, m.source_at) == (101, 55, NOW - DAY)
+
+
+async def test_forget_leaves_a_content_free_tombstone(store: MemoryStore) -> None:
+    keep, gone = await store.apply_changes(ALICE, NOW, inserts=[draft("留着"), draft("我对花生过敏")])
+    await store.save_profile(ALICE, Profile(core="对花生过敏"), NOW)
+    await store.apply_changes(ALICE, NOW + DAY, forget=[gone], reason="user")
+    assert [m.id for m in await store.fetch_memories(ALICE)] == [keep]
+    [stone] = await store.fetch_by_ids(ALICE, [gone])
+    assert (stone.status, stone.event, stone.keywords, stone.terms) == (Status.FORGOTTEN, "", [], [])
+    assert (stone.status_reason, stone.updated_at) == ("user", NOW + DAY)
+    assert stone.fingerprint == fingerprint("我对花生过敏") and "花生" not in stone.fingerprint
+    assert (await store.load_profile(ALICE) or (None, False))[1] is True  # the profile is stale now
+    assert await store.owner_of(gone) == ALICE  # the handle stays taken
+    assert len(await store.fetch_memories(ALICE, EVERY_STATUS)) == 2
+    assert await store.count_memories() == 1
+
+
+async def test_import_keeps_or_renews_handles(store: MemoryStore) -> None:
+    [h] = await store.apply_changes(ALICE, NOW, inserts=[draft("原有")])
+    [m] = await store.fetch_memories(ALICE)
+    moved = dataclasses.replace(m, id=h + 50, event="恢复的")
+    assert await store.import_rows(BOB, [moved], NOW) == [h + 50]
+    renewed = await store.import_rows(BOB, [dataclasses.replace(m, event="旧备份")], NOW, keep_ids=False)
+    assert renewed[0] not in (h, h + 50)
+    assert [x.event for x in await store.fetch_memories(BOB)] == ["恢复的", "旧备份"]
+
+
+async def test_turn_queue_and_consume(store: MemoryStore) -> None:
+    for text in ("一", "二", "三"):
+        await store.add_turn(ALICE, Turn(user=text, reply="嗯", at=NOW, chat_id=101, message_id=len(text)))
+    turns = await store.pending_turns(ALICE, 2)
+    assert [t.user for t in turns] == ["一", "二"] and turns[0].chat_id == 101
+    await store.consume_turns(ALICE, turns[-1].id or 0, NOW, [draft("提取的")], [])
+    assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["三"]
+    assert await store.scopes_with_pending() == [ALICE]
+    assert [m.event for m in await store.fetch_memories(ALICE)] == ["提取的"]
+
+
+# ---- SQL decay equals the pure rules ---------------------------------------------------------------
+
+HOURS = st.integers(min_value=0, max_value=24 * 60)
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> list[Memory]:
+    out = []
+    for handle in range(1, draw(st.integers(1, 8)) + 1):
+        validity = draw(st.sampled_from(list(Validity)))
+        anchor = NOW - timedelta(hours=draw(HOURS))
+        mentioned = draw(st.none() | HOURS.map(lambda h: NOW - timedelta(hours=h)))
+        expires = draw(st.none() | st.integers(-2000, 2000).map(lambda h: NOW + timedelta(hours=h)))
+        out.append(Memory(
+            id=handle, event=draw(st.sampled_from(["同一件事", "另一件事", f"事{handle}"])), keywords=["词"],
+            importance=draw(st.floats(0, 100, allow_nan=False)), created_at=anchor - DAY, validity=validity,
+            last_mentioned_at=mentioned, updated_at=anchor, expires_at=expires, type=MemoryType.EVENT,
+            origin=Origin.EXTRACTED, mention_count=0, last_decay_at=anchor,
+            tier=draw(st.sampled_from(list(Tier))), pinned=draw(st.booleans()),
+        ))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(memories=rows(), later=st.integers(min_value=0, max_value=24 * 90))
+async def test_sql_decay_and_cleanup_equal_the_pure_rules(memories: list[Memory], later: int) -> None:
+    now = NOW + timedelta(hours=later)
+    with tempfile.TemporaryDirectory() as tmp:
+        sql = await SQLiteStore.open(Path(tmp) / "m.sqlite3")
+        fake = InMemoryStore()
+        try:
+            for s in (sql, fake):
+                await s.import_rows(ALICE, memories, NOW)
+            counts = [await s.decay_and_clean([ALICE], now) for s in (sql, fake)]
+            got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
+        finally:
+            await sql.close()
+    assert counts[0] == counts[1]
+    for a, b in zip(got, want, strict=True):
+        assert a.importance == pytest.approx(b.importance, rel=1e-12, abs=1e-12)
+        assert dataclasses.replace(a, importance=0.0, updated_at=NOW) == dataclasses.replace(
+            b, importance=0.0, updated_at=NOW)
