@@ -19,7 +19,19 @@ from companion.config.settings import Settings
 from companion.core import tiers
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import MergePlan, clean_keywords, fingerprint, parse_extraction, plan_merge, tells
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Profile, Recalled, Scope, Status, Tier, Turn
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    MemoryType,
+    Origin,
+    Profile,
+    Recalled,
+    Scope,
+    Status,
+    Tier,
+    Turn,
+    Validity,
+)
 from companion.core.text import normalize_text
 from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
@@ -637,3 +649,29 @@ class MemoryEngine:
             evicted_this_week=sum(m.status_reason == "evicted" and m.updated_at >= week_ago for m in everything),
             pending_turns=await self._store.count_pending(scope),
         )
+
+    # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
+
+    async def note(self, scope: Scope, name: str) -> str | None:
+        return await self._store.get_meta(f"{name}:{scope.key}")
+
+    async def set_note(self, scope: Scope, name: str, value: str) -> None:
+        await self._store.set_meta(f"{name}:{scope.key}", value)
+
+    # ---- conversation summaries --------------------------------------------------------------------
+
+    async def summarise(self, scope: Scope, turns: Sequence[Turn], now: datetime) -> Memory | None:
+        """A short-term memory summing up a conversation that had something worth keeping, or None.
+        Raises LLMError when the model cannot answer."""
+        if self.llm is None or not turns:
+            return None
+        prompt = prompts.render("summary", today=local_date(now, self.config.tz), turns=self._format_turns(turns))
+        data = await self.llm.json([{"role": "user", "content": prompt}], purpose="summary")
+        summary = data.get("summary")
+        if not isinstance(summary, str) or not normalize_text(summary):
+            return None
+        draft = MemoryDraft(event=f"{local_date(now, self.config.tz)} {normalize_text(summary)[:50]}",
+                            keywords=clean_keywords(data.get("keywords")), importance=40.0,
+                            validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
+        [handle, *_] = await self.remember(scope, [draft], now)
+        return await self.get(scope, handle)

@@ -137,3 +137,9 @@ def pending_reviews(items: Sequence[tuple[Memory, Suggestion]]) -> str:
         lines.append(f"{i}. {memory.event} — 建议{SUGGESTION_NAMES[suggestion.action.value]}（{suggestion.reason}）")
     lines.append("回复“按你说的办”，或者像“第一个升级，第二个删除”这样告诉我。")
     return "\n".join(lines)
+
+
+def reset_done(saved: Memory | None) -> str:
+    if saved is None:
+        return "好，我们重新开始聊吧～"
+    return f"好，我们重新开始聊吧～刚才聊的我记下了：{saved.event}"
