@@ -8,6 +8,7 @@ import pytest
 
 from companion.chat import texts
 from companion.core.models import Scope
+from tests.scripted import user_words
 from tests.support import USER, Live
 
 
@@ -37,7 +38,7 @@ async def test_quick_messages_become_one_turn_with_typing(live: Live) -> None:
     assert sent[1]["text"] == "收到你的三句话啦"
     chats = live.llm.chat_requests()
     assert len(chats) == 1
-    assert chats[0]["messages"][-1]["content"] == "在吗\n今天好累\n加班到十点"
+    assert user_words(chats[0]["messages"][-1]["content"]) == "在吗\n今天好累\n加班到十点"
     assert {"chat_id": USER, "action": "typing"} in live.tg.chat_actions(USER)
 
 
@@ -86,7 +87,7 @@ async def test_huge_and_odd_user_text_is_answered(live: Live) -> None:
     await live.say("/start_aiGF", 1)
     text = "测" * 4096
     await live.say(text, 2)
-    assert live.llm.chat_requests()[-1]["messages"][-1]["content"] == text
+    assert user_words(live.llm.chat_requests()[-1]["messages"][-1]["content"]) == text
 
 
 async def test_llm_down_gives_a_friendly_message(live: Live) -> None:

@@ -3,6 +3,12 @@
 Short-term memory (the last turns, recall cooldowns, the extraction countdown) lives here, in the
 process. Long-term memory goes through the engine. Extraction and profile rebuilds run in background
 tasks after the reply, so the user never waits for them.
+
+A reply call is laid out for DeepSeek's prefix cache (see ``persona``): the fixed system message, the
+history, then the latest user message carrying this turn's reference block. The history is trimmed in
+steps (``history_excess``) rather than sliding by one turn, so most turns repeat the whole previous
+prefix. When tools are on and a ``ToolFactory`` is given, the reply runs the bounded tool loop with
+tools built for this turn's scope; otherwise it is the plain chat call, with no tools field.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference, render_system_prompt, with_reference
 from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
 from companion.core import rules
@@ -26,6 +32,8 @@ from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.models import Memory, Scope, Turn
 from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient, Message
+from companion.llm.loop import LoopLimits, run_tool_loop
+from companion.llm.tools import ToolFactory, Toolset
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,8 @@ class ChatConfig:
     review_unanswered: timedelta = timedelta(days=3)
     idle_summary_seconds: float = 300.0
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
+    tools_enabled: bool = True
+    tool_limits: LoopLimits = field(default_factory=LoopLimits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatConfig:
@@ -60,6 +70,7 @@ class ChatConfig:
             tz=settings.tz,
             review_unanswered=timedelta(days=settings.review_unanswered_days),
             idle_summary_seconds=settings.idle_summary_minutes * 60,
+            tools_enabled=settings.llm_tools_enabled,
         )
 
 
@@ -88,12 +99,14 @@ class Reply:
     mentioned: tuple[int, ...] = ()
     saved: Memory | None = None  # a receipt: the handlers offer fine / edit / forget
     to_forget: tuple[Memory, ...] = ()  # forget candidates: the handlers ask for a confirmation
+    tool_calls: int = 0
 
 
 class ChatService:
     def __init__(
         self, engine: MemoryEngine, llm: LLMClient, config: ChatConfig, *,
         clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
+        tools: ToolFactory | None = None,
     ) -> None:
         self.engine = engine
         self.llm = llm
@@ -105,6 +118,7 @@ class ChatService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle: dict[Scope, asyncio.Task[None]] = {}
         self._refreshing: set[Scope] = set()
+        self._tools = tools if config.tools_enabled else None
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -116,7 +130,7 @@ class ChatService:
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:
-            session = Session(history=deque(maxlen=self.config.history_turns), extract_at=self._next_extraction())
+            session = Session(history=deque(), extract_at=self._next_extraction())
             self._sessions[scope] = session
         return session
 
@@ -173,7 +187,7 @@ class ChatService:
         if outcome is None:
             return None
         if outcome.saved is not None:
-            session.history.append((text, outcome.text))
+            self._record(session, text, outcome.text)
         return Reply(outcome.text, ok=True, saved=outcome.saved, to_forget=outcome.to_forget)
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
@@ -257,18 +271,20 @@ class ChatService:
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
-        messages = [
-            {"role": "system", "content": render_system_prompt(context, now, self.config.tz)},
-            *history_messages(session.history),
-        ]
-        messages = merge_user_message(messages, text)
+        # Built per turn, closing over this scope: no tool argument can name another user or chat.
+        toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
+        messages = reply_messages(session.history, text, render_reference(context, now, self.config.tz),
+                                  with_tools=bool(toolset))
         answer: str | None
+        tool_calls = 0
         try:
-            answer = await self.llm.chat(messages, purpose="reply")
+            result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
+                                         limits=self.config.tool_limits)
+            answer, tool_calls = result.text, len(result.outcomes)
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
-        session.history.append((text, answer))
+        self._record(session, text, answer)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
             await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
@@ -280,7 +296,15 @@ class ChatService:
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         self._after_turn(scope, session, text, now)
-        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned))
+        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
+
+    def _record(self, session: Session, text: str, answer: str | None) -> None:
+        """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
+        session.history.append((text, answer))
+        excess = history_excess(len(session.history), self.config.history_turns)
+        for _ in range(excess):
+            session.history.popleft()
+        session.summarised_turn = max(0, session.summarised_turn - excess)
 
     def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
@@ -349,6 +373,25 @@ class ChatService:
             task.cancel()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def history_excess(length: int, keep: int) -> int:
+    """How many of the oldest turns to drop once a turn is recorded. The history grows to ``2 * keep - 1``
+    turns and is then cut back to ``keep``: every call sees at least ``keep`` past turns, and the prompt
+    prefix changes at the cut only, one turn in ``keep``, instead of every turn as a sliding window would.
+    (Cutting every ``keep // 2`` turns sends fewer tokens but misses the cache more often, and costs more
+    in the cost benchmark; BENCHMARKS.md, "Prompt cache".)"""
+    return length - keep if length >= 2 * keep else 0
+
+
+def reply_messages(
+    history: Sequence[tuple[str, str | None]], text: str, reference: str, *, with_tools: bool = False
+) -> list[Message]:
+    """A reply call's messages: fixed system message, history, then the latest user message (merged with
+    any unanswered turns) carrying this turn's reference block."""
+    messages = merge_user_message([{"role": "system", "content": render_system_prompt(with_tools)},
+                                   *history_messages(history)], text)
+    return [*messages[:-1], {"role": "user", "content": with_reference(messages[-1]["content"], reference)}]
 
 
 def history_messages(history: Sequence[tuple[str, str | None]]) -> list[Message]:

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     llm_model: str = "deepseek-chat"
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0, le=10)
+    llm_tools_enabled: bool = True
     data_dir: Path = Path("data")
     backup_dir: Path = Path("backups")
     timezone: str = "Asia/Shanghai"
