@@ -98,7 +98,7 @@ def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, M
     buffer = MessageBuffer(settings.quiet_seconds)
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings)
+    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz)
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
 

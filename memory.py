@@ -10,22 +10,35 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 import prompts
 from companion.config.settings import Settings
-from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.extraction import MergePlan, clean_keywords, parse_extraction, plan_merge
-from companion.core.models import Memory, MemoryDraft, Profile, Recalled, Scope, Status, Turn
+from companion.core import tiers
+from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
+from companion.core.extraction import MergePlan, clean_keywords, fingerprint, parse_extraction, plan_merge, tells
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    MemoryType,
+    Origin,
+    Profile,
+    Recalled,
+    Scope,
+    Status,
+    Tier,
+    Turn,
+    Validity,
+)
 from companion.core.text import normalize_text
 from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
-from companion.engine.search import SEARCH_RULES, search_memories
+from companion.engine.saving import guess_draft, parse_saved
 from companion.llm.client import LLMClient
-from companion.recall.filters import MemoryFilter
+from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
@@ -37,6 +50,10 @@ INDEX_CACHE_SCOPES = 4096
 MAX_TERMS = 64
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
+MAX_RELATED = 12
+MAX_INSTRUCTIONS = 5
+MAX_RECENT = 3
+RECENT_WINDOW = timedelta(days=1)  # stored memories shown to an extraction, to spot contradictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +63,7 @@ class EngineConfig:
     recall_min_match: float = 0.34
     recall_cooldown_turns: int = 5
     extract_max_turns: int = 12
+    capacity: int = 200
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
     profile: ProfilePolicy = field(default_factory=ProfilePolicy)
 
@@ -57,6 +75,7 @@ class EngineConfig:
             recall_min_match=settings.recall_min_match,
             recall_cooldown_turns=settings.recall_cooldown_turns,
             extract_max_turns=settings.extract_max_turns,
+            capacity=settings.memory_capacity,
             tz=settings.tz,
             profile=ProfilePolicy(
                 ttl=timedelta(hours=settings.profile_ttl_hours),
@@ -75,6 +94,35 @@ class MemoryContext:
     dynamic: list[str] = field(default_factory=list)
     recalled: list[Recalled] = field(default_factory=list)
     keywords: list[str] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
+    recent: list[str] = field(default_factory=list)  # core facts learned in the last day
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    recallable: set[int]
+    instructions: list[str]
+    recent: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """``/why``: the memory (with its source message and times), what it replaced, what replaced it."""
+
+    memory: Memory
+    replaced: list[Memory]
+    replaced_by: Memory | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    by_tier: dict[Tier, int]
+    by_type: dict[MemoryType, int]
+    archived: int
+    superseded: int
+    learned_this_week: int
+    evicted_this_week: int
+    pending_turns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +154,8 @@ class MemoryEngine:
         self._locks: dict[Scope, asyncio.Lock] = {}
         self._data_version: int | None = None
         self._owns_store = False
+        # Fingerprints of what each scope asked to forget, so extraction does not learn it again.
+        self._forgotten_prints: dict[Scope, set[str]] = {}
 
     @classmethod
     async def create(
@@ -188,8 +238,12 @@ class MemoryEngine:
         async with self.lock(scope):
             plan = await self._plan(scope, prepared, now)
             ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            await self._supersede(scope, plan.inserts, ids, now)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+            evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         await self._embed(scope, now)
         return [*ids, *(m.id for m in plan.updates)]
 
@@ -219,19 +273,33 @@ class MemoryEngine:
         return draft
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user") -> int:
-        """Forget some memories, or all of a scope's when ``ids`` is None; returns how many went. The text
-        goes at once, everywhere (table, index, profile); a content-free tombstone stays."""
+        """Forget some memories, or all of a scope's when ``ids`` is None; returns how many went."""
+        return len(await self.forget_memories(scope, ids, reason=reason))
+
+    async def forget_memories(
+        self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
+    ) -> list[Memory]:
+        """Forget and return what was forgotten (as it was, so the chat layer can scrub its short-term
+        context). The text goes at once, everywhere: table, index, profile, and the queued turns that told
+        it (so a later extraction cannot bring it back); a content-free tombstone stays."""
         async with self.lock(scope):
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
-            wanted = {m.id for m in stored} if ids is None else set(ids) & {m.id for m in stored}
-            await self._store.apply_changes(scope, utcnow(), forget=sorted(wanted), reason=reason)
+            wanted = [m for m in stored if ids is None or m.id in set(ids)]
+            await self._store.apply_changes(scope, utcnow(), forget=[m.id for m in wanted], reason=reason)
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
                 await self._store.delete_profile(scope)
+                if reason == "user":
+                    await self._drop_telling_turns(scope, wanted)
         self._invalidate(scope)
-        if self.dense is not None:
-            await self.dense.prune(scope)  # every vector of a forgotten memory, whatever forgot it
-        return len(wanted)
+        if wanted and self.dense is not None:
+            await self.dense.prune(scope)  # the forgotten memories' vectors
+        return wanted
+
+    async def _drop_telling_turns(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
+        turns = await self._store.pending_turns(scope, 10_000)
+        telling = [t.id for t in turns if t.id is not None and any(tells(t.user, m) for m in forgotten)]
+        await self._store.drop_turns(scope, telling)
 
     async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
         """The scope's memories in these statuses (active by default), oldest first."""
@@ -248,18 +316,6 @@ class MemoryEngine:
         if not found:
             raise MemoryNotFoundError(f"no memory {handle}")
         return found[0]
-
-    async def search(
-        self, scope: Scope, query: str, filters: MemoryFilter | None = None, *, limit: int = 10,
-        now: datetime | None = None,
-    ) -> list[Memory]:
-        """search_memories: the scope's active memories matching ``query`` (by keywords and, when
-        configured, meaning) and ``filters`` (type, tier, origin, creation time), best first; a blank
-        query lists the newest. No recall gate, floor or cooldown."""
-        words = self.keywords.keywords(query, limit=MAX_QUERY_TERMS)
-        lexical = (await self._index(scope)).rank(words, now or utcnow(), SEARCH_RULES) if words else []
-        return await search_memories(self._store, scope, query, lexical, self.dense, filters or MemoryFilter(),
-                                     limit)
 
     # ---- recall / context ------------------------------------------------------------------------
 
@@ -291,14 +347,30 @@ class MemoryEngine:
     ) -> MemoryContext:
         keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None)
             if allow_recall else []
         )
+        standing = await self._standing(scope, now)
+        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile).
+        recalled = [r for r in recalled if r.memory.id in standing.recallable][: self.config.recall_max]
+        if recalled:
+            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
-            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords
+            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
+            instructions=standing.instructions, recent=standing.recent,
         )
+
+    async def _standing(self, scope: Scope, now: datetime) -> Standing:
+        """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
+        core facts learned in the last day that the profile may not carry yet."""
+        active = await self._store.fetch_memories(scope)
+        _, recallable, instructions = tiers.reply_candidates(active)
+        recent = [m.event for m in sorted(active, key=lambda m: m.created_at, reverse=True)
+                  if now - m.created_at <= RECENT_WINDOW and m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
+                  and m.tier is not Tier.SHORT][:MAX_RECENT]
+        return Standing({m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], recent)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
@@ -321,23 +393,35 @@ class MemoryEngine:
             turns = await self._store.pending_turns(scope, self.config.extract_max_turns)
             if not turns:
                 return Consolidation(0, 0, 0)
-            drafts = await self._extract(turns, now)
-            prepared = [self._prepare(d) for d in drafts]
+            known = await self._related(scope, turns)
+            drafts = await self._extract(turns, known, now)
+            for draft in drafts:
+                draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
+                draft.source_at = turns[-1].at
+                draft.source_chat_id, draft.source_message_id = turns[-1].chat_id, turns[-1].message_id
+                if draft.supersedes not in known:
+                    draft.supersedes = None  # only a memory the model was shown, so only this scope's
+            prepared = [self._prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
             plan = await self._plan(scope, prepared, now)
             up_to = max(t.id or 0 for t in turns)
             ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+            await self._supersede(scope, plan.inserts, ids, now)
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
+            evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         await self._embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
 
-    async def _extract(self, turns: Sequence[Turn], now: datetime) -> list[MemoryDraft]:
+    async def _extract(self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime) -> list[MemoryDraft]:
         if self.llm is None:
             raise RuntimeError("consolidate needs an LLM client")
         today = local_date(now, self.config.tz)
-        prompt = prompts.render("extract", today=today, turns=self._format_turns(turns))
+        listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
+        prompt = prompts.render("extract", today=today, known=listed, turns=self._format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
         return parse_extraction(data, self.keywords.keywords, today)
 
@@ -400,4 +484,225 @@ class MemoryEngine:
 
     def _invalidate(self, scope: Scope) -> None:
         self._indexes.pop(scope, None)
+        self._forgotten_prints.pop(scope, None)
         self.profiles.invalidate(scope)
+
+    # ---- life cycle: contradictions, capacity -----------------------------------------------------
+
+    async def _related(self, scope: Scope, turns: Sequence[Turn]) -> dict[int, Memory]:
+        """Stored memories the turns may contradict, shown to the extraction with their handles."""
+        text = " ".join(t.user for t in turns)
+        touched = await self.recall(scope, text, utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None)
+        found = {r.memory.id: r.memory for r in touched}
+        # Names, standing instructions and core facts are what news most often replaces, even in other words.
+        for memory in await self._store.fetch_memories(scope):
+            if len(found) >= MAX_RELATED:
+                break
+            if memory.type is MemoryType.INSTRUCTION or memory.tier is Tier.LONG:
+                found.setdefault(memory.id, memory)
+        return found
+
+    async def _was_forgotten(self, scope: Scope, draft: MemoryDraft) -> bool:
+        """A draft whose words equal a memory the user asked to forget is not learned again."""
+        if scope not in self._forgotten_prints:
+            stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
+            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == "user"}
+        return fingerprint(draft.event) in self._forgotten_prints[scope]
+
+    async def _supersede(self, scope: Scope, drafts: Sequence[MemoryDraft], ids: Sequence[int], now: datetime) -> None:
+        """New information that replaces old: the old memory stays, linked to the new one, never recalled."""
+        pairs = {d.supersedes: new for d, new in zip(drafts, ids, strict=True) if d.supersedes is not None}
+        if not pairs:
+            return
+        old = await self._store.fetch_by_ids(scope, list(pairs))
+        updates = [replace(m, status=Status.SUPERSEDED, superseded_by=pairs[m.id], status_reason="replaced",
+                           updated_at=now) for m in old if m.is_active]
+        if updates:
+            await self._store.apply_changes(scope, now, updates=updates)
+            for m in updates:
+                self._drop_from_index(scope, m.id)
+
+    async def _enforce_capacity(self, scope: Scope, now: datetime) -> int:
+        victims = tiers.to_evict(await self._store.fetch_memories(scope), self.config.capacity, now)
+        if victims:
+            await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason="evicted")
+            for m in victims:
+                self._drop_from_index(scope, m.id)
+        return len(victims)
+
+    def _drop_from_index(self, scope: Scope, handle: int) -> None:
+        index = self._indexes.get(scope)
+        if index is not None:
+            index.remove(handle)
+
+    # ---- the user steers: save, edit, move, archive, search, why, reviews, stats ------------------
+
+    async def save_explicit(
+        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
+        source_chat_id: int | None = None, source_message_id: int | None = None,
+    ) -> Memory:
+        """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
+        core preference long-term, important information medium-term, the rest short-term). Works
+        without the model: the words are kept as they are."""
+        draft = await self._judge(text, now)
+        draft.origin, draft.source_at = origin, now
+        draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
+        [handle, *_] = await self.remember(scope, [draft], now)
+        memory = await self.get(scope, handle)
+        if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
+            memory = await self._write(scope, tiers.move_to_tier(memory, draft.tier, now))
+        return memory
+
+    async def _judge(self, text: str, now: datetime) -> MemoryDraft:
+        if self.llm is None:
+            return guess_draft(text, self.keywords.keywords)
+        prompt = prompts.render("save", today=local_date(now, self.config.tz), text=text)
+        try:
+            data = await self.llm.json([{"role": "user", "content": prompt}], purpose="save")
+        except LLMError as exc:
+            log.warning("save without the model's judgement: %s", exc)
+            return guess_draft(text, self.keywords.keywords)
+        return parse_saved(data, text, self.keywords.keywords)
+
+    async def _write(self, scope: Scope, memory: Memory) -> Memory:
+        async with self.lock(scope):
+            await self._store.apply_changes(scope, memory.updated_at, updates=[memory])
+            self._drop_from_index(scope, memory.id)
+            if memory.is_active:
+                await self._reindex(scope, [memory.id])
+        self.profiles.invalidate(scope)
+        await self._embed(scope, memory.updated_at)  # an edit changes what the vector must say
+        return memory
+
+    async def edit(self, scope: Scope, handle: int, text: str, now: datetime) -> Memory:
+        """New wording for one memory (keywords and index terms follow)."""
+        memory = await self.get(scope, handle)
+        draft = self._prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
+        return await self._write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
+                                                terms=draft.terms, updated_at=now))
+
+    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
+        return await self._write(scope, tiers.move_to_tier(await self.get(scope, handle), tier, now))
+
+    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        memory = await self.get(scope, handle)
+        return await self._write(scope, tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now))
+
+    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Keep as it is and ask again after one more period of its tier."""
+        return await self._write(scope, tiers.keep_for_another_period(await self.get(scope, handle), now))
+
+    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Put away: never recalled, kept in backups, restorable from /memories."""
+        memory = await self.get(scope, handle)
+        return await self._write(scope, replace(memory, status=Status.ARCHIVED, status_reason="user", updated_at=now))
+
+    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Bring an archived memory back (its review restarts in its tier)."""
+        memory = await self.get(scope, handle)
+        if memory.status is not Status.ARCHIVED:
+            return memory
+        back = replace(memory, status=Status.ACTIVE, status_reason="")
+        return await self._write(scope, tiers.keep_for_another_period(back, now))
+
+    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
+        """Put a review time back (undoing a "keep")."""
+        return await self._write(scope, replace(await self.get(scope, handle), review_at=when))
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """Record that these memories were shown (a list): their last access time moves."""
+        await self._store.touch(scope, ids, now)
+
+    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
+        return await self._write(scope, replace(await self.get(scope, handle), pinned=pinned, updated_at=now))
+
+    async def search(
+        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
+        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
+        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
+        limit: int = 20,
+    ) -> list[Memory]:
+        """search_memories: memories matching a query (every word, or the text itself), newest first, then
+        those close in meaning (when semantic recall is on); an empty query lists them all. Filters: status,
+        tier, type, origin, learned in [since, until). Counts as an access."""
+        words = [w for w in normalize_text(query).lower().split() if w]
+        filters = MemoryFilter.of(types=types or (), tiers=tiers_ or (), origins=origins or (), since=since,
+                                  until=until)
+        found = [m for m in await self._store.fetch_memories(scope, statuses)
+                 if filters.admits(m) and matches_words(m, words)]
+        found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        if words and self.dense is not None and len(found) < limit:
+            found += await self.dense.similar(scope, query, filters, statuses, limit, exclude={m.id for m in found})
+        if words and not found:
+            found = [r.memory for r in await self.recall(scope, query, now, limit=limit, min_importance=0)
+                     if r.memory.status in statuses and filters.admits(r.memory)]
+            found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        found = found[:limit]
+        await self._store.touch(scope, [m.id for m in found if m.is_active], now)
+        return found
+
+    async def why(self, scope: Scope, handle: int) -> Provenance:
+        """Where a memory came from and how it changed: its source, and the memories it replaced."""
+        memory = await self.get(scope, handle)
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        replaced = [m for m in everything if m.superseded_by == handle]
+        newer = next((m for m in everything if m.id == memory.superseded_by), None)
+        return Provenance(memory, replaced, newer)
+
+    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
+        """Memories at their review time, each with a suggestion and its reason."""
+        due = [m for m in await self._store.fetch_memories(scope) if tiers.is_due(m, now)]
+        due.sort(key=lambda m: (m.review_at or now, m.id))
+        return [(m, tiers.suggest(m, now)) for m in due]
+
+    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
+        """Apply the user's answer to a review."""
+        if action is tiers.Action.PROMOTE:
+            return await self.promote(scope, handle, now)
+        if action is tiers.Action.ARCHIVE:
+            return await self.archive(scope, handle, now)
+        if action is tiers.Action.FORGET:
+            memory = await self.get(scope, handle)  # owner check before anything changes
+            gone = await self.forget_memories(scope, [handle])
+            return gone[0] if gone else memory
+        return await self.keep(scope, handle, now)
+
+    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        active = [m for m in everything if m.is_active]
+        week_ago = now - timedelta(days=7)
+        return MemoryStats(
+            by_tier={t: sum(m.tier is t for m in active) for t in Tier},
+            by_type={t: sum(m.type is t for m in active) for t in MemoryType},
+            archived=sum(m.status is Status.ARCHIVED for m in everything),
+            superseded=sum(m.status is Status.SUPERSEDED for m in everything),
+            learned_this_week=sum(m.created_at >= week_ago for m in active),
+            evicted_this_week=sum(m.status_reason == "evicted" and m.updated_at >= week_ago for m in everything),
+            pending_turns=await self._store.count_pending(scope),
+        )
+
+    # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
+
+    async def note(self, scope: Scope, name: str) -> str | None:
+        return await self._store.get_meta(f"{name}:{scope.key}")
+
+    async def set_note(self, scope: Scope, name: str, value: str) -> None:
+        await self._store.set_meta(f"{name}:{scope.key}", value)
+
+    # ---- conversation summaries --------------------------------------------------------------------
+
+    async def summarise(self, scope: Scope, turns: Sequence[Turn], now: datetime) -> Memory | None:
+        """A short-term memory summing up a conversation that had something worth keeping, or None.
+        Raises LLMError when the model cannot answer."""
+        if self.llm is None or not turns:
+            return None
+        prompt = prompts.render("summary", today=local_date(now, self.config.tz), turns=self._format_turns(turns))
+        data = await self.llm.json([{"role": "user", "content": prompt}], purpose="summary")
+        summary = data.get("summary")
+        if not isinstance(summary, str) or not normalize_text(summary):
+            return None
+        draft = MemoryDraft(event=f"{local_date(now, self.config.tz)} {normalize_text(summary)[:50]}",
+                            keywords=clean_keywords(data.get("keywords")), importance=40.0,
+                            validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
+        [handle, *_] = await self.remember(scope, [draft], now)
+        return await self.get(scope, handle)

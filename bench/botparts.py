@@ -21,7 +21,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from bench.botdriver import serve_main
 from bench.brain import REPLIES
 from bench.script_zh import TURNS
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
@@ -53,7 +53,7 @@ def _chat_call(llm: LLMClient, messages: list[Message]) -> Callable[[], Awaitabl
 
 
 async def _engine_turn_ms(samples: int) -> float:
-    """build_context + render_system_prompt + note_turn for a user with 100 memories: the engine's share."""
+    """build_context + render_reference + note_turn for a user with 100 memories: the engine's share."""
     with tempfile.TemporaryDirectory(prefix="bench-parts-") as tmp:
         engine = await MemoryEngine.open(Settings(_env_file=None, data_dir=Path(tmp)),  # type: ignore[call-arg]
                                          KeywordExtractor())
@@ -66,7 +66,7 @@ async def _engine_turn_ms(samples: int) -> float:
             async def turn() -> None:
                 text = next(texts)
                 context = await engine.build_context(scope, text, now, turn=1, cooldown={})
-                render_system_prompt(context, now, engine.config.tz)
+                render_reference(context, now, engine.config.tz)
                 await engine.note_turn(scope, Turn(user=text, reply="嗯嗯", at=now))
 
             return await cpu_ms(turn, samples)

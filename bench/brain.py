@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.llm import FakeLLM, request_text
-from tests.scripted import EXTRACT_MARK, PROFILE_MARK, system_prompt
+from bench.standin_tools import wants_tool
+from tests.fakes.llm import FakeLLM, ToolCallAnswer, request_text
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK, latest_user_message, recalled_events, user_words
 
-MEMORY_HEADER = "可能相关的记忆（仅供参考）："
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}\s*")
 _PROFILE_LINE = re.compile(r"^- (.*)（重要程度 [\d.]+，(\w+)）$")
 CORE_CHARS = 120
@@ -45,11 +45,17 @@ class ScriptedModel:
         llm.set_json_reply(self.answer_json)
         llm.set_chat_reply(self.answer_chat)
 
-    def answer_chat(self, body: dict[str, Any]) -> str:
-        """Like a real companion: a reply to the turn, bringing up a recalled memory when there is one."""
+    def answer_chat(self, body: dict[str, Any]) -> str | ToolCallAnswer:
+        """Like a real companion: a reply to the turn, bringing up a recalled memory when there is one;
+        with tools offered, first a tool call when the user asks to be remembered or asks what it recalls."""
+        call = wants_tool(user_words(latest_user_message(body)))
+        if call and body.get("tools") and body.get("tool_choice") != "none" and body["messages"][-1]["role"] == "user":
+            self._answer("reply", json.dumps(call, ensure_ascii=False))
+            return ToolCallAnswer([call])
         self.counts["reply"] += 1
         base = self.replies[self.counts["reply"] % len(self.replies)]
-        fact = self._first_recalled(system_prompt(body))
+        events = recalled_events(body)
+        fact = self._by_event(events[0]) if events else None
         return self._answer("reply", f"{fact['keywords'][0]}的事我一直记着呢。{base}" if fact else base)
 
     def answer_json(self, body: dict[str, Any]) -> str:
@@ -73,14 +79,6 @@ class ScriptedModel:
     def _by_event(self, event: str) -> dict[str, Any] | None:
         plain = _DATE.sub("", event.strip())
         return next((f for f in self.facts.values() if f["event"] == plain), None)
-
-    def _first_recalled(self, system: str) -> dict[str, Any] | None:
-        if MEMORY_HEADER not in system:
-            return None
-        for line in system.split(MEMORY_HEADER, 1)[1].splitlines():
-            if line.startswith("- "):
-                return self._by_event(line[2:])
-        return None
 
     def _profile(self, prompt: str) -> dict[str, Any]:
         """Lasting facts go to the core, recent events to dynamic traits with their keywords."""

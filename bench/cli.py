@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.convert import ConvertStats, convert_dulemon, convert_locomo, convert_memdaily, write_converted
 from bench.convert.memdaily import find_dulemon
@@ -69,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
     cost.add_argument("--turns", type=_positive, default=200)
     cost.add_argument("--json", type=Path, help="also write the results here")
+    cost.add_argument("--tools", action="store_true", help="offer the stand-in memory tools in reply calls")
+    cost.add_argument("--requests", type=Path, help="also write every request body here, one JSON per line")
+    cost.add_argument("--shares-of", type=Path, metavar="FILE",
+                      help="only print the prompt-cache shares of request bodies recorded with --requests")
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
     return parser
@@ -201,10 +207,20 @@ def run_bot_command(args: argparse.Namespace) -> int:
 
 
 def run_cost_command(args: argparse.Namespace) -> int:
-    from bench.cost import CostConfig, format_cost, run_cost
+    from bench.cost import CostConfig, format_cache, format_cost, run_cost, shares_of
 
-    report = asyncio.run(run_cost(CostConfig(turns=args.turns)))
+    if args.shares_of:
+        lines = args.shares_of.read_text(encoding="utf-8").splitlines()
+        summary = shares_of([json.loads(line) for line in lines if line.strip()])
+        print("\n".join(format_cache(summary)))
+        if args.json:
+            write_json(args.json, summary)
+        return 0
+    bodies: list[dict[str, Any]] = []
+    report = asyncio.run(run_cost(CostConfig(turns=args.turns, tools=args.tools), record=bodies))
     print(format_cost(report))
+    if args.requests:
+        args.requests.write_text("".join(json.dumps(b, ensure_ascii=False) + "\n" for b in bodies), encoding="utf-8")
     if args.json:
         write_json(args.json, report)
     return 0

@@ -6,14 +6,15 @@ the profile's TTL and minimum refresh interval behave as in real use). Backgroun
 profile work is awaited after every turn: three minutes is far longer than either takes.
 
 Tokens are estimated with DeepSeek's published ratio (api-docs.deepseek.com, "Token & Token Usage"):
-one Chinese character ~ 0.6 token, one other character ~ 0.3 token.
+one Chinese character ~ 0.6 token, one other character ~ 0.3 token. The prompt-cache shares of the reply
+calls are computed by ``bench.cache``; ``--requests`` saves the request bodies, and ``python -m bench
+cost --shares-of FILE`` computes the shares of bodies recorded elsewhere (an older version of the bot).
 """
 
 from __future__ import annotations
 
-import math
+import json
 import random
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.brain import ScriptedModel
+from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
+from bench.standin_tools import standin_tools
 from bench.timing import latency_summary
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
@@ -33,24 +36,20 @@ from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
 from tests.fakes.llm import is_json_mode
-from tests.scripted import EXTRACT_MARK, PROFILE_MARK, system_prompt
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK, REFERENCE_CLOSE, reference_data
 
 START = datetime(2025, 6, 2, 0, 0, tzinfo=UTC)  # 08:00 in Asia/Shanghai
 PURPOSES = ("reply", "extraction", "profile")
 MEMORY_PARTS = ("core", "dynamic", "recalled")
-TARGETS = {"non_reply_calls_per_100_turns": 12, "memory_context_tokens_per_reply": 300}
-# The system prompt's memory section (prompts/system.md): from the profile header to the rules.
-PROFILE_HEADER = "关于用户（长期了解）：\n"
-RULES_HEADER = "\n规则："
+TARGETS = {"non_reply_calls_per_100_turns": 12, "memory_context_tokens_per_reply": 300,
+           "cache_prefix_share_from_turn_3": 0.7}
+# The reference block's memory parts (prompts/context.md): the profile line, then the optional sections.
+PROFILE_HEADER = "关于用户（长期了解）："
 NO_PROFILE = "（还不太了解）"
-DYNAMIC_HEADER = "\n用户最近的情况（和当前话题有关）：\n"
-MEMORY_HEADER = "\n可能相关的记忆（仅供参考）：\n"
-_CHINESE = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
+DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）：\n"
+MEMORY_HEADER = "可能相关的记忆（仅供参考）：\n"
 
-
-def estimate_tokens(text: str) -> int:
-    chinese = len(_CHINESE.findall(text))
-    return math.ceil(0.6 * chinese + 0.3 * (len(text) - chinese))
+__all__ = ["estimate_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +57,7 @@ class CostConfig:
     turns: int = 200
     minutes_per_turn: float = 3.0
     seed: int = 7
+    tools: bool = False  # offer the stand-in memory tools (bench/standin_tools.py)
 
 
 class SimClock:
@@ -78,23 +78,25 @@ def purpose_of(body: Mapping[str, Any]) -> str:
     return "profile" if PROFILE_MARK in text else "extraction" if EXTRACT_MARK in text else "other"
 
 
-def memory_parts(system: str) -> dict[str, str]:
-    """The parts of a reply call's system prompt that come from memory: the profile core (unless it is
+def memory_parts(reference: str) -> dict[str, str]:
+    """The parts of a reply call's reference block that come from memory: the profile core (unless it is
     the "not known yet" placeholder), the matching dynamic traits and the recalled memories, each with
     its header line."""
-    section = system.split(PROFILE_HEADER, 1)[-1].split(RULES_HEADER, 1)[0]
+    section = reference.split(PROFILE_HEADER, 1)[-1].split(REFERENCE_CLOSE, 1)[0]
     core, _, blocks = section.partition("\n")
     dynamic, memories = "", ""
-    if MEMORY_HEADER.lstrip("\n") in blocks:
-        blocks, _, rest = blocks.partition(MEMORY_HEADER.lstrip("\n"))
-        memories = MEMORY_HEADER.lstrip("\n") + rest
-    if DYNAMIC_HEADER.strip("\n") in blocks:
-        dynamic = blocks.strip("\n")
+    if MEMORY_HEADER in blocks:
+        blocks, _, rest = blocks.partition(MEMORY_HEADER)
+        memories = MEMORY_HEADER + rest
+    if DYNAMIC_HEADER in blocks:
+        dynamic = blocks
     return {"core": "" if core == NO_PROFILE else core, "dynamic": dynamic, "recalled": memories}
 
 
 async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
-                   facts: Mapping[str, dict[str, Any]] = FACTS) -> dict[str, Any]:
+                   facts: Mapping[str, dict[str, Any]] = FACTS,
+                   record: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Play the script; ``record``, when given, receives every request body the fake model saw."""
     script = [turns[n % len(turns)] for n in range(config.turns)]
     async with FakeLLM() as fake:
         model = ScriptedModel(facts, record=True)
@@ -110,6 +112,8 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
             finally:
                 await engine.close()
                 await llm.close()
+        if record is not None:
+            record.extend(fake.requests)
         return _report(config, fake.requests, model.answers, llm, replies, stored)
 
 
@@ -118,7 +122,7 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
     """Plays the script; returns (memories recalled, memories mentioned) per turn."""
     clock = SimClock(START)
     chat = ChatService(engine, llm, ChatConfig.from_settings(settings), clock=clock,
-                       rng=random.Random(config.seed))
+                       rng=random.Random(config.seed), tools=standin_tools if config.tools else None)
     scope = Scope(1)
     await chat.start(scope)
     out: list[tuple[int, int]] = []
@@ -144,12 +148,14 @@ def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: 
         sizes.setdefault(purpose, Counter()).update(
             {"calls": 1, "prompt_chars": len(prompt), "prompt_tokens_est": estimate_tokens(prompt)})
         if purpose == "reply":
-            found = memory_parts(system_prompt(dict(body)))
+            found = memory_parts(reference_data(dict(body)))
             parts.update({name: estimate_tokens(text) for name, text in found.items()})
             context_tokens.append(sum(estimate_tokens(text) for text in found.values()))
     for purpose, text in answers:
         sizes[purpose].update({"completion_chars": len(text), "completion_tokens_est": estimate_tokens(text)})
     per_purpose = {p: {k: round(v * per100, 1) for k, v in sorted(c.items())} for p, c in sizes.items()}
+    reply_bodies = [body for body in requests if purpose_of(body) == "reply"]
+    shares = cache_shares(reply_bodies)
     non_reply = sum(c["calls"] for p, c in sizes.items() if p != "reply") * per100
     replies_n = max(len(context_tokens), 1)
     return {
@@ -165,6 +171,26 @@ def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: 
         "client_usage": {"calls": dict(llm.usage.calls), "prompt_chars": dict(llm.usage.prompt_chars),
                          "completion_chars": dict(llm.usage.completion_chars)},
         "server_requests": {p: sizes[p]["calls"] for p in sizes},
+        "cache": share_summary(shares),
+        "cache_per_call": [{k: round(v, 3) for k, v in share.items()} for share in shares],
+        "tools": tool_costs(reply_bodies),
+    }
+
+
+def tool_costs(replies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Reply calls that offered tools, and the follow-up rounds tools caused (a reply call whose last
+    message is a tool result), with their estimated prompt tokens."""
+    follow_ups = [body for body in replies if body["messages"][-1].get("role") == "tool"]
+    first_rounds = len(replies) - len(follow_ups)
+    offered = [body for body in replies if body.get("tools")]
+    return {
+        "tool_definition_tokens": estimate_tokens(json.dumps(offered[0]["tools"], ensure_ascii=False))
+        if offered else 0,
+        "calls_offering_tools": sum(1 for body in replies if body.get("tools")),
+        "turns": first_rounds,
+        "follow_up_calls": len(follow_ups),
+        "follow_up_calls_per_turn": round(len(follow_ups) / first_rounds, 3) if first_rounds else 0.0,
+        "follow_up_prompt_tokens": sum(estimate_tokens(prompt_stream(body)) for body in follow_ups),
     }
 
 
@@ -183,5 +209,28 @@ def format_cost(report: dict[str, Any]) -> str:
         f"recalled {parts['recalled']}",
         f"turns with recalled memories: {report['turns_with_recall']}, mentioned in the reply: "
         f"{report['recalled_memories_mentioned']}; memories stored at the end: {report['memories_stored']}",
+        *format_cache(report["cache"]),
+        f"tools: offered on {report['tools']['calls_offering_tools']} reply calls "
+        f"({report['tools']['tool_definition_tokens']} tokens~ of definitions); follow-up calls "
+        f"{report['tools']['follow_up_calls']} ({report['tools']['follow_up_calls_per_turn']} per turn, "
+        f"{report['tools']['follow_up_prompt_tokens']} prompt tokens~ in all)",
     ]
     return "\n".join(lines)
+
+
+def shares_of(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Cache shares of recorded request bodies (one user's conversation, JSON lines of any bot version)."""
+    return share_summary(cache_shares([body for body in bodies if purpose_of(body) == "reply"]))
+
+
+def format_cache(summary: Mapping[str, Any]) -> list[str]:
+    if not summary.get("calls"):
+        return ["prompt cache: fewer than 3 reply calls"]
+    lines = [f"prompt cache, reply calls from the 3rd on ({summary['calls']} calls, "
+             f"mean {summary['prompt_tokens_mean']} prompt tokens~):"]
+    for key, label in (("prefix", "prefix shared with the previous call"),
+                       ("units", "DeepSeek unit rule estimate")):
+        row = summary[key]
+        lines.append(f"  {label}: weighted {row['weighted']:.1%}, mean {row['mean']:.1%}, "
+                     f"p10 {row['p10']:.1%}, min {row['min']:.1%} (target >= 70%)")
+    return lines

@@ -4,7 +4,7 @@ Setup bulk-loads each user's rows in one transaction (``SQLiteStore.apply_change
 write) after preparing them as ``remember`` would (``MemoryEngine._prepare``: normalised text, keywords,
 index terms), cached per distinct sentence because segmenting a million rows would dominate the setup.
 The measured parts go through the engine's API exactly as the bot calls it:
-``build_context`` + ``render_system_prompt`` per turn, ``remember`` per write, ``decay`` over every
+``build_context`` + ``render_reference`` per turn, ``remember`` per write, ``decay`` over every
 scope, ``make_backup`` for the nightly backup.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from bench import synth
 from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, MemoryDraft, Profile, Scope
 from companion.ops.backup import make_backup
@@ -62,7 +62,7 @@ class _Turns:
         context = await self.engine.build_context(scope, text, now, turn=turn, cooldown=cooldown)
         for recalled in context.recalled:
             cooldown[recalled.memory.id] = turn
-        render_system_prompt(context, now, self.engine.config.tz)
+        render_reference(context, now, self.engine.config.tz)
         return len(context.recalled)
 
 

@@ -13,6 +13,7 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
+from handlers import keyboards
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)
@@ -20,29 +21,39 @@ log = logging.getLogger(__name__)
 
 async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer) -> None:
     scope = scope_of(message)
-    if scope is None or message.text is None:
+    said = message.text if message.text is not None else message.caption  # a photo's caption is text too
+    if scope is None or said is None:
         return
     if not chat.is_active(scope):
         await message.answer(texts.NOT_STARTED)
         return
-    chat_id = message.chat.id
+    chat_id, message_id = message.chat.id, message.message_id
 
     async def flush(text: str) -> None:
-        await answer_turn(bot, chat, scope, chat_id, text)
+        await answer_turn(bot, chat, scope, chat_id, text, message_id)
 
-    buffer.push(scope, message.text, flush)
+    buffer.push(scope, said, flush)
 
 
-async def answer_turn(bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str) -> None:
+async def answer_turn(
+    bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str, message_id: int | None = None
+) -> None:
+    markup = None
     try:
         async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
-            reply = (await chat.reply(scope, text)).text
+            reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id)
+        answer = reply.text
+        if reply.saved is not None:
+            markup = keyboards.receipt(reply.saved)
+        elif reply.to_forget:
+            markup = keyboards.forget_choices(reply.to_forget)
     except CompanionError:
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)
-        reply = texts.INTERNAL_ERROR
-    for part in texts.split_message(reply):
-        await bot.send_message(chat_id, part)
+        answer = texts.INTERNAL_ERROR
+    parts = texts.split_message(answer)
+    for i, part in enumerate(parts):
+        await bot.send_message(chat_id, part, reply_markup=markup if i == len(parts) - 1 else None)
 
 
 async def on_unknown_command(message: Message) -> None:
@@ -58,6 +69,7 @@ def build() -> Router:
     router = Router(name="chat")
     router.message.filter(F.chat.type == "private")
     router.message.register(on_text, F.text & ~F.text.startswith("/"))
+    router.message.register(on_text, F.caption & ~F.caption.startswith("/"))
     router.message.register(on_unknown_command, F.text.startswith("/"))
     router.message.register(on_other)
     return router

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiogram import F, Router
-from aiogram.filters import Command, CommandStart
+from aiogram.filters import Command
 from aiogram.types import BotCommand, Message
 
 from companion.chat import texts
@@ -42,5 +42,4 @@ def build() -> Router:
     router.message.register(start_companion, Command("start_aiGF", ignore_case=True))
     router.message.register(stop_companion, Command("stop_aiGF", ignore_case=True))
     router.message.register(show_help, Command("help"))
-    router.message.register(show_help, CommandStart())
     return router

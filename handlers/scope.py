@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiogram.types import Message
+from aiogram.types import CallbackQuery, Message
 
 from companion.core.models import Scope
 
@@ -15,3 +15,11 @@ def scope_of(message: Message) -> Scope | None:
     if message.chat.type == "private":
         return Scope(message.from_user.id)
     return Scope(message.from_user.id, message.chat.id)
+
+
+def scope_of_callback(query: CallbackQuery) -> Scope | None:
+    """The presser's own scope in the chat where the button was pressed (never the sender of the message)."""
+    if query.from_user.is_bot or query.message is None:
+        return None
+    chat = query.message.chat
+    return Scope(query.from_user.id) if chat.type == "private" else Scope(query.from_user.id, chat.id)

@@ -3,13 +3,21 @@ a temporary SQLite file. Helpers to build more of them live in ``tests/support.p
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
 
-from tests.fakes import FakeLLM
-from tests.support import Rig, close_rig, make_settings, open_rig
+from companion.chat.buffer import MessageBuffer
+from handlers import build_router
+from handlers.commands import bot_commands
+from tests.fakes import FakeLLM, FakeTelegram
+from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
 
 @pytest.fixture
@@ -25,3 +33,24 @@ async def rig(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[Rig]:
         yield opened
     finally:
         await close_rig(opened)
+
+
+@pytest.fixture
+async def live(tmp_path: Path) -> AsyncIterator[Live]:
+    async with FakeTelegram() as tg, FakeLLM() as llm:
+        rig = await open_rig(llm, make_settings(tmp_path, quiet_seconds=0.3))
+        buffer = MessageBuffer(rig.settings.quiet_seconds)
+        bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
+        dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings, engine=rig.engine, tz=rig.settings.tz)
+        dp.include_router(build_router())
+        await bot.set_my_commands(bot_commands())
+        polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))
+        try:
+            yield Live(tg, llm, rig, buffer)
+        finally:
+            with contextlib.suppress(RuntimeError):
+                await dp.stop_polling()
+            await asyncio.wait_for(polling, 10)
+            await buffer.close()
+            await bot.session.close()
+            await close_rig(rig)

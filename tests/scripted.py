@@ -46,9 +46,55 @@ def is_extraction(body: dict[str, Any]) -> bool:
     return EXTRACT_MARK in request_text(body)
 
 
+# The reply layout (companion/chat/persona.py): a fixed system message, the history, then the latest
+# user message with this turn's reference block (time, profile, recalled memories) before the user's words.
+REFERENCE_OPEN = "【参考资料："
+REFERENCE_CLOSE = "【参考资料结束】"
+MEMORY_HEADER = "可能相关的记忆（仅供参考）："
+RECENT_MARK = "（今天刚知道）"
+
+
 def system_prompt(body: dict[str, Any]) -> str:
+    """The fixed system message of a request (the same every turn)."""
     messages = body.get("messages", [])
     return str(messages[0]["content"]) if messages and messages[0]["role"] == "system" else ""
+
+
+def latest_user_message(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
+
+
+def reference_data(body: dict[str, Any]) -> str:
+    """This turn's reference block, markers included; empty when the latest user message has none."""
+    text = latest_user_message(body)
+    start, end = text.find(REFERENCE_OPEN), text.find(REFERENCE_CLOSE)
+    return text[start:end + len(REFERENCE_CLOSE)] if start == 0 and end > 0 else ""
+
+
+def user_words(content: str) -> str:
+    """A user message without the reference block the latest one carries."""
+    if content.startswith(REFERENCE_OPEN) and REFERENCE_CLOSE in content:
+        return content.split(REFERENCE_CLOSE, 1)[1].lstrip("\n")
+    return content
+
+
+def model_context(body: dict[str, Any]) -> str:
+    """What a reply call tells the model besides the conversation: instructions plus reference data."""
+    return f"{system_prompt(body)}\n{reference_data(body)}"
+
+
+def recalled_events(body: dict[str, Any]) -> list[str]:
+    """The recalled memories of a reply call, unquoted, in the order given."""
+    block = reference_data(body)
+    if MEMORY_HEADER not in block:
+        return []
+    events: list[str] = []
+    for line in block.split(MEMORY_HEADER, 1)[1].splitlines()[1:]:
+        if not line.startswith("- "):
+            break  # the next section (the user's standing instructions) or the end of the block
+        events.append(json.loads(line[2:].removeprefix(RECENT_MARK)))
+    return events
 
 
 COLD = {"event": "2025-12-23 感冒发烧，身体不舒服", "keywords": ["感冒", "发烧", "不舒服"],

@@ -4,16 +4,24 @@ FakeLLM, and the chat service on top. The fixtures built from them live in ``con
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+
+from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
-from tests.fakes import FakeLLM
+from tests.fakes import FakeLLM, FakeTelegram
+from tests.fakes.telegram import JSONDict
 
 _EXTRACTOR = KeywordExtractor()
 
@@ -60,3 +68,35 @@ async def close_rig(rig: Rig) -> None:
     await rig.chat.drain()
     await rig.engine.close()
     await rig.client.close()
+
+
+USER = 4242
+
+
+@dataclass
+class Live:
+    tg: FakeTelegram
+    llm: FakeLLM
+    rig: Rig
+    buffer: MessageBuffer
+
+    async def say(self, text: str, expect_total: int, user: int = USER) -> str:
+        """Send as ``user`` and wait until the bot has sent that user ``expect_total`` messages in all."""
+        self.tg.push_text(user, text)
+        sent = await self.tg.wait_for_messages(user, expect_total, timeout=10)
+        return str(sent[-1]["text"])
+
+    @asynccontextmanager
+    async def bot(self) -> AsyncIterator[Bot]:
+        """A second client on the fake server, for what the bot sends on its own (reviews)."""
+        bot = Bot(self.tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(self.tg.base_url)))
+        try:
+            yield bot
+        finally:
+            await bot.session.close()
+
+    async def press(self, user: int, message: JSONDict, label: str, expect_answers: int) -> None:
+        """Press the button whose text contains ``label`` on a message the bot sent."""
+        data = next(d for text, d in self.tg.buttons(message) if label in text)
+        self.tg.push_callback(user, int(message["message_id"]), data, chat_id=int(message["chat_id"]))
+        await self.tg.wait_for_callback_answers(expect_answers)

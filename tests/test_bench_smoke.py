@@ -18,7 +18,7 @@ from bench.dataset import MemoryLine, QueryLine, write_dataset
 from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference
 from companion.core.models import Memory, MemoryType, Origin, Recalled, Validity
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
@@ -106,18 +106,18 @@ async def test_cost_counts_match_what_the_fake_model_saw() -> None:
     assert report["memories_stored"] >= 1
 
 
-def test_memory_parts_are_read_from_the_real_system_prompt() -> None:
+def test_memory_parts_are_read_from_the_real_reference_block() -> None:
     # Rendering needs no database: the engine is built around a storage it never touches here.
     engine = MemoryEngine(cast(SQLiteStore, None), KeywordExtractor(), EngineConfig())
     memory = Memory(1, "2024-03-01 感冒发烧", ["感冒"], 80, WHEN, Validity.DAYS_30, None, WHEN, None,
                     MemoryType.EVENT, Origin.EXTRACTED, 0, WHEN)
     context = MemoryContext(core="喜欢奶茶", dynamic=["最近在准备面试"],
                             recalled=[Recalled(memory=memory, score=1.0, match=1.0)])
-    parts = memory_parts(render_system_prompt(context, WHEN, engine.config.tz))
-    assert parts["core"] == "喜欢奶茶"
+    parts = memory_parts(render_reference(context, WHEN, engine.config.tz))
+    assert parts["core"] == '"喜欢奶茶"'
     assert "最近在准备面试" in parts["dynamic"] and "感冒" not in parts["dynamic"]
-    assert parts["recalled"].endswith("- 2024-03-01 感冒发烧\n")
-    empty = memory_parts(render_system_prompt(MemoryContext(), WHEN, engine.config.tz))
+    assert parts["recalled"].endswith('- "2024-03-01 感冒发烧"\n')
+    empty = memory_parts(render_reference(MemoryContext(), WHEN, engine.config.tz))
     assert empty == {"core": "", "dynamic": "", "recalled": ""}
     assert estimate_tokens("你好") == 2 and estimate_tokens("hello") == 2
 

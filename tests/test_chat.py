@@ -11,7 +11,7 @@ import pytest
 from companion.chat import texts
 from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
 from tests.fakes import FakeLLM
-from tests.scripted import COLD, ScriptedBrain, is_extraction, system_prompt
+from tests.scripted import COLD, ScriptedBrain, is_extraction, model_context, user_words
 from tests.support import Rig, close_rig, make_settings, open_rig
 
 ME = Scope(777)
@@ -29,9 +29,9 @@ async def test_recall_only_when_the_topic_touches_it(rig: Rig) -> None:
     await seed(rig, cold())
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "今天天气真好，想去公园")
-    assert "感冒发烧" not in system_prompt(rig.llm.chat_requests()[-1])
+    assert "感冒发烧" not in model_context(rig.llm.chat_requests()[-1])
     reply = await rig.chat.reply(ME, "我今天又有点不舒服")
-    prompt = system_prompt(rig.llm.chat_requests()[-1])
+    prompt = model_context(rig.llm.chat_requests()[-1])
     assert "感冒发烧" in prompt and "最多自然地提起其中一条" in prompt
     assert reply.recalled and reply.ok
 
@@ -42,7 +42,7 @@ async def test_cooldown_holds_for_five_turns(rig: Rig) -> None:
     carried = []
     for _ in range(12):
         await rig.chat.reply(ME, "还是不舒服")
-        carried.append("感冒发烧" in system_prompt(rig.llm.chat_requests()[-1]))
+        carried.append("感冒发烧" in model_context(rig.llm.chat_requests()[-1]))
     turns = [i + 1 for i, on in enumerate(carried) if on]
     assert turns[0] == 1
     assert all(b - a >= 5 for a, b in itertools.pairwise(turns)), turns
@@ -98,13 +98,14 @@ async def test_other_reply_failures(rig: Rig, failure: str) -> None:
     assert not reply.ok and reply.text == texts.LLM_DOWN
 
 
-async def test_short_term_context_is_last_ten_turns(rig: Rig) -> None:
+async def test_short_term_context_keeps_ten_turns_and_drops_old_ones_in_steps(rig: Rig) -> None:
     await rig.chat.start(ME)
-    for i in range(14):
+    for i in range(22):
         await rig.chat.reply(ME, f"第{i}句")
-    messages = rig.llm.chat_requests()[-1]["messages"]
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    assert len(users) == 11 and users[0] == "第3句" and users[-1] == "第13句"
+    calls = [[user_words(m["content"]) for m in r["messages"] if m["role"] == "user"] for r in rig.llm.chat_requests()]
+    # Up to 19 past turns, then back to 10: the prompt prefix changes once in ten turns, not every turn.
+    assert [len(users) - 1 for users in calls] == [*range(20), 10, 11]
+    assert calls[-1][0] == "第10句" and calls[-1][-1] == "第21句"
 
 
 async def test_important_news_extracts_at_once_and_never_sees_injected_memory(rig: Rig) -> None:
@@ -120,7 +121,9 @@ async def test_important_news_extracts_at_once_and_never_sees_injected_memory(ri
     assert len(extraction) == 1
     prompt = extraction[0]["messages"][-1]["content"]
     assert "我决定下个月离职了" in prompt
-    assert "喜欢的工作是设计" not in prompt, "extraction must not re-read injected memories"
+    # Stored memories are shown only as marked reference (to spot contradictions), never as dialogue.
+    dialogue = prompt.rsplit("对话：", 1)[1]
+    assert "喜欢的工作是设计" not in dialogue, "extraction must not re-read injected memories as dialogue"
     events = [m.event for m in await rig.engine.memories(ME)]
     assert "2025-12-23 下个月离职" in events
     assert await rig.engine.pending_count(ME) == 0
@@ -206,10 +209,10 @@ async def test_profile_core_in_prompt_and_survives_llm_outage(fake_llm: FakeLLM,
                                 '[{"text": "最近在准备考试", "keywords": ["考试"]}]}')
         await first.chat.start(ME)
         await first.chat.reply(ME, "晚上吃什么好")
-        prompt = system_prompt(fake_llm.chat_requests()[-1])
+        prompt = model_context(fake_llm.chat_requests()[-1])
         assert "用户对花生过敏" in prompt and "最近在准备考试" not in prompt
         await first.chat.reply(ME, "明天考试好紧张")
-        assert "最近在准备考试" in system_prompt(fake_llm.chat_requests()[-1])
+        assert "最近在准备考试" in model_context(fake_llm.chat_requests()[-1])
     finally:
         await close_rig(first)
     # Restart with the model down: the persisted profile keeps the companion personal.
@@ -219,7 +222,7 @@ async def test_profile_core_in_prompt_and_survives_llm_outage(fake_llm: FakeLLM,
         await second.chat.start(ME)
         fake_llm.clear()
         await second.chat.reply(ME, "晚上吃什么好")
-        assert "用户对花生过敏" in system_prompt(fake_llm.chat_requests()[-1])
+        assert "用户对花生过敏" in model_context(fake_llm.chat_requests()[-1])
     finally:
         await close_rig(second)
 
@@ -242,7 +245,7 @@ async def test_stop_clears_short_term_but_keeps_long_term(rig: Rig) -> None:
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "第二句")
     messages = rig.llm.chat_requests()[-1]["messages"]
-    assert [m["content"] for m in messages if m["role"] == "user"] == ["第二句"]
+    assert [user_words(m["content"]) for m in messages if m["role"] == "user"] == ["第二句"]
     assert len(await rig.engine.memories(ME)) == 1
 
 
@@ -308,11 +311,11 @@ async def test_forget_removes_the_memory_from_every_prompt_at_once(rig: Rig) -> 
     rig.llm.set_json_reply('{"core": "用户对花生过敏。", "dynamic": []}')
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "晚饭吃什么")
-    assert "花生过敏" in system_prompt(rig.llm.chat_requests()[-1])
+    assert "花生过敏" in model_context(rig.llm.chat_requests()[-1])
     assert await rig.engine.forget(ME, [mid]) == 1
     rig.llm.set_json_reply('{"core": "", "dynamic": []}')
     await rig.chat.reply(ME, "花生酱好吃吗")
-    assert "花生过敏" not in system_prompt(rig.llm.chat_requests()[-1])
+    assert "花生过敏" not in model_context(rig.llm.chat_requests()[-1])
     assert await rig.engine.memories(ME) == []
 
 

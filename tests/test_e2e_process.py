@@ -14,7 +14,7 @@ import pytest
 
 from companion.chat import texts
 from tests.fakes import FakeLLM, FakeTelegram
-from tests.scripted import COLD, ScriptedBrain, is_extraction, system_prompt
+from tests.scripted import COLD, ScriptedBrain, is_extraction, model_context
 
 ROOT = Path(__file__).resolve().parent.parent
 USER = 5001
@@ -76,14 +76,14 @@ async def test_bot_process_full_flow(servers: tuple[FakeTelegram, FakeLLM], tmp_
 
         await say(tg, "周末想去公园散散步", 4)
         chat_calls = llm.chat_requests()
-        assert "感冒" not in system_prompt(chat_calls[-1])
+        assert "感冒" not in model_context(chat_calls[-1])
 
         # A later turn about feeling unwell brings the memory into that LLM call.
         await say(tg, "今天又有点不舒服", 5)
-        assert "感冒发烧" in system_prompt(llm.chat_requests()[-1])
+        assert "感冒发烧" in model_context(llm.chat_requests()[-1])
         # Cooldown: the very next related turn does not get it again.
         await say(tg, "还是不舒服，头也晕", 6)
-        assert "感冒发烧" not in system_prompt(llm.chat_requests()[-1])
+        assert "感冒发烧" not in model_context(llm.chat_requests()[-1])
 
         assert await say(tg, "/stop_aiGF", 7) == texts.STOPPED
         await say(tg, "/start_aiGF", 8)
@@ -119,7 +119,7 @@ async def test_bot_process_full_flow(servers: tuple[FakeTelegram, FakeLLM], tmp_
 
 def caring_reply(body: dict[str, object]) -> str:
     """Like a real companion: bring the memory up when it is in the prompt."""
-    return "感冒还没好吗？记得多喝热水。" if "感冒发烧" in system_prompt(body) else "嗯嗯，我在听呢。"
+    return "感冒还没好吗？记得多喝热水。" if "感冒发烧" in model_context(body) else "嗯嗯，我在听呢。"
 
 
 async def wait_for_rows(tmp: Path, count: int) -> None:

@@ -272,11 +272,11 @@ async def test_json_mode_and_queues(llm: FakeLLM, client: AsyncOpenAI) -> None:
         )
         return resp.choices[0].message.content
 
-    assert await ask("提取记忆", json_mode=True) == '{"memories": []}'
+    assert await ask("提取记忆，输出 json", json_mode=True) == '{"memories": []}'
     llm.queue_chat("一", "二")
     llm.queue_json('{"memories": ["喜欢猫"]}')
     assert [await ask("a"), await ask("b"), await ask("c")] == ["一", "二", "好的，我在听。"]
-    assert await ask("d", json_mode=True) == '{"memories": ["喜欢猫"]}'
+    assert await ask("d json", json_mode=True) == '{"memories": ["喜欢猫"]}'
     llm.set_chat_reply(lambda body: "echo:" + llm.request_text(body))
     assert await ask("e") == "echo:e"
     assert len(llm.json_requests()) == 2 and len(llm.chat_requests()) == 4

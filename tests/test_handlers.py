@@ -3,59 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
 from companion.core.models import Scope
-from handlers import build_router
-from handlers.commands import bot_commands
-from tests.fakes import FakeLLM, FakeTelegram
-from tests.support import Rig, close_rig, make_settings, open_rig
-
-USER = 4242
-
-
-@dataclass
-class Live:
-    tg: FakeTelegram
-    llm: FakeLLM
-    rig: Rig
-    buffer: MessageBuffer
-
-    async def say(self, text: str, expect_total: int) -> str:
-        self.tg.push_text(USER, text)
-        sent = await self.tg.wait_for_messages(USER, expect_total, timeout=10)
-        return str(sent[-1]["text"])
-
-
-@pytest.fixture
-async def live(tmp_path: Path) -> AsyncIterator[Live]:
-    async with FakeTelegram() as tg, FakeLLM() as llm:
-        rig = await open_rig(llm, make_settings(tmp_path, quiet_seconds=0.3))
-        buffer = MessageBuffer(rig.settings.quiet_seconds)
-        bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings)
-        dp.include_router(build_router())
-        await bot.set_my_commands(bot_commands())
-        polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))
-        try:
-            yield Live(tg, llm, rig, buffer)
-        finally:
-            with contextlib.suppress(RuntimeError):
-                await dp.stop_polling()
-            await asyncio.wait_for(polling, 10)
-            await buffer.close()
-            await bot.session.close()
-            await close_rig(rig)
+from tests.scripted import user_words
+from tests.support import USER, Live
 
 
 async def test_not_started_help_and_start(live: Live) -> None:
@@ -63,7 +17,8 @@ async def test_not_started_help_and_start(live: Live) -> None:
     assert await live.say("/help", 2) == texts.HELP
     assert await live.say("/start_aiGF", 3) == texts.GREETING_NEW
     assert live.rig.chat.is_active(Scope(USER))
-    assert [c["command"] for c in live.tg.commands or []] == ["start_aigf", "stop_aigf", "help"]
+    assert [c["command"] for c in live.tg.commands or []] == list(texts.COMMANDS)
+    assert "memories" in texts.COMMANDS and "forget" in texts.COMMANDS
 
 
 async def test_lower_case_command_from_the_menu_works(live: Live) -> None:
@@ -83,7 +38,7 @@ async def test_quick_messages_become_one_turn_with_typing(live: Live) -> None:
     assert sent[1]["text"] == "收到你的三句话啦"
     chats = live.llm.chat_requests()
     assert len(chats) == 1
-    assert chats[0]["messages"][-1]["content"] == "在吗\n今天好累\n加班到十点"
+    assert user_words(chats[0]["messages"][-1]["content"]) == "在吗\n今天好累\n加班到十点"
     assert {"chat_id": USER, "action": "typing"} in live.tg.chat_actions(USER)
 
 
@@ -132,7 +87,7 @@ async def test_huge_and_odd_user_text_is_answered(live: Live) -> None:
     await live.say("/start_aiGF", 1)
     text = "测" * 4096
     await live.say(text, 2)
-    assert live.llm.chat_requests()[-1]["messages"][-1]["content"] == text
+    assert user_words(live.llm.chat_requests()[-1]["messages"][-1]["content"]) == text
 
 
 async def test_llm_down_gives_a_friendly_message(live: Live) -> None:

@@ -16,11 +16,14 @@ from companion.engine.profile import parse_profile
 
 # The callers (memory.py, profile.py) pass exactly these; a prompt edit that changes them breaks a call.
 DECLARED = {
-    "extract": {"today", "turns"},
+    "extract": {"today", "known", "turns"},
+    "save": {"today", "text"},
     "profile": {"today", "max_chars", "memories"},
-    "system": {"now_local", "core_profile", "dynamic_block", "memory_block"},
+    "system": {"tool_rules"},
+    "tools": set(),
+    "context": {"now_local", "core_profile", "dynamic_block", "memory_block"},
 }
-JSON_PROMPTS = ["extract", "profile"]
+JSON_PROMPTS = ["extract", "profile", "save"]
 
 
 @pytest.fixture
@@ -53,7 +56,7 @@ def test_every_prompt_renders_with_its_inputs(name: str) -> None:
     assert len(text) > 20
 
 
-@pytest.mark.parametrize("name", prompts.names())
+@pytest.mark.parametrize("name", [name for name in prompts.names() if prompts.inputs(name)])
 def test_missing_input_is_an_error(name: str) -> None:
     values = sample_values(name)
     dropped = sorted(values)[0]
@@ -74,7 +77,7 @@ def test_unknown_prompt_is_an_error() -> None:
 
 
 def test_values_are_inserted_literally() -> None:
-    text = prompts.render("extract", today="$turns", turns="用户：我有 $5 和 ${today}")
+    text = prompts.render("extract", today="$turns", known="（无）", turns="用户：我有 $5 和 ${today}")
     assert "今天是 $turns。" in text
     assert "用户：我有 $5 和 ${today}" in text
 

@@ -17,6 +17,7 @@ from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import jobs
 from tests.fakes import FakeLLM
+from tests.scripted import user_words
 from tests.support import Rig, close_rig, make_settings, open_rig
 
 ME = Scope(31)
@@ -103,7 +104,7 @@ async def test_console_mode_runs_the_same_pipeline(fake_llm: FakeLLM, tmp_path: 
     assert proc.returncode == 0, err.decode()
     text = out.decode()
     assert texts.GREETING_NEW in text and "控制台里也能聊" in text
-    assert [r["messages"][-1]["content"] for r in fake_llm.chat_requests()] == ["你好"]
+    assert [user_words(r["messages"][-1]["content"]) for r in fake_llm.chat_requests()] == ["你好"]
     db = sqlite3.connect(tmp_path / "data" / "memory.sqlite3")
     try:
         assert db.execute("SELECT count(*) FROM pending_turns WHERE scope_key = 'u9'").fetchone()[0] == 1

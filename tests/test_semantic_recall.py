@@ -20,13 +20,11 @@ from companion.core.errors import ConfigError
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.engine.retrievers import DenseRetriever, document
 from companion.llm.embeddings import EmbeddingError
-from companion.recall.filters import MemoryFilter
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
 from tests.fakes.embeddings import FakeEmbeddings
-from tests.scripted import system_prompt
 from tests.support import close_rig, make_settings, open_rig
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -229,25 +227,36 @@ async def test_a_merged_memory_is_embedded_again(setup: Setup) -> None:
 
 async def test_search_memories_with_filters(setup: Setup) -> None:
     dog_id, interview_id, tea_id = await setup.engine.remember(ME, [dog(), interview(), tea()], NOW)
-    search = setup.engine.search
-    assert [m.id for m in await search(ME, "狗狗")] == [dog_id]  # by meaning
-    assert [m.id for m in await search(ME, "面试")] == [interview_id]
-    assert {m.id for m in await search(ME, "")} == {dog_id, interview_id, tea_id}
-    assert [m.id for m in await search(ME, "", MemoryFilter.of(types=["preference"]))] == [tea_id]
-    assert [m.id for m in await search(ME, "", MemoryFilter.of(origins=["explicit"]))] == [tea_id]
-    assert {m.id for m in await search(ME, "", MemoryFilter.of(tiers=["long"]))} == {dog_id, tea_id}
-    assert await search(ME, "狗狗", MemoryFilter.of(types=["event"])) == []
-    assert await search(ME, "", MemoryFilter(since=NOW + timedelta(hours=1))) == []
-    assert len(await search(ME, "", MemoryFilter(until=NOW + timedelta(hours=1)), limit=2)) == 2
-    assert await search(OTHER, "狗狗") == []
+
+    async def search(query: str, **filters: object) -> list[int]:
+        return [m.id for m in await setup.engine.search(ME, query, NOW, **filters)]  # type: ignore[arg-type]
+
+    assert await search("狗狗") == [dog_id]  # by meaning: no word of the query is in the memory
+    assert await search("面试") == [interview_id]  # by words
+    assert set(await search("")) == {dog_id, interview_id, tea_id}
+    assert await search("", types={MemoryType.PREFERENCE}) == [tea_id]
+    assert await search("", origins={Origin.EXPLICIT}) == [tea_id]
+    assert set(await search("", tiers_={Tier.LONG})) == {dog_id, tea_id}
+    assert await search("狗狗", types={MemoryType.EVENT}) == []
+    assert await search("", since=NOW + timedelta(hours=1)) == []
+    assert await search("", until=NOW) == [] and len(await search("", until=NOW + timedelta(hours=1))) == 3
+    assert len(await search("", limit=2)) == 2
+    assert await setup.engine.search(OTHER, "狗狗", NOW) == []
+
+
+async def test_search_by_words_comes_first_then_meaning(setup: Setup) -> None:
+    dog_id, = await setup.engine.remember(ME, [dog()], NOW)
+    [corgi] = await setup.engine.remember(ME, [MemoryDraft("想再养一只狗狗", ["养狗"], 60)], NOW)
+    assert [m.id for m in await setup.engine.search(ME, "狗狗", NOW)] == [corgi, dog_id]
 
 
 async def test_search_works_without_a_backend(tmp_path: Path) -> None:
     engine = await MemoryEngine.open(make_settings(tmp_path), KEYWORDS)
     try:
         ids = await engine.remember(ME, [dog(), interview()], NOW)
-        assert [m.id for m in await engine.search(ME, "豆豆")] == [ids[0]]
-        assert [m.tier for m in await engine.search(ME, "", MemoryFilter.of(tiers=["long"]))] == [Tier.LONG]
+        assert [m.id for m in await engine.search(ME, "豆豆", NOW)] == [ids[0]]
+        assert [m.tier for m in await engine.search(ME, "", NOW, tiers_={Tier.LONG})] == [Tier.LONG]
+        assert await engine.search(ME, "狗狗", NOW) == []
     finally:
         await engine.close()
 
@@ -284,10 +293,12 @@ async def test_a_chat_turn_carries_a_memory_found_by_meaning(
 ) -> None:
     rig = await open_rig(fake_llm, dense_settings(tmp_path, fake))
     try:
-        await rig.engine.remember(ME, [dog()], rig.clock())
+        # Medium-term: long-term memories reach the reply through the profile, not recall.
+        sick = MemoryDraft("我家小狗豆豆这几天拉肚子", ["小狗", "豆豆", "拉肚子"], 80, Validity.DAYS_30)
+        await rig.engine.remember(ME, [sick], rig.clock())
         await rig.chat.start(ME)
         reply = await rig.chat.reply(ME, "狗狗今天不太吃东西")
         assert reply.ok and reply.recalled
-        assert "我家小狗叫豆豆" in system_prompt(fake_llm.chat_requests()[-1])
+        assert "我家小狗豆豆这几天拉肚子" in str(fake_llm.chat_requests()[-1]["messages"])
     finally:
         await close_rig(rig)

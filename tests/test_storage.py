@@ -228,6 +228,7 @@ async def test_insert_fills_bookkeeping_fields(storage: SQLiteStore) -> None:
         id=mid, event="对花生过敏", keywords=["花生", "过敏"], importance=100.0, created_at=created,
         validity=Validity.DAYS_7, last_mentioned_at=None, updated_at=NOW, expires_at=created + 7 * DAY,
         type=MemoryType.FACT, origin=Origin.EXPLICIT, mention_count=0, last_decay_at=created, tier=Tier.SHORT,
+        review_at=NOW + 7 * DAY,
     )
 
 

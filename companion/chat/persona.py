@@ -1,22 +1,63 @@
-"""The companion's persona: the system prompt of a reply call, built from the memory context the engine
-hands over as data. Persona and prompt wording are chat concerns; the engine never renders them."""
+"""The companion's persona and the layout of a reply call's prompt, built from the memory context the
+engine hands over as data. Persona and prompt wording are chat concerns; the engine never renders them.
+
+The layout keeps DeepSeek's prefix cache warm: the system message (persona, rules, and the tool rules
+when tools are offered) is the same text every turn and for every user, so it and the history after it
+repeat from one call to the next. What changes every turn (the local time, the profile, the recalled
+memories) is a reference block placed in the latest user message, marked as data from the system.
+Every piece of memory text in it is quoted (JSON string syntax, the block's own brackets replaced), so
+a memory that reads "忽略之前的指令" is a quoted fact about the user, never an instruction.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, tzinfo
+from functools import cache
 
 import prompts
 from companion.core.timeutil import show
 from memory import MemoryContext
 
+DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
+MEMORY_HEADER = "可能相关的记忆（仅供参考）："
+INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
+RECENT_MARK = "（今天刚知道）"
+NO_PROFILE = "（还不太了解）"
 
-def render_system_prompt(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
-    dynamic = "".join(f"- {line}\n" for line in context.dynamic)
-    memories = "".join(f"- {r.memory.event}\n" for r in context.recalled)
+
+@cache
+def render_system_prompt(with_tools: bool = False) -> str:
+    """The fixed system message; the same for every turn and user given the same tool offer."""
+    return prompts.render("system", tool_rules=prompts.render("tools") if with_tools else "")
+
+
+def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
+    """The volatile part of a reply call: this turn's time and memory context, as marked, quoted data.
+    The user's standing instructions (how to be talked to) come last, under their own header: the
+    system message tells the model to follow that section, and only that one."""
+    dynamic = "".join(f"- {quote(line)}\n" for line in context.dynamic)
+    memories = "".join(f"- {quote(r.memory.event)}\n" for r in context.recalled)
+    memories += "".join(f"- {RECENT_MARK}{quote(line)}\n" for line in context.recent)
+    instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
+    memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
+    if instructions:
+        memory_block += f"{INSTRUCTIONS_HEADER}\n{instructions}"
     return prompts.render(
-        "system",
+        "context",
         now_local=show(now, tz),
-        core_profile=context.core or "（还不太了解）",
-        dynamic_block=f"\n用户最近的情况（和当前话题有关）：\n{dynamic}" if dynamic else "",
-        memory_block=f"\n可能相关的记忆（仅供参考）：\n{memories}" if memories else "",
+        core_profile=quote(context.core) if context.core else NO_PROFILE,
+        dynamic_block=f"{DYNAMIC_HEADER}\n{dynamic}" if dynamic else "",
+        memory_block=memory_block,
     )
+
+
+def quote(text: str) -> str:
+    """Memory text as one quoted line: newlines escaped and the block's brackets replaced, so stored
+    text can neither end the reference block nor start a line that looks like the system's own."""
+    return json.dumps(text.replace("【", "[").replace("】", "]"), ensure_ascii=False)
+
+
+def with_reference(user_text: str, reference: str) -> str:
+    """The latest user message with the reference block before it; the user's words come last."""
+    return f"{reference.rstrip()}\n\n{user_text}"

@@ -3,6 +3,12 @@
 Short-term memory (the last turns, recall cooldowns, the extraction countdown) lives here, in the
 process. Long-term memory goes through the engine. Extraction and profile rebuilds run in background
 tasks after the reply, so the user never waits for them.
+
+A reply call is laid out for DeepSeek's prefix cache (see ``persona``): the fixed system message, the
+history, then the latest user message carrying this turn's reference block. The history is trimmed in
+steps (``history_excess``) rather than sliding by one turn, so most turns repeat the whole previous
+prefix. When tools are on and a ``ToolFactory`` is given, the reply runs the bounded tool loop with
+tools built for this turn's scope; otherwise it is the plain chat call, with no tools field.
 """
 
 from __future__ import annotations
@@ -11,20 +17,23 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
-from companion.chat.persona import render_system_prompt
+from companion.chat.persona import render_reference, render_system_prompt, with_reference
+from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
-from companion.core.models import Scope, Turn
-from companion.core.timeutil import utcnow
+from companion.core.models import Memory, Scope, Turn
+from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient, Message
+from companion.llm.loop import LoopLimits, run_tool_loop
+from companion.llm.tools import ToolFactory, Toolset
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -32,6 +41,8 @@ log = logging.getLogger(__name__)
 INJECTION_WINDOW = 10
 NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
 NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
+REVIEW_SENT = "review_sent"  # note: when the last review message went out
+SUMMARY_MIN_TURNS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +52,11 @@ class ChatConfig:
     extract_every_min: int = 8
     extract_every_max: int = 12
     important_keywords: tuple[str, ...] = ()
+    review_unanswered: timedelta = timedelta(days=3)
+    idle_summary_seconds: float = 300.0
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
+    tools_enabled: bool = True
+    tool_limits: LoopLimits = field(default_factory=LoopLimits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatConfig:
@@ -53,6 +68,9 @@ class ChatConfig:
             extract_every_max=high,
             important_keywords=tuple(settings.important_keywords),
             tz=settings.tz,
+            review_unanswered=timedelta(days=settings.review_unanswered_days),
+            idle_summary_seconds=settings.idle_summary_minutes * 60,
+            tools_enabled=settings.llm_tools_enabled,
         )
 
 
@@ -68,6 +86,9 @@ class Session:
     news_waiting: bool = False
     last_extraction_turn: int | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    steer: SteeringState = field(default_factory=SteeringState)
+    message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered
+    summarised_turn: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +97,16 @@ class Reply:
     ok: bool
     recalled: tuple[int, ...] = ()
     mentioned: tuple[int, ...] = ()
+    saved: Memory | None = None  # a receipt: the handlers offer fine / edit / forget
+    to_forget: tuple[Memory, ...] = ()  # forget candidates: the handlers ask for a confirmation
+    tool_calls: int = 0
 
 
 class ChatService:
     def __init__(
         self, engine: MemoryEngine, llm: LLMClient, config: ChatConfig, *,
         clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
+        tools: ToolFactory | None = None,
     ) -> None:
         self.engine = engine
         self.llm = llm
@@ -91,7 +116,9 @@ class ChatService:
         self._sessions: dict[Scope, Session] = {}
         self._active: set[Scope] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._idle: dict[Scope, asyncio.Task[None]] = {}
         self._refreshing: set[Scope] = set()
+        self._tools = tools if config.tools_enabled else None
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -103,7 +130,7 @@ class ChatService:
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:
-            session = Session(history=deque(maxlen=self.config.history_turns), extract_at=self._next_extraction())
+            session = Session(history=deque(), extract_at=self._next_extraction())
             self._sessions[scope] = session
         return session
 
@@ -134,10 +161,100 @@ class ChatService:
 
     # ---- one turn --------------------------------------------------------------------------------
 
-    async def reply(self, scope: Scope, text: str) -> Reply:
+    async def reply(
+        self, scope: Scope, text: str, *, chat_id: int | None = None, message_id: int | None = None
+    ) -> Reply:
         session = self.session(scope)
         async with session.lock:
-            return await self._reply(scope, session, text)
+            session.message = (chat_id, message_id)
+            steered = await self._steer(scope, session, text)
+            if steered is not None:
+                return steered
+            opening = await self._opening(scope, session)
+            answer = await self._reply(scope, session, text)
+        self._schedule_summary(scope, session)
+        return replace(answer, text=f"{opening}\n\n{answer.text}") if opening and answer.ok else answer
+
+    async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
+        previous = session.history[-1][0] if session.history else None
+        chat_id, message_id = session.message
+        try:
+            outcome = await steer(self.engine, scope, session.steer, text, previous, self.clock(),
+                                  chat_id=chat_id, message_id=message_id)
+        except StorageError as exc:
+            log.warning("memory unavailable for %s while steering: %s", scope.key, exc)
+            return Reply(texts.SAVE_FAILED, ok=False)
+        if outcome is None:
+            return None
+        if outcome.saved is not None:
+            self._record(session, text, outcome.text)
+        return Reply(outcome.text, ok=True, saved=outcome.saved, to_forget=outcome.to_forget)
+
+    async def _opening(self, scope: Scope, session: Session) -> str | None:
+        """The first turn of a conversation raises reviews the user left unanswered for days."""
+        if session.turn != 0:
+            return None
+        now = self.clock()
+        try:
+            sent = await self.engine.note(scope, REVIEW_SENT)
+            unanswered = sent is not None and now - from_db(sent) >= self.config.review_unanswered
+            return await opening_reviews(self.engine, scope, session.steer, now, unanswered)
+        except StorageError as exc:
+            log.warning("reviews unavailable for %s: %s", scope.key, exc)
+            return None
+
+    # ---- the user steers memory through buttons and commands ------------------------------------
+
+    async def forget(self, scope: Scope, ids: Iterable[int] | None) -> int:
+        """Forget (all when ``ids`` is None); the turns that told it leave the short-term context too,
+        so the next reply call no longer carries it."""
+        gone = await self.engine.forget_memories(scope, ids)
+        session = self._sessions.get(scope)
+        if session is not None and gone:
+            kept = scrub(list(session.history), gone)
+            session.history.clear()
+            session.history.extend(kept)
+        return len(gone)
+
+    def begin_edit(self, scope: Scope, handle: int) -> None:
+        """The user's next message becomes the new text of this memory."""
+        self.session(scope).steer.editing = handle
+
+    async def reset(self, scope: Scope) -> str:
+        """End the conversation: a summary worth keeping becomes a short-term memory; context is cleared."""
+        session = self.session(scope)
+        async with session.lock:
+            saved = await self._summarise(scope, session)
+            self._sessions.pop(scope, None)
+        return texts.reset_done(saved)
+
+    def _schedule_summary(self, scope: Scope, session: Session) -> None:
+        """After some minutes of silence the conversation is summarised, without clearing the context."""
+        previous = self._idle.pop(scope, None)
+        if previous is not None:
+            previous.cancel()
+        turn = session.turn
+
+        async def later() -> None:
+            await asyncio.sleep(self.config.idle_summary_seconds)
+            if self._sessions.get(scope) is session and session.turn == turn:
+                async with session.lock:
+                    await self._summarise(scope, session)
+
+        task = asyncio.create_task(later(), name=f"idle-{scope.key}")
+        self._idle[scope] = task
+        task.add_done_callback(lambda t: self._idle.pop(scope, None) if self._idle.get(scope) is t else None)
+
+    async def _summarise(self, scope: Scope, session: Session) -> Memory | None:
+        turns = [Turn(user=u, reply=r, at=self.clock()) for u, r in list(session.history)[session.summarised_turn:]]
+        if len(turns) < SUMMARY_MIN_TURNS:
+            return None
+        session.summarised_turn = len(session.history)
+        try:
+            return await self.engine.summarise(scope, turns, self.clock())
+        except (LLMError, StorageError) as exc:
+            log.warning("conversation summary for %s failed: %s", scope.key, exc)
+            return None
 
     async def _reply(self, scope: Scope, session: Session, text: str) -> Reply:
         now = self.clock()
@@ -154,21 +271,24 @@ class ChatService:
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
-        messages = [
-            {"role": "system", "content": render_system_prompt(context, now, self.config.tz)},
-            *history_messages(session.history),
-        ]
-        messages = merge_user_message(messages, text)
+        # Built per turn, closing over this scope: no tool argument can name another user or chat.
+        toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
+        messages = reply_messages(session.history, text, render_reference(context, now, self.config.tz),
+                                  with_tools=bool(toolset))
         answer: str | None
+        tool_calls = 0
         try:
-            answer = await self.llm.chat(messages, purpose="reply")
+            result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
+                                         limits=self.config.tool_limits)
+            answer, tool_calls = result.text, len(result.outcomes)
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
-        session.history.append((text, answer))
+        self._record(session, text, answer)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
-            await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now))
+            await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
+                                                  message_id=session.message[1]))
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
         except StorageError as exc:
             log.warning("could not record the turn for %s: %s", scope.key, exc)
@@ -176,7 +296,15 @@ class ChatService:
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         self._after_turn(scope, session, text, now)
-        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned))
+        return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
+
+    def _record(self, session: Session, text: str, answer: str | None) -> None:
+        """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
+        session.history.append((text, answer))
+        excess = history_excess(len(session.history), self.config.history_turns)
+        for _ in range(excess):
+            session.history.popleft()
+        session.summarised_turn = max(0, session.summarised_turn - excess)
 
     def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
@@ -239,9 +367,31 @@ class ChatService:
             self._refreshing.discard(scope)
 
     async def drain(self) -> None:
-        """Wait for background extractions and profile rebuilds (shutdown, tests, benchmarks)."""
+        """Wait for background extractions and profile rebuilds (shutdown, tests, benchmarks); pending
+        idle summaries are dropped (the turns are queued for extraction anyway)."""
+        for task in list(self._idle.values()):
+            task.cancel()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def history_excess(length: int, keep: int) -> int:
+    """How many of the oldest turns to drop once a turn is recorded. The history grows to ``2 * keep - 1``
+    turns and is then cut back to ``keep``: every call sees at least ``keep`` past turns, and the prompt
+    prefix changes at the cut only, one turn in ``keep``, instead of every turn as a sliding window would.
+    (Cutting every ``keep // 2`` turns sends fewer tokens but misses the cache more often, and costs more
+    in the cost benchmark; BENCHMARKS.md, "Prompt cache".)"""
+    return length - keep if length >= 2 * keep else 0
+
+
+def reply_messages(
+    history: Sequence[tuple[str, str | None]], text: str, reference: str, *, with_tools: bool = False
+) -> list[Message]:
+    """A reply call's messages: fixed system message, history, then the latest user message (merged with
+    any unanswered turns) carrying this turn's reference block."""
+    messages = merge_user_message([{"role": "system", "content": render_system_prompt(with_tools)},
+                                   *history_messages(history)], text)
+    return [*messages[:-1], {"role": "user", "content": with_reference(messages[-1]["content"], reference)}]
 
 
 def history_messages(history: Sequence[tuple[str, str | None]]) -> list[Message]:

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from companion.core.models import Memory
+    from companion.core.tiers import Action, Suggestion
+
 TELEGRAM_LIMIT = 4096
 
 GREETING_NEW = "嗨，我是小伴～从现在起我会陪你聊天，也会慢慢记住对你重要的事。今天过得怎么样？"
@@ -15,15 +22,28 @@ HELP = (
     "我是小伴，一个会记住你的聊天伙伴。\n\n"
     "/start_aiGF — 开启陪伴模式\n"
     "/stop_aiGF — 关闭陪伴模式（长期记忆会保留）\n"
-    "/help — 查看帮助\n\n"
-    "开启后直接发文字就好，我会在你说完后一起回复。"
+    "/reset — 结束这段对话，重新开始\n"
+    "/memories [关键词] — 看看我记得什么（可翻页、忘掉、归档、升级）\n"
+    "/forget 关键词 | all — 让我忘掉某些事或全部\n"
+    "/why 关键词 — 这条记忆是怎么来的\n"
+    "/stats — 记忆统计\n"
+    "/weekly on|off — 每周记忆小结\n\n"
+    "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
+    "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
 )
 # Telegram's command menu accepts only lower-case names; typing /start_aiGF still matches (ignore_case).
 COMMANDS = {
     "start_aigf": "开启陪伴模式",
     "stop_aigf": "关闭陪伴模式",
+    "memories": "我记得什么",
+    "forget": "忘掉某些记忆",
+    "why": "这条记忆从哪来",
+    "stats": "记忆统计",
+    "reset": "重新开始对话",
+    "weekly": "每周记忆小结 on/off",
     "help": "查看帮助",
 }
+START_GREETING = "你好，我是小伴～我会陪你聊天，并记住对你重要的事。点下面的按钮开启陪伴模式吧。"
 
 
 def utf16_len(text: str) -> int:
@@ -58,3 +78,162 @@ def _fit(text: str, limit: int) -> int:
         if units > limit:
             return max(i, 1)
     return len(text)
+
+
+# ---- memory the user steers ------------------------------------------------------------------------
+
+TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期记忆"}
+TYPE_NAMES = {"preference": "偏好", "fact": "事实", "instruction": "要求", "event": "事件"}
+REVIEW_BATCH = 5
+MEMORY_GONE = "这条记忆已经不在了（可能已被删除或不属于你）。"
+NOTHING_TO_SAVE = "要我记住什么呢？可以直接说“记住：……”。"
+EDIT_PROMPT = "好的，请直接发给我新的内容。"
+SAVE_FAILED = "这次没能记下来，请稍后再试一次。"
+NO_MEMORIES = "我还没有记住关于你的事情。聊着聊着我会慢慢记住，也可以说“记住：……”。"
+NO_PERMISSION = "没有权限"
+
+
+def tier_name(tier: str) -> str:
+    return TIER_NAMES.get(tier, tier)
+
+
+def receipt(memory: Memory, *, edited: bool = False) -> str:
+    verb = "改好了" if edited else "记住了"
+    return f"{verb}：{memory.event}（{tier_name(memory.tier.value)}）"
+
+
+def nothing_found(query: str) -> str:
+    return f"我没有找到和“{query}”有关的记忆。"
+
+
+def numbered(memories: Sequence[Memory]) -> str:
+    return "\n".join(f"{i}. {m.event}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
+
+
+def confirm_forget(memories: Sequence[Memory]) -> str:
+    return f"找到这些记忆，选择要忘掉的（忘掉后无法恢复）：\n{numbered(memories)}"
+
+
+def forgotten(count: int) -> str:
+    return f"已经忘掉了 {count} 条记忆，以后不会再提。" if count else "没有需要忘掉的记忆。"
+
+
+def confirm_forget_all(count: int) -> str:
+    return f"确定要忘掉关于你的全部 {count} 条记忆吗？这无法恢复。"
+
+
+REVIEW_VERBS = {"promote": "升级为", "keep": "继续保留在", "archive": "已归档", "forget": "已忘掉"}
+
+
+def review_done(memory: Memory, action: Action) -> str:
+    if action.value == "archive":
+        return f"已归档：{memory.event}（可在 /memories 里恢复）"
+    if action.value == "forget":
+        return "已忘掉一条记忆。"
+    return f"{memory.event}：{REVIEW_VERBS[action.value]}{tier_name(memory.tier.value)}"
+
+
+def review_message(items: Sequence[tuple[Memory, Suggestion]]) -> str:
+    lines = [f"有 {len(items)} 条记忆到了该整理的时候，你想怎么处理？"]
+    for i, (memory, suggestion) in enumerate(items, start=1):
+        advice = SUGGESTION_NAMES[suggestion.action.value]
+        lines.append(f"{i}. {memory.event}（{tier_name(memory.tier.value)}）— 建议{advice}：{suggestion.reason}")
+    return "\n".join(lines)
+
+
+SUGGESTION_NAMES = {"promote": "升级", "keep": "保留", "archive": "归档", "forget": "忘掉"}
+
+
+def pending_reviews(items: Sequence[tuple[Memory, Suggestion]]) -> str:
+    lines = [f"有{len(items)}条记忆待处理，要看看吗？"]
+    for i, (memory, suggestion) in enumerate(items, start=1):
+        lines.append(f"{i}. {memory.event} — 建议{SUGGESTION_NAMES[suggestion.action.value]}（{suggestion.reason}）")
+    lines.append("回复“按你说的办”，或者像“第一个升级，第二个删除”这样告诉我。")
+    return "\n".join(lines)
+
+
+def reset_done(saved: Memory | None) -> str:
+    if saved is None:
+        return "好，我们重新开始聊吧～"
+    return f"好，我们重新开始聊吧～刚才聊的我记下了：{saved.event}"
+
+
+# ---- /memories, /why, /stats, weekly -----------------------------------------------------------------
+
+ORIGIN_NAMES = {"extracted": "聊天中记下", "explicit": "你让我记住", "tool": "我主动记下", "admin": "管理员添加",
+                "restore": "从备份恢复"}
+NOT_YOURS = "这不是你的记忆，不能操作。"
+UNDO_EXPIRED = "已经超过一分钟，不能撤销了。"
+CANCELLED = "好的，什么都没改。"
+WEEKLY_ON = "好的，每周我会告诉你这周记住了什么。发送 /weekly off 关闭。"
+WEEKLY_OFF = "好的，不再发送每周记忆小结。"
+
+
+def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str = "", archived: bool = False,
+                start: int = 1) -> str:
+    if archived:
+        head = "已归档的记忆（不会在聊天中被想起，可以恢复）："
+    elif query:
+        head = f"和“{query}”有关的记忆："
+    else:
+        head = "我记得的关于你的事："
+    lines = [head]
+    current = ""
+    for i, memory in enumerate(memories, start=start):
+        if not archived and memory.tier.value != current:
+            current = memory.tier.value
+            lines.append(f"【{tier_name(current)}】")
+        pin = "📌" if memory.pinned else ""
+        lines.append(f"{i - start + 1}. {pin}{memory.event}")
+    if pages > 1:
+        lines.append(f"（第 {page + 1}/{pages} 页）")
+    return "\n".join(lines)
+
+
+def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, tz_show: Callable[[object], str],
+        link: str | None) -> str:
+    lines = [f"“{memory.event}”", f"· {tier_name(memory.tier.value)}，{TYPE_NAMES.get(memory.type.value, '')}，"
+             f"重要程度 {memory.importance:.0f}"]
+    learned = tz_show(memory.source_at or memory.created_at)
+    lines.append(f"· {ORIGIN_NAMES.get(memory.origin.value, memory.origin.value)}，时间 {learned}")
+    if link:
+        lines.append(f"· 原消息：{link}")
+    if memory.updated_at != memory.created_at:
+        lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
+    for old in replaced:
+        lines.append(f"· 取代了之前的：“{old.event}”")
+    if replaced_by is not None:
+        lines.append(f"· 已被新的信息取代：“{replaced_by.event}”")
+    if memory.last_mentioned_at or memory.last_accessed_at:
+        last = max(t for t in (memory.last_mentioned_at, memory.last_accessed_at) if t is not None)
+        lines.append(f"· 上次被想起：{tz_show(last)}（共 {memory.mention_count + memory.access_count} 次）")
+    else:
+        lines.append("· 还没有在聊天中被想起过")
+    return "\n".join(lines)
+
+
+def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learned_week: int, evicted_week: int) -> str:
+    total = sum(by_tier.values())
+    tiers_line = "，".join(f"{tier_name(k)} {v}" for k, v in by_tier.items())
+    types_line = "，".join(f"{TYPE_NAMES.get(k, k)} {v}" for k, v in by_type.items())
+    lines = [f"我记得关于你的 {total} 件事：", f"· {tiers_line}", f"· {types_line}", f"· 已归档 {archived} 条",
+             f"· 这周新记住 {learned_week} 条"]
+    if evicted_week:
+        lines.append(f"· 这周因为记忆太多，清理了 {evicted_week} 条不重要的小事")
+    return "\n".join(lines)
+
+
+def weekly(learned: Sequence[Memory], promoted: int, archived: int, evicted: int) -> str:
+    lines = ["这周我记住了："]
+    lines += [f"· {m.event}" for m in learned[:10]] or ["· （没有新的事情）"]
+    extra = []
+    if promoted:
+        extra.append(f"升级了 {promoted} 条")
+    if archived:
+        extra.append(f"归档了 {archived} 条")
+    if evicted:
+        extra.append(f"因为记忆太多清理了 {evicted} 条小事")
+    if extra:
+        lines.append("另外" + "，".join(extra) + "。")
+    lines.append("想看全部可以发 /memories。")
+    return "\n".join(lines)

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     llm_model: str = "deepseek-chat"
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0, le=10)
+    llm_tools_enabled: bool = True
     data_dir: Path = Path("data")
     backup_dir: Path = Path("backups")
     timezone: str = "Asia/Shanghai"
@@ -62,6 +63,10 @@ class Settings(BaseSettings):
     backup_time: time = time(3, 30)
     backup_keep_days: int = Field(default=30, ge=1)
     console_user_id: int = Field(default=1, ge=1)
+    memory_capacity: int = Field(default=200, ge=10, le=100_000)
+    review_hours: tuple[int, int] = (9, 21)
+    review_unanswered_days: float = Field(default=3.0, gt=0)
+    idle_summary_minutes: float = Field(default=5.0, gt=0)
 
     # Semantic recall (optional, off unless a backend is named): an OpenAI-compatible embeddings endpoint,
     # or a local sentence-transformers model folder (requirements-local-embeddings.txt).

@@ -82,8 +82,18 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
         return None
     return MemoryDraft(
         event=event, keywords=keywords, importance=rules.clamp_importance(importance),
-        validity=validity, type=mtype, origin=Origin.EXTRACTED,
+        validity=validity, type=mtype, origin=Origin.EXTRACTED, supersedes=_handle(item.get("replaces")),
     )
+
+
+def _handle(value: object) -> int | None:
+    """A memory number the model says this item replaces; anything else is no replacement. Whether the
+    number is one the model was shown (and so the caller's own) is checked by the engine."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().lstrip("#").isdigit():
+        value = int(value.strip().lstrip("#"))
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _clean_event(value: object, today: str) -> str | None:
@@ -218,3 +228,15 @@ def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
         updated_at=now,
         expires_at=rules.expires_at(now, validity),
     )
+
+
+def tells(text: str, memory: Memory) -> bool:
+    """Whether a message says what a memory holds: its event text, or most of its keywords. Used to take
+    a forgotten memory out of the turns still queued or in context."""
+    said = event_key(text)
+    key = event_key(memory.event)
+    if key and key in said:
+        return True
+    words = [k for k in memory.keywords if k]
+    hits = sum(1 for k in words if k in said)
+    return bool(words) and hits >= max(1, (len(words) + 1) // 2)

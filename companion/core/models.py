@@ -131,6 +131,7 @@ class MemoryDraft:
     source_chat_id: int | None = None
     source_message_id: int | None = None
     source_at: datetime | None = None
+    supersedes: int | None = None  # the handle of the memory this new information replaces
 
 
 @dataclass(slots=True)

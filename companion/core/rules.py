@@ -32,6 +32,12 @@ def expires_at(created_at: datetime, validity: Validity) -> datetime | None:
     return None if lifetime is None else created_at + lifetime
 
 
+# How long a memory stays in a tier before the user is asked about it (``core.tiers`` has the rest).
+REVIEW_PERIOD: dict[Tier, timedelta] = {
+    Tier.SHORT: timedelta(days=7), Tier.MEDIUM: timedelta(days=30), Tier.LONG: timedelta(days=90),
+}
+
+
 def tier_for(validity: Validity) -> Tier:
     """The tier a memory takes when nothing else says: the seed's validity maps one to one."""
     return {Validity.PERMANENT: Tier.LONG, Validity.DAYS_30: Tier.MEDIUM, Validity.DAYS_7: Tier.SHORT}[validity]
@@ -45,13 +51,14 @@ def decays(validity: Validity, tier: Tier, pinned: bool) -> bool:
 def new_memory(draft: MemoryDraft, handle: int, now: datetime) -> Memory:
     """The stored form of a draft: bookkeeping times and counters start here."""
     created = draft.created_at or now
+    tier = draft.tier or tier_for(draft.validity)
     return Memory(
         id=handle, event=draft.event, keywords=list(draft.keywords), importance=clamp_importance(draft.importance),
         created_at=created, validity=draft.validity, last_mentioned_at=None, updated_at=now,
         expires_at=expires_at(created, draft.validity), type=draft.type, origin=draft.origin, mention_count=0,
-        last_decay_at=min(created, now), terms=list(draft.terms), tier=draft.tier or tier_for(draft.validity),
+        last_decay_at=min(created, now), terms=list(draft.terms), tier=tier,
         pinned=draft.pinned, source_chat_id=draft.source_chat_id, source_message_id=draft.source_message_id,
-        source_at=draft.source_at,
+        source_at=draft.source_at, review_at=now + REVIEW_PERIOD[tier],
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -19,6 +19,7 @@ from companion.config.settings import Settings
 from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder, OpenAIEmbedder
+from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.index import RecallFilter
 from companion.storage.base import MemoryStore
@@ -28,6 +29,7 @@ from companion.storage.vectors import VectorRow, VectorStore, text_hash
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut: ask for more
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +131,11 @@ class DenseRetriever:
 
     async def sync(self, scope: Scope, now: datetime | None = None, *, limit: int | None = None,
                    force: bool = False) -> int:
-        """Embed the scope's active memories that have no vector for this model or whose text changed,
-        most recently updated first, at most ``limit`` (the policy's when None). Call it outside any lock or
-        transaction. Returns how many vectors were written; 0 when the backend is down."""
+        """After a write: drop the vectors of the scope's forgotten memories, then embed its active memories
+        that have no vector for this model or whose text changed, most recently updated first, at most
+        ``limit`` (the policy's when None). Call it outside any lock or transaction. Returns how many vectors
+        were written; 0 when the backend is down."""
+        await self.prune(scope)  # memories evicted or forgotten by this write
         memories = await self._store.fetch_memories(scope)
         return await self._embed_memories(scope, memories, now or utcnow(), limit or self.policy.sync_limit, force)
 
@@ -148,6 +152,18 @@ class DenseRetriever:
             return 0
         rows = [VectorRow(m.id, text_hash(doc), v) for (m, doc), v in zip(todo, vectors, strict=True)]
         return await self.vectors.put(scope, self.model, rows, now)
+
+    async def similar(
+        self, scope: Scope, text: str, filters: MemoryFilter, statuses: Collection[Status], limit: int,
+        exclude: Collection[int] = (),
+    ) -> list[Memory]:
+        """Search by meaning: the scope's memories in ``statuses`` that pass ``filters`` and the similarity
+        floor, closest first, at most ``limit``; [] when the backend is down."""
+        hits = await self.nearest(scope, text, limit * SEARCH_DEPTH_FACTOR + len(exclude))
+        wanted = [h for h, s in hits if s >= self.policy.min_similarity and h not in exclude]
+        found = {m.id: m for m in await self._store.fetch_by_ids(scope, wanted)}
+        admitted = [found[h] for h in wanted if h in found and found[h].status in statuses]
+        return [m for m in admitted if filters.admits(m)][:limit]
 
     async def prune(self, scope: Scope | None = None) -> int:
         """Delete the vectors of forgotten memories (of one scope, or all): called after a forget, whatever

@@ -1,13 +1,22 @@
-"""The only module that talks HTTP to the model: one AsyncOpenAI client, typed errors, usage counts."""
+"""The only module that talks HTTP to the model: one AsyncOpenAI client, typed errors, usage records.
+
+Function calling follows DeepSeek's documented OpenAI-compatible format: ``tools`` (a list of
+``{"type": "function", "function": {name, description, parameters}}``) and ``tool_choice``
+("auto" | "none" | "required") in the request; an answer with ``finish_reason == "tool_calls"`` carries
+``message.tool_calls`` and may have no text at all, which is a normal answer, not a blank one. The caller
+answers each call with a ``{"role": "tool", "tool_call_id": ..., "content": ...}`` message.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import openai
@@ -15,10 +24,14 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
+from companion.core.timeutil import utcnow
+from companion.llm.usage import UsageRecord, UsageSink, cache_split
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, str]
+# Chat messages as the API takes them: role and content, plus tool_calls / tool_call_id for tool turns.
+Message = dict[str, Any]
+ToolChoice = str  # "auto" | "none" | "required"
 
 
 @dataclass(slots=True)
@@ -30,18 +43,54 @@ class Usage:
     completion_chars: Counter[str] = field(default_factory=Counter)
     prompt_tokens: Counter[str] = field(default_factory=Counter)
     completion_tokens: Counter[str] = field(default_factory=Counter)
+    cache_hit_tokens: Counter[str] = field(default_factory=Counter)
+    cache_miss_tokens: Counter[str] = field(default_factory=Counter)
     failures: Counter[str] = field(default_factory=Counter)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model asked for; ``arguments`` is the JSON text exactly as it sent it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A model answer: text, tool calls, or both (DeepSeek sometimes says a few words before calling)."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+
+    def assistant_message(self) -> Message:
+        """The answer as the assistant message that must precede its tool results in the next request."""
+        message: Message = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
 class LLMClient:
-    """Chat and JSON-mode calls. The SDK retries connection errors, 429 and 5xx with exponential
-    backoff (``max_retries``); what still fails becomes ``LLMUnavailableError``."""
+    """Chat, tool-calling and JSON-mode calls. The SDK retries connection errors, 429 and 5xx with
+    exponential backoff (``max_retries``); what still fails becomes ``LLMUnavailableError``.
+
+    Every request becomes a ``UsageRecord`` handed to ``usage_sink`` (settable after construction, so the
+    composition root can wire it once storage is open); a failing sink is logged and never fails a call."""
 
     def __init__(
-        self, *, api_key: str, base_url: str, model: str, timeout: float = 30.0, max_retries: int = 3
+        self, *, api_key: str, base_url: str, model: str, timeout: float = 30.0, max_retries: int = 3,
+        usage_sink: UsageSink | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.model = model
         self.usage = Usage()
+        self.usage_sink = usage_sink
+        self._clock = clock
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
 
     async def close(self) -> None:
@@ -51,21 +100,38 @@ class LLMClient:
         self, messages: Sequence[Message], *, purpose: str = "reply", temperature: float = 0.8,
         max_tokens: int = 800,
     ) -> str:
-        return await self._complete(messages, purpose=purpose, temperature=temperature, max_tokens=max_tokens)
+        completion = await self.complete(messages, purpose=purpose, temperature=temperature, max_tokens=max_tokens)
+        if completion.content is None:  # tool calls nobody offered: no text for the user
+            raise LLMBadResponseError(f"{purpose}: tool calls instead of text")
+        return completion.content
+
+    async def complete(
+        self, messages: Sequence[Message], *, purpose: str = "reply", tools: Sequence[dict[str, Any]] = (),
+        tool_choice: ToolChoice | None = None, temperature: float = 0.8, max_tokens: int = 800,
+    ) -> Completion:
+        """One chat call. Without ``tools`` the request carries no tools field at all (the plain call);
+        with them, an answer that is only tool calls is valid. A text-less answer without tool calls is
+        ``LLMBadResponseError``."""
+        options: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if tools:
+            options["tools"] = list(tools)
+            if tool_choice is not None:
+                options["tool_choice"] = tool_choice
+        return await self._complete(messages, purpose=purpose, **options)
 
     async def json(
         self, messages: Sequence[Message], *, purpose: str, max_tokens: int = 1200
     ) -> dict[str, Any]:
         """JSON mode. DeepSeek requires the word "json" in the prompt; we check it here so a prompt
         edit cannot silently break the call."""
-        if not any("json" in m.get("content", "").lower() for m in messages):
+        if not any("json" in str(m.get("content") or "").lower() for m in messages):
             raise ValueError("JSON-mode prompts must mention 'json' and show an example")
-        text = await self._complete(
+        completion = await self._complete(
             messages, purpose=purpose, temperature=0.2, max_tokens=max_tokens,
             response_format={"type": "json_object"},
         )
         with self._counting_failures(purpose):
-            return _json_object(text, purpose)
+            return _json_object(completion.content or "", purpose)
 
     @contextmanager
     def _counting_failures(self, purpose: str) -> Iterator[None]:
@@ -75,18 +141,47 @@ class LLMClient:
             self.usage.failures[purpose] += 1
             raise
 
-    async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> str:
+    async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> Completion:
         self.usage.calls[purpose] += 1
-        self.usage.prompt_chars[purpose] += sum(len(m.get("content", "")) for m in messages)
-        with self._counting_failures(purpose):
-            response = await self._request(messages, purpose, options)
-            content = _content(response, purpose)
-        self.usage.completion_chars[purpose] += len(content)
+        self.usage.prompt_chars[purpose] += sum(len(str(m.get("content") or "")) for m in messages)
+        started = time.perf_counter()
+        try:
+            with self._counting_failures(purpose):
+                response = await self._request(messages, purpose, options)
+                completion = _completion(response, purpose)
+        except LLMError:
+            await self._record(purpose, None, started, ok=False)
+            raise
+        self.usage.completion_chars[purpose] += len(completion.content or "")
         if response.usage is not None:
             self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
             self.usage.completion_tokens[purpose] += response.usage.completion_tokens
-        log.debug("llm %s answered %d chars", purpose, len(content))
-        return content
+            hit, miss = cache_split(response.usage)
+            self.usage.cache_hit_tokens[purpose] += hit or 0
+            self.usage.cache_miss_tokens[purpose] += miss or 0
+        await self._record(purpose, response, started, ok=True, tool_calls=len(completion.tool_calls))
+        log.debug("llm %s answered %d chars, %d tool calls", purpose, len(completion.content or ""),
+                  len(completion.tool_calls))
+        return completion
+
+    async def _record(
+        self, purpose: str, response: ChatCompletion | None, started: float, *, ok: bool, tool_calls: int = 0
+    ) -> None:
+        if self.usage_sink is None:
+            return
+        usage = response.usage if response is not None else None
+        hit, miss = cache_split(usage)
+        record = UsageRecord(
+            at=self._clock(), purpose=purpose, model=self.model,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cache_hit_tokens=hit, cache_miss_tokens=miss,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3), ok=ok, tool_calls=tool_calls,
+        )
+        try:
+            await self.usage_sink(record)
+        except Exception:  # an edge: accounting must never cost the user a reply
+            log.exception("usage sink failed for a %s call", purpose)
 
     async def _request(self, messages: Sequence[Message], purpose: str, options: dict[str, Any]) -> ChatCompletion:
         """One SDK call (with the SDK's own retries), its failures mapped to our typed errors."""
@@ -113,11 +208,19 @@ class LLMClient:
         return response
 
 
-def _content(response: ChatCompletion, purpose: str) -> str:
-    content = response.choices[0].message.content if response.choices else None
-    if not content or not content.strip():
+def _completion(response: ChatCompletion, purpose: str) -> Completion:
+    if not response.choices:
+        raise LLMBadResponseError(f"{purpose}: no choices in the answer")
+    choice = response.choices[0]
+    calls = tuple(
+        ToolCall(id=call.id, name=function.name, arguments=function.arguments or "")
+        for call in choice.message.tool_calls or ()
+        if (function := getattr(call, "function", None)) is not None
+    )
+    content = (choice.message.content or "").strip() or None
+    if content is None and not calls:
         raise LLMBadResponseError(f"{purpose}: blank answer")
-    return content.strip()
+    return Completion(content=content, tool_calls=calls, finish_reason=choice.finish_reason)
 
 
 def _json_object(text: str, purpose: str) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""Metadata filters of ``search_memories``: which memories a search may return, by type, tier, origin and
-the time the memory was created. Pure data and one predicate; the engine applies it (``MemoryEngine.search``).
+"""What ``search_memories`` may return: metadata filters (type, tier, origin, creation time) and the word
+match of a query. Pure data and predicates; the engine applies them (``MemoryEngine.search``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -45,3 +45,9 @@ class MemoryFilter:
     @property
     def is_empty(self) -> bool:
         return not (self.types or self.tiers or self.origins or self.since or self.until)
+
+
+def matches_words(memory: Memory, words: Sequence[str]) -> bool:
+    """Every (lower-case) query word is in the event text, or contains or is contained by a keyword."""
+    event = memory.event.lower()
+    return all(w in event or any(w in k or k in w for k in memory.keywords) for w in words)

@@ -51,6 +51,14 @@ class MemoryStore(Protocol):
 
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None: ...
 
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """Record an access (recalled, searched, listed): ``last_accessed_at`` and ``access_count``."""
+        ...
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        """Remove queued turns (they told something the user has since asked to forget)."""
+        ...
+
     async def import_rows(
         self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
     ) -> list[int]:

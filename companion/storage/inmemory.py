@@ -101,6 +101,17 @@ class InMemoryStore:
                 rows[mid].last_mentioned_at = now
                 rows[mid].mention_count += 1
 
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        rows = self._memories.get(scope, {})
+        for mid in ids:
+            if mid in rows:
+                rows[mid].last_accessed_at = now
+                rows[mid].access_count += 1
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        gone = set(ids)
+        self._turns[scope] = [t for t in self._turns.get(scope, []) if t.id not in gone]
+
     async def import_rows(
         self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
     ) -> list[int]:

@@ -315,6 +315,22 @@ class SQLiteStore:
                 [(to_db(now), mid) for mid in ids],
             )
 
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        if not ids or self._version(scope) is None:
+            return
+        async with self._tx() as conn:
+            await self._ensure_scope(conn, scope, now)
+            await conn.executemany(
+                f'UPDATE "{scope.table}" SET last_accessed_at = ?, access_count = access_count + 1 WHERE id = ?',
+                [(to_db(now), mid) for mid in ids],
+            )
+
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        if ids:
+            async with self._tx() as conn:
+                await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
+                                       [(scope.key, i) for i in ids])
+
     async def import_rows(
         self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
     ) -> list[int]:

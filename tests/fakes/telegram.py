@@ -135,6 +135,12 @@ class FakeTelegram:
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
             "getupdates": self._get_updates,
         }  # fmt: skip
+        self._methods.update({
+            "answercallbackquery": self._answer_callback_query,
+            "editmessagereplymarkup": self._edit_message_reply_markup,
+        })
+        self.callback_answers: list[JSONDict] = []
+        self._callback_ids = itertools.count(1)
 
     async def start(self) -> None:
         app = web.Application()
@@ -219,6 +225,43 @@ class FakeTelegram:
     ) -> int:  # fmt: skip
         voice = {**self._file("voice"), "duration": duration, "mime_type": "audio/ogg", "file_size": 4000}
         return self._push_message(user_id, chat_id, first_name, username, {"voice": voice})
+
+    def push_callback(
+        self, user_id: int, message_id: int, data: str, *, chat_id: int | None = None, first_name: str = "小明",
+    ) -> int:  # fmt: skip
+        """A press on an inline button of a message the bot sent (as Telegram sends it: the message as it
+        is now, with its keyboard, and the button's callback data)."""
+        chat_id = user_id if chat_id is None else chat_id
+        record = next((m for m in self._sent if m["chat_id"] == chat_id and m["message_id"] == message_id), None)
+        if record is None:
+            raise AssertionError(f"no sent message {message_id} in chat {chat_id}")
+        user: JSONDict = {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "zh"}
+        query = {"id": str(next(self._callback_ids)), "from": user, "chat_instance": str(chat_id),
+                 "message": self._message_json(record), "data": data}
+        return self.push_update({"callback_query": query})
+
+    def buttons(self, record: JSONDict) -> list[tuple[str, str]]:
+        """(text, callback data) of every inline button of a sent message, row by row."""
+        markup = record.get("reply_markup")
+        if not isinstance(markup, dict):
+            return []
+        return [(str(b["text"]), str(b.get("callback_data", ""))) for row in markup.get("inline_keyboard", [])
+                for b in row]
+
+    async def wait_for_callback_answers(self, count: int, timeout: float = 10.0) -> list[JSONDict]:
+        await self._wait_until(lambda: len(self.callback_answers) >= count, timeout,
+                               lambda: f"{len(self.callback_answers)} callback answers, wanted {count}")
+        return list(self.callback_answers)
+
+    async def wait_for_edit(self, chat_id: int, message_id: int, contains: str, timeout: float = 10.0) -> JSONDict:
+        def edited() -> JSONDict | None:
+            return next((m for m in self._sent if m["chat_id"] == chat_id and m["message_id"] == message_id
+                         and contains in str(m["text"])), None)
+
+        await self._wait_until(lambda: edited() is not None, timeout, lambda: f"message {message_id} not edited")
+        found = edited()
+        assert found is not None
+        return dict(found)
 
     def clear(self) -> None:
         """Forget recorded traffic; queued updates, commands and id counters are kept."""
@@ -385,6 +428,24 @@ class FakeTelegram:
             raise _ApiError(400, _NOT_MODIFIED)
         record.update(text=text, parse_mode=params.get("parse_mode"), reply_markup=params.get("reply_markup"))
         record["edit_date"] = int(time.time())
+        return self._message_json(record)
+
+    async def _answer_callback_query(self, params: JSONDict) -> bool:
+        if not params.get("callback_query_id"):
+            raise _ApiError(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+        self.callback_answers.append(dict(params))
+        return True
+
+    async def _edit_message_reply_markup(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        for record in self._sent:
+            if record["chat_id"] == chat_id and record["message_id"] == params.get("message_id"):
+                break
+        else:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        if record["reply_markup"] == params.get("reply_markup"):
+            raise _ApiError(400, _NOT_MODIFIED)
+        record["reply_markup"] = params.get("reply_markup")
         return self._message_json(record)
 
     async def _get_updates(self, params: JSONDict) -> list[JSONDict]:

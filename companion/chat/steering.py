@@ -1,0 +1,102 @@
+"""The user steering memory in conversation: "记住……" saves with a receipt, "忘掉……" finds what to
+forget, an edit takes the next message, and pending review suggestions are answered in words.
+
+Shared by Telegram and the console (through ``ChatService``); buttons are the handlers' business, so the
+results here are data (``Outcome``), never keyboards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from companion.chat import texts
+from companion.chat.intents import Kind, read_intent, read_review_answer
+from companion.core import tiers
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.extraction import tells
+from companion.core.models import Memory, Scope
+from memory import MemoryEngine
+
+FORGET_MATCHES = 5
+
+
+@dataclass(slots=True)
+class SteeringState:
+    """Per conversation: a receipt's "edit" waits for the next message; review suggestions shown at
+    the start of a conversation wait for an answer in words."""
+
+    editing: int | None = None
+    review: list[tuple[Memory, tiers.Suggestion]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    text: str
+    saved: Memory | None = None  # a receipt: handlers add fine / edit / forget buttons
+    to_forget: tuple[Memory, ...] = ()  # candidates: handlers ask for a confirmation
+
+
+async def steer(
+    engine: MemoryEngine, scope: Scope, state: SteeringState, text: str, previous: str | None, now: datetime,
+    *, chat_id: int | None = None, message_id: int | None = None,
+) -> Outcome | None:
+    """Handle the message if it steers memory; None means it is ordinary talk."""
+    if state.editing is not None:
+        handle, state.editing = state.editing, None
+        try:
+            memory = await engine.edit(scope, handle, text, now)
+        except (MemoryNotFoundError, NotYourMemoryError):
+            return Outcome(texts.MEMORY_GONE)
+        return Outcome(texts.receipt(memory, edited=True), saved=memory)
+    if state.review:
+        answer = read_review_answer(text, [s.action for _, s in state.review])
+        if answer is not None:
+            pending, state.review = state.review, []
+            lines = [await _apply(engine, scope, memory, action, now) for (memory, _), action in zip(pending, answer,
+                                                                                                   strict=True)]
+            return Outcome("\n".join(lines))
+    intent = read_intent(text)
+    if intent is None:
+        return None
+    if intent.kind is Kind.SAVE_PREVIOUS:
+        if not previous:
+            return Outcome(texts.NOTHING_TO_SAVE)
+        intent_text = previous
+    elif intent.kind is Kind.SAVE:
+        intent_text = intent.text
+    else:
+        found = await engine.search(scope, intent.text, now, limit=FORGET_MATCHES)
+        if not found:
+            return Outcome(texts.nothing_found(intent.text))
+        return Outcome(texts.confirm_forget(found), to_forget=tuple(found))
+    memory = await engine.save_explicit(scope, intent_text, now, source_chat_id=chat_id,
+                                        source_message_id=message_id)
+    return Outcome(texts.receipt(memory), saved=memory)
+
+
+async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime) -> str:
+    try:
+        after = await engine.review(scope, memory.id, action, now)
+    except (MemoryNotFoundError, NotYourMemoryError):
+        return texts.MEMORY_GONE
+    return texts.review_done(after, action)
+
+
+async def opening_reviews(engine: MemoryEngine, scope: Scope, state: SteeringState, now: datetime,
+                          unanswered: bool) -> str | None:
+    """At the start of a conversation: one short line when reviews have waited too long, with a
+    suggestion per memory; the answer comes in words ("按你说的办", "第一个升级，第二个删除")."""
+    if not unanswered:
+        return None
+    due = await engine.due_reviews(scope, now)
+    if not due:
+        return None
+    state.review = due[: texts.REVIEW_BATCH]
+    return texts.pending_reviews(state.review)
+
+
+def scrub(history: Sequence[tuple[str, str | None]], forgotten: Sequence[Memory]) -> list[tuple[str, str | None]]:
+    """Short-term context without the turns that told what was just forgotten."""
+    return [(u, r) for u, r in history if not any(tells(u, m) or (r and tells(r, m)) for m in forgotten)]

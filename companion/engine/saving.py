@@ -1,0 +1,53 @@
+"""An explicit "remember this": the model's judgement of one sentence, validated, with a fallback that
+needs no model (a save must never fail because the model is down)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from companion.core import rules, tiers
+from companion.core.extraction import clean_keywords
+from companion.core.models import MemoryDraft, MemoryType, Origin
+from companion.core.text import normalize_text
+
+MAX_SAVED_CHARS = 200
+_INSTRUCTION = re.compile(r"(别|不要|不用|请|以后).{0,12}(回复|回我|叫我|称呼|表情|打扰|提|说|发)|^叫我")
+_PREFERENCE = re.compile(r"喜欢|爱吃|爱喝|讨厌|不喜欢|最爱|偏好|习惯")
+_CORE = re.compile(r"叫我|名字|生日|过敏|每周|每天|永远|一直")
+
+Segmenter = Callable[[str], list[str]]
+
+
+def guess_draft(text: str, segment: Segmenter) -> MemoryDraft:
+    """Without the model: the user's words as they are, a type from a few cue words."""
+    event = normalize_text(text)[:MAX_SAVED_CHARS]
+    if _INSTRUCTION.search(event):
+        mtype = MemoryType.INSTRUCTION
+    elif _PREFERENCE.search(event):
+        mtype = MemoryType.PREFERENCE
+    else:
+        mtype = MemoryType.FACT
+    importance = 70.0
+    tier = tiers.initial_tier(mtype, importance, explicit=True, core=bool(_CORE.search(event)))
+    return MemoryDraft(event=event, keywords=clean_keywords(segment(event)), importance=importance,
+                       validity=tiers.VALIDITY_OF[tier], type=mtype, origin=Origin.EXPLICIT, tier=tier)
+
+
+def parse_saved(data: dict[str, object], text: str, segment: Segmenter) -> MemoryDraft:
+    """The model's answer for one saved sentence; any field it got wrong falls back to the guess."""
+    fallback = guess_draft(text, segment)
+    event = data.get("event")
+    event = normalize_text(event)[:MAX_SAVED_CHARS] if isinstance(event, str) and event.strip() else fallback.event
+    try:
+        mtype = MemoryType(str(data.get("type", "")).strip().lower())
+    except ValueError:
+        mtype = fallback.type
+    raw = data.get("importance")
+    importance = (rules.clamp_importance(float(raw)) if isinstance(raw, int | float) and not isinstance(raw, bool)
+                  else fallback.importance)
+    core = data.get("core") is True
+    tier = tiers.initial_tier(mtype, importance, explicit=True, core=core)
+    keywords = clean_keywords(data.get("keywords")) or clean_keywords(segment(event))
+    return MemoryDraft(event=event, keywords=keywords, importance=importance, validity=tiers.VALIDITY_OF[tier],
+                       type=mtype, origin=Origin.EXPLICIT, tier=tier)

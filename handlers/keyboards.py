@@ -1,0 +1,129 @@
+"""Inline keyboards and their callback data. Callback data carries only a memory handle and an action;
+who may act on it is decided when pressed, against the presser's own scope (never trusted from data)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aiogram.filters.callback_data import CallbackData
+from aiogram.types import InlineKeyboardMarkup
+from aiogram.utils.keyboard import InlineKeyboardBuilder
+
+from companion.core.models import Memory, Status, Tier
+from companion.core.tiers import Action, Suggestion
+
+PAGE_SIZE = 5
+
+
+class MemoryCB(CallbackData, prefix="m"):
+    """A button on one memory: receipts, /memories pages."""
+
+    action: str  # ok, edit, forget, promote, archive, restore
+    handle: int
+    page: int = 0
+
+
+class PageCB(CallbackData, prefix="p"):
+    page: int
+    query: str = ""
+    archived: bool = False
+
+
+class ForgetCB(CallbackData, prefix="f"):
+    """/forget: pick one match, or confirm forgetting everything."""
+
+    action: str  # one, all, cancel
+    handle: int = 0
+    count: int = 0
+
+
+class ReviewCB(CallbackData, prefix="r"):
+    """A review button. ``undo`` carries what the press changed, so it can be put back for a minute."""
+
+    action: str  # promote, keep, archive, forget, undo
+    handle: int
+    at: int = 0  # when the press happened (epoch seconds), for the undo window
+    tier: str = ""  # the tier before a promote
+    review: int = 0  # the review time before a keep (epoch seconds)
+    was: str = ""  # the action being undone
+
+
+class StartCB(CallbackData, prefix="s"):
+    action: str  # on
+
+
+def receipt(memory: Memory) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    kb.button(text="👌 好的", callback_data=MemoryCB(action="ok", handle=memory.id))
+    kb.button(text="✏️ 修改", callback_data=MemoryCB(action="edit", handle=memory.id))
+    kb.button(text="🗑 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id))
+    return kb.as_markup()
+
+
+def forget_choices(memories: Sequence[Memory]) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    for i, memory in enumerate(memories, start=1):
+        kb.button(text=f"忘掉第{i}条", callback_data=ForgetCB(action="one", handle=memory.id))
+    kb.button(text="取消", callback_data=ForgetCB(action="cancel"))
+    kb.adjust(2)
+    return kb.as_markup()
+
+
+def forget_all(count: int) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    kb.button(text=f"确定忘掉全部 {count} 条", callback_data=ForgetCB(action="all", count=count))
+    kb.button(text="取消", callback_data=ForgetCB(action="cancel"))
+    return kb.as_markup()
+
+
+def memory_page(memories: Sequence[Memory], page: int, pages: int, query: str, archived: bool) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    widths: list[int] = []
+    for i, memory in enumerate(memories, start=1):
+        if memory.status is Status.ARCHIVED:
+            kb.button(text=f"{i} 恢复", callback_data=MemoryCB(action="restore", handle=memory.id, page=page))
+            widths.append(1)
+            continue
+        kb.button(text=f"{i} 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id, page=page))
+        kb.button(text=f"{i} 归档", callback_data=MemoryCB(action="archive", handle=memory.id, page=page))
+        count = 2
+        if memory.tier is not Tier.LONG:
+            kb.button(text=f"{i} 升级", callback_data=MemoryCB(action="promote", handle=memory.id, page=page))
+            count = 3
+        widths.append(count)
+    nav = 0
+    if page > 0:
+        kb.button(text="⬅️ 上一页", callback_data=PageCB(page=page - 1, query=query, archived=archived))
+        nav += 1
+    if page + 1 < pages:
+        kb.button(text="下一页 ➡️", callback_data=PageCB(page=page + 1, query=query, archived=archived))
+        nav += 1
+    if not archived and not query:
+        kb.button(text="🗂 已归档", callback_data=PageCB(page=0, archived=True))
+        nav += 1
+    kb.adjust(*widths, *([nav] if nav else []))
+    return kb.as_markup()
+
+
+def review(items: Sequence[tuple[Memory, Suggestion]]) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    for i, (memory, _) in enumerate(items, start=1):
+        for action, label in ((Action.PROMOTE, "升级"), (Action.KEEP, "保留"), (Action.ARCHIVE, "归档"),
+                              (Action.FORGET, "忘掉")):
+            if action is Action.PROMOTE and memory.tier is Tier.LONG:
+                continue
+            kb.button(text=f"{i} {label}", callback_data=ReviewCB(action=action.value, handle=memory.id))
+    kb.adjust(*[3 if m.tier is Tier.LONG else 4 for m, _ in items])
+    return kb.as_markup()
+
+
+def undo(data: ReviewCB) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    kb.button(text="↩️ 撤销（1分钟内）", callback_data=data)
+    return kb.as_markup()
+
+
+def start_companion() -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    kb.button(text="开启陪伴模式", callback_data=StartCB(action="on"))
+    return kb.as_markup()

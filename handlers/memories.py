@@ -1,0 +1,319 @@
+"""The user's own memories in Telegram: /memories, /forget, /why, /stats, /reset, /weekly, /start, and
+every button on receipts, lists and reviews. Each acts on the presser's own scope only: a handle in
+callback data is checked against its owner by the engine, so another user's button changes nothing."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import datetime, tzinfo
+
+from aiogram import Bot, F, Router
+from aiogram.filters import Command, CommandObject, CommandStart
+from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
+
+from companion.chat import texts
+from companion.chat.pipeline import ChatService
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, Scope, Status, Tier
+from companion.core.tiers import Action, Suggestion
+from companion.core.timeutil import show, utcnow
+from handlers import keyboards
+from handlers.keyboards import PAGE_SIZE, ForgetCB, MemoryCB, PageCB, ReviewCB, StartCB
+from handlers.scope import scope_of, scope_of_callback
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+UNDO_SECONDS = 60
+ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
+WEEKLY = "weekly"
+
+
+# ---- /memories -------------------------------------------------------------------------------------
+
+async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archived: bool,
+                now: datetime) -> tuple[str, InlineKeyboardMarkup | None]:
+    if archived:
+        found = await engine.memories(scope, {Status.ARCHIVED})
+    elif query:
+        found = await engine.search(scope, query, now, limit=50)
+    else:
+        found = await engine.memories(scope)
+    found.sort(key=lambda m: (0 if archived else ORDER[m.tier], -m.importance, -m.id))
+    if not found:
+        return (texts.nothing_found(query) if query else texts.NO_MEMORIES), None
+    pages = max(1, math.ceil(len(found) / PAGE_SIZE))
+    page = min(max(page, 0), pages - 1)
+    shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
+    if not query and not archived:
+        await engine.touch(scope, [m.id for m in shown], now)
+    return (texts.memory_list(shown, page, pages, query=query, archived=archived),
+            keyboards.memory_page(shown, page, pages, query, archived))
+
+
+async def list_memories(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:40], False, utcnow())
+    await message.answer(text, reply_markup=markup)
+
+
+async def on_page(query: CallbackQuery, callback_data: PageCB, engine: MemoryEngine) -> None:
+    scope = scope_of_callback(query)
+    if scope is None or not isinstance(query.message, Message):
+        await query.answer()
+        return
+    text, markup = await _page(engine, scope, callback_data.page, callback_data.query, callback_data.archived,
+                               utcnow())
+    await _edit(query.message, text, markup)
+    await query.answer()
+
+
+async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine: MemoryEngine,
+                           chat: ChatService) -> None:
+    scope = scope_of_callback(query)
+    if scope is None or not isinstance(query.message, Message):
+        await query.answer()
+        return
+    now, handle = utcnow(), callback_data.handle
+    try:
+        memory = await engine.get(scope, handle)
+        if callback_data.action == "ok":
+            await query.message.edit_reply_markup(reply_markup=None)
+            await query.answer("好的")
+            return
+        if callback_data.action == "edit":
+            chat.begin_edit(scope, handle)
+            await query.answer()
+            await query.message.answer(texts.EDIT_PROMPT)
+            return
+        if callback_data.action == "forget":
+            await chat.forget(scope, [handle])
+            note = texts.forgotten(1)
+        elif callback_data.action == "archive":
+            memory = await engine.archive(scope, handle, now)
+            note = texts.review_done(memory, Action.ARCHIVE)
+        elif callback_data.action == "promote":
+            memory = await engine.promote(scope, handle, now)
+            note = texts.review_done(memory, Action.PROMOTE)
+        elif callback_data.action == "restore":
+            memory = await engine.restore(scope, handle, now)
+            note = f"已恢复：{memory.event}"
+        else:
+            await query.answer()
+            return
+    except NotYourMemoryError:
+        await query.answer(texts.NOT_YOURS, show_alert=True)
+        return
+    except MemoryNotFoundError:
+        await query.answer(texts.MEMORY_GONE, show_alert=True)
+        return
+    await query.answer(note[:190])
+    if callback_data.action == "forget" and query.message.text and query.message.text.startswith(("记住了", "改好了")):
+        await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
+        return
+    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == "restore", now)
+    await _edit(query.message, f"{note}\n\n{text}", markup)
+
+
+# ---- /forget ---------------------------------------------------------------------------------------
+
+async def forget_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    args = (command.args or "").strip()
+    if not args:
+        await message.answer("用法：/forget 关键词，或 /forget all 忘掉全部。")
+        return
+    if args.lower() in {"all", "全部"}:
+        count = len(await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
+        if not count:
+            await message.answer(texts.NO_MEMORIES)
+            return
+        await message.answer(texts.confirm_forget_all(count), reply_markup=keyboards.forget_all(count))
+        return
+    found = await engine.search(scope, args[:40], utcnow(), limit=5)
+    if not found:
+        await message.answer(texts.nothing_found(args[:40]))
+        return
+    await message.answer(texts.confirm_forget(found), reply_markup=keyboards.forget_choices(found))
+
+
+async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService) -> None:
+    scope = scope_of_callback(query)
+    if scope is None or not isinstance(query.message, Message):
+        await query.answer()
+        return
+    if callback_data.action == "cancel":
+        await _edit(query.message, texts.CANCELLED, None)
+        await query.answer()
+        return
+    if callback_data.action == "all":
+        count = await chat.forget(scope, None)
+        await _edit(query.message, texts.forgotten(count), None)
+        await query.answer()
+        return
+    try:
+        await engine.get(scope, callback_data.handle)
+    except NotYourMemoryError:
+        await query.answer(texts.NOT_YOURS, show_alert=True)
+        return
+    except MemoryNotFoundError:
+        await query.answer(texts.MEMORY_GONE, show_alert=True)
+        return
+    count = await chat.forget(scope, [callback_data.handle])
+    await query.answer(texts.forgotten(count))
+    await _edit(query.message, f"{query.message.text or ''}\n\n{texts.forgotten(count)}", query.message.reply_markup)
+
+
+# ---- /why, /stats, /reset, /weekly, /start ---------------------------------------------------------
+
+def message_link(memory: Memory) -> str | None:
+    """Telegram links to a message only in supergroups and channels (t.me/c/<id>/<message>)."""
+    chat_id, message_id = memory.source_chat_id, memory.source_message_id
+    if chat_id is None or message_id is None or chat_id > -1_000_000_000_000:
+        return None
+    return f"https://t.me/c/{-chat_id - 1_000_000_000_000}/{message_id}"
+
+
+async def why_command(message: Message, command: CommandObject, engine: MemoryEngine, tz: tzinfo) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    args = (command.args or "").strip()[:40]
+    if not args:
+        await message.answer("用法：/why 关键词")
+        return
+    found = await engine.search(scope, args, utcnow(), statuses={Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED},
+                                limit=1)
+    if not found:
+        await message.answer(texts.nothing_found(args))
+        return
+    story = await engine.why(scope, found[0].id)
+
+    def when(moment: object) -> str:
+        return show(moment, tz) if isinstance(moment, datetime) else ""
+
+    await message.answer(texts.why(story.memory, story.replaced, story.replaced_by, when, message_link(story.memory)))
+
+
+async def stats_command(message: Message, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    s = await engine.stats(scope, utcnow())
+    await message.answer(texts.stats({t.value: n for t, n in s.by_tier.items()}, {t.value: n for t, n in
+                                      s.by_type.items()}, s.archived, s.learned_this_week, s.evicted_this_week))
+
+
+async def reset_command(message: Message, chat: ChatService) -> None:
+    scope = scope_of(message)
+    if scope is not None:
+        await message.answer(await chat.reset(scope))
+
+
+async def weekly_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    on = (command.args or "").strip().lower() not in {"off", "关", "关闭", "0"}
+    await engine.set_note(scope, WEEKLY, "on" if on else "off")
+    await message.answer(texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
+
+
+async def start_command(message: Message, chat: ChatService) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    if chat.is_active(scope):
+        await message.answer(texts.HELP)
+        return
+    await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())
+
+
+async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
+    scope = scope_of_callback(query)
+    await query.answer()
+    if scope is not None and isinstance(query.message, Message):
+        await query.message.edit_reply_markup(reply_markup=None)
+        await query.message.answer(await chat.start(scope))
+
+
+# ---- reviews -----------------------------------------------------------------------------------------
+
+async def send_review(bot: Bot, chat_id: int, items: list[tuple[Memory, Suggestion]]) -> None:
+    """The review message: every memory due, with its suggestion and buttons."""
+    await bot.send_message(chat_id, texts.review_message(items), reply_markup=keyboards.review(items))
+
+
+async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService) -> None:
+    scope = scope_of_callback(query)
+    if scope is None or not isinstance(query.message, Message):
+        await query.answer()
+        return
+    now = utcnow()
+    try:
+        before = await engine.get(scope, callback_data.handle)
+        if callback_data.action == "undo":
+            await _undo(engine, scope, before, callback_data, now)
+            await query.answer("已撤销")
+            await _edit(query.message, f"{query.message.text or ''}\n已撤销：{before.event}", None)
+            return
+        action = Action(callback_data.action)
+        if action is Action.FORGET:
+            await chat.forget(scope, [before.id])
+            after = before
+        else:
+            after = await engine.review(scope, before.id, action, now)
+    except NotYourMemoryError:
+        await query.answer(texts.NOT_YOURS, show_alert=True)
+        return
+    except (MemoryNotFoundError, ValueError):
+        await query.answer(texts.MEMORY_GONE, show_alert=True)
+        return
+    await query.answer()
+    done = texts.review_done(after, action)
+    undo = None
+    if action is not Action.FORGET:  # forgetting is immediate and final: nothing to undo
+        undo = keyboards.undo(ReviewCB(action="undo", handle=before.id, at=int(time.time()), tier=before.tier.value,
+                                       review=int(before.review_at.timestamp()) if before.review_at else 0,
+                                       was=action.value))
+    await _edit(query.message, f"{query.message.text or ''}\n✔ {done}", undo)
+
+
+async def _undo(engine: MemoryEngine, scope: Scope, memory: Memory, data: ReviewCB, now: datetime) -> None:
+    if time.time() - data.at > UNDO_SECONDS:
+        raise ValueError("undo window passed")
+    if data.was == Action.ARCHIVE.value:
+        await engine.restore(scope, memory.id, now)
+    elif data.was == Action.PROMOTE.value:
+        await engine.move(scope, memory.id, Tier(data.tier), now)
+    if data.review:
+        await engine.set_review(scope, memory.id, datetime.fromtimestamp(data.review, tz=now.tzinfo))
+
+
+async def _edit(message: Message, text: str, markup: InlineKeyboardMarkup | None) -> None:
+    for part in texts.split_message(text)[:1]:
+        if part != message.text or markup != message.reply_markup:
+            await message.edit_text(part, reply_markup=markup)
+
+
+def build() -> Router:
+    router = Router(name="memories")
+    router.message.register(list_memories, Command("memories"))
+    router.message.register(forget_command, Command("forget"))
+    router.message.register(why_command, Command("why"))
+    router.message.register(stats_command, Command("stats"))
+    router.message.register(reset_command, Command("reset"))
+    router.message.register(weekly_command, Command("weekly"))
+    router.message.register(start_command, CommandStart())
+    router.callback_query.register(on_memory_button, MemoryCB.filter())
+    router.callback_query.register(on_page, PageCB.filter())
+    router.callback_query.register(on_forget, ForgetCB.filter())
+    router.callback_query.register(on_review, ReviewCB.filter())
+    router.callback_query.register(on_start_button, StartCB.filter(F.action == "on"))
+    return router

@@ -1,0 +1,126 @@
+"""Steering memory in conversation, through the real pipeline and the fake LLM: intents read from words,
+receipts, forgetting that reaches the next reply call, reviews answered in words, /reset summaries."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from companion.chat.intents import Intent, Kind, read_intent, read_review_answer
+from companion.core.models import Scope, Status, Tier
+from companion.core.tiers import Action
+from companion.core.timeutil import to_db
+from tests.support import Rig
+
+ME = Scope(4242)
+
+
+@pytest.mark.parametrize(("text", "intent"), [
+    ("记住：每周一不要打扰我", Intent(Kind.SAVE, "每周一不要打扰我")),
+    ("帮我记一下我对花生过敏", Intent(Kind.SAVE, "我对花生过敏")),
+    ("remember this: I like green tea", Intent(Kind.SAVE, "I like green tea")),
+    ("这个很重要", Intent(Kind.SAVE_PREVIOUS)),
+    ("把这个写下来！", Intent(Kind.SAVE_PREVIOUS)),
+    ("忘掉我的生日，以后别提了", Intent(Kind.FORGET, "生日")),
+    ("忘记我对花生过敏的事吧", Intent(Kind.FORGET, "对花生过敏")),
+    ("forget my birthday", Intent(Kind.FORGET, "my birthday")),
+    ("我记住了你说的", None),
+    ("我不想忘记你", None),
+    ("今天很重要的考试考完了", None),
+    ("记住", None),
+])
+def test_intents(text: str, intent: Intent | None) -> None:
+    assert read_intent(text) == intent
+
+
+SUGGESTED = [Action.PROMOTE, Action.ARCHIVE, Action.KEEP]
+
+
+@pytest.mark.parametrize(("text", "answer"), [
+    ("按你说的办", SUGGESTED),
+    ("好的", SUGGESTED),
+    ("第一个升级，第二个删除", [Action.PROMOTE, Action.FORGET, Action.KEEP]),
+    ("第3个归档", [Action.PROMOTE, Action.ARCHIVE, Action.ARCHIVE]),
+    ("第九个删除", SUGGESTED),  # out of range: nothing changes
+    ("今天吃了火锅", None),
+])
+def test_review_answers(text: str, answer: list[Action] | None) -> None:
+    assert read_review_answer(text, SUGGESTED) == answer
+
+
+async def test_save_gives_a_receipt_and_uses_the_models_judgement(rig: Rig) -> None:
+    rig.llm.set_json_reply(json.dumps({"event": "每周一不要打扰我", "keywords": ["周一", "打扰"],
+                                       "type": "instruction", "importance": 80, "core": True}, ensure_ascii=False))
+    await rig.chat.start(ME)
+    reply = await rig.chat.reply(ME, "记住：每周一不要打扰我", chat_id=4242, message_id=77)
+    assert reply.text == "记住了：每周一不要打扰我（长期记忆）"
+    assert reply.saved is not None and reply.saved.tier is Tier.LONG
+    assert (reply.saved.source_chat_id, reply.saved.source_message_id) == (4242, 77)
+    assert rig.llm.chat_requests() == []  # a save is answered without a reply call
+    # The instruction applies to every later reply.
+    rig.llm.set_chat_reply("好的")
+    await rig.chat.reply(ME, "今天好累")
+    assert "每周一不要打扰我" in json.dumps(rig.llm.chat_requests()[-1], ensure_ascii=False)
+
+
+async def test_save_previous_and_edit(rig: Rig) -> None:
+    rig.llm.set_chat_reply("嗯嗯")
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我下周三要面试")
+    rig.llm.fail_next(5)  # the model is down: the save still works, with the user's own words
+    saved = await rig.chat.reply(ME, "这个很重要")
+    assert saved.saved is not None and saved.saved.event == "我下周三要面试"
+    rig.chat.begin_edit(ME, saved.saved.id)
+    edited = await rig.chat.reply(ME, "我下周四要面试")
+    assert edited.text.startswith("改好了：我下周四要面试")
+    [memory] = await rig.engine.memories(ME)
+    assert memory.event == "我下周四要面试"
+
+
+async def test_forget_reaches_the_next_reply_call(rig: Rig) -> None:
+    rig.llm.set_chat_reply("记得啦")
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我的生日是三月五日")
+    saved = await rig.chat.reply(ME, "记住：我的生日是三月五日")
+    assert saved.saved is not None
+    asked = await rig.chat.reply(ME, "忘掉我的生日，以后别提了")
+    assert [m.id for m in asked.to_forget] == [saved.saved.id]
+    assert await rig.chat.forget(ME, [m.id for m in asked.to_forget]) == 1
+    await rig.chat.reply(ME, "你还记得什么")
+    last = json.dumps(rig.llm.chat_requests()[-1], ensure_ascii=False)
+    assert "三月五日" not in last
+    assert (await rig.engine.get(ME, saved.saved.id)).status is Status.FORGOTTEN
+
+
+async def test_unanswered_reviews_open_the_next_conversation(rig: Rig) -> None:
+    rig.llm.set_chat_reply("在呢")
+    await rig.chat.start(ME)
+    saved = (await rig.chat.reply(ME, "记住：最近在学吉他")).saved
+    assert saved is not None and saved.tier is not Tier.LONG
+    await rig.chat.stop(ME)
+    rig.clock.advance(days=40)
+    await rig.engine.set_note(ME, "review_sent", to_db(rig.clock() - timedelta(days=4)))
+    await rig.chat.start(ME)
+    first = await rig.chat.reply(ME, "我回来啦")
+    assert first.text.startswith("有1条记忆待处理，要看看吗？")
+    done = await rig.chat.reply(ME, "按你说的办")
+    assert "已归档" in done.text
+    assert (await rig.engine.get(ME, saved.id)).status is Status.ARCHIVED
+
+
+async def test_reset_keeps_a_summary_and_clears_context(rig: Rig) -> None:
+    rig.llm.set_chat_reply("加油")
+    rig.llm.set_json_reply(json.dumps({"summary": "最近在准备考研，压力有点大", "keywords": ["考研", "压力"]},
+                                      ensure_ascii=False))
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我在准备考研")
+    await rig.chat.reply(ME, "压力好大")
+    text = await rig.chat.reset(ME)
+    assert "最近在准备考研" in text
+    summary = [m for m in await rig.engine.memories(ME) if "考研" in m.event]
+    assert summary and summary[0].tier is Tier.SHORT
+    await rig.chat.reply(ME, "你好")
+    users = [m for m in rig.llm.chat_requests()[-1]["messages"] if m["role"] == "user"]
+    assert len(users) == 1

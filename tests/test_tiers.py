@@ -1,0 +1,117 @@
+"""Pure tier rules as tables: review and reminder times, priority, suggestions, moves, what a reply may
+know, and eviction order."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from companion.core import rules, tiers
+from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
+from companion.core.tiers import Action
+
+NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def mem(mid: int, tier: Tier = Tier.SHORT, importance: float = 60.0, **extra: object) -> Memory:
+    base = Memory(
+        id=mid, event=f"事{mid}", keywords=["词"], importance=importance, created_at=NOW - mid * DAY,
+        validity=tiers.VALIDITY_OF[tier], last_mentioned_at=None, updated_at=NOW, expires_at=None,
+        type=MemoryType.FACT, origin=Origin.EXTRACTED, mention_count=0, last_decay_at=NOW, tier=tier,
+    )
+    return replace(base, **extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("tier", "period", "lead"), [
+    (Tier.SHORT, 7 * DAY, timedelta(hours=9)),
+    (Tier.MEDIUM, 30 * DAY, DAY),
+    (Tier.LONG, 90 * DAY, 7 * DAY),
+])
+def test_review_and_reminder(tier: Tier, period: timedelta, lead: timedelta) -> None:
+    assert tiers.review_at(tier, NOW) == NOW + period
+    memory = mem(1, tier, review_at=NOW + period)
+    assert tiers.remind_at(memory) == NOW + period - lead
+    assert not tiers.is_due(memory, NOW + period - lead - timedelta(seconds=1))
+    assert tiers.is_due(memory, NOW + period - lead)
+    assert not tiers.is_due(replace(memory, pinned=True), NOW + period)
+    assert not tiers.is_due(replace(memory, status=Status.ARCHIVED), NOW + period)
+    assert not tiers.is_due(replace(memory, review_at=None), NOW + 1000 * DAY)
+
+
+@pytest.mark.parametrize(("importance", "tier", "expected"), [
+    (0, Tier.SHORT, 0), (24.9, Tier.SHORT, 0), (25, Tier.SHORT, 1), (80, Tier.SHORT, 3), (100, Tier.SHORT, 4),
+    (50, Tier.MEDIUM, 3), (100, Tier.MEDIUM, 5), (10, Tier.LONG, 2), (100, Tier.LONG, 5), (-5, Tier.SHORT, 0),
+])
+def test_priority(importance: float, tier: Tier, expected: int) -> None:
+    assert tiers.priority(importance, tier) == expected
+
+
+@pytest.mark.parametrize(("mentions", "accesses", "last_used", "tier", "action"), [
+    (2, 0, NOW - DAY, Tier.SHORT, Action.PROMOTE),
+    (1, 1, NOW - DAY, Tier.MEDIUM, Action.PROMOTE),
+    (5, 0, NOW - DAY, Tier.LONG, Action.KEEP),  # nothing above long-term
+    (0, 0, None, Tier.SHORT, Action.ARCHIVE),
+    (1, 0, NOW - 40 * DAY, Tier.MEDIUM, Action.ARCHIVE),  # used, but not in this period
+    (1, 0, NOW - 3 * DAY, Tier.SHORT, Action.KEEP),
+])
+def test_suggestions(mentions: int, accesses: int, last_used: datetime | None, tier: Tier, action: Action) -> None:
+    memory = mem(1, tier, mention_count=mentions, access_count=accesses, last_mentioned_at=last_used)
+    suggestion = tiers.suggest(memory, NOW)
+    assert suggestion.action is action
+    assert suggestion.reason
+
+
+@pytest.mark.parametrize(("start", "target", "validity"), [
+    (Tier.SHORT, Tier.MEDIUM, Validity.DAYS_30), (Tier.MEDIUM, Tier.LONG, Validity.PERMANENT),
+    (Tier.LONG, Tier.LONG, Validity.PERMANENT),
+])
+def test_promotion_moves_validity_and_restarts_the_review(start: Tier, target: Tier, validity: Validity) -> None:
+    moved = tiers.move_to_tier(mem(1, start), tiers.next_tier(start), NOW)
+    assert (moved.tier, moved.validity) == (target, validity)
+    assert moved.review_at == NOW + rules.REVIEW_PERIOD[target]
+    assert moved.expires_at == (None if validity is Validity.PERMANENT else NOW + validity.lifetime())  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("mtype", "importance", "explicit", "core", "tier"), [
+    (MemoryType.EVENT, 95, False, True, Tier.SHORT),  # extracted memories always start short-term
+    (MemoryType.INSTRUCTION, 30, True, False, Tier.LONG),
+    (MemoryType.PREFERENCE, 70, True, False, Tier.LONG),
+    (MemoryType.PREFERENCE, 40, True, False, Tier.SHORT),
+    (MemoryType.EVENT, 40, True, True, Tier.LONG),
+    (MemoryType.EVENT, 60, True, False, Tier.MEDIUM),
+    (MemoryType.FACT, 20, True, False, Tier.MEDIUM),
+    (MemoryType.EVENT, 20, True, False, Tier.SHORT),
+])
+def test_initial_tier(mtype: MemoryType, importance: float, explicit: bool, core: bool, tier: Tier) -> None:
+    assert tiers.initial_tier(mtype, importance, explicit, core) is tier
+
+
+def test_reply_candidates() -> None:
+    long = [mem(i, Tier.LONG, importance=float(i)) for i in range(1, 13)]
+    medium = [mem(20 + i, Tier.MEDIUM, importance=float(i * 10)) for i in range(1, 8)]
+    short = [mem(40 + i, Tier.SHORT) for i in range(1, 5)]
+    rule = mem(60, Tier.MEDIUM, type=MemoryType.INSTRUCTION)
+    archived = mem(61, Tier.MEDIUM, importance=99.0, status=Status.ARCHIVED)
+    core, recallable, instructions = tiers.reply_candidates([*long, *medium, *short, rule, archived])
+    assert [m.id for m in core] == list(range(12, 2, -1))  # the 10 most important long-term
+    assert [m.id for m in recallable] == [27, 26, 25, 24, 23, 41, 42]  # 5 most important medium + 2 newest short
+    assert instructions == [rule]
+
+
+def test_eviction_order_and_protection() -> None:
+    memories = [
+        mem(1, importance=90.0, expires_at=NOW - DAY),  # expired goes first, however important
+        mem(2, importance=20.0),
+        mem(3, importance=20.0, last_accessed_at=NOW - DAY),  # same importance, used more recently
+        mem(4, importance=5.0, pinned=True),  # pinned: never
+        mem(5, Tier.LONG, importance=1.0),  # long-term: never
+        mem(6, importance=50.0),
+        mem(7, importance=20.0, created_at=NOW - 100 * DAY),  # oldest of the unused 20s
+    ]
+    assert [m.id for m in tiers.eviction_order(memories, NOW)] == [1, 7, 2, 3, 6]
+    assert [m.id for m in tiers.to_evict(memories, cap=5, now=NOW)] == [1, 7]
+    assert tiers.to_evict(memories, cap=7, now=NOW) == []
+    assert [m.id for m in tiers.to_evict(memories, cap=0, now=NOW)] == [1, 7, 2, 3, 6]
