@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Tier, Validity
-from companion.recall.filters import MemoryFilter
+from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.fusion import RRF_K, reciprocal_rank_fusion
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -77,3 +77,16 @@ def test_unknown_filter_values_are_refused(values: dict[str, list[str]]) -> None
 
 def test_an_empty_filter_says_so() -> None:
     assert MemoryFilter().is_empty and not MemoryFilter.of(types=["fact"]).is_empty
+
+
+@pytest.mark.parametrize(("words", "matched"), [
+    ([], True),
+    (["事件"], True),  # in the event text
+    (["词"], True),  # a keyword
+    (["词语"], True),  # contains a keyword
+    (["事件", "词"], True),
+    (["事件", "小狗"], False),  # every word must match
+    (["小狗"], False),
+])
+def test_word_match(words: list[str], matched: bool) -> None:
+    assert matches_words(memory(), words) is matched
