@@ -302,3 +302,18 @@ async def test_a_chat_turn_carries_a_memory_found_by_meaning(
         assert "我家小狗豆豆这几天拉肚子" in str(fake_llm.chat_requests()[-1]["messages"])
     finally:
         await close_rig(rig)
+
+
+async def test_a_local_model_that_cannot_load_leaves_keyword_recall(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="companion.engine.retrievers")
+    engine = await MemoryEngine.open(make_settings(tmp_path, embedding_local_model=str(tmp_path / "missing")),
+                                     KEYWORDS)
+    try:
+        assert engine.dense is None
+        assert any("semantic recall off" in r.getMessage() for r in caplog.records)
+        await engine.remember(ME, [interview()], NOW)
+        assert await recalled_events(engine, "面试准备得怎么样") == ["下周三要去字节面试"]
+    finally:
+        await engine.close()

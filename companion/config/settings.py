@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     embedding_local_model: str = ""
     embedding_dimensions: int | None = Field(default=None, ge=1, le=8192)
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
-    embedding_timeout_seconds: float = Field(default=30.0, gt=0)
+    embedding_timeout_seconds: float = Field(default=10.0, gt=0)
     embedding_query_timeout_seconds: float = Field(default=2.0, gt=0)
     embedding_min_similarity: float = Field(default=0.5, ge=-1, le=1)
     embedding_retry_after_seconds: float = Field(default=60.0, ge=0)

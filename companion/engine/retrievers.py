@@ -29,6 +29,8 @@ from companion.storage.vectors import VectorRow, VectorStore, text_hash
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+# A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
+WRITE_RETRIES = 1
 SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut: ask for more
 
 
@@ -53,6 +55,7 @@ def build_embedder(settings: Settings) -> Embedder | None:
             base_url=settings.embedding_base_url, model=settings.embedding_model, api_key=key,
             dimensions=settings.embedding_dimensions, batch_size=settings.embedding_batch_size,
             timeout=settings.embedding_timeout_seconds, query_timeout=settings.embedding_query_timeout_seconds,
+            max_retries=WRITE_RETRIES,
         )
     if settings.embedding_backend == "local":
         return LocalEmbedder(settings.embedding_local_model, batch_size=settings.embedding_batch_size)
@@ -86,6 +89,12 @@ class DenseRetriever:
             await embedder.close()
             log.warning("semantic recall needs the SQLite store; recall uses keywords only")
             return None
+        if isinstance(embedder, LocalEmbedder):
+            try:
+                await embedder.load()  # now, not on the first reply: loading takes seconds
+            except EmbeddingError as exc:
+                log.warning("semantic recall off: %s", exc)
+                return None
         vectors = await VectorStore.open(store)
         log.info("semantic recall on: %s, vectors scored by %s", embedder.name, vectors.backend)
         return cls(embedder, vectors, store, DensePolicy.from_settings(settings))
@@ -136,6 +145,8 @@ class DenseRetriever:
         ``limit`` (the policy's when None). Call it outside any lock or transaction. Returns how many vectors
         were written; 0 when the backend is down."""
         await self.prune(scope)  # memories evicted or forgotten by this write
+        if not self.available:
+            return 0  # picked up by a later write or reindex
         memories = await self._store.fetch_memories(scope)
         return await self._embed_memories(scope, memories, now or utcnow(), limit or self.policy.sync_limit, force)
 
