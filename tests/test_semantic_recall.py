@@ -194,7 +194,7 @@ async def test_a_failing_backend_degrades_to_keywords_with_one_warning(
 async def test_while_down_the_backend_is_left_alone_until_retry_time(setup: Setup) -> None:
     await setup.engine.remember(ME, [dog()], NOW)
     clock = [100.0]
-    setup.dense._clock = lambda: clock[0]
+    setup.dense.clock = lambda: clock[0]
     setup.fake.fail_next(count=1)
     before = len(setup.fake.requests)
     assert await recalled_events(setup.engine, "狗狗最近怎么样") == []
@@ -209,7 +209,7 @@ async def test_a_write_while_down_keeps_the_memory_and_embeds_it_later(setup: Se
     [first] = await setup.engine.remember(ME, [dog()], NOW)
     assert [m.id for m in await setup.engine.memories(ME)] == [first]
     assert await setup.dense.vectors.count() == 0
-    setup.dense._down_until = None
+    setup.dense.retry_now()
     [second] = await setup.engine.remember(ME, [interview()], NOW)
     assert set(await setup.dense.vectors.hashes(ME, setup.dense.model)) == {first, second}
 

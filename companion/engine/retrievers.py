@@ -76,7 +76,7 @@ class DenseRetriever:
         self.vectors = vectors
         self._store = store
         self.policy = policy or DensePolicy()
-        self._clock = clock
+        self.clock = clock  # monotonic seconds, for the retry timer
         self._down_until: float | None = None  # set while the backend is failing
 
     @classmethod
@@ -110,7 +110,7 @@ class DenseRetriever:
 
     @property
     def available(self) -> bool:
-        return self._down_until is None or self._clock() >= self._down_until
+        return self._down_until is None or self.clock() >= self._down_until
 
     def _failed(self, exc: EmbeddingError, doing: str) -> None:
         if self._down_until is None:
@@ -118,7 +118,11 @@ class DenseRetriever:
                         doing, exc, self.policy.retry_after)
         else:
             log.debug("embedding backend still failing while %s: %s", doing, exc)
-        self._down_until = self._clock() + self.policy.retry_after
+        self._down_until = self.clock() + self.policy.retry_after
+
+    def retry_now(self) -> None:
+        """Try the backend on the next call even if it failed less than ``retry_after`` ago."""
+        self._down_until = None
 
     def _succeeded(self) -> None:
         if self._down_until is not None:
@@ -194,9 +198,9 @@ class DenseRetriever:
             memories = await self._store.fetch_memories(scope)
             for start in range(0, len(memories), self.policy.sync_limit):
                 part = memories[start : start + self.policy.sync_limit]
-                self._down_until = None  # the operator asked: try even if the bot saw it fail
+                self.retry_now()  # the operator asked: try even if the bot saw it fail
                 written += await self._embed_memories(scope, part, utcnow(), len(part), force)
-                if self._down_until is not None:
+                if self._down_until is not None:  # it failed just now
                     raise EmbeddingError("the embedding backend failed; see the warning above")
                 done += len(part)
                 if progress:
