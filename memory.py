@@ -566,7 +566,8 @@ class MemoryEngine:
 
     async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
         memory = await self.get(scope, handle)
-        return await self._write(scope, tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now))
+        moved = tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now)
+        return await self._write(scope, replace(moved, status_reason="promoted"))  # the weekly summary counts it
 
     async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
         """Keep as it is and ask again after one more period of its tier."""

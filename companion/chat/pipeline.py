@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 INJECTION_WINDOW = 10
 NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
 NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
-REVIEW_SENT = "review_sent"  # note: when the last review message went out
+REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
 
 
@@ -173,7 +173,8 @@ class ChatService:
             opening = await self._opening(scope, session)
             answer = await self._reply(scope, session, text)
         self._schedule_summary(scope, session)
-        return replace(answer, text=f"{opening}\n\n{answer.text}") if opening and answer.ok else answer
+        text = texts.plain(answer.text)
+        return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
     async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
         previous = session.history[-1][0] if session.history else None
