@@ -86,7 +86,15 @@ CORE = MigrationSet("core", (
     ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
     """),
 ))
-SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)
+SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
+
+
+def register(migration_set: MigrationSet) -> None:
+    """Add a table owner's migration set (its module calls this at import). Order of registration is the
+    order the sets run in; each set's steps stay append-only."""
+    global SHARED_SETS
+    if all(s.owner != migration_set.owner for s in SHARED_SETS):
+        SHARED_SETS = (*SHARED_SETS, migration_set)
 
 
 async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:
