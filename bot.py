@@ -35,14 +35,16 @@ from companion.core.errors import CompanionError, ConfigError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
-from companion.ops import jobs
+from companion.ops import jobs, reviews
 from companion.ops.backup import make_backup
 from companion.ops.restore import restore
 from companion.ops.table import memories_table
+from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from handlers import build_router
 from handlers.commands import bot_commands
+from handlers.memories import proactive_senders
 from memory import MemoryEngine
 
 log = logging.getLogger("bot")
@@ -108,6 +110,8 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     async with companion(settings) as (chat, parts):
         bot, dispatcher, buffer = build_bot(settings, chat)
         scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
+        reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
+        upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
         try:
             await bot.set_my_commands(bot_commands())
             scheduler.start()
@@ -115,6 +119,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
             log.info("bot started; polling %s", settings.telegram_api_base)
             await dispatcher.start_polling(bot, close_bot_session=False)
         finally:
+            upgrading.cancel()
             scheduler.shutdown(wait=False)
             await buffer.close()
             await bot.session.close()

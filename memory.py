@@ -18,7 +18,15 @@ import prompts
 from companion.config.settings import Settings
 from companion.core import tiers
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
-from companion.core.extraction import MergePlan, clean_keywords, fingerprint, parse_extraction, plan_merge, tells
+from companion.core.extraction import (
+    MergePlan,
+    clean_keywords,
+    fingerprint,
+    parse_extraction,
+    parse_today,
+    plan_merge,
+    tells,
+)
 from companion.core.models import (
     Memory,
     MemoryDraft,
@@ -27,6 +35,8 @@ from companion.core.models import (
     Profile,
     Recalled,
     Scope,
+    ShortItem,
+    ShortKind,
     Status,
     Tier,
     Turn,
@@ -53,7 +63,10 @@ MAX_QUERY_TERMS = 48
 MAX_RELATED = 12
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
-RECENT_WINDOW = timedelta(days=1)  # stored memories shown to an extraction, to spot contradictions
+RECENT_WINDOW = timedelta(days=1)
+SHORT_TURNS_KEPT = 200
+LAST_EXTRACTION = "last_extraction"
+TODAY_EVENTS_KEPT = 30  # stored memories shown to an extraction, to spot contradictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +109,7 @@ class MemoryContext:
     keywords: list[str] = field(default_factory=list)
     instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
     recent: list[str] = field(default_factory=list)  # core facts learned in the last day
+    today: list[str] = field(default_factory=list)  # small things the user reported today (short-term)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,20 @@ class Standing:
     recallable: set[int]
     instructions: list[str]
     recent: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShortTerm:
+    turns: list[ShortItem]
+    events: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShortStats:
+    turns: int
+    events: int
+    recall_hit_rate: float
+    last_extraction_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,10 +319,20 @@ class MemoryEngine:
                 await self._store.delete_profile(scope)
                 if reason == "user":
                     await self._drop_telling_turns(scope, wanted)
+                    await self._drop_telling_short(scope, wanted)
         self._invalidate(scope)
         if wanted and self.dense is not None:
             await self.dense.prune(scope)  # the forgotten memories' vectors
         return wanted
+
+    async def _drop_telling_short(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
+        telling = [
+            item.id for kind, keep in ((ShortKind.TURN, SHORT_TURNS_KEPT), (ShortKind.EVENT, TODAY_EVENTS_KEPT))
+            for item in await self._store.short_items(scope, kind, keep)
+            if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)
+        ]
+        if telling:
+            await self._store.drop_short(scope, telling)
 
     async def _drop_telling_turns(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
         turns = await self._store.pending_turns(scope, 10_000)
@@ -359,7 +397,7 @@ class MemoryEngine:
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
-            instructions=standing.instructions, recent=standing.recent,
+            instructions=standing.instructions, recent=standing.recent, today=await self.today_events(scope, now),
         )
 
     async def _standing(self, scope: Scope, now: datetime) -> Standing:
@@ -394,7 +432,9 @@ class MemoryEngine:
             if not turns:
                 return Consolidation(0, 0, 0)
             known = await self._related(scope, turns)
-            drafts = await self._extract(turns, known, now)
+            drafts, today_events = await self._extract(turns, known, now)
+            for event in today_events:
+                await self._store.add_short(scope, ShortKind.EVENT, event, None, turns[-1].at, keep=TODAY_EVENTS_KEPT)
             for draft in drafts:
                 draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
                 draft.source_at = turns[-1].at
@@ -409,6 +449,7 @@ class MemoryEngine:
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
             evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        await self.set_note(scope, LAST_EXTRACTION, to_db(now))
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         await self._embed(scope, now)
@@ -416,14 +457,16 @@ class MemoryEngine:
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
 
-    async def _extract(self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime) -> list[MemoryDraft]:
+    async def _extract(
+        self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime
+    ) -> tuple[list[MemoryDraft], list[str]]:
         if self.llm is None:
             raise RuntimeError("consolidate needs an LLM client")
         today = local_date(now, self.config.tz)
         listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
         prompt = prompts.render("extract", today=today, known=listed, turns=self._format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
-        return parse_extraction(data, self.keywords.keywords, today)
+        return parse_extraction(data, self.keywords.keywords, today), parse_today(data)
 
     def _format_turns(self, turns: Sequence[Turn]) -> str:
         lines: list[str] = []
@@ -586,7 +629,8 @@ class MemoryEngine:
 
     async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
         memory = await self.get(scope, handle)
-        return await self._write(scope, tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now))
+        moved = tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now)
+        return await self._write(scope, replace(moved, status_reason="promoted"))  # the weekly summary counts it
 
     async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
         """Keep as it is and ask again after one more period of its tier."""
@@ -706,3 +750,33 @@ class MemoryEngine:
                             validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
         [handle, *_] = await self.remember(scope, [draft], now)
         return await self.get(scope, handle)
+
+    # ---- short-term memory: kept in the database, so a restart forgets nothing -------------------
+
+    async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
+        """Keep a finished exchange as short-term memory (the newest 200 stay)."""
+        await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled)
+
+    async def recent_turns(self, scope: Scope, limit: int) -> list[ShortItem]:
+        return await self._store.short_items(scope, ShortKind.TURN, limit)
+
+    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+        """What the user reported today (local day), oldest first."""
+        today = local_date(now, self.config.tz)
+        items = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        return [i.user for i in items if local_date(i.at, self.config.tz) == today]
+
+    async def clear_short_term(self, scope: Scope, kind: ShortKind | None = None) -> None:
+        await self._store.drop_short(scope, kind=kind)
+
+    async def short_term(self, scope: Scope, now: datetime, turns: int = 10) -> ShortTerm:
+        """The reply call's short-term half: the last turns and today's events."""
+        return ShortTerm(await self.recent_turns(scope, turns), await self.today_events(scope, now))
+
+    async def short_stats(self, scope: Scope) -> ShortStats:
+        """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""
+        turns = await self._store.short_items(scope, ShortKind.TURN, SHORT_TURNS_KEPT)
+        events = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        last = await self.note(scope, LAST_EXTRACTION)
+        return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
+                          None if last is None else from_db(last))

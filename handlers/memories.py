@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject, CommandStart
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
@@ -19,6 +21,7 @@ from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
+from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
 from handlers import keyboards
 from handlers.keyboards import PAGE_SIZE, ForgetCB, MemoryCB, PageCB, ReviewCB, StartCB
 from handlers.scope import scope_of, scope_of_callback
@@ -245,9 +248,36 @@ async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
 
 # ---- reviews -----------------------------------------------------------------------------------------
 
-async def send_review(bot: Bot, chat_id: int, items: list[tuple[Memory, Suggestion]]) -> None:
+async def send_review(bot: Bot, chat_id: int, items: Sequence[tuple[Memory, Suggestion]]) -> None:
     """The review message: every memory due, with its suggestion and buttons."""
     await bot.send_message(chat_id, texts.review_message(items), reply_markup=keyboards.review(items))
+
+
+def chat_of(scope: Scope) -> int:
+    return scope.user_id if scope.chat_id is None else scope.chat_id
+
+
+def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
+    """The review and weekly senders the scheduler calls; False when the user cannot be reached."""
+
+    async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
+        try:
+            await send_review(bot, chat_of(scope), items)
+        except TelegramAPIError as exc:
+            log.info("review for %s not delivered: %s", scope.key, exc)
+            return False
+        return True
+
+    async def weekly(scope: Scope, week: WeekSummary) -> bool:
+        try:
+            await bot.send_message(chat_of(scope), texts.weekly(week.learned, week.promoted, week.archived,
+                                                                week.evicted))
+        except TelegramAPIError as exc:
+            log.info("weekly summary for %s not delivered: %s", scope.key, exc)
+            return False
+        return True
+
+    return review, weekly
 
 
 async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService) -> None:

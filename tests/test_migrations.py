@@ -13,7 +13,7 @@ import pytest
 
 from companion.core.models import Origin, Scope, Status, Tier, Validity
 from companion.storage import migrations
-from companion.storage.migrations import CORE, MEMORIES, SHARED_SETS, Migration, MigrationSet
+from companion.storage.migrations import CORE, MEMORIES, Migration, MigrationSet
 from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -75,7 +75,8 @@ async def test_a_first_release_database_upgrades_lazily_and_loses_nothing(tmp_pa
     store = await SQLiteStore.open(path)
     try:
         # Opening ran only the database-wide steps; no memory table was touched.
-        assert applied(path) == [(s.owner, name) for s in SHARED_SETS for name in s.names]
+        assert applied(path) == [("core", name) for name in CORE.names] + [("short_term", "0001_short_term"),
+                                                                            ("vectors", "0001_memory_vectors")]
         assert versions(path) == {"u101": 2, "u202": 2}
         assert await store.active_scopes() == {ALICE, BOB}
         assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["还在咳嗽"]
@@ -104,7 +105,8 @@ async def test_a_first_release_database_upgrades_lazily_and_loses_nothing(tmp_pa
     again = await SQLiteStore.open(path)  # a second open runs nothing again
     try:
         assert len(await again.fetch_memories(ALICE)) == 2
-        assert applied(path) == [(s.owner, name) for s in SHARED_SETS for name in s.names]
+        assert applied(path) == [("core", name) for name in CORE.names] + [("short_term", "0001_short_term"),
+                                                                            ("vectors", "0001_memory_vectors")]
     finally:
         await again.close()
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from companion.chat import texts
 from companion.chat.intents import Intent, Kind, read_intent, read_review_answer
 from companion.core.models import Scope, Status, Tier
 from companion.core.tiers import Action
@@ -124,3 +125,14 @@ async def test_reset_keeps_a_summary_and_clears_context(rig: Rig) -> None:
     await rig.chat.reply(ME, "你好")
     users = [m for m in rig.llm.chat_requests()[-1]["messages"] if m["role"] == "user"]
     assert len(users) == 1
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("**好的**，我记得", "好的，我记得"),
+    ("# 标题\n内容", "标题\n内容"),
+    ("__强调__", "强调"),
+    ("```\n代码\n```", "代码\n"),
+    ("2*3=6，a_b", "2*3=6，a_b"),
+])
+def test_replies_are_plain_text(raw: str, shown: str) -> None:
+    assert texts.plain(raw) == shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -237,3 +238,19 @@ def weekly(learned: Sequence[Memory], promoted: int, archived: int, evicted: int
         lines.append("另外" + "，".join(extra) + "。")
     lines.append("想看全部可以发 /memories。")
     return "\n".join(lines)
+
+
+_MARKDOWN = (
+    (re.compile(r"\*\*(.+?)\*\*", re.DOTALL), r"\1"),
+    (re.compile(r"__(.+?)__", re.DOTALL), r"\1"),
+    (re.compile(r"^#{1,6}\s+", re.MULTILINE), ""),
+    (re.compile(r"^```[\w-]*\n?|```$", re.MULTILINE), ""),
+)
+
+
+def plain(text: str) -> str:
+    """Replies are sent as plain text (the prompt asks for it): markdown the model slips in anyway is
+    unwrapped rather than shown as raw ``**``."""
+    for pattern, repl in _MARKDOWN:
+        text = pattern.sub(repl, text)
+    return text

@@ -1,0 +1,109 @@
+"""Proactive memory messages: the review of memories that reached their time, and the opt-in weekly
+summary. Scheduling and choosing who gets what live here; sending is handed in by the composition root
+(so nothing here knows Telegram). A send that reports the user unreachable is simply not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from companion.core import tiers
+from companion.core.models import Memory, Scope, Status
+from companion.core.timeutil import from_db, to_db, utcnow
+from companion.ops.jobs import guarded
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+REVIEW_SENT = "review_sent"  # the chat layer reads this too: reviews unanswered for days open a conversation
+WEEKLY = "weekly"
+WEEKLY_SENT = "weekly_sent"
+REVIEW_EVERY = timedelta(hours=20)  # at most one review message a day (a little slack for the hourly job)
+WEEK = timedelta(days=7)
+BATCH = 5
+
+ReviewSender = Callable[[Scope, Sequence[tuple[Memory, tiers.Suggestion]]], Awaitable[bool]]
+WeeklySender = Callable[[Scope, "WeekSummary"], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True)
+class WeekSummary:
+    learned: list[Memory]
+    promoted: int
+    archived: int
+    evicted: int
+
+
+def in_hours(now: datetime, tz: tzinfo, hours: tuple[int, int]) -> bool:
+    """Whether it is a sensible local hour to write to someone (start inclusive, end exclusive)."""
+    start, end = hours
+    return start <= now.astimezone(tz).hour < end
+
+
+async def review_round(
+    engine: MemoryEngine, now: datetime, tz: tzinfo, hours: tuple[int, int], send: ReviewSender
+) -> int:
+    """One pass over the users in companion mode: whoever has memories due and got no review message in
+    the last day gets one, batched. Returns how many messages went out."""
+    if not in_hours(now, tz, hours):
+        return 0
+    sent = 0
+    for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
+        last = await engine.note(scope, REVIEW_SENT)
+        if last is not None and now - from_db(last) < REVIEW_EVERY:
+            continue
+        due = await engine.due_reviews(scope, now)
+        if not due:
+            continue
+        if await send(scope, due[:BATCH]):
+            await engine.set_note(scope, REVIEW_SENT, to_db(now))
+            sent += 1
+    return sent
+
+
+async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> WeekSummary:
+    everything = await engine.memories(scope, set(Status))
+    since = now - WEEK
+    return WeekSummary(
+        learned=[m for m in everything if m.is_active and m.created_at >= since],
+        promoted=sum(m.is_active and m.status_reason == "promoted" and m.updated_at >= since for m in everything),
+        archived=sum(m.status is Status.ARCHIVED and m.updated_at >= since for m in everything),
+        evicted=sum(m.status_reason == "evicted" and m.updated_at >= since for m in everything),
+    )
+
+
+async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) -> int:
+    """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on)."""
+    sent = 0
+    for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
+        if await engine.note(scope, WEEKLY) != "on":
+            continue
+        last = await engine.note(scope, WEEKLY_SENT)
+        if last is not None and now - from_db(last) < WEEK - timedelta(hours=12):
+            continue
+        if await send(scope, await week_summary(engine, scope, now)):
+            await engine.set_note(scope, WEEKLY_SENT, to_db(now))
+            sent += 1
+    return sent
+
+
+def schedule(scheduler: AsyncIOScheduler, engine: MemoryEngine, tz: tzinfo, hours: tuple[int, int],
+             send_review: ReviewSender, send_weekly: WeeklySender) -> None:
+    """Reviews are checked every hour (sent only in local daytime, once a day at most); the weekly summary
+    goes out on Monday mornings."""
+    async def reviews_job() -> None:
+        await guarded("reviews", lambda: review_round(engine, utcnow(), tz, hours, send_review))
+
+    async def weekly_job() -> None:
+        await guarded("weekly", lambda: weekly_round(engine, utcnow(), send_weekly))
+
+    options = {"coalesce": True, "misfire_grace_time": 3600, "max_instances": 1}
+    scheduler.add_job(reviews_job, CronTrigger(minute=5, timezone=tz), id="reviews", **options)
+    scheduler.add_job(weekly_job, CronTrigger(day_of_week="mon", hour=10, minute=0, timezone=tz), id="weekly",
+                      **options)

@@ -1,0 +1,28 @@
+"""Background upgrade of memory tables left at an old schema version: small batches, each one short
+transaction, the event loop free between them, so start-up never waits for it and chats keep flowing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from companion.core.errors import StorageError
+from companion.storage.sqlite import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+BATCH = 50
+PAUSE_SECONDS = 0.05
+
+
+async def upgrade_tables(store: SQLiteStore, batch: int = BATCH, pause: float = PAUSE_SECONDS) -> int:
+    """Upgrade every stale memory table; returns how many batches ran. A failure stops the run with one
+    warning (the tables are upgraded when touched anyway)."""
+    rounds = 0
+    try:
+        while await store.upgrade_stale(batch):
+            rounds += 1
+            await asyncio.sleep(pause)
+    except StorageError as exc:
+        log.warning("background table upgrade stopped: %s", exc)
+    return rounds
