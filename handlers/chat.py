@@ -6,13 +6,13 @@ import logging
 
 from aiogram import Bot, F, Router
 from aiogram.types import Message
-from aiogram.utils.chat_action import ChatActionSender
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
+from handlers.delivery import deliver, switch_off_blocked, typing
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)
@@ -28,21 +28,23 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
     chat_id = message.chat.id
 
     async def flush(text: str) -> None:
-        await answer_turn(bot, chat, scope, chat_id, text)
+        await answer_turn(bot, chat, buffer, scope, chat_id, text)
 
     buffer.push(scope, message.text, flush)
 
 
-async def answer_turn(bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str) -> None:
+async def answer_turn(
+    bot: Bot, chat: ChatService, buffer: MessageBuffer, scope: Scope, chat_id: int, text: str
+) -> None:
     try:
-        async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
+        async with typing(bot, chat_id):
             reply = (await chat.reply(scope, text)).text
     except CompanionError:
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)
         reply = texts.INTERNAL_ERROR
-    for part in texts.split_message(reply):
-        await bot.send_message(chat_id, part)
+    if not await deliver(bot, chat_id, reply):
+        await switch_off_blocked(chat, buffer, scope)
 
 
 async def on_unknown_command(message: Message) -> None:
