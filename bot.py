@@ -14,8 +14,8 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -194,14 +194,36 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.console import run_console
+    from companion.console import is_terminal, run_console
     from companion.core.models import Scope
     from companion.ops import dblock
 
-    with dblock.hold(settings.db_path, "the console"):
+    with dblock.hold(settings.db_path, "the console"), ExitStack() as logs:
+        if is_terminal():
+            # Log lines printed to the terminal would land inside the line being typed.
+            log_file = settings.data_dir / "console.log"
+            logs.enter_context(logs_to_file(log_file))
+            print(f"（日志写在 {log_file}）")
         async with companion(settings) as (chat, _):
             await run_console(chat, Scope(settings.console_user_id))
     return 0
+
+
+@contextmanager
+def logs_to_file(path: Path) -> Iterator[None]:
+    """Send every log record to ``path`` instead of the console's handlers while the block runs."""
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    if saved:
+        handler.setFormatter(saved[0].formatter)
+    root.handlers = [handler]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+        handler.close()
 
 
 def _progress(label: str) -> Callable[[int, int], None]:
