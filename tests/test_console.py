@@ -85,7 +85,7 @@ async def test_ctrl_c_ends_piped_console_without_waiting_for_a_line(fake_llm: Fa
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
-    while texts.GREETING_NEW.encode() not in await asyncio.wait_for(proc.stdout.readline(), 30):
+    while texts.GREETING_NEW.encode() not in await asyncio.wait_for(proc.stdout.readline(), 90):
         pass
     proc.send_signal(signal.SIGINT)  # stdin stays open: nothing more will ever be typed
     await asyncio.wait_for(proc.wait(), 10)
@@ -118,7 +118,7 @@ async def test_terminal_console_keeps_log_lines_out_of_the_prompt(fake_llm: Fake
     os.set_blocking(primary, False)
     loop.add_reader(primary, on_readable)
 
-    async def read_until(marker: str, timeout: float = 30) -> None:
+    async def read_until(marker: str, timeout: float = 90) -> None:
         deadline = loop.time() + timeout
         while marker.encode() not in screen:
             assert loop.time() < deadline, f"{marker!r} never shown; screen: {screen.decode(errors='replace')!r}"

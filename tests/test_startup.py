@@ -65,7 +65,7 @@ async def test_llm_out_of_reach_at_start_up_is_a_warning_not_a_stop(
     env = bot_env(tg, llm, tmp_path, LLM_BASE_URL=f"http://127.0.0.1:{closed_port()}")
     proc = await start_bot(env, tmp_path)
     try:
-        await tg.wait_for_call("getUpdates", timeout=30)
+        await tg.wait_for_call("getUpdates", timeout=90)  # a loaded CI machine starts the process slowly
     finally:
         proc.terminate()
         output = (await proc.communicate())[0].decode()
