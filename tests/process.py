@@ -33,7 +33,7 @@ def bot_env(tg: FakeTelegram, llm: FakeLLM, tmp: Path, **extra: str) -> dict[str
 
 
 async def run_cli(
-    env: dict[str, str], cwd: Path, *args: str, timeout: float = 60, python_flags: tuple[str, ...] = ()
+    env: dict[str, str], cwd: Path, *args: str, timeout: float = 120, python_flags: tuple[str, ...] = ()
 ) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *python_flags, str(ROOT / "bot.py"), *args, env=env, cwd=cwd,
