@@ -15,42 +15,41 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from tqdm import tqdm
-
-from companion.chat.buffer import MessageBuffer
-from companion.chat.pipeline import ChatConfig, ChatService
-from companion.config.logs import setup_logging
-from companion.config.settings import Settings, load_settings
-from companion.console import run_console
+# Only what every command needs is imported here; aiogram, openai, jieba and pandas take seconds to
+# import, so each command imports its own parts inside its function (``--help`` answers at once).
 from companion.core.errors import CompanionError, ConfigError
-from companion.core.models import Scope
-from companion.core.timeutil import utcnow
-from companion.llm.client import LLMClient
-from companion.ops import jobs, reviews
-from companion.ops.backup import make_backup
-from companion.ops.restore import restore
-from companion.ops.table import memories_table
-from companion.ops.upgrade import upgrade_tables
-from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import SQLiteStore
-from handlers import build_router
-from handlers.commands import bot_commands
-from handlers.memories import proactive_senders
-from memory import MemoryEngine
+from companion.ops.dblock import DatabaseInUseError
+
+if TYPE_CHECKING:
+    from aiogram import Bot, Dispatcher
+
+    from companion.chat.buffer import MessageBuffer
+    from companion.chat.pipeline import ChatService
+    from companion.config.settings import Settings
+    from companion.llm.client import LLMClient
+    from companion.storage.sqlite import SQLiteStore
+    from memory import MemoryEngine
 
 log = logging.getLogger("bot")
 
+# Relative paths in .env and the environment are resolved against this folder, and .env is read from
+# it, so the bot finds the same database whatever folder it is started from (README, Configuration).
+PROJECT_DIR = Path(__file__).resolve().parent
+
+
+class StartupError(CompanionError):
+    """The bot cannot start: Telegram or the LLM refused it or cannot be reached (exit code 2)."""
+
 
 def build_llm(settings: Settings) -> LLMClient:
+    from companion.llm.client import LLMClient
+
     settings.require("llm_api_key")
     assert settings.llm_api_key is not None
     return LLMClient(
@@ -69,6 +68,10 @@ class Services:
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
+    from companion.recall.keywords import KeywordExtractor
+    from companion.storage.sqlite import SQLiteStore
+    from memory import MemoryEngine
+
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
     try:
         store = await SQLiteStore.open(settings.db_path)
@@ -84,6 +87,8 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 
 @asynccontextmanager
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
+    from companion.chat.pipeline import ChatConfig, ChatService
+
     async with services(settings, need_llm=True) as parts:
         assert parts.llm is not None
         chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings))
@@ -96,41 +101,138 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
 
 def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, MessageBuffer]:
     """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
+    from aiogram import Bot, Dispatcher
+    from aiogram.client.session.aiohttp import AiohttpSession
+    from aiogram.client.telegram import TelegramAPIServer
+
+    from companion.chat.buffer import MessageBuffer
+    from handlers import build_router
+    from handlers.delivery import RetryAfterMiddleware
+
     assert settings.telegram_bot_token is not None
     buffer = MessageBuffer(settings.quiet_seconds)
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
+    session.middleware(RetryAfterMiddleware())
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz)
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
 
 
+def check_token_format(settings: Settings) -> None:
+    """aiogram raises its own TokenValidationError (with a traceback) for a malformed token; say it in one line."""
+    from aiogram.utils.token import TokenValidationError, validate_token
+
+    assert settings.telegram_bot_token is not None
+    try:
+        validate_token(settings.telegram_bot_token.get_secret_value())
+    except TokenValidationError:
+        raise ConfigError(
+            "TELEGRAM_BOT_TOKEN is malformed: expected <digits>:<letters> as @BotFather gives it"
+        ) from None
+
+
+async def check_telegram(bot: Bot, settings: Settings) -> None:
+    """getMe before anything else, so a wrong token or no route is one line, not polling's retry loop."""
+    from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramUnauthorizedError
+
+    base = settings.telegram_api_base
+    try:
+        await bot.get_me()
+    except TelegramUnauthorizedError:
+        raise StartupError("Telegram rejected the token (401 Unauthorized); check TELEGRAM_BOT_TOKEN") from None
+    except TelegramNetworkError as exc:
+        raise StartupError(f"cannot reach the Telegram API at {base} ({_without(exc.message, bot.token)})") from None
+    except TelegramAPIError as exc:
+        raise StartupError(f"the Telegram API at {base} refused getMe: {_without(exc.message, bot.token)}") from None
+
+
+def _without(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+async def check_llm(llm: LLMClient, settings: Settings) -> None:
+    """A rejected key stops the bot (ConfigError); an unreachable model does not: replies degrade to a
+    friendly "the model is down" until it is back, which is better than not running at all."""
+    from companion.core.errors import LLMError
+
+    try:
+        await llm.check()
+    except LLMError as exc:
+        log.warning("cannot reach the LLM at %s (%s); starting anyway", settings.llm_base_url, exc)
+
+
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import dblock, jobs, reviews
+    from companion.ops.upgrade import upgrade_tables
+    from handlers.commands import bot_commands
+    from handlers.memories import proactive_senders
+
     settings.require("telegram_bot_token", "llm_api_key")
-    async with companion(settings) as (chat, parts):
-        bot, dispatcher, buffer = build_bot(settings, chat)
-        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
-        reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
-        upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
-        try:
-            await bot.set_my_commands(bot_commands())
-            scheduler.start()
-            await jobs.catch_up(parts.engine)
-            log.info("bot started; polling %s", settings.telegram_api_base)
-            await dispatcher.start_polling(bot, close_bot_session=False)
-        finally:
-            upgrading.cancel()
-            scheduler.shutdown(wait=False)
-            await buffer.close()
-            await bot.session.close()
+    check_token_format(settings)
+    with dblock.hold(settings.db_path, "the bot"):
+        async with companion(settings) as (chat, parts):
+            bot, dispatcher, buffer = build_bot(settings, chat)
+            scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
+            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
+            catching_up: asyncio.Task[None] | None = None
+            upgrading: asyncio.Task[int] | None = None
+            try:
+                await check_telegram(bot, settings)
+                assert parts.llm is not None
+                await check_llm(parts.llm, settings)
+                await bot.set_my_commands(bot_commands())
+                scheduler.start()
+                # Decay and a missed backup run beside polling: users are answered while they run.
+                catching_up = asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings))
+                # Memory tables left at an old version are upgraded in small batches, never at start-up.
+                upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
+                log.info("bot started; polling %s", settings.telegram_api_base)
+                await dispatcher.start_polling(bot, close_bot_session=False)
+            finally:
+                if upgrading is not None:
+                    upgrading.cancel()
+                if scheduler.running:  # a start-up failure comes before the scheduler started
+                    scheduler.shutdown(wait=False)
+                if catching_up is not None:
+                    await catching_up
+                await buffer.close()
+                await bot.session.close()
     log.info("bot stopped")
     return 0
 
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
-    async with companion(settings) as (chat, _):
-        await run_console(chat, Scope(settings.console_user_id))
+    from companion.console import is_terminal, run_console
+    from companion.core.models import Scope
+    from companion.ops import dblock
+
+    with dblock.hold(settings.db_path, "the console"), ExitStack() as logs:
+        if is_terminal():
+            # Log lines printed to the terminal would land inside the line being typed.
+            log_file = settings.data_dir / "console.log"
+            logs.enter_context(logs_to_file(log_file))
+            print(f"（日志写在 {log_file}）")
+        async with companion(settings) as (chat, _):
+            await run_console(chat, Scope(settings.console_user_id))
     return 0
+
+
+@contextmanager
+def logs_to_file(path: Path) -> Iterator[None]:
+    """Send every log record to ``path`` instead of the console's handlers while the block runs."""
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    if saved:
+        handler.setFormatter(saved[0].formatter)
+    root.handlers = [handler]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+        handler.close()
 
 
 def _progress(label: str) -> Callable[[int, int], None]:
@@ -141,7 +243,20 @@ def _progress(label: str) -> Callable[[int, int], None]:
     return report
 
 
+def require_database(settings: Settings) -> None:
+    """Commands that read or maintain the database never create one (an empty one would hide the mistake)."""
+    if not settings.db_path.is_file():
+        raise ConfigError(
+            f"no database at {settings.db_path}; check DATA_DIR (relative paths count from {PROJECT_DIR})"
+        )
+
+
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.timeutil import utcnow
+    from companion.ops.backup import make_backup
+    from companion.storage.sqlite import SQLiteStore
+
+    require_database(settings)
     storage = await SQLiteStore.open(settings.db_path)
     try:
         result = await make_backup(
@@ -154,13 +269,25 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
-    result = await restore(args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore"))
+    from companion.core.timeutil import utcnow
+    from companion.ops import dblock
+    from companion.ops.restore import restore
+
+    with dblock.hold(settings.db_path, "restore"):
+        result = await restore(
+            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore")
+        )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
     print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
     return 0
 
 
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.models import Scope
+    from companion.ops.table import memories_table
+    from companion.storage.sqlite import SQLiteStore
+
+    require_database(settings)
     storage = await SQLiteStore.open(settings.db_path)
     try:
         memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
@@ -171,27 +298,37 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
-    async with services(settings, need_llm=False) as parts:
-        report = await jobs.run_decay(parts.engine)
+    from companion.ops import dblock, jobs
+
+    require_database(settings)
+    with dblock.hold(settings.db_path, "decay"):
+        async with services(settings, need_llm=False) as parts:
+            report = await jobs.run_decay(parts.engine)
     print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
     return 0
 
 
 async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
     """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
+    from tqdm import tqdm
+
+    from companion.ops import dblock
+
     if settings.embedding_backend is None:
         raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
                           "(or EMBEDDING_LOCAL_MODEL); see .env.example")
-    async with services(settings, need_llm=False) as parts:
-        dense = parts.engine.dense
-        if dense is None:
-            raise ConfigError("semantic recall could not start; see the log above")
-        with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
-            def progress(done: int, total: int) -> None:
-                bar.total = total
-                bar.update(done - bar.n)
+    require_database(settings)
+    with dblock.hold(settings.db_path, "reindex"):
+        async with services(settings, need_llm=False) as parts:
+            dense = parts.engine.dense
+            if dense is None:
+                raise ConfigError("semantic recall could not start; see the log above")
+            with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
+                def progress(done: int, total: int) -> None:
+                    bar.total = total
+                    bar.update(done - bar.n)
 
-            written = await dense.reindex(force=args.force, progress=progress)
+                written = await dense.reindex(force=args.force, progress=progress)
     print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
     return 0
 
@@ -223,13 +360,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv)  # --help exits here, before pydantic is imported
+    from companion.config.logs import setup_logging
+    from companion.config.settings import load_settings
+
     try:
-        settings = load_settings()
+        settings = load_settings(PROJECT_DIR)
         setup_logging(settings.log_level)
         return asyncio.run(COMMANDS[args.command](settings, args))
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except (StartupError, DatabaseInUseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except CompanionError as exc:
         print(f"error: {exc}", file=sys.stderr)

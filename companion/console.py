@@ -1,39 +1,107 @@
-"""``python bot.py console``: the same conversation pipeline in a terminal, for one local user."""
+"""``python bot.py console``: the same conversation pipeline in a terminal, for one local user.
+
+In a terminal, prompt_toolkit reads the lines: arrow keys, history and editing work, and Ctrl-C or Ctrl-D
+leave at once. Piped input (tests, ``bot.py console < script.txt``) is read line by line instead. The
+commands are handled here, as the Telegram handlers do, and never reach the model.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
+from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+from prompt_toolkit import PromptSession
+
+from companion.chat import texts
 from companion.chat.pipeline import ChatService
 from companion.core.models import Scope
 
 PROMPT = "你> "
+SPEAKER = "小伴> "
 EXIT_WORDS = frozenset({"/quit", "/exit", "/q"})
+INTRO = "（控制台模式：输入文字聊天，/help 查看命令，/quit、Ctrl-D 或 Ctrl-C 退出）"
+HELP = (
+    "控制台命令：\n"
+    "/start_aiGF — 开启陪伴模式\n"
+    "/stop_aiGF — 关闭陪伴模式（长期记忆会保留）\n"
+    "/help — 查看帮助\n"
+    "/quit — 退出（也可以按 Ctrl-D 或 Ctrl-C）"
+)
+
+Read = Callable[[], Awaitable[str | None]]
+"""The next line the user typed; None when they are done (end of input, Ctrl-D, Ctrl-C)."""
 
 
-async def run_console(chat: ChatService, scope: Scope, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
+def prompt_reader(session: PromptSession[str] | None = None) -> Read:
+    """Line editing in a terminal (tests pass a session on a pipe input and a dummy output)."""
+    prompt = session or PromptSession[str]()
+
+    async def read() -> str | None:
+        try:
+            return await prompt.prompt_async(PROMPT)
+        except (EOFError, KeyboardInterrupt):
+            return None
+
+    return read
+
+
+def stream_reader(stdin: TextIO, stdout: TextIO) -> Read:
+    """Lines from a pipe or file. A daemon thread reads them: a thread blocked in ``readline`` would keep
+    the process alive at exit until one more line came (asyncio waits for its executor's threads)."""
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def pump() -> None:
+        try:
+            for line in stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+        except RuntimeError:
+            return  # the console has ended and its loop is closed: nobody wants the rest of the input
+
+    threading.Thread(target=pump, name="console-stdin", daemon=True).start()
+
+    async def read() -> str | None:
+        stdout.write(PROMPT)
+        stdout.flush()
+        return await lines.get()
+
+    return read
+
+
+def is_terminal(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> bool:
+    return stdin.isatty() and stdout.isatty()
+
+
+async def run_console(
+    chat: ChatService, scope: Scope, read: Read | None = None, stdout: TextIO = sys.stdout
+) -> None:
     def say(text: str) -> None:
         stdout.write(text + "\n")
         stdout.flush()
 
-    say("（控制台模式：输入文字聊天，/stop_aiGF 关闭陪伴，/quit 退出）")
-    say("小伴> " + await chat.start(scope))
-    while True:
-        stdout.write(PROMPT)
-        stdout.flush()
-        line = await asyncio.to_thread(stdin.readline)
-        if not line:
-            break
+    if read is None:
+        read = prompt_reader() if is_terminal(sys.stdin, stdout) else stream_reader(sys.stdin, stdout)
+    say(INTRO)
+    say(SPEAKER + await chat.start(scope))
+    while (line := await read()) is not None:
         text = line.strip()
         if not text:
             continue
-        if text in EXIT_WORDS:
+        command = text.split(maxsplit=1)[0].lower()
+        if command in EXIT_WORDS:
             break
-        if text.lower() == "/stop_aigf":
-            say("小伴> " + await chat.stop(scope))
-            break
-        reply = await chat.reply(scope, text)
-        say("小伴> " + reply.text)
+        if command == "/start_aigf":
+            say(SPEAKER + await chat.start(scope))
+        elif command == "/stop_aigf":
+            say(SPEAKER + await chat.stop(scope))
+        elif text.startswith("/"):
+            say(HELP)  # /help, and any other command: never sent to the model
+        elif not chat.is_active(scope):
+            say(SPEAKER + texts.NOT_STARTED)
+        else:
+            say(SPEAKER + (await chat.reply(scope, text)).text)
     await chat.drain()

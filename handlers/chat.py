@@ -6,7 +6,6 @@ import logging
 
 from aiogram import Bot, F, Router
 from aiogram.types import Message
-from aiogram.utils.chat_action import ChatActionSender
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
@@ -14,6 +13,7 @@ from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
 from handlers import keyboards
+from handlers.delivery import deliver, switch_off_blocked, typing
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)
@@ -30,17 +30,18 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
     chat_id, message_id = message.chat.id, message.message_id
 
     async def flush(text: str) -> None:
-        await answer_turn(bot, chat, scope, chat_id, text, message_id)
+        await answer_turn(bot, chat, buffer, scope, chat_id, text, message_id)
 
     buffer.push(scope, said, flush)
 
 
 async def answer_turn(
-    bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str, message_id: int | None = None
+    bot: Bot, chat: ChatService, buffer: MessageBuffer, scope: Scope, chat_id: int, text: str,
+    message_id: int | None = None,
 ) -> None:
     markup = None
     try:
-        async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
+        async with typing(bot, chat_id):
             reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id)
         answer = reply.text
         if reply.saved is not None:
@@ -51,9 +52,8 @@ async def answer_turn(
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)
         answer = texts.INTERNAL_ERROR
-    parts = texts.split_message(answer)
-    for i, part in enumerate(parts):
-        await bot.send_message(chat_id, part, reply_markup=markup if i == len(parts) - 1 else None)
+    if not await deliver(bot, chat_id, answer, markup):
+        await switch_off_blocked(chat, buffer, scope)
 
 
 async def on_unknown_command(message: Message) -> None:

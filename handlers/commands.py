@@ -25,9 +25,9 @@ async def start_companion(message: Message, chat: ChatService) -> None:
 async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuffer) -> None:
     scope = scope_of(message)
     if scope is not None:
-        reply = await chat.stop(scope)
-        buffer.cancel(scope)
-        await message.answer(reply)
+        # What the user sent before the stop is answered before the stop is confirmed, in their order.
+        await buffer.flush_now(scope)
+        await message.answer(await chat.stop(scope))
 
 
 async def show_help(message: Message) -> None:

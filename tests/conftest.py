@@ -16,6 +16,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from companion.chat.buffer import MessageBuffer
 from handlers import build_router
 from handlers.commands import bot_commands
+from handlers.delivery import RetryAfterMiddleware
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
@@ -40,7 +41,9 @@ async def live(tmp_path: Path) -> AsyncIterator[Live]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
         rig = await open_rig(llm, make_settings(tmp_path, quiet_seconds=0.3))
         buffer = MessageBuffer(rig.settings.quiet_seconds)
-        bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
+        session = AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url))
+        session.middleware(RetryAfterMiddleware())  # as bot.build_bot installs it
+        bot = Bot(tg.token, session=session)
         dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings, engine=rig.engine, tz=rig.settings.tz)
         dp.include_router(build_router())
         await bot.set_my_commands(bot_commands())

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from tests.fakes import FakeLLM, FakeTelegram
-from tests.test_e2e_process import ROOT, USER, bot_env, say, servers
+from tests.process import ROOT, bot_env
+from tests.test_e2e_process import USER, say, servers
 
 __all__ = ["servers"]
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,30 +12,10 @@ import pytest
 
 from companion.chat import texts
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.process import bot_env, clean_env, run_cli, start_bot
 from tests.scripted import COLD, ScriptedBrain, is_extraction, model_context
 
-ROOT = Path(__file__).resolve().parent.parent
 USER = 5001
-
-
-def bot_env(tg: FakeTelegram, llm: FakeLLM, tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "LLM_"))}
-    env.update(
-        TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE=tg.base_url, LLM_API_KEY="sk-e2e",
-        LLM_BASE_URL=llm.base_url, LLM_MAX_RETRIES="0", LLM_TIMEOUT_SECONDS="5",
-        DATA_DIR=str(tmp / "data"), BACKUP_DIR=str(tmp / "backups"), QUIET_SECONDS="0.3",
-        EXTRACT_EVERY_MIN="50", EXTRACT_EVERY_MAX="50", LOG_LEVEL="INFO", PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-async def run_cli(env: dict[str, str], cwd: Path, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bot.py"), *args, env=env, cwd=cwd,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 @pytest.fixture
@@ -57,12 +35,9 @@ async def test_bot_process_full_flow(servers: tuple[FakeTelegram, FakeLLM], tmp_
     brain = ScriptedBrain(facts={"感冒": COLD}, chat=caring_reply)
     brain.install(llm)
     env = bot_env(tg, llm, tmp_path)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bot.py"), env=env, cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
+    proc = await start_bot(env, tmp_path)
     try:
-        await tg.wait_for_call("setMyCommands", timeout=30)
+        await tg.wait_for_call("setMyCommands", timeout=90)  # a loaded CI machine starts the process slowly
         assert [c["command"] for c in tg.commands or []] == list(texts.COMMANDS)
 
         assert await say(tg, "你好", 1) == texts.NOT_STARTED
@@ -140,8 +115,7 @@ async def wait_for_rows(tmp: Path, count: int) -> None:
 
 
 async def test_missing_token_stops_with_one_clear_line(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "LLM_"))}
-    code, _out, err = await run_cli(env, tmp_path)
+    code, _out, err = await run_cli(clean_env(), tmp_path)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "TELEGRAM_BOT_TOKEN" in lines[0] and "LLM_API_KEY" in lines[0]

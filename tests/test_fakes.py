@@ -323,3 +323,18 @@ async def test_raw_body_and_models(llm: FakeLLM, client: AsyncOpenAI) -> None:
     async with AsyncOpenAI(api_key="sk-test", base_url=llm.base_url + "/v1", max_retries=0) as v1:
         resp = await v1.chat.completions.create(model="deepseek-chat", messages=messages)
     assert resp.choices[0].message.content == "好的，我在听。"
+
+
+async def test_both_fakes_log_every_http_request_on_one_base(tg: FakeTelegram) -> None:
+    async with FakeLLM(api_key="sk-right") as llm:
+        async with AsyncOpenAI(api_key="sk-wrong", base_url=llm.base_url, max_retries=0) as client:
+            with pytest.raises(openai.AuthenticationError):
+                await client.models.list()
+        assert llm.http_log == [("GET", "/models")]
+    bot = make_bot(tg, token="123456:WRONG")
+    try:
+        with pytest.raises(TelegramUnauthorizedError):
+            await bot.get_me()
+    finally:
+        await bot.session.close()
+    assert tg.http_log == [("POST", "/bot123456:WRONG/getMe")]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 import pytest
 
@@ -62,17 +64,75 @@ async def test_non_text_gets_a_friendly_answer(live: Live, kind: str) -> None:
     assert sent[1]["text"] == texts.NON_TEXT
 
 
-async def test_stop_drops_buffered_messages(live: Live) -> None:
+async def test_text_sent_just_before_stop_is_answered_before_the_stop_confirmation(live: Live) -> None:
     await live.say("/start_aiGF", 1)
+    live.llm.set_chat_reply("先回答你这句")
+    # One getUpdates batch: aiogram handles its updates as concurrent tasks.
     live.tg.push_text(USER, "这句话还在缓冲里")
     live.tg.push_text(USER, "/stop_aiGF")
-    await asyncio.sleep(1.0)
-    sent = [m["text"] for m in live.tg.sent_messages(USER)]
-    # aiogram handles one batch's updates concurrently: the text is either dropped from the buffer or,
-    # if handled after the stop, told that companion mode is off. Never answered by the model.
-    assert texts.STOPPED in sent
-    assert set(sent[1:]) <= {texts.STOPPED, texts.NOT_STARTED}
+    sent = await live.tg.wait_for_messages(USER, 3)
+    await asyncio.sleep(0.5)
+    assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.GREETING_NEW, "先回答你这句", texts.STOPPED]
+    assert sent[2]["text"] == texts.STOPPED
+    assert [r["messages"][-1]["content"] for r in live.llm.chat_requests()] == ["这句话还在缓冲里"]
+    assert not live.rig.chat.is_active(Scope(USER))
+    # The stop hands the queued turns to extraction: the text reached memory.
+    extraction = await live.llm.wait_for_requests(1, live.llm.is_json_mode)
+    assert "这句话还在缓冲里" in live.llm.request_text(extraction[0])
+
+
+async def test_stop_while_the_reply_is_being_written_comes_after_it(live: Live) -> None:
+    await live.say("/start_aiGF", 1)
+    live.llm.set_chat_reply("慢慢写好的回复")
+    live.llm.delay_next(0.6)
+    live.tg.push_text(USER, "在吗")
+    await live.llm.wait_for_requests(1, lambda body: not live.llm.is_json_mode(body))
+    live.tg.push_text(USER, "/stop_aiGF")
+    await live.tg.wait_for_messages(USER, 3)
+    assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.GREETING_NEW, "慢慢写好的回复", texts.STOPPED]
+
+
+async def test_text_after_stop_is_refused_in_order(live: Live) -> None:
+    await live.say("/start_aiGF", 1)
+    live.tg.push_text(USER, "/stop_aiGF")
+    live.tg.push_text(USER, "还在吗")
+    await live.tg.wait_for_messages(USER, 3)
+    assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.GREETING_NEW, texts.STOPPED, texts.NOT_STARTED]
     assert live.llm.chat_requests() == []
+
+
+async def test_flood_limit_on_a_reply_is_waited_out_and_the_reply_sent_once(live: Live) -> None:
+    await live.say("/start_aiGF", 1)
+    live.llm.set_chat_reply("等一下也要送到")
+    live.tg.fail_next("sendMessage", 1, status=429, retry_after=1)
+    live.tg.push_text(USER, "在吗")
+    sent = await live.tg.wait_for_messages(USER, 2, timeout=10)
+    await asyncio.sleep(0.3)
+    assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.GREETING_NEW, "等一下也要送到"]
+    assert [name for name, _ in live.tg.calls].count("sendMessage") == 3  # greeting, the 429, the retry
+    assert sent[1]["text"] == "等一下也要送到"
+
+
+@pytest.mark.parametrize("text", ["我感冒了", "/help"], ids=["reply", "command-answer"])
+async def test_user_who_blocked_the_bot_is_switched_off_with_one_info_line(
+    live: Live, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    await live.say("/start_aiGF", 1)
+    live.tg.fail_next("sendMessage", 1, status=403)
+    with caplog.at_level(logging.INFO):
+        live.tg.push_text(USER, text)
+        for _ in range(200):
+            if not live.rig.chat.is_active(Scope(USER)):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    assert not live.rig.chat.is_active(Scope(USER))
+    assert Scope(USER) not in await live.rig.engine.active_scopes(), "the flag must survive a restart"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert [r.getMessage() for r in caplog.records if "blocked the bot" in r.getMessage()] == [
+        f"user {Scope(USER).key} blocked the bot; companion mode switched off"
+    ]
+    assert live.tg.sent_messages(USER)[1:] == []
 
 
 async def test_special_characters_are_sent_verbatim(live: Live) -> None:

@@ -7,8 +7,9 @@ import logging
 import os
 import sqlite3
 import sys
-from datetime import timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -110,3 +111,40 @@ async def test_console_mode_runs_the_same_pipeline(fake_llm: FakeLLM, tmp_path: 
         assert db.execute("SELECT count(*) FROM pending_turns WHERE scope_key = 'u9'").fetchone()[0] == 1
     finally:
         db.close()
+
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+
+
+@pytest.mark.parametrize(
+    ("newest", "now_local", "overdue"),
+    [
+        (None, "2025-12-24 10:00", True),  # never backed up
+        ("2025-12-24", "2025-12-24 10:00", False),  # tonight's ran
+        ("2025-12-23", "2025-12-24 10:00", True),  # down at 03:30 today
+        ("2025-12-23", "2025-12-24 03:29", False),  # today's is not due yet
+        ("2025-12-23", "2025-12-24 03:30", True),  # due this minute
+        ("2025-12-22", "2025-12-24 03:00", True),  # down all of yesterday night
+        ("2025-12-25", "2025-12-24 10:00", False),  # a folder from the future (clock moved) is not "missed"
+    ],
+)
+def test_backup_is_overdue_table(newest: str | None, now_local: str, overdue: bool) -> None:
+    now = datetime.fromisoformat(now_local).replace(tzinfo=SHANGHAI).astimezone(UTC)
+    day = date.fromisoformat(newest) if newest else None
+    assert jobs.backup_is_overdue(day, now, SHANGHAI, time(3, 30)) is overdue
+
+
+async def test_missed_backup_is_caught_up_at_startup(rig: Rig) -> None:
+    backups = rig.settings.backup_dir
+    await rig.engine.remember(ME, [MemoryDraft("对花生过敏", ["花生", "过敏"], 90, Validity.PERMANENT)], rig.clock())
+    (backups / "2020-01-01").mkdir(parents=True)
+    (backups / "2020-01-01" / "memory.sqlite3").write_bytes(b"")
+    (backups / "not-a-day").mkdir()
+    assert jobs.newest_backup_day(backups) == date(2020, 1, 1)
+    await jobs.catch_up(rig.engine, rig.engine.storage, rig.settings)
+    newest = jobs.newest_backup_day(backups)
+    assert newest is not None and newest > date(2020, 1, 1)
+    assert (backups / newest.isoformat() / f"u{ME.user_id}.csv").exists()
+    before = sorted(p.name for p in backups.iterdir())
+    await jobs.catch_up(rig.engine, rig.engine.storage, rig.settings)
+    assert sorted(p.name for p in backups.iterdir()) == before, "a second start the same day backs up nothing"

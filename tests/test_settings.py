@@ -179,3 +179,25 @@ def test_secrets_never_show(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECALL_MAX", "5")
     assert load_settings(_env_file=None, recall_max=1).recall_max == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("data", "project/data"), ("./var/db", "project/var/db"), ("../shared", "project/../shared"),
+        ("/abs/db", "/abs/db"),
+    ],
+)
+def test_relative_folders_count_from_the_base_folder_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str, expected: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".env").write_text(f"DATA_DIR={raw}\nLLM_MODEL=from-project-env\n", encoding="utf-8")
+    (tmp_path / ".env").write_text("LLM_MODEL=from-working-folder\n", encoding="utf-8")
+    monkeypatch.setenv("BACKUP_DIR", "bk")
+    settings = load_settings(project)
+    assert settings.llm_model == "from-project-env", ".env is read from the base folder, not the working one"
+    assert settings.data_dir == (tmp_path / expected if not expected.startswith("/") else Path(expected))
+    assert settings.backup_dir == project / "bk"
+    assert settings.db_path == settings.data_dir / "memory.sqlite3"

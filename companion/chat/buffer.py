@@ -1,7 +1,9 @@
 """Per-key message buffering: messages that arrive close together become one turn.
 
 Each new message restarts the quiet period; when it passes, the texts are joined and handed to the
-flush callback. Flushes of one key run one after another, in arrival order.
+flush callback. A command that must come after what the user said before it (``/stop_aiGF``) calls
+``flush_now``: the buffered texts are answered at once and the call returns when every flush of that key,
+including ones already running, is done.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class MessageBuffer:
     def __init__(self, quiet_seconds: float) -> None:
         self.quiet_seconds = quiet_seconds
         self._pending: dict[Hashable, _Pending] = {}
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], Hashable] = {}
 
     def push(self, key: Hashable, text: str, flush: Flush) -> None:
         entry = self._pending.get(key)
@@ -43,23 +45,38 @@ class MessageBuffer:
         entry = self._pending.get(key)
         return list(entry.texts) if entry else []
 
-    def cancel(self, key: Hashable) -> int:
-        """Drop what a key has buffered (the user switched the companion off). Returns messages dropped."""
+    def take(self, key: Hashable) -> list[str]:
+        """Remove and return what a key has buffered, unflushed (the user cannot be answered any more)."""
         entry = self._pending.pop(key, None)
         if entry is None:
-            return 0
+            return []
         if entry.timer is not None:
             entry.timer.cancel()
-        return len(entry.texts)
+        return entry.texts
+
+    async def flush_now(self, key: Hashable) -> None:
+        """Finish the key's running flushes, then flush what it has buffered, without waiting out the
+        quiet period: whatever the caller does next comes after the answers to earlier messages."""
+        running = [task for task, owner in self._running.items() if owner == key]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        entry = self._pending.get(key)
+        if entry is not None:
+            if entry.timer is not None:
+                entry.timer.cancel()
+            await self._flush(key, entry)
 
     async def _wait(self, key: Hashable, entry: _Pending) -> None:
         await asyncio.sleep(self.quiet_seconds)
+        await self._flush(key, entry)
+
+    async def _flush(self, key: Hashable, entry: _Pending) -> None:
         if self._pending.get(key) is not entry:
             return
         del self._pending[key]
         task = asyncio.current_task()
         if task is not None:
-            self._running.add(task)
+            self._running[task] = key
         try:
             await entry.flush("\n".join(entry.texts))
         except Exception:
@@ -67,17 +84,13 @@ class MessageBuffer:
             log.exception("flushing buffered messages failed")
         finally:
             if task is not None:
-                self._running.discard(task)
+                self._running.pop(task, None)
 
     async def close(self) -> None:
         """Flush everything still waiting (shutdown must not lose messages), then wait for running flushes."""
         for key, entry in list(self._pending.items()):
             if entry.timer is not None:
                 entry.timer.cancel()
-            del self._pending[key]
-            try:
-                await entry.flush("\n".join(entry.texts))
-            except Exception:
-                log.exception("flushing buffered messages at shutdown failed")
+            await self._flush(key, entry)
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

@@ -151,12 +151,18 @@ class ChatService:
         known = bool(await self.engine.memories(scope))
         return texts.GREETING_BACK if known else texts.GREETING_NEW
 
-    async def stop(self, scope: Scope) -> str:
-        """Short-term context and caches go; long-term memory and queued turns stay (extracted later)."""
+    async def stop(self, scope: Scope, unanswered: Sequence[str] = ()) -> str:
+        """Short-term context and caches go; long-term memory and queued turns stay (extracted later).
+
+        ``unanswered``: what the user said in companion mode that will get no reply (they blocked the
+        bot); it is queued for memory like any turn, so nothing said in companion mode is lost."""
         # Flip the flag before any await: a message handled concurrently must already see "off".
         self._active.discard(scope)
         self._sessions.pop(scope, None)
-        await self.engine.set_active(scope, False, self.clock())
+        now = self.clock()
+        for text in unanswered:
+            await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
+        await self.engine.set_active(scope, False, now)
         await self.engine.clear_short_term(scope, ShortKind.TURN)
         self._spawn(self._consolidate(scope), f"extract-{scope.key}")
         return texts.STOPPED

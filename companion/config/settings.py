@@ -154,10 +154,22 @@ def _problem(loc: tuple[int | str, ...], msg: str) -> str:
     return f"{where}: {text}" if where else text
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Build settings, turning pydantic's multi-line report into one ConfigError line per problem."""
+def load_settings(base_dir: Path | None = None, **overrides: object) -> Settings:
+    """Build settings, turning pydantic's multi-line report into one ConfigError line per problem.
+
+    With ``base_dir`` (bot.py passes the project folder), ``.env`` is read from that folder and relative
+    ``DATA_DIR`` / ``BACKUP_DIR`` are resolved against it, so the bot finds the same files whatever
+    folder it is started from. Without it, both are relative to the working directory."""
+    if base_dir is not None:
+        overrides.setdefault("_env_file", base_dir / ".env")
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"Invalid setting {problems}") from None
+    if base_dir is None:
+        return settings
+    return settings.model_copy(
+        update={"data_dir": base_dir / settings.data_dir.expanduser(),
+                "backup_dir": base_dir / settings.backup_dir.expanduser()}
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta, tzinfo
 from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -16,7 +16,7 @@ from apscheduler.triggers.cron import CronTrigger
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
-from companion.ops.backup import BackupResult, make_backup
+from companion.ops.backup import SNAPSHOT_NAME, BackupResult, make_backup
 from companion.storage.sqlite import SQLiteStore
 from memory import DecayReport, MemoryEngine
 
@@ -78,8 +78,29 @@ def build_scheduler(engine: MemoryEngine, store: SQLiteStore, settings: Settings
     return scheduler
 
 
-async def catch_up(engine: MemoryEngine) -> None:
-    """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles)."""
+def newest_backup_day(backup_dir: Path) -> date | None:
+    """The newest ``YYYY-MM-DD`` folder that holds a finished snapshot; other folders are not backups."""
+    days = []
+    for child in backup_dir.glob(f"*/{SNAPSHOT_NAME}"):
+        try:
+            days.append(date.fromisoformat(child.parent.name))
+        except ValueError:
+            continue
+    return max(days, default=None)
+
+
+def backup_is_overdue(newest: date | None, now: datetime, tz: tzinfo, at: time) -> bool:
+    """Whether the last scheduled backup (``at`` local time, at or before ``now``) has no day folder yet."""
+    local = now.astimezone(tz)
+    due_day = local.date() if local.time() >= at else local.date() - timedelta(days=1)
+    return newest is None or newest < due_day
+
+
+async def catch_up(engine: MemoryEngine, store: SQLiteStore, settings: Settings) -> None:
+    """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles), then
+    a missed nightly backup, so a bot that was down at night still has last night's backup."""
     now = utcnow()
     if await decay_is_overdue(engine, now):
         await guarded("decay catch-up", lambda: run_decay(engine, now))
+    if backup_is_overdue(newest_backup_day(Path(settings.backup_dir)), now, settings.tz, settings.backup_time):
+        await guarded("backup catch-up", lambda: run_backup(store, settings))

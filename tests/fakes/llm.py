@@ -28,6 +28,8 @@ from typing import Any, Self
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .base import FakeServer
+
 JSONDict = dict[str, Any]
 
 
@@ -130,13 +132,13 @@ async def _resolve(reply: Answer | Responder, body: JSONDict) -> Answer:
     return await result if inspect.isawaitable(result) else result
 
 
-class FakeLLM:
+class FakeLLM(FakeServer):
     """Chat-completions server on 127.0.0.1; pass ``base_url`` to ``AsyncOpenAI`` (with or without /v1)."""
 
     def __init__(self, *, api_key: str | None = None) -> None:
+        super().__init__()
         # When set, requests with another bearer key get 401, like a real provider.
         self.api_key = api_key
-        self.base_url = ""
         self.requests: list[JSONDict] = []
         self.headers: list[CIMultiDict[str]] = []
         self.responder: Responder = self._default_responder
@@ -153,35 +155,12 @@ class FakeLLM:
         self._last_prompt = ""
         self.embedding_dim = DEFAULT_EMBEDDING_DIM
         self.embedding_requests: list[JSONDict] = []
-        self._changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
-    async def start(self) -> None:
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         for prefix in ("", "/v1"):
             app.router.add_post(f"{prefix}/chat/completions", self._completions)
             app.router.add_post(f"{prefix}/embeddings", self._embeddings)
             app.router.add_get(f"{prefix}/models", self._models)
-        # handler_cancellation: a delayed answer whose client already timed out must not block stop().
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     # ---- scripting ---------------------------------------------------------------------------
 
@@ -247,22 +226,15 @@ class FakeLLM:
         def matching() -> list[JSONDict]:
             return [r for r in self.requests if predicate is None or predicate(r)]
 
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            changed = self._changed
-            found = matching()
-            if len(found) >= count:
-                return found
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                tails = [request_text(r)[-80:] for r in self.requests[-3:]]
-                raise AssertionError(
-                    f"expected >= {count} matching LLM request(s) within {timeout}s, got {len(found)} "
-                    f"(of {len(self.requests)} total); last prompts end with: {tails}"
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
+        def describe() -> str:
+            tails = [request_text(r)[-80:] for r in self.requests[-3:]]
+            return (
+                f"expected >= {count} matching LLM request(s) within {timeout}s, got {len(matching())} "
+                f"(of {len(self.requests)} total); last prompts end with: {tails}"
+            )
+
+        await self._wait_until(lambda: len(matching()) >= count, timeout, describe)
+        return matching()
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -270,6 +242,8 @@ class FakeLLM:
         return await _resolve(self._json_reply if is_json_mode(body) else self._chat_reply, body)
 
     async def _models(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return _error_response(401, "Authentication Fails (invalid api key)")
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
         return web.json_response({"object": "list", "data": data})
 
@@ -282,12 +256,11 @@ class FakeLLM:
             return _error_response(400, "request body must be an object")
         self.requests.append(body)
         self.headers.append(CIMultiDict(request.headers))
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._notify()
 
         if self._delays:
             await asyncio.sleep(self._delays.popleft())
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+        if not self._authorised(request):
             return _error_response(401, "Authentication Fails (invalid api key)")
         if self._failures:
             status, error = self._failures.popleft()
@@ -313,6 +286,9 @@ class FakeLLM:
         if isinstance(answer, ToolCallAnswer) and not body.get("tools"):
             return _error_response(400, "FakeLLM was scripted to call tools, but the request offered none")
         return web.json_response(self._completion(body, answer))
+
+    def _authorised(self, request: web.Request) -> bool:
+        return self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}"
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()

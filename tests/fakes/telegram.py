@@ -6,7 +6,6 @@ error descriptions, the UTF-16 length limit, long polling and offsets) so bugs a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -14,10 +13,11 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from .base import FakeServer
 
 JSONDict = dict[str, Any]
 
@@ -99,19 +99,19 @@ async def _read_params(request: web.Request) -> JSONDict:
     return params
 
 
-class FakeTelegram:
+class FakeTelegram(FakeServer):
     """Bot API server on 127.0.0.1; point aiogram at it with ``TelegramAPIServer.from_base(base_url)``."""
 
     def __init__(
         self, token: str = "123456:TEST", *, bot_first_name: str = "小伴", bot_username: str = "companion_bot"
     ) -> None:
+        super().__init__()
         self.token = token
         bot_id = token.split(":", 1)[0]
         self.bot_user: JSONDict = {
             "id": int(bot_id) if bot_id.isdigit() else 123456, "is_bot": True, "first_name": bot_first_name,
             "username": bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
         }  # fmt: skip
-        self.base_url = ""
         self.calls: list[tuple[str, JSONDict]] = []
         self.commands: list[JSONDict] | None = None
         self._sent: list[JSONDict] = []
@@ -123,10 +123,7 @@ class FakeTelegram:
         self._message_ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._file_ids = itertools.count(1)
-        # Replaced on every state change; waiters grab the current one before checking, so none is missed.
-        self._changed = asyncio.Event()
         self._closing = False
-        self._runner: web.AppRunner | None = None
         # Bot API method names are case-insensitive, hence lower-case keys.
         self._methods: dict[str, Callable[[JSONDict], Awaitable[Any]]] = {
             "getme": self._get_me, "deletewebhook": self._true, "close": self._true, "logout": self._true,
@@ -142,31 +139,17 @@ class FakeTelegram:
         self.callback_answers: list[JSONDict] = []
         self._callback_ids = itertools.count(1)
 
-    async def start(self) -> None:
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        # handler_cancellation: a poll abandoned by a stopped client must not linger until its timeout.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def start(self) -> None:
+        await super().start()
         self._closing = False
 
     async def stop(self) -> None:
         self._closing = True  # releases long polls still held open by live clients
         self._notify()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        await super().stop()
 
     def fail_next(
         self, method: str, count: int = 1, status: int = 500, description: str | None = None, *,
@@ -306,23 +289,6 @@ class FakeTelegram:
 
     def _call_names(self, last: int) -> list[str]:
         return [name for name, _ in self.calls[-last:]]
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait_until(self, ready: Callable[[], bool], within: float, why: Callable[[], str]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while True:
-            changed = self._changed
-            if ready():
-                return
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise AssertionError(why())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
 
     def _file(self, kind: str) -> JSONDict:
         n = next(self._file_ids)

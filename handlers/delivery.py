@@ -1,0 +1,103 @@
+"""Getting replies to Telegram: wait out flood limits (429), notice a user who blocked the bot (403),
+and show "typing…" without letting that cosmetic call fail a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiogram import Bot
+from aiogram.types import InlineKeyboardMarkup
+from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
+from aiogram.enums import ChatAction
+from aiogram.exceptions import TelegramAPIError, TelegramForbiddenError, TelegramRetryAfter
+from aiogram.methods import Response, TelegramMethod
+from aiogram.methods.base import TelegramType
+
+from companion.chat import texts
+from companion.chat.buffer import MessageBuffer
+from companion.chat.pipeline import ChatService
+from companion.core.models import Scope
+
+log = logging.getLogger(__name__)
+
+FLOOD_RETRIES = 3
+# Telegram's per-chat flood waits are seconds; a longer wait means a real ban, and retrying early only
+# earns another 429, so such a request fails instead of holding the reply for minutes.
+FLOOD_MAX_WAIT_SECONDS = 60.0
+TYPING_EVERY_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per call
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class RetryAfterMiddleware(BaseRequestMiddleware):
+    """A session middleware: a request answered 429 is sent again after ``retry_after`` seconds, at most
+    ``retries`` times and only for waits up to ``max_wait``; then the TelegramRetryAfter propagates."""
+
+    def __init__(
+        self, retries: int = FLOOD_RETRIES, max_wait: float = FLOOD_MAX_WAIT_SECONDS, sleep: Sleep = asyncio.sleep
+    ) -> None:
+        self.retries = retries
+        self.max_wait = max_wait
+        self._sleep = sleep
+
+    async def __call__(
+        self, make_request: NextRequestMiddlewareType[TelegramType], bot: Bot, method: TelegramMethod[TelegramType]
+    ) -> Response[TelegramType]:
+        attempt = 0
+        while True:
+            try:
+                return await make_request(bot, method)
+            except TelegramRetryAfter as exc:
+                attempt += 1
+                if attempt > self.retries or exc.retry_after > self.max_wait:
+                    raise
+                log.warning(
+                    "Telegram flood limit on %s: retrying in %d s (%d of %d)",
+                    type(method).__name__, exc.retry_after, attempt, self.retries,
+                )
+                await self._sleep(exc.retry_after)
+
+
+@contextlib.asynccontextmanager
+async def typing(bot: Bot, chat_id: int) -> AsyncIterator[None]:
+    """"typing…" while the body runs. Unlike aiogram's ChatActionSender, a failed action (a blocked user,
+    a flood limit) only ends the indicator: it is never left as an unretrieved task exception."""
+
+    async def keep_typing() -> None:
+        while True:
+            try:
+                await bot.send_chat_action(chat_id, ChatAction.TYPING)
+            except TelegramAPIError as exc:
+                log.debug("typing indicator for chat %s stopped: %s", chat_id, exc)
+                return
+            await asyncio.sleep(TYPING_EVERY_SECONDS)
+
+    task = asyncio.create_task(keep_typing(), name=f"typing-{chat_id}")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def deliver(bot: Bot, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None) -> bool:
+    """Send a reply, split under Telegram's length limit, the buttons (if any) on the last part. False
+    when the user has blocked the bot."""
+    try:
+        parts = texts.split_message(text)
+        for i, part in enumerate(parts):
+            await bot.send_message(chat_id, part, reply_markup=markup if i == len(parts) - 1 else None)
+    except TelegramForbiddenError:
+        return False
+    return True
+
+
+async def switch_off_blocked(chat: ChatService, buffer: MessageBuffer, scope: Scope) -> None:
+    """The user blocked the bot: companion mode goes off, so nothing more (proactive messages included)
+    is sent to them; what they said and was not answered stays queued for memory."""
+    await chat.stop(scope, unanswered=buffer.take(scope))
+    log.info("user %s blocked the bot; companion mode switched off", scope.key)

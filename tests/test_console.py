@@ -1,0 +1,148 @@
+"""The terminal console: line editing, commands handled locally, Ctrl-C/Ctrl-D leave at once, logs kept
+out of the prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import pty
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from prompt_toolkit import PromptSession
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.input.base import PipeInput
+from prompt_toolkit.output import DummyOutput
+
+from companion.chat import texts
+from companion.console import HELP, prompt_reader, run_console
+from companion.core.models import Scope
+from tests.fakes import FakeLLM
+from tests.process import ROOT, clean_env
+from tests.support import Rig
+
+ME = Scope(77)
+LEFT = "\x1b[D"
+
+
+@contextmanager
+def console_input() -> Iterator[tuple[PipeInput, PromptSession[str]]]:
+    with create_pipe_input() as pipe:
+        yield pipe, PromptSession[str](input=pipe, output=DummyOutput())
+
+
+async def wait_until(ready: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_arrow_keys_edit_the_line_and_commands_stay_local(rig: Rig) -> None:
+    rig.llm.set_chat_reply("收到")
+    out = io.StringIO()
+    with console_input() as (pipe, session):
+        console = asyncio.create_task(run_console(rig.chat, ME, prompt_reader(session), out))
+        await wait_until(lambda: texts.GREETING_NEW in out.getvalue())
+        pipe.send_text(f"今天累{LEFT}{LEFT}好\r")  # two steps left, insert: "今好天累"
+        await wait_until(lambda: "小伴> 收到" in out.getvalue())
+        pipe.send_text("/help\r")
+        await wait_until(lambda: HELP in out.getvalue())
+        pipe.send_text("/stop_aiGF\r")
+        await wait_until(lambda: texts.STOPPED in out.getvalue())
+        pipe.send_text("还在吗\r")
+        await wait_until(lambda: texts.NOT_STARTED in out.getvalue())
+        pipe.send_text("/start_aiGF\r")
+        await wait_until(lambda: out.getvalue().count("小伴> 又见面") + out.getvalue().count("小伴> 嗨") == 2)
+        pipe.send_text("\x03")  # Ctrl-C
+        await asyncio.wait_for(console, 5)
+    assert [r["messages"][-1]["content"] for r in rig.llm.chat_requests()] == ["今好天累"]
+    assert "\x1b" not in out.getvalue()
+
+
+async def test_ctrl_d_leaves_at_once(rig: Rig) -> None:
+    out = io.StringIO()
+    with console_input() as (pipe, session):
+        console = asyncio.create_task(run_console(rig.chat, ME, prompt_reader(session), out))
+        await wait_until(lambda: texts.GREETING_NEW in out.getvalue())
+        pipe.send_text("\x04")
+        await asyncio.wait_for(console, 5)
+    assert rig.llm.chat_requests() == []
+
+
+async def test_ctrl_c_ends_piped_console_without_waiting_for_a_line(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    env = clean_env() | {"LLM_API_KEY": "sk-console", "LLM_BASE_URL": fake_llm.base_url,
+                         "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    while texts.GREETING_NEW.encode() not in await asyncio.wait_for(proc.stdout.readline(), 90):
+        pass
+    proc.send_signal(signal.SIGINT)  # stdin stays open: nothing more will ever be typed
+    await asyncio.wait_for(proc.wait(), 10)
+    assert proc.returncode == 130
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+async def test_terminal_console_keeps_log_lines_out_of_the_prompt(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.fail_next(1, status=500)  # the reply fails: a WARNING is logged while the user is at the prompt
+    env = clean_env() | {"LLM_API_KEY": "sk-console", "LLM_BASE_URL": fake_llm.base_url, "LLM_MAX_RETRIES": "0",
+                         "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups"),
+                         "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}  # nobody answers cursor queries
+    primary, secondary = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
+        stdin=secondary, stdout=secondary, stderr=secondary,
+    )
+    os.close(secondary)
+    screen = bytearray()
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def on_readable() -> None:
+        try:
+            screen.extend(os.read(primary, 4096))
+        except OSError:  # the child closed the terminal
+            loop.remove_reader(primary)
+        changed.set()
+
+    os.set_blocking(primary, False)
+    loop.add_reader(primary, on_readable)
+
+    async def read_until(marker: str, timeout: float = 90) -> None:
+        deadline = loop.time() + timeout
+        while marker.encode() not in screen:
+            assert loop.time() < deadline, f"{marker!r} never shown; screen: {screen.decode(errors='replace')!r}"
+            changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 0.5)
+
+    try:
+        await read_until(texts.GREETING_NEW)
+        os.write(primary, f"你好{LEFT}呀\r".encode())
+        await read_until(texts.LLM_DOWN)
+        after_reply = screen.index(texts.LLM_DOWN.encode())
+        await wait_until(lambda: "你>".encode() in screen[after_reply:], 15)  # the next prompt is up
+        os.write(primary, b"\x04")  # Ctrl-D
+        await asyncio.wait_for(proc.wait(), 15)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        loop.remove_reader(primary)
+        os.close(primary)
+    shown = screen.decode(errors="replace")
+    log = (tmp_path / "data" / "console.log").read_text(encoding="utf-8")
+    assert "reply failed" in log
+    assert "WARNING" not in shown and "reply failed" not in shown
+    assert fake_llm.chat_requests()[-1]["messages"][-1]["content"] == "你呀好"
+    assert proc.returncode == 0
