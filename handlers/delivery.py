@@ -9,12 +9,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiogram import Bot
-from aiogram.types import InlineKeyboardMarkup
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
 from aiogram.enums import ChatAction
 from aiogram.exceptions import TelegramAPIError, TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
+from aiogram.types import InlineKeyboardMarkup
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer

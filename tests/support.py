@@ -19,6 +19,7 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
 from companion.recall.keywords import KeywordExtractor
+from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.telegram import JSONDict
@@ -47,6 +48,7 @@ class Rig:
     chat: ChatService
     clock: Clock
     settings: Settings
+    store: SQLiteStore
 
 
 def make_settings(tmp: Path, **overrides: object) -> Settings:
@@ -58,15 +60,17 @@ def make_settings(tmp: Path, **overrides: object) -> Settings:
 async def open_rig(llm: FakeLLM, settings: Settings, clock: Clock | None = None, seed: int = 1) -> Rig:
     clock = clock or Clock()
     client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
-    engine = await MemoryEngine.open(settings, _EXTRACTOR, client)
+    store = await SQLiteStore.open(settings.db_path)
+    engine = await MemoryEngine.create(store, settings, _EXTRACTOR, client)
     chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(seed))
     await chat.load()
-    return Rig(llm, client, engine, chat, clock, settings)
+    return Rig(llm, client, engine, chat, clock, settings, store)
 
 
 async def close_rig(rig: Rig) -> None:
     await rig.chat.drain()
     await rig.engine.close()
+    await rig.store.close()
     await rig.client.close()
 
 

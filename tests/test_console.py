@@ -26,6 +26,7 @@ from companion.console import HELP, prompt_reader, run_console
 from companion.core.models import Scope
 from tests.fakes import FakeLLM
 from tests.process import ROOT, clean_env
+from tests.scripted import user_words
 from tests.support import Rig
 
 ME = Scope(77)
@@ -63,7 +64,7 @@ async def test_arrow_keys_edit_the_line_and_commands_stay_local(rig: Rig) -> Non
         await wait_until(lambda: out.getvalue().count("小伴> 又见面") + out.getvalue().count("小伴> 嗨") == 2)
         pipe.send_text("\x03")  # Ctrl-C
         await asyncio.wait_for(console, 5)
-    assert [r["messages"][-1]["content"] for r in rig.llm.chat_requests()] == ["今好天累"]
+    assert [user_words(r["messages"][-1]["content"]) for r in rig.llm.chat_requests()] == ["今好天累"]
     assert "\x1b" not in out.getvalue()
 
 
@@ -144,5 +145,5 @@ async def test_terminal_console_keeps_log_lines_out_of_the_prompt(fake_llm: Fake
     log = (tmp_path / "data" / "console.log").read_text(encoding="utf-8")
     assert "reply failed" in log
     assert "WARNING" not in shown and "reply failed" not in shown
-    assert fake_llm.chat_requests()[-1]["messages"][-1]["content"] == "你呀好"
+    assert user_words(fake_llm.chat_requests()[-1]["messages"][-1]["content"]) == "你呀好"
     assert proc.returncode == 0

@@ -133,7 +133,7 @@ async def test_local_model_without_the_extra_says_what_to_install(
     ({"embedding_local_model": "/models/bge"}, "local"),
 ])
 def test_the_backend_follows_the_settings(values: dict[str, object], backend: str | None) -> None:
-    loaded = load_settings(_env_file=None, **values)
+    loaded = load_settings(None, _env_file=None, **values)
     assert loaded.embedding_backend == backend
     built = build_embedder(loaded)
     assert (built is None) == (backend is None)
@@ -150,7 +150,7 @@ def test_the_backend_follows_the_settings(values: dict[str, object], backend: st
 ])
 def test_bad_embedding_settings_are_one_clear_error(values: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_settings(_env_file=None, **values)
+        load_settings(None, _env_file=None, **values)
 
 
 def test_environment_turns_semantic_recall_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import pytest
@@ -74,7 +73,7 @@ async def test_text_sent_just_before_stop_is_answered_before_the_stop_confirmati
     await asyncio.sleep(0.5)
     assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.GREETING_NEW, "先回答你这句", texts.STOPPED]
     assert sent[2]["text"] == texts.STOPPED
-    assert [r["messages"][-1]["content"] for r in live.llm.chat_requests()] == ["这句话还在缓冲里"]
+    assert [user_words(r["messages"][-1]["content"]) for r in live.llm.chat_requests()] == ["这句话还在缓冲里"]
     assert not live.rig.chat.is_active(Scope(USER))
     # The stop hands the queued turns to extraction: the text reached memory.
     extraction = await live.llm.wait_for_requests(1, live.llm.is_json_mode)

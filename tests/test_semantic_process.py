@@ -20,8 +20,9 @@ from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.embeddings import FakeEmbeddings
+from tests.process import ROOT, bot_env, run_cli
 from tests.support import make_settings
-from tests.test_e2e_process import ROOT, USER, bot_env, run_cli, say
+from tests.test_e2e_process import USER, say
 
 SYNONYMS = {"狗狗": "小狗"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from companion.storage.sqlite import Storage
+from companion.storage.sqlite import SQLiteStore as Storage
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import ROOT, bot_env, clean_env, run_cli, start_bot
 
