@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from companion.storage import usage
+
 Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
 
 
@@ -86,7 +88,9 @@ CORE = MigrationSet("core", (
     ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
     """),
 ))
-SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)
+# The LLM usage table (companion/storage/usage.py owns its steps).
+USAGE = MigrationSet("usage", tuple(Migration(name, script) for name, script in usage.STEPS))
+SHARED_SETS: tuple[MigrationSet, ...] = (CORE, USAGE)
 
 
 async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:
