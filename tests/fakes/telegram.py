@@ -437,6 +437,8 @@ class FakeTelegram:
 
     async def _send_upload(self, params: JSONDict, field: str) -> JSONDict:
         upload = params.get(field)
+        if isinstance(upload, str) and upload.startswith("attach://"):  # the file sent under another field name
+            upload = params.get(upload.removeprefix("attach://"))
         if not isinstance(upload, dict) or not upload.get("size"):
             raise _ApiError(400, f"Bad Request: there is no {field} in the request")
         caption = params.get("caption")
