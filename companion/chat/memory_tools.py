@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # Annotations must live at module level: ``Tool.function`` resolves them against these globals.
 Content = Annotated[str, Field(min_length=1, max_length=200)]
 Query = Annotated[str, Field(min_length=1, max_length=100)]
-Handle = Annotated[int, Field(ge=1, le=2**53)]
+Handle = Annotated[int, Field(ge=1, le=10**12)]  # within SQLite's integers
 Importance = Annotated[int, Field(ge=0, le=100)]
 Limit = Annotated[int, Field(ge=1, le=20)]
 Since = Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
@@ -77,14 +77,13 @@ def memory_tools(
 
         async def save_memory(content: Content, type: MemoryType = MemoryType.FACT, tier: Tier = Tier.MEDIUM,
                               importance: Importance = 60) -> dict[str, Any]:
-            """Save one thing about the user worth remembering. Use it when the user asks you to remember
-            something, or tells you something important about their health, life or preferences.
+            """Remember one thing about the user (when asked to, or when it matters for weeks).
 
             Args:
-                content: the memory, one short sentence in the user's language, with a date if it is an event.
-                type: fact, preference, instruction (how the user wants to be talked to) or event.
-                tier: long for lasting core facts, medium for current matters (weeks), short for days.
-                importance: 0-100; health and safety 80 or more, passing moods under 30.
+                content: one short sentence in the user's language; events with their date.
+                type: instruction = how the user wants to be talked to.
+                tier: long = lasting core facts, medium = weeks, short = days.
+                importance: 0-100; health and safety >= 80, passing moods < 30.
             """
             now = clock()
             draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
@@ -94,14 +93,10 @@ def memory_tools(
 
         async def search_memories(query: Query, tiers: TierList = None, types: TypeList = None,
                                   since: Since = None, limit: Limit = 5) -> dict[str, Any]:
-            """Search what you remember about the user, newest first.
+            """Search the user's memories, newest first.
 
             Args:
-                query: words to look for.
-                tiers: only memories in these tiers.
-                types: only these kinds of memory.
-                since: only memories learned on or after this local day (YYYY-MM-DD).
-                limit: at most this many results.
+                since: learned on or after this day (YYYY-MM-DD).
             """
             now = clock()
             found = await engine.search(scope, query, now, tiers_=tiers, types=types,
@@ -110,13 +105,7 @@ def memory_tools(
 
         async def update_memory(handle: Handle, content: Content | None = None,
                                 importance: Importance | None = None) -> dict[str, Any]:
-            """Correct the words or the importance of one memory, by the handle a search or list showed.
-
-            Args:
-                handle: the memory's handle.
-                content: the corrected sentence.
-                importance: the new importance, 0-100.
-            """
+            """Correct the words and/or the importance of one memory."""
             if content is None and importance is None:
                 raise ToolError("give content or importance (or both)")
             await owned(handle)
@@ -125,14 +114,8 @@ def memory_tools(
             return {"updated": view(memory, tz)}
 
         async def forget_memory(handle: Handle | None = None, description: Description = None) -> dict[str, Any]:
-            """Forget a memory the user asked you to forget: by its handle, or by a description of it.
-            A description matching several memories forgets nothing and returns them: call again with
-            the right handle.
-
-            Args:
-                handle: the memory's handle, when known.
-                description: what the memory is about, when the handle is not known.
-            """
+            """Forget a memory the user asked you to forget, by handle or by description (if several
+            match, nothing is forgotten and they are returned: call again with a handle)."""
             if (handle is None) == (description is None):
                 raise ToolError("give exactly one of handle or description")
             if handle is None:
@@ -149,40 +132,27 @@ def memory_tools(
             return {"forgotten": await drop(scope, [handle]), "handle": handle}
 
         async def list_memories(tier: Tier | None = None) -> dict[str, Any]:
-            """List what you remember about the user (most important first), optionally one tier only.
-
-            Args:
-                tier: only this tier.
-            """
+            """List the user's memories, most important first."""
             found = [m for m in await engine.memories(scope) if tier is None or m.tier is tier]
             found.sort(key=lambda m: (tier_rules.ORDER.index(m.tier), m.importance, m.id), reverse=True)
             return {"total": len(found), "memories": [view(m, tz) for m in found[:LIST_LIMIT]]}
 
         async def move_memory(handle: Handle, tier: Tier) -> dict[str, Any]:
-            """Move a memory to another tier (its validity and review time follow the tier).
-
-            Args:
-                handle: the memory's handle.
-                tier: long, medium or short.
-            """
+            """Move a memory to another tier."""
             await owned(handle)
             return {"moved": view(await engine.move(scope, handle, tier, clock()), tz)}
 
         async def archive_memory(handle: Handle) -> dict[str, Any]:
-            """Archive a memory that no longer matters day to day: never recalled, restorable by the user.
-
-            Args:
-                handle: the memory's handle.
-            """
+            """Archive a memory that no longer matters (never recalled; the user can restore it)."""
             await owned(handle)
             memory = await engine.archive(scope, handle, clock())
             return {"archived": memory.id}
 
         async def get_due_memories(days_overdue: DaysOverdue = 0) -> dict[str, Any]:
-            """Memories due for review, each with a suggestion (promote, keep, archive or forget) and why.
+            """Memories due for review, each with a suggested action and why.
 
             Args:
-                days_overdue: only memories at least this many days past their review date.
+                days_overdue: at least this many days past their review date.
             """
             now = clock()
             due = []
