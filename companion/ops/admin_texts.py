@@ -173,6 +173,9 @@ def usage_lines(cells: list[UsageCell]) -> list[str]:
     return lines
 
 
+MAX_MESSAGE = 4000  # Telegram's limit is 4096 UTF-16 units; the chart carries the rest
+
+
 def admin_stats(stats: AdminStats) -> str:
     tiers = "，".join(f"{_label(Tier, t.value)} {stats.by_tier[t]}" for t in Tier)
     types = "，".join(f"{_label(MemoryType, t.value)} {stats.by_type[t]}" for t in MemoryType)
@@ -181,7 +184,7 @@ def admin_stats(stats: AdminStats) -> str:
     tokens = sum(c.prompt_tokens + c.completion_tokens for c in stats.usage)
     cached = sum(c.cache_hit_tokens for c in stats.usage)
     extraction_calls = sum(c.calls for c in stats.usage if c.purpose == "extraction")
-    return "\n".join([
+    text = "\n".join([
         f"用户 {stats.users}（{stats.scopes} 个范围）",
         f"有效记忆按层级：{tiers}",
         f"按类型：{types}",
@@ -194,3 +197,4 @@ def admin_stats(stats: AdminStats) -> str:
         *usage_lines(stats.usage),
         "图：每天的词元（蓝：缓存命中，橙：未缓存，绿：输出）",
     ])
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
