@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import csv
 import io
+import itertools
 import random
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
@@ -18,19 +19,20 @@ import pytest
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from PIL import Image
 
 import bot as bot_main
 from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
-from companion.ops.admin import AdminService, usage_sink
+from companion.ops.admin import AdminService, usage_chart, usage_sink
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.usage import UsageLog
+from companion.storage.usage import UsageCell, UsageLog, UsageRow
 from handlers import build_router
 from handlers.admin import register_admin_commands
 from handlers.commands import bot_commands
@@ -201,9 +203,7 @@ def _seed(data_dir: Path) -> tuple[int, int]:
     return asyncio.run(seed())
 
 
-def _usage_row(now: datetime) -> Any:
-    from companion.storage.usage import UsageRow
-
+def _usage_row(now: datetime) -> UsageRow:
     return UsageRow(now, "reply", "deepseek-chat", 1200, 80, 1000, 200, 850.0)
 
 
@@ -237,3 +237,31 @@ def test_cli_users_forget_export_stats(tmp_path: Path, monkeypatch: pytest.Monke
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split()[:2] == [str(USER), "0"] for line in lines)
     assert any(line.split()[:2] == [str(OTHER), "1"] for line in lines)
+
+
+async def test_usage_report_by_local_day_and_purpose(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "usage.sqlite3")
+    try:
+        log = UsageLog(store)
+        late = datetime(2025, 12, 22, 17, 0, tzinfo=UTC)  # 01:00 on the 23rd in Shanghai
+        for at, purpose, hit in ((late, "reply", 900), (late, "reply", None), (late - timedelta(hours=2), "reply", 0),
+                                 (late, "extraction", None), (late - timedelta(days=9), "reply", 1)):
+            await log.add(UsageRow(at, purpose, "deepseek-chat", 1000, 50, hit, None if hit is None else 1000 - hit,
+                                   400.0, ok=purpose != "extraction"))
+        cells = await log.report(late - timedelta(days=7), timedelta(hours=8))
+    finally:
+        await store.close()
+    summary = [(c.day, c.purpose, c.calls, c.failures, c.prompt_tokens, c.cache_hit_tokens) for c in cells]
+    assert summary == [("2025-12-22", "reply", 1, 0, 1000, 0), ("2025-12-23", "extraction", 1, 1, 1000, 0),
+                       ("2025-12-23", "reply", 2, 0, 2000, 900)]
+
+
+def test_usage_chart_is_a_png_with_one_bar_per_day() -> None:
+    cells = [UsageCell(f"2025-12-{d}", "reply", 3, 0, 1000 * d, 500 * d, 0, 0, 100.0, 0) for d in (20, 21, 22)]
+    image = Image.open(io.BytesIO(usage_chart(cells)))
+    image.load()
+    assert image.format == "PNG" and image.size == (560, 280)
+    row = [image.getpixel((x, 260)) for x in range(560)]  # just above the axis
+    colored = [x for x, p in enumerate(row) if p != (255, 255, 255)]
+    bars = 1 + sum(1 for a, b in itertools.pairwise(colored) if b - a > 1)
+    assert bars == 3
