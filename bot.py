@@ -10,6 +10,7 @@
     python bot.py forget USER_ID (--all | HANDLE)   forget one memory of a user, or all of them
     python bot.py export [--user ID] [--keyword W] [--out PATH]   memories as an Excel-readable CSV
     python bot.py stats           memories and LLM usage (last 7 days, per day and purpose)
+    python bot.py reindex         embed memories for semantic recall (when a backend is configured)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from tqdm import tqdm
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.memory_tools import memory_tools
@@ -224,10 +226,29 @@ async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
+    if settings.embedding_backend is None:
+        raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
+                          "(or EMBEDDING_LOCAL_MODEL); see .env.example")
+    async with services(settings, need_llm=False) as parts:
+        dense = parts.engine.dense
+        if dense is None:
+            raise ConfigError("semantic recall could not start; see the log above")
+        with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            written = await dense.reindex(force=args.force, progress=progress)
+    print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "run": run_bot, "console": run_console_mode, "backup": run_backup, "restore": run_restore,
     "memories": run_memories, "decay": run_decay, "users": run_users, "forget": run_forget,
-    "export": run_export, "stats": run_stats,
+    "export": run_export, "stats": run_stats, "reindex": run_reindex,
 }
 
 
@@ -255,6 +276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     export_p.add_argument("--keyword", default=None, help="only memories containing this word")
     export_p.add_argument("--out", type=Path, default=None, help="file to write (default: in the backup folder)")
     sub.add_parser("stats", help="memories and LLM usage of the last 7 days")
+    reindex_p = sub.add_parser("reindex", help="embed memories for semantic recall")
+    reindex_p.add_argument("--force", action="store_true", help="embed every memory again, not only missing ones")
     args = parser.parse_args(argv)
     args.command = args.command or "run"
     return args

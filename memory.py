@@ -18,7 +18,15 @@ import prompts
 from companion.config.settings import Settings
 from companion.core import tiers
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
-from companion.core.extraction import MergePlan, clean_keywords, fingerprint, parse_extraction, plan_merge, tells
+from companion.core.extraction import (
+    MergePlan,
+    clean_keywords,
+    fingerprint,
+    parse_extraction,
+    parse_today,
+    plan_merge,
+    tells,
+)
 from companion.core.models import (
     Memory,
     MemoryDraft,
@@ -27,6 +35,8 @@ from companion.core.models import (
     Profile,
     Recalled,
     Scope,
+    ShortItem,
+    ShortKind,
     Status,
     Tier,
     Turn,
@@ -35,8 +45,10 @@ from companion.core.models import (
 from companion.core.text import normalize_text
 from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
 from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.engine.retrievers import DenseRetriever
 from companion.engine.saving import guess_draft, parse_saved
 from companion.llm.client import LLMClient
+from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
@@ -51,7 +63,10 @@ MAX_QUERY_TERMS = 48
 MAX_RELATED = 12
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
-RECENT_WINDOW = timedelta(days=1)  # stored memories shown to an extraction, to spot contradictions
+RECENT_WINDOW = timedelta(days=1)
+SHORT_TURNS_KEPT = 200
+LAST_EXTRACTION = "last_extraction"
+TODAY_EVENTS_KEPT = 30  # stored memories shown to an extraction, to spot contradictions
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +109,7 @@ class MemoryContext:
     keywords: list[str] = field(default_factory=list)
     instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
     recent: list[str] = field(default_factory=list)  # core facts learned in the last day
+    today: list[str] = field(default_factory=list)  # small things the user reported today (short-term)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +117,20 @@ class Standing:
     recallable: set[int]
     instructions: list[str]
     recent: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShortTerm:
+    turns: list[ShortItem]
+    events: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShortStats:
+    turns: int
+    events: int
+    recall_hit_rate: float
+    last_extraction_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +169,11 @@ class DecayReport:
 
 class MemoryEngine:
     def __init__(
-        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
+        dense: DenseRetriever | None = None,
     ) -> None:
         self._store = store
+        self.dense = dense  # semantic recall, when an embedding backend is configured
         self.keywords = keywords
         self.config = config
         self.llm = llm
@@ -160,7 +192,8 @@ class MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop."""
         await asyncio.to_thread(keywords.load)
         keywords.add_words(settings.important_keywords)
-        return cls(store, keywords, EngineConfig.from_settings(settings), llm)
+        dense = await DenseRetriever.from_settings(store, settings)
+        return cls(store, keywords, EngineConfig.from_settings(settings), llm, dense)
 
     @classmethod
     async def open(
@@ -177,6 +210,8 @@ class MemoryEngine:
         return engine
 
     async def close(self) -> None:
+        if self.dense is not None:
+            await self.dense.close()
         if self._owns_store:
             await self._store.close()
 
@@ -237,6 +272,7 @@ class MemoryEngine:
         self.profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        await self._embed(scope, now)
         return [*ids, *(m.id for m in plan.updates)]
 
     async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
@@ -252,6 +288,11 @@ class MemoryEngine:
         if index is not None:
             for memory in await self._store.fetch_by_ids(scope, ids):
                 index.add(memory)
+
+    async def _embed(self, scope: Scope, now: datetime) -> None:
+        # After the lock: an embedding call never holds up the scope's other writes.
+        if self.dense is not None:
+            await self.dense.sync(scope, now)
 
     def _prepare(self, draft: MemoryDraft) -> MemoryDraft:
         draft.event = normalize_text(draft.event)
@@ -278,8 +319,20 @@ class MemoryEngine:
                 await self._store.delete_profile(scope)
                 if reason == "user":
                     await self._drop_telling_turns(scope, wanted)
+                    await self._drop_telling_short(scope, wanted)
         self._invalidate(scope)
+        if wanted and self.dense is not None:
+            await self.dense.prune(scope)  # the forgotten memories' vectors
         return wanted
+
+    async def _drop_telling_short(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
+        telling = [
+            item.id for kind, keep in ((ShortKind.TURN, SHORT_TURNS_KEPT), (ShortKind.EVENT, TODAY_EVENTS_KEPT))
+            for item in await self._store.short_items(scope, kind, keep)
+            if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)
+        ]
+        if telling:
+            await self._store.drop_short(scope, telling)
 
     async def _drop_telling_turns(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
         turns = await self._store.pending_turns(scope, 10_000)
@@ -323,7 +376,8 @@ class MemoryEngine:
             turn=turn,
             cooldown=cooldown,
         )
-        return index.rank(query, now, rules)
+        ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
+        return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
@@ -343,7 +397,7 @@ class MemoryEngine:
         profile = current[0] if current else Profile(core="")
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
-            instructions=standing.instructions, recent=standing.recent,
+            instructions=standing.instructions, recent=standing.recent, today=await self.today_events(scope, now),
         )
 
     async def _standing(self, scope: Scope, now: datetime) -> Standing:
@@ -378,7 +432,9 @@ class MemoryEngine:
             if not turns:
                 return Consolidation(0, 0, 0)
             known = await self._related(scope, turns)
-            drafts = await self._extract(turns, known, now)
+            drafts, today_events = await self._extract(turns, known, now)
+            for event in today_events:
+                await self._store.add_short(scope, ShortKind.EVENT, event, None, turns[-1].at, keep=TODAY_EVENTS_KEPT)
             for draft in drafts:
                 draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
                 draft.source_at = turns[-1].at
@@ -393,20 +449,24 @@ class MemoryEngine:
             await self._reindex(scope, [*ids, *(m.id for m in plan.updates)])
             evicted = await self._enforce_capacity(scope, now)
         self.profiles.invalidate(scope)
+        await self.set_note(scope, LAST_EXTRACTION, to_db(now))
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        await self._embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
 
-    async def _extract(self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime) -> list[MemoryDraft]:
+    async def _extract(
+        self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime
+    ) -> tuple[list[MemoryDraft], list[str]]:
         if self.llm is None:
             raise RuntimeError("consolidate needs an LLM client")
         today = local_date(now, self.config.tz)
         listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
         prompt = prompts.render("extract", today=today, known=listed, turns=self._format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
-        return parse_extraction(data, self.keywords.keywords, today)
+        return parse_extraction(data, self.keywords.keywords, today), parse_today(data)
 
     def _format_turns(self, turns: Sequence[Turn]) -> str:
         lines: list[str] = []
@@ -440,6 +500,8 @@ class MemoryEngine:
         # Recorded once every scope is done: a run cut short is simply run again (whole days since each
         # row's own anchor, so nothing decays twice).
         await self._store.set_meta("last_decay_at", to_db(now))
+        if self.dense is not None:
+            await self.dense.prune()  # cleanup tombstoned rows in SQL; their vectors go too
         self._indexes.clear()
         for scope in scopes:
             self.profiles.invalidate(scope)
@@ -557,6 +619,7 @@ class MemoryEngine:
             if memory.is_active:
                 await self._reindex(scope, [memory.id])
         self.profiles.invalidate(scope)
+        await self._embed(scope, memory.updated_at)  # an edit changes what the vector must say
         return memory
 
     async def edit(
@@ -611,21 +674,24 @@ class MemoryEngine:
     async def search(
         self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
         tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
-        since: datetime | None = None, limit: int = 20,
+        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
+        limit: int = 20,
     ) -> list[Memory]:
-        """Memories matching a query (every word, or the text itself), newest first; an empty query
-        lists them all. Filters: status, tier, type, learned since. Counts as an access."""
+        """search_memories: memories matching a query (every word, or the text itself), newest first, then
+        those close in meaning (when semantic recall is on); an empty query lists them all. Filters: status,
+        tier, type, origin, learned in [since, until). Counts as an access."""
         words = [w for w in normalize_text(query).lower().split() if w]
-        found = [
-            m for m in await self._store.fetch_memories(scope, statuses)
-            if (tiers_ is None or m.tier in tiers_) and (types is None or m.type in types)
-            and (since is None or m.created_at >= since)
-            and all(w in m.event.lower() or any(w in k or k in w for k in m.keywords) for w in words)
-        ]
+        filters = MemoryFilter.of(types=types or (), tiers=tiers_ or (), origins=origins or (), since=since,
+                                  until=until)
+        found = [m for m in await self._store.fetch_memories(scope, statuses)
+                 if filters.admits(m) and matches_words(m, words)]
+        found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        if words and self.dense is not None and len(found) < limit:
+            found += await self.dense.similar(scope, query, filters, statuses, limit, exclude={m.id for m in found})
         if words and not found:
             found = [r.memory for r in await self.recall(scope, query, now, limit=limit, min_importance=0)
-                     if r.memory.status in statuses]
-        found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+                     if r.memory.status in statuses and filters.admits(r.memory)]
+            found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
         found = found[:limit]
         await self._store.touch(scope, [m.id for m in found if m.is_active], now)
         return found
@@ -695,3 +761,33 @@ class MemoryEngine:
                             validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
         [handle, *_] = await self.remember(scope, [draft], now)
         return await self.get(scope, handle)
+
+    # ---- short-term memory: kept in the database, so a restart forgets nothing -------------------
+
+    async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
+        """Keep a finished exchange as short-term memory (the newest 200 stay)."""
+        await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled)
+
+    async def recent_turns(self, scope: Scope, limit: int) -> list[ShortItem]:
+        return await self._store.short_items(scope, ShortKind.TURN, limit)
+
+    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+        """What the user reported today (local day), oldest first."""
+        today = local_date(now, self.config.tz)
+        items = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        return [i.user for i in items if local_date(i.at, self.config.tz) == today]
+
+    async def clear_short_term(self, scope: Scope, kind: ShortKind | None = None) -> None:
+        await self._store.drop_short(scope, kind=kind)
+
+    async def short_term(self, scope: Scope, now: datetime, turns: int = 10) -> ShortTerm:
+        """The reply call's short-term half: the last turns and today's events."""
+        return ShortTerm(await self.recent_turns(scope, turns), await self.today_events(scope, now))
+
+    async def short_stats(self, scope: Scope) -> ShortStats:
+        """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""
+        turns = await self._store.short_items(scope, ShortKind.TURN, SHORT_TURNS_KEPT)
+        events = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        last = await self.note(scope, LAST_EXTRACTION)
+        return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
+                          None if last is None else from_db(last))

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--json", type=Path, help="also write the results here")
     recall.add_argument("--by-group", action="store_true",
                         help="also print hit@1, hit@2 and recall@5 per LoCoMo category or MemDaily file")
+    recall.add_argument("--embeddings", metavar="URL",
+                        help="measure the dense path against this OpenAI-compatible embeddings endpoint")
+    recall.add_argument("--embedding-model", help="model name for --embeddings (default: EMBEDDING_MODEL)")
     scale = commands.add_parser("scale", help="database size, recall/write latency, decay and backup at scale")
     scale.add_argument("--users", type=_positive, default=10_000)
     scale.add_argument("--per-user", type=_positive, default=100)
@@ -148,6 +151,10 @@ def _flatten(summary: Summary) -> dict[str, float]:
 
 
 def run_recall(args: argparse.Namespace) -> int:
+    if args.embeddings:
+        from bench.dense import run_dense_command
+
+        return run_dense_command(args)
     extractor = KeywordExtractor()
     extractor.load()
     bm25 = run_bm25(read_dataset(args.dataset), args.k, extractor)

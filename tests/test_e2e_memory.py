@@ -60,3 +60,29 @@ async def test_save_list_forget_reaches_the_next_llm_request(
         output = (await asyncio.wait_for(proc.communicate(), 30))[0].decode()
     assert proc.returncode == 0, output
     assert "花生" not in output, "memory text reached the log above DEBUG"
+
+
+async def test_short_term_context_survives_a_restart(servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path) -> None:
+    tg, llm = servers
+    llm.set_chat_reply("嗯嗯，我在听。")
+    env = bot_env(tg, llm, tmp_path)
+
+    async def run_until(expect: int, text: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bot.py"), env=env, cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            await tg.wait_for_call("setMyCommands", timeout=30)
+            tg.calls.clear()
+            await say(tg, text, expect)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            output = (await asyncio.wait_for(proc.communicate(), 30))[0].decode()
+        assert proc.returncode == 0, output
+
+    await run_until(1, "/start_aiGF")
+    await run_until(2, "今天刚搬完家，累坏了")
+    await run_until(3, "你还记得我刚才说了什么吗")
+    messages = llm.chat_requests()[-1]["messages"]
+    assert "今天刚搬完家" in json.dumps(messages, ensure_ascii=False), "the restart lost the short-term context"

@@ -212,8 +212,8 @@ async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None
     assert updated.id == mid
     # The text never reached the schema: exactly the shared tables and the one scope table exist.
     assert table_names(storage.path) == {
-        "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "llm_usage",
-        ALICE.table,
+        "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "short_term",
+        "memory_vectors", "llm_usage", ALICE.table,
     }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]
 

@@ -23,6 +23,7 @@ DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
 INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
 RECENT_MARK = "（今天刚知道）"
+TODAY_HEADER = "用户今天说过做了的事："
 NO_PROFILE = "（还不太了解）"
 
 
@@ -41,6 +42,8 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     memories += "".join(f"- {RECENT_MARK}{quote(line)}\n" for line in context.recent)
     instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
     memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
+    if context.today:
+        memory_block += f"{TODAY_HEADER}\n" + "".join(f"- {quote(line)}\n" for line in context.today)
     if instructions:
         memory_block += f"{INSTRUCTIONS_HEADER}\n{instructions}"
     return prompts.render(

@@ -29,7 +29,7 @@ from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
-from companion.core.models import Memory, Scope, Turn
+from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient, Message
 from companion.llm.loop import LoopLimits, run_tool_loop
@@ -89,6 +89,7 @@ class Session:
     steer: SteeringState = field(default_factory=SteeringState)
     message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered
     summarised_turn: int = 0
+    restored: bool = False  # the persisted short-term turns were loaded into ``history``
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,7 @@ class ChatService:
         self._active.discard(scope)
         self._sessions.pop(scope, None)
         await self.engine.set_active(scope, False, self.clock())
+        await self.engine.clear_short_term(scope, ShortKind.TURN)
         self._spawn(self._consolidate(scope), f"extract-{scope.key}")
         return texts.STOPPED
 
@@ -166,6 +168,7 @@ class ChatService:
     ) -> Reply:
         session = self.session(scope)
         async with session.lock:
+            await self._restore_context(scope, session)
             session.message = (chat_id, message_id)
             steered = await self._steer(scope, session, text)
             if steered is not None:
@@ -175,6 +178,20 @@ class ChatService:
         self._schedule_summary(scope, session)
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
+
+    async def _restore_context(self, scope: Scope, session: Session) -> None:
+        """The first message after a restart finds the last turns in the database, not an empty session."""
+        if session.restored:
+            return
+        session.restored = True
+        try:
+            kept = await self.engine.recent_turns(scope, self.config.history_turns)
+        except StorageError as exc:
+            log.warning("short-term context of %s unavailable: %s", scope.key, exc)
+            return
+        if not session.history:
+            session.history.extend((item.user, item.reply) for item in kept)
+            session.summarised_turn = len(session.history)
 
     async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
         previous = session.history[-1][0] if session.history else None
@@ -212,7 +229,7 @@ class ChatService:
         gone = await self.engine.forget_memories(scope, ids)
         session = self._sessions.get(scope)
         if session is not None and gone:
-            kept = scrub(list(session.history), gone)
+            kept = scrub(list(session.history), gone)  # the engine scrubbed the persisted copy already
             session.history.clear()
             session.history.extend(kept)
         return len(gone)
@@ -227,6 +244,7 @@ class ChatService:
         async with session.lock:
             saved = await self._summarise(scope, session)
             self._sessions.pop(scope, None)
+            await self.engine.clear_short_term(scope, ShortKind.TURN)
         return texts.reset_done(saved)
 
     def _schedule_summary(self, scope: Scope, session: Session) -> None:
@@ -288,6 +306,7 @@ class ChatService:
         self._record(session, text, answer)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
+            await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids))
             await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
                                                   message_id=session.message[1]))
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []

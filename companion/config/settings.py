@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -68,6 +68,19 @@ class Settings(BaseSettings):
     review_unanswered_days: float = Field(default=3.0, gt=0)
     idle_summary_minutes: float = Field(default=5.0, gt=0)
 
+    # Semantic recall (optional, off unless a backend is named): an OpenAI-compatible embeddings endpoint,
+    # or a local sentence-transformers model folder (requirements-local-embeddings.txt).
+    embedding_base_url: str = ""
+    embedding_model: str = ""
+    embedding_api_key: SecretStr | None = None
+    embedding_local_model: str = ""
+    embedding_dimensions: int | None = Field(default=None, ge=1, le=8192)
+    embedding_batch_size: int = Field(default=32, ge=1, le=2048)
+    embedding_timeout_seconds: float = Field(default=10.0, gt=0)
+    embedding_query_timeout_seconds: float = Field(default=2.0, gt=0)
+    embedding_min_similarity: float = Field(default=0.5, ge=-1, le=1)
+    embedding_retry_after_seconds: float = Field(default=60.0, ge=0)
+
     @field_validator("admin_ids", "important_keywords", mode="before")
     @classmethod
     def _csv_list(cls, value: object) -> object:
@@ -82,7 +95,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown timezone {value!r}") from exc
         return value
 
-    @field_validator("telegram_api_base", "llm_base_url")
+    @field_validator("telegram_api_base", "llm_base_url", "embedding_base_url")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
@@ -96,6 +109,21 @@ class Settings(BaseSettings):
                 f"EXTRACT_EVERY_MAX ({self.extract_every_max})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _one_embedding_backend(self) -> Settings:
+        if self.embedding_base_url and self.embedding_local_model:
+            raise ValueError("set either EMBEDDING_BASE_URL or EMBEDDING_LOCAL_MODEL, not both")
+        if self.embedding_base_url and not self.embedding_model:
+            raise ValueError("EMBEDDING_BASE_URL needs EMBEDDING_MODEL (the embedding model's name)")
+        return self
+
+    @property
+    def embedding_backend(self) -> Literal["openai", "local"] | None:
+        """Which embedding backend semantic recall uses; None: lexical recall only (the default)."""
+        if self.embedding_base_url:
+            return "openai"
+        return "local" if self.embedding_local_model else None
 
     @property
     def tz(self) -> ZoneInfo:

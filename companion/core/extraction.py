@@ -240,3 +240,17 @@ def tells(text: str, memory: Memory) -> bool:
     words = [k for k in memory.keywords if k]
     hits = sum(1 for k in words if k in said)
     return bool(words) and hits >= max(1, (len(words) + 1) // 2)
+
+
+MAX_TODAY_EVENTS = 10
+MAX_TODAY_CHARS = 40
+
+
+def parse_today(raw: dict[str, object]) -> list[str]:
+    """Small things the user reported doing today ("吃了火锅", "吃了感冒药"), from an extraction answer's
+    optional ``today`` list; anything malformed is left out."""
+    items = raw.get("today")
+    if not isinstance(items, list):
+        return []
+    out = [normalize_text(i)[:MAX_TODAY_CHARS] for i in items[:MAX_TODAY_EVENTS] if isinstance(i, str)]
+    return [i for i in dict.fromkeys(out) if i]

@@ -207,3 +207,20 @@ class Profile:
 class DynamicTrait:
     text: str
     keywords: tuple[str, ...]
+
+
+class ShortKind(StrEnum):
+    TURN = "turn"  # one exchange of the conversation
+    EVENT = "event"  # a small thing the user reported today ("吃了感冒药")
+
+
+@dataclass(frozen=True, slots=True)
+class ShortItem:
+    """Short-term memory that survives a restart (kept in the database, not in the process)."""
+
+    id: int
+    kind: ShortKind
+    user: str
+    reply: str | None
+    at: datetime
+    recalled: bool = False

@@ -1,2 +1,3 @@
-"""Services the memory engine composes (the profile). May import the bottom layers: ``core``, ``config``,
-``storage``, ``recall``, ``llm`` and ``prompts``; never ``memory`` or anything above it."""
+"""Services the memory engine composes (the profile, the dense retriever, search_memories). May import the
+bottom layers: ``core``, ``config``, ``storage``, ``recall``, ``llm`` and ``prompts``; never ``memory`` or
+anything above it."""

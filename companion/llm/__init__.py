@@ -1,1 +1,1 @@
-"""The LLM client: all HTTP to the OpenAI-compatible model. May import ``companion.core``."""
+"""The LLM client and the embedding backends: all HTTP to OpenAI-compatible models. May import ``companion.core``."""

@@ -1,1 +1,2 @@
-"""Keywords (jieba, shipped dictionaries) and the per-scope recall index. May import ``companion.core``."""
+"""Keywords (jieba, shipped dictionaries), the per-scope recall index, rank fusion and search filters. May
+import ``companion.core``."""

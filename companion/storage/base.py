@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
 EVERY_STATUS: frozenset[Status] = frozenset(Status)
@@ -87,6 +87,22 @@ class MemoryStore(Protocol):
         ...
 
     async def clear_turns(self, scope: Scope) -> None: ...
+
+    # ---- short-term memory (turns and today's events, kept across restarts) ----
+    async def add_short(
+        self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
+        recalled: bool = False,
+    ) -> None:
+        """Append one item; only the newest ``keep`` of its kind stay."""
+        ...
+
+    async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
+        """The newest ``limit`` items of a kind, oldest first."""
+        ...
+
+    async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
+        """Drop items by id, or all of a kind, or everything of the scope."""
+        ...
 
     # ---- profiles ----
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None: ...

@@ -10,7 +10,7 @@ from datetime import datetime
 from companion.core import rules
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
-from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.storage.base import ACTIVE_ONLY
 
 
@@ -26,6 +26,8 @@ class InMemoryStore:
         self._meta: dict[str, str] = {}
         self._next_handle = 1
         self._next_turn = 1
+        self._short: dict[Scope, list[ShortItem]] = {}
+        self._next_short = 1
 
     async def close(self) -> None:
         return None
@@ -190,6 +192,27 @@ class InMemoryStore:
 
     async def clear_turns(self, scope: Scope) -> None:
         self._turns.pop(scope, None)
+
+    # ---- short-term memory ----
+    async def add_short(
+        self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
+        recalled: bool = False,
+    ) -> None:
+        rows = self._short.setdefault(scope, [])
+        rows.append(ShortItem(self._next_short, kind, user, reply, at, recalled))
+        self._next_short += 1
+        mine = [r for r in rows if r.kind is kind]
+        drop = {r.id for r in mine[: max(0, len(mine) - keep)]}
+        self._short[scope] = [r for r in rows if r.id not in drop]
+
+    async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
+        mine = [r for r in self._short.get(scope, []) if r.kind is kind]
+        return mine[-limit:] if limit > 0 else []
+
+    async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
+        gone = set(ids or ())
+        self._short[scope] = [r for r in self._short.get(scope, [])
+                              if not (r.id in gone or (ids is None and (kind is None or r.kind is kind)))]
 
     # ---- profiles ----
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None:

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from companion.storage import usage
-
 Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
 
 
@@ -88,9 +86,15 @@ CORE = MigrationSet("core", (
     ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
     """),
 ))
-# The LLM usage table (companion/storage/usage.py owns its steps).
-USAGE = MigrationSet("usage", tuple(Migration(name, script) for name, script in usage.STEPS))
-SHARED_SETS: tuple[MigrationSet, ...] = (CORE, USAGE)
+SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
+
+
+def register(migration_set: MigrationSet) -> None:
+    """Add a table owner's migration set (its module calls this at import). Order of registration is the
+    order the sets run in; each set's steps stay append-only."""
+    global SHARED_SETS
+    if all(s.owner != migration_set.owner for s in SHARED_SETS):
+        SHARED_SETS = (*SHARED_SETS, migration_set)
 
 
 async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[MigrationSet] | None = None) -> None:

@@ -22,10 +22,10 @@ import aiosqlite
 
 from companion.core.errors import DatabaseBusyError, StorageError
 from companion.core.extraction import fingerprint
-from companion.core.models import Memory, MemoryDraft, Profile, Scope, Status, Turn
+from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import decay_sql, migrations
+from companion.storage import decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY
 from companion.storage.rows import (
     INSERT_MEMORY,
@@ -439,6 +439,23 @@ class SQLiteStore:
     async def clear_turns(self, scope: Scope) -> None:
         async with self._tx() as conn:
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
+
+    # ---- short-term memory -----------------------------------------------------------------------
+
+    async def add_short(
+        self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
+        recalled: bool = False,
+    ) -> None:
+        async with self._tx() as conn:
+            await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep)
+
+    async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
+        async with self._tx(write=False) as conn:
+            return await shortterm.items(conn, scope.key, kind, limit)
+
+    async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
+        async with self._tx() as conn:
+            await shortterm.delete(conn, scope.key, ids, kind)
 
     # ---- profiles --------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The LLM usage table: one row per model call (purpose, tokens cached and not, latency), and the
 per-day, per-purpose report over it.
 
-The table's steps are this module's (``STEPS``); ``migrations`` wraps them as the ``usage`` set in
-``SHARED_SETS`` (this module cannot import ``migrations``: that module imports this one). Every write
+The table and its migration set (``USAGE``, registered with ``migrations``) are this module's; ``sqlite``
+imports it so every store has the table. Every write
 is one short transaction of one INSERT, made after the model answered, never across the await.
 Storage imports only ``core``, so rows come in as plain fields; ``companion.ops.usage`` adapts the LLM
 client's ``UsageRecord`` to them.
@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 from companion.core.errors import StorageError
 from companion.core.timeutil import to_db
+from companion.storage.migrations import Migration, MigrationSet, register
 
 if TYPE_CHECKING:  # a run-time import would be circular: sqlite -> migrations -> usage
     from companion.storage.sqlite import SQLiteStore
 
-STEPS: tuple[tuple[str, str], ...] = (
-    ("0001_llm_usage", """
+USAGE = MigrationSet("usage", (
+    Migration("0001_llm_usage", """
     CREATE TABLE llm_usage (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         at TEXT NOT NULL,
@@ -38,7 +39,8 @@ STEPS: tuple[tuple[str, str], ...] = (
     );
     CREATE INDEX llm_usage_at ON llm_usage (at)
     """),
-)
+))
+register(USAGE)
 
 
 @dataclass(frozen=True, slots=True)

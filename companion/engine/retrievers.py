@@ -1,0 +1,249 @@
+"""The dense retriever: semantic recall beside the keyword index, on when an embedding backend is configured.
+
+Memories are embedded when they are written (outside the scope lock, batched) and their vectors kept in
+the same SQLite database (``storage.vectors``); a turn is embedded once and the scope's nearest memories are
+fused with the keyword ranking by reciprocal rank fusion. A failing backend never fails a reply: recall
+falls back to keywords with one warning, and the backend is tried again after ``retry_after`` seconds.
+Memories whose embedding failed are picked up by the scope's next write or by ``python bot.py reindex``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from companion.config.settings import Settings
+from companion.core.models import Memory, Recalled, Scope, Status
+from companion.core.timeutil import utcnow
+from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder, OpenAIEmbedder
+from companion.recall.filters import MemoryFilter
+from companion.recall.fusion import reciprocal_rank_fusion
+from companion.recall.index import RecallFilter
+from companion.storage.base import MemoryStore
+from companion.storage.sqlite import SQLiteStore
+from companion.storage.vectors import VectorRow, VectorStore, text_hash
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+# A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
+WRITE_RETRIES = 1
+SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut: ask for more
+
+
+@dataclass(frozen=True, slots=True)
+class DensePolicy:
+    min_similarity: float = 0.5  # a memory found by meaning alone must be at least this close
+    retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
+    depth: int = 20  # candidates each retriever contributes to the fusion
+    sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DensePolicy:
+        return cls(min_similarity=settings.embedding_min_similarity,
+                   retry_after=settings.embedding_retry_after_seconds)
+
+
+def build_embedder(settings: Settings) -> Embedder | None:
+    """The configured backend, or None when semantic recall is off. Loads nothing yet."""
+    if settings.embedding_backend == "openai":
+        key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
+        return OpenAIEmbedder(
+            base_url=settings.embedding_base_url, model=settings.embedding_model, api_key=key,
+            dimensions=settings.embedding_dimensions, batch_size=settings.embedding_batch_size,
+            timeout=settings.embedding_timeout_seconds, query_timeout=settings.embedding_query_timeout_seconds,
+            max_retries=WRITE_RETRIES,
+        )
+    if settings.embedding_backend == "local":
+        return LocalEmbedder(settings.embedding_local_model, batch_size=settings.embedding_batch_size)
+    return None
+
+
+def document(memory: Memory) -> str:
+    """What is embedded for a memory: its event, then its keywords (the ways the user may talk about it)."""
+    return f"{memory.event}（{'，'.join(memory.keywords)}）" if memory.keywords else memory.event
+
+
+class DenseRetriever:
+    def __init__(
+        self, embedder: Embedder, vectors: VectorStore, store: MemoryStore, policy: DensePolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.embedder = embedder
+        self.vectors = vectors
+        self._store = store
+        self.policy = policy or DensePolicy()
+        self.clock = clock  # monotonic seconds, for the retry timer
+        self._down_until: float | None = None  # set while the backend is failing
+
+    @classmethod
+    async def from_settings(cls, store: MemoryStore, settings: Settings) -> DenseRetriever | None:
+        """The retriever the settings ask for, or None (no backend configured: lexical recall only)."""
+        embedder = build_embedder(settings)
+        if embedder is None:
+            return None
+        if not isinstance(store, SQLiteStore):
+            await embedder.close()
+            log.warning("semantic recall needs the SQLite store; recall uses keywords only")
+            return None
+        if isinstance(embedder, LocalEmbedder):
+            try:
+                await embedder.load()  # now, not on the first reply: loading takes seconds
+            except EmbeddingError as exc:
+                log.warning("semantic recall off: %s", exc)
+                return None
+        vectors = await VectorStore.open(store)
+        log.info("semantic recall on: %s, vectors scored by %s", embedder.name, vectors.backend)
+        return cls(embedder, vectors, store, DensePolicy.from_settings(settings))
+
+    async def close(self) -> None:
+        await self.embedder.close()
+
+    @property
+    def model(self) -> str:
+        return self.embedder.name
+
+    # ---- health ----------------------------------------------------------------------------------
+
+    @property
+    def available(self) -> bool:
+        return self._down_until is None or self.clock() >= self._down_until
+
+    def _failed(self, exc: EmbeddingError, doing: str) -> None:
+        if self._down_until is None:
+            log.warning("embedding backend failed while %s (%s); recall uses keywords only, retrying in %.0f s",
+                        doing, exc, self.policy.retry_after)
+        else:
+            log.debug("embedding backend still failing while %s: %s", doing, exc)
+        self._down_until = self.clock() + self.policy.retry_after
+
+    def retry_now(self) -> None:
+        """Try the backend on the next call even if it failed less than ``retry_after`` ago."""
+        self._down_until = None
+
+    def _succeeded(self) -> None:
+        if self._down_until is not None:
+            log.info("embedding backend is back; semantic recall resumes")
+            self._down_until = None
+
+    async def _embed(self, texts: Sequence[str], *, query: bool, doing: str) -> list[list[float]] | None:
+        if not self.available:
+            return None
+        try:
+            vectors = await self.embedder.embed(texts, query=query)
+        except EmbeddingError as exc:
+            self._failed(exc, doing)
+            return None
+        self._succeeded()
+        return vectors
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    async def sync(self, scope: Scope, now: datetime | None = None, *, limit: int | None = None,
+                   force: bool = False) -> int:
+        """After a write: drop the vectors of the scope's forgotten memories, then embed its active memories
+        that have no vector for this model or whose text changed, most recently updated first, at most
+        ``limit`` (the policy's when None). Call it outside any lock or transaction. Returns how many vectors
+        were written; 0 when the backend is down."""
+        await self.prune(scope)  # memories evicted or forgotten by this write
+        if not self.available:
+            return 0  # picked up by a later write or reindex
+        memories = await self._store.fetch_memories(scope)
+        return await self._embed_memories(scope, memories, now or utcnow(), limit or self.policy.sync_limit, force)
+
+    async def _embed_memories(
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, limit: int, force: bool
+    ) -> int:
+        known = {} if force else await self.vectors.hashes(scope, self.model)
+        todo = [(m, document(m)) for m in sorted(memories, key=lambda m: (m.updated_at, m.id), reverse=True)]
+        todo = [(m, doc) for m, doc in todo if known.get(m.id) != text_hash(doc)][:limit]
+        if not todo:
+            return 0
+        vectors = await self._embed([doc for _, doc in todo], query=False, doing="embedding memories")
+        if vectors is None:
+            return 0
+        rows = [VectorRow(m.id, text_hash(doc), v) for (m, doc), v in zip(todo, vectors, strict=True)]
+        return await self.vectors.put(scope, self.model, rows, now)
+
+    async def similar(
+        self, scope: Scope, text: str, filters: MemoryFilter, statuses: Collection[Status], limit: int,
+        exclude: Collection[int] = (),
+    ) -> list[Memory]:
+        """Search by meaning: the scope's memories in ``statuses`` that pass ``filters`` and the similarity
+        floor, closest first, at most ``limit``; [] when the backend is down."""
+        hits = await self.nearest(scope, text, limit * SEARCH_DEPTH_FACTOR + len(exclude))
+        wanted = [h for h, s in hits if s >= self.policy.min_similarity and h not in exclude]
+        found = {m.id: m for m in await self._store.fetch_by_ids(scope, wanted)}
+        admitted = [found[h] for h in wanted if h in found and found[h].status in statuses]
+        return [m for m in admitted if filters.admits(m)][:limit]
+
+    async def prune(self, scope: Scope | None = None) -> int:
+        """Delete the vectors of forgotten memories (of one scope, or all): called after a forget, whatever
+        forgot it (the user, a tool, capacity), and after the nightly cleanup, which tombstones in SQL."""
+        return await self.vectors.prune(scope)
+
+    async def reindex(self, *, force: bool = False, progress: Progress | None = None) -> int:
+        """Embed every scope's active memories that lack a current vector (all of them with ``force``),
+        dropping vectors of any other model. Raises EmbeddingError if the backend fails: an operator runs
+        this and should see why."""
+        await self.vectors.drop_other_models(self.model)
+        total = await self._store.count_memories()
+        done = written = 0
+        if progress:
+            progress(0, total)
+        for scope in await self._store.scopes():
+            memories = await self._store.fetch_memories(scope)
+            for start in range(0, len(memories), self.policy.sync_limit):
+                part = memories[start : start + self.policy.sync_limit]
+                self.retry_now()  # the operator asked: try even if the bot saw it fail
+                written += await self._embed_memories(scope, part, utcnow(), len(part), force)
+                if self._down_until is not None:  # it failed just now
+                    raise EmbeddingError("the embedding backend failed; see the warning above")
+                done += len(part)
+                if progress:
+                    progress(done, max(total, done))
+        return written
+
+    # ---- recall ----------------------------------------------------------------------------------
+
+    async def nearest(self, scope: Scope, text: str, k: int) -> list[tuple[int, float]]:
+        """(handle, similarity) of the scope's closest memories to ``text``; [] when the backend is down."""
+        if not text.strip():
+            return []
+        vectors = await self._embed([text], query=True, doing="embedding a turn")
+        if not vectors:
+            return []
+        return await self.vectors.nearest(scope, self.model, vectors[0], k)
+
+    def widen(self, rules: RecallFilter) -> RecallFilter:
+        """The keyword ranking's rules when it is to be fused: more candidates than the final cap."""
+        return rules if rules.limit is None else replace(rules, limit=max(rules.limit, self.policy.depth))
+
+    async def fuse(
+        self, scope: Scope, text: str, now: datetime, rules: RecallFilter, lexical: Sequence[Recalled]
+    ) -> list[Recalled]:
+        """Keyword results (already gated by ``rules``) fused with the memories closest in meaning that
+        pass the same rules and the similarity floor; capped at ``rules.limit``."""
+        hits = await self.nearest(scope, text, self.policy.depth)
+        similar = {h: s for h, s in hits if s >= self.policy.min_similarity}
+        found = {m.id: m for m in await self._store.fetch_by_ids(scope, list(similar))}
+        gone = [h for h in similar if h not in found or found[h].status is Status.FORGOTTEN]
+        if gone:
+            await self.vectors.delete(gone)  # a tombstone the prune has not reached yet
+        dense = [
+            h for h in similar
+            if h in found and found[h].is_active and found[h].importance >= rules.min_importance
+            and not found[h].is_expired(now) and not rules.cooling(h)
+        ]
+        if not dense:
+            return list(lexical[: rules.limit])
+        by_id = {r.memory.id: r for r in lexical}
+        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense])[: rules.limit]
+        return [
+            Recalled(memory=by_id[h].memory, score=score, match=by_id[h].match) if h in by_id
+            else Recalled(memory=found[h], score=score, match=similar[h])
+            for h, score in fused
+        ]

@@ -1,0 +1,67 @@
+"""Short-term memory that survives a restart: the recent conversation turns (up to 200 kept, the last 10
+go to the reply) and what the user reported today (up to 30 small events: ate, took medicine, worked
+late). Owns its table and its migration set; ``SQLiteStore`` exposes it through ``MemoryStore``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import aiosqlite
+
+from companion.core.models import ShortItem, ShortKind
+from companion.core.timeutil import from_db, to_db
+from companion.storage.migrations import Migration, MigrationSet, register
+
+SHORT_TERM = MigrationSet("short_term", (
+    Migration("0001_short_term", """
+    CREATE TABLE short_term (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope_key TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('turn', 'event')),
+        user_text TEXT NOT NULL,
+        reply_text TEXT,
+        recalled INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX short_term_scope ON short_term (scope_key, kind, id)
+    """),
+))
+register(SHORT_TERM)
+
+
+async def add(conn: aiosqlite.Connection, key: str, kind: ShortKind, user: str, reply: str | None, at: datetime,
+              recalled: bool, keep: int) -> None:
+    """Append one item and drop the oldest beyond ``keep`` of that kind, in the caller's transaction."""
+    await conn.execute(
+        "INSERT INTO short_term (scope_key, kind, user_text, reply_text, recalled, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (key, kind.value, user, reply, int(recalled), to_db(at)),
+    )
+    await conn.execute(
+        "DELETE FROM short_term WHERE scope_key = ? AND kind = ? AND id NOT IN "
+        "(SELECT id FROM short_term WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?)",
+        (key, kind.value, key, kind.value, keep),
+    )
+
+
+async def items(conn: aiosqlite.Connection, key: str, kind: ShortKind, limit: int) -> list[ShortItem]:
+    """The newest ``limit`` items of a kind, oldest first."""
+    cursor = await conn.execute(
+        "SELECT id, user_text, reply_text, recalled, created_at FROM short_term WHERE scope_key = ? AND kind = ? "
+        "ORDER BY id DESC LIMIT ?",
+        (key, kind.value, limit),
+    )
+    rows = await cursor.fetchall()
+    return [ShortItem(int(r[0]), kind, str(r[1]), None if r[2] is None else str(r[2]), from_db(str(r[4])), bool(r[3]))
+            for r in reversed(list(rows))]
+
+
+async def delete(conn: aiosqlite.Connection, key: str, ids: Sequence[int] | None, kind: ShortKind | None) -> None:
+    """Drop some items by id, or every item of a kind (or of both kinds)."""
+    if ids is not None:
+        await conn.executemany("DELETE FROM short_term WHERE scope_key = ? AND id = ?", [(key, i) for i in ids])
+    elif kind is not None:
+        await conn.execute("DELETE FROM short_term WHERE scope_key = ? AND kind = ?", (key, kind.value))
+    else:
+        await conn.execute("DELETE FROM short_term WHERE scope_key = ?", (key,))
