@@ -1,8 +1,10 @@
 """A small PNG bar chart written with the standard library (zlib + struct), for ``/mem_stats``.
 
-matplotlib would add ~40 MB and a second of import time to the bot's runtime for one picture; this
-draws the one chart the stats need (stacked bars per day) in a few milliseconds. Labels and numbers go
-in the message text next to it, so the picture carries no text.
+matplotlib (a dev dependency) would bring ~80 MB into the bot's runtime (matplotlib 35 MB, fontTools
+30 MB, Pillow 7 MB, kiwisolver 5 MB, contourpy 1 MB) and 1.4 s to import ``matplotlib.pyplot`` (measured
+on the dev machine under load) for one picture; this draws the one chart the stats need (stacked bars
+per day) in ~7 ms, a 4 KB PNG. Labels and numbers go in the message text next to it, so the picture
+carries no text.
 """
 
 from __future__ import annotations
