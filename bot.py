@@ -7,6 +7,10 @@
     python bot.py memories USER   print a user's memories as a table
     python bot.py decay           run decay and cleanup now
     python bot.py reindex         embed memories for semantic recall (when a backend is configured)
+    python bot.py users           list every user with memory counts
+    python bot.py forget USER_ID (--all | HANDLE)   forget one memory of a user, or all of them
+    python bot.py export [--user ID] [--keyword W] [--out PATH]   memories as an Excel-readable CSV
+    python bot.py stats           memories and LLM usage (last 7 days, per day and purpose)
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
     from companion.chat.buffer import MessageBuffer
     from companion.chat.pipeline import ChatService
     from companion.config.settings import Settings
+    from companion.core.models import Scope
     from companion.llm.client import LLMClient
+    from companion.ops.admin import AdminService
     from companion.storage.sqlite import SQLiteStore
     from memory import MemoryEngine
 
@@ -68,14 +74,18 @@ class Services:
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
+    from companion.ops.admin import usage_sink
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.sqlite import SQLiteStore
+    from companion.storage.usage import UsageLog
     from memory import MemoryEngine
 
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
     try:
         store = await SQLiteStore.open(settings.db_path)
         try:
+            if llm is not None:
+                llm.usage_sink = usage_sink(UsageLog(store))  # every call's tokens and latency, one table
             engine = await MemoryEngine.create(store, settings, KeywordExtractor(), llm)
             yield Services(store, engine, llm)
         finally:
@@ -87,11 +97,19 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 
 @asynccontextmanager
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
+    from companion.chat.memory_tools import memory_tools
     from companion.chat.pipeline import ChatConfig, ChatService
 
     async with services(settings, need_llm=True) as parts:
         assert parts.llm is not None
-        chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings))
+        chat: ChatService
+
+        async def forget(scope: Scope, handles: Iterable[int]) -> int:
+            return await chat.forget(scope, handles)  # the tool's forgetting also leaves the short-term context
+
+        # Tools are built per reply for the turn's scope; LLM_TOOLS_ENABLED=false leaves the plain call.
+        chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings),
+                           tools=memory_tools(parts.engine, forget=forget))
         await chat.load()
         try:
             yield chat, parts
@@ -99,7 +117,15 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
             await chat.drain()
 
 
-def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, MessageBuffer]:
+def admin_service(settings: Settings, parts: Services, chat: ChatService | None = None) -> AdminService:
+    from companion.ops.admin import AdminService
+    from companion.storage.usage import UsageLog
+
+    return AdminService(parts.engine, parts.store, UsageLog(parts.store), settings.tz,
+                        forget=chat.forget if chat is not None else None)
+
+
+def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[Bot, Dispatcher, MessageBuffer]:
     """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
     from aiogram import Bot, Dispatcher
     from aiogram.client.session.aiohttp import AiohttpSession
@@ -114,7 +140,8 @@ def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, M
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
     session.middleware(RetryAfterMiddleware())
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz)
+    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
+                            admin=admin_service(settings, parts, chat))
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
 
@@ -165,6 +192,7 @@ async def check_llm(llm: LLMClient, settings: Settings) -> None:
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops import dblock, jobs, reviews
     from companion.ops.upgrade import upgrade_tables
+    from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
     from handlers.memories import proactive_senders
 
@@ -172,7 +200,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     check_token_format(settings)
     with dblock.hold(settings.db_path, "the bot"):
         async with companion(settings) as (chat, parts):
-            bot, dispatcher, buffer = build_bot(settings, chat)
+            bot, dispatcher, buffer = build_bot(settings, chat, parts)
             scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
             reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
             catching_up: asyncio.Task[None] | None = None
@@ -182,6 +210,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 assert parts.llm is not None
                 await check_llm(parts.llm, settings)
                 await bot.set_my_commands(bot_commands())
+                await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()
                 # Decay and a missed backup run beside polling: users are answered while they run.
                 catching_up = asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings))
@@ -333,9 +362,50 @@ async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_users(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.users(admin_service(settings, parts), settings.tz))
+    return 0
+
+
+async def run_forget(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli, dblock
+
+    require_database(settings)
+    with dblock.hold(settings.db_path, "forget"):
+        async with services(settings, need_llm=False) as parts:
+            print(await admin_cli.forget(admin_service(settings, parts), args.user_id,
+                                         None if args.all else args.handle))
+    return 0
+
+
+async def run_export(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.timeutil import utcnow
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    out = args.out or settings.backup_dir / f"export_{utcnow().astimezone(settings.tz):%Y%m%d_%H%M%S}.csv"
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.export(admin_service(settings, parts), out, args.user, args.keyword))
+    return 0
+
+
+async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.stats(admin_service(settings, parts)))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "run": run_bot, "console": run_console_mode, "backup": run_backup, "restore": run_restore,
-    "memories": run_memories, "decay": run_decay, "reindex": run_reindex,
+    "memories": run_memories, "decay": run_decay, "users": run_users, "forget": run_forget,
+    "export": run_export, "stats": run_stats, "reindex": run_reindex,
 }
 
 
@@ -354,6 +424,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub.add_parser("decay", help="run decay and cleanup now")
     reindex_p = sub.add_parser("reindex", help="embed memories for semantic recall")
     reindex_p.add_argument("--force", action="store_true", help="embed every memory again, not only missing ones")
+    sub.add_parser("users", help="list every user with memory counts")
+    forget_p = sub.add_parser("forget", help="forget one memory of a user (HANDLE), or all of them (--all)")
+    forget_p.add_argument("user_id", type=int)
+    which = forget_p.add_mutually_exclusive_group(required=True)
+    which.add_argument("handle", type=int, nargs="?")
+    which.add_argument("--all", action="store_true", help="every memory of the user, in every chat")
+    export_p = sub.add_parser("export", help="memories as an Excel-readable CSV")
+    export_p.add_argument("--user", type=int, default=None, help="only this user")
+    export_p.add_argument("--keyword", default=None, help="only memories containing this word")
+    export_p.add_argument("--out", type=Path, default=None, help="file to write (default: in the backup folder)")
+    sub.add_parser("stats", help="memories and LLM usage of the last 7 days")
     args = parser.parse_args(argv)
     args.command = args.command or "run"
     return args

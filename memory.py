@@ -590,6 +590,11 @@ class MemoryEngine:
         draft = await self._judge(text, now)
         draft.origin, draft.source_at = origin, now
         draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
+        return await self.save_draft(scope, draft, now)
+
+    async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
+        """Store one memory already judged (by the user's words, a model's tool call or an operator) and
+        return it; a retold memory merges into its row, which rises to the draft's tier if that is higher."""
         [handle, *_] = await self.remember(scope, [draft], now)
         memory = await self.get(scope, handle)
         if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
@@ -617,9 +622,15 @@ class MemoryEngine:
         await self._embed(scope, memory.updated_at)  # an edit changes what the vector must say
         return memory
 
-    async def edit(self, scope: Scope, handle: int, text: str, now: datetime) -> Memory:
-        """New wording for one memory (keywords and index terms follow)."""
+    async def edit(
+        self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None
+    ) -> Memory:
+        """New wording for one memory (keywords and index terms follow) and/or a new importance."""
         memory = await self.get(scope, handle)
+        if importance is not None:
+            memory = replace(memory, importance=min(max(float(importance), 0.0), 100.0), updated_at=now)
+        if text is None:
+            return await self._write(scope, replace(memory, updated_at=now))
         draft = self._prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
         return await self._write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
                                                 terms=draft.terms, updated_at=now))

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.standin_tools import wants_tool
 from tests.fakes.llm import FakeLLM, ToolCallAnswer, request_text
 from tests.scripted import EXTRACT_MARK, PROFILE_MARK, latest_user_message, recalled_events, user_words
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}\s*")
 _PROFILE_LINE = re.compile(r"^- (.*)（重要程度 [\d.]+，(\w+)）$")
 CORE_CHARS = 120
+SEARCH_WORDS = ("记得", "还记")
+SAVE_WORDS = ("记住", "别忘了")
 
 # Replies of the length the system prompt asks for (up to three sentences), so history and
 # completion sizes in the cost report are realistic.
@@ -95,3 +96,13 @@ class ScriptedModel:
             else:
                 core.append(event)
         return {"core": "；".join(core)[:CORE_CHARS], "dynamic": dynamic}
+
+
+def wants_tool(user_text: str) -> tuple[str, dict[str, Any]] | None:
+    """The memory tool call a companion model would make for this user turn, if any (the scripted
+    model's rule): a save when asked to remember, a search when asked what it remembers."""
+    if any(word in user_text for word in SAVE_WORDS):
+        return "save_memory", {"content": user_text[:200], "importance": 70}
+    if any(word in user_text for word in SEARCH_WORDS):
+        return "search_memories", {"query": user_text[:100]}
+    return None

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
     cost.add_argument("--turns", type=_positive, default=200)
     cost.add_argument("--json", type=Path, help="also write the results here")
-    cost.add_argument("--tools", action="store_true", help="offer the stand-in memory tools in reply calls")
+    cost.add_argument("--tools", action="store_true", help="offer the memory tools in reply calls")
     cost.add_argument("--requests", type=Path, help="also write every request body here, one JSON per line")
     cost.add_argument("--shares-of", type=Path, metavar="FILE",
                       help="only print the prompt-cache shares of request bodies recorded with --requests")

@@ -26,8 +26,8 @@ from typing import Any
 from bench.brain import ScriptedModel
 from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
-from bench.standin_tools import standin_tools
 from bench.timing import latency_summary
+from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import Scope
@@ -57,7 +57,7 @@ class CostConfig:
     turns: int = 200
     minutes_per_turn: float = 3.0
     seed: int = 7
-    tools: bool = False  # offer the stand-in memory tools (bench/standin_tools.py)
+    tools: bool = False  # offer the real memory tools (companion/chat/memory_tools.py)
 
 
 class SimClock:
@@ -122,7 +122,8 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
     """Plays the script; returns (memories recalled, memories mentioned) per turn."""
     clock = SimClock(START)
     chat = ChatService(engine, llm, ChatConfig.from_settings(settings), clock=clock,
-                       rng=random.Random(config.seed), tools=standin_tools if config.tools else None)
+                       rng=random.Random(config.seed),
+                       tools=memory_tools(engine, clock=clock) if config.tools else None)
     scope = Scope(1)
     await chat.start(scope)
     out: list[tuple[int, int]] = []
@@ -190,8 +191,15 @@ def tool_costs(replies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "turns": first_rounds,
         "follow_up_calls": len(follow_ups),
         "follow_up_calls_per_turn": round(len(follow_ups) / first_rounds, 3) if first_rounds else 0.0,
+        # History keeps only words, so a request's tool-calling answers are all of this turn: the first
+        # follow-up of a turn carries exactly one.
+        "turns_with_tool_call": sum(1 for body in follow_ups if _tool_rounds(body) == 1),
         "follow_up_prompt_tokens": sum(estimate_tokens(prompt_stream(body)) for body in follow_ups),
     }
+
+
+def _tool_rounds(body: Mapping[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m.get("role") == "assistant" and m.get("tool_calls"))
 
 
 def format_cost(report: dict[str, Any]) -> str:
@@ -213,7 +221,8 @@ def format_cost(report: dict[str, Any]) -> str:
         f"tools: offered on {report['tools']['calls_offering_tools']} reply calls "
         f"({report['tools']['tool_definition_tokens']} tokens~ of definitions); follow-up calls "
         f"{report['tools']['follow_up_calls']} ({report['tools']['follow_up_calls_per_turn']} per turn, "
-        f"{report['tools']['follow_up_prompt_tokens']} prompt tokens~ in all)",
+        f"{report['tools']['follow_up_prompt_tokens']} prompt tokens~ in all); turns with a tool call: "
+        f"{report['tools']['turns_with_tool_call']} of {report['tools']['turns']}",
     ]
     return "\n".join(lines)
 

@@ -75,8 +75,7 @@ async def test_a_first_release_database_upgrades_lazily_and_loses_nothing(tmp_pa
     store = await SQLiteStore.open(path)
     try:
         # Opening ran only the database-wide steps; no memory table was touched.
-        assert applied(path) == [("core", name) for name in CORE.names] + [("short_term", "0001_short_term"),
-                                                                            ("vectors", "0001_memory_vectors")]
+        assert applied(path) == sorted((s.owner, name) for s in migrations.SHARED_SETS for name in s.names)
         assert versions(path) == {"u101": 2, "u202": 2}
         assert await store.active_scopes() == {ALICE, BOB}
         assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["还在咳嗽"]
@@ -105,8 +104,7 @@ async def test_a_first_release_database_upgrades_lazily_and_loses_nothing(tmp_pa
     again = await SQLiteStore.open(path)  # a second open runs nothing again
     try:
         assert len(await again.fetch_memories(ALICE)) == 2
-        assert applied(path) == [("core", name) for name in CORE.names] + [("short_term", "0001_short_term"),
-                                                                            ("vectors", "0001_memory_vectors")]
+        assert applied(path) == sorted((s.owner, name) for s in migrations.SHARED_SETS for name in s.names)
     finally:
         await again.close()
 

@@ -213,7 +213,7 @@ async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None
     # The text never reached the schema: exactly the shared tables and the one scope table exist.
     assert table_names(storage.path) == {
         "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "short_term",
-        "memory_vectors", ALICE.table,
+        "memory_vectors", "llm_usage", ALICE.table,
     }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]
 

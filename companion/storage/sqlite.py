@@ -25,7 +25,7 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import decay_sql, migrations, shortterm, vector_schema  # noqa: F401 - vector_schema: registers a set
+from companion.storage import decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY
 from companion.storage.rows import (
     INSERT_MEMORY,

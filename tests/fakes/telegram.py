@@ -40,6 +40,15 @@ _NOT_MODIFIED = (
 )
 
 
+MAX_CAPTION_LENGTH = 1024
+_COMMAND_SCOPES = frozenset({"default", "all_private_chats", "all_group_chats", "all_chat_administrators",
+                             "chat", "chat_administrators", "chat_member"})
+
+
+def _scope_key(scope: JSONDict) -> str:
+    return json.dumps(scope, sort_keys=True)
+
+
 def utf16_len(text: str) -> int:
     """Telegram measures text in UTF-16 code units, so an emoji outside the BMP counts as two."""
     return len(text.encode("utf-16-le")) // 2
@@ -90,7 +99,8 @@ async def _read_params(request: web.Request) -> JSONDict:
             if isinstance(value, str):
                 params[key] = _decode_value(key, value)
             elif isinstance(value, web.FileField):  # an upload: keep what a test could assert on
-                params[key] = {"filename": value.filename, "size": len(value.file.read())}
+                data = value.file.read()
+                params[key] = {"filename": value.filename, "size": len(data), "content": data}
             else:
                 params[key] = bytes(value)
     chat_id = params.get("chat_id")
@@ -138,6 +148,13 @@ class FakeTelegram(FakeServer):
         })
         self.callback_answers: list[JSONDict] = []
         self._callback_ids = itertools.count(1)
+        # Uploads (documents, photos) and per-scope command menus (BotCommandScope*).
+        self._methods.update({
+            "senddocument": self._send_document, "sendphoto": self._send_photo,
+            "setmycommands": self._set_scoped_commands, "getmycommands": self._get_scoped_commands,
+        })
+        self.uploads: list[JSONDict] = []
+        self.scoped_commands: dict[str, list[JSONDict]] = {}
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
@@ -359,6 +376,69 @@ class FakeTelegram(FakeServer):
     async def _delete_my_commands(self, params: JSONDict) -> bool:
         self.commands = None
         return True
+
+    async def _set_scoped_commands(self, params: JSONDict) -> bool:
+        scope = params.get("scope")
+        if scope is None or scope == {"type": "default"}:
+            return await self._set_my_commands(params)
+        if not isinstance(scope, dict) or scope.get("type") not in _COMMAND_SCOPES:
+            raise _ApiError(400, "Bad Request: wrong parameter scope")
+        needs_chat = scope["type"] in ("chat", "chat_administrators", "chat_member")
+        if needs_chat and not isinstance(scope.get("chat_id"), int):
+            raise _ApiError(400, "Bad Request: chat not found")
+        previous = self.commands
+        await self._set_my_commands(params)  # the same checks on the commands themselves
+        self.commands, self.scoped_commands[_scope_key(scope)] = previous, list(params["commands"])
+        return True
+
+    async def _get_scoped_commands(self, params: JSONDict) -> list[JSONDict]:
+        scope = params.get("scope")
+        if scope is None or scope == {"type": "default"}:
+            return await self._get_my_commands(params)
+        return list(self.scoped_commands.get(_scope_key(scope), []))
+
+    def commands_for(self, scope: JSONDict) -> list[JSONDict] | None:
+        """The menu set for one scope, e.g. ``{"type": "chat", "chat_id": 42}``; None if never set."""
+        return self.scoped_commands.get(_scope_key(scope))
+
+    async def _send_upload(self, params: JSONDict, field: str) -> JSONDict:
+        upload = params.get(field)
+        if isinstance(upload, str) and upload.startswith("attach://"):  # the file sent under another field name
+            upload = params.get(upload.removeprefix("attach://"))
+        if not isinstance(upload, dict) or not upload.get("size"):
+            raise _ApiError(400, f"Bad Request: there is no {field} in the request")
+        caption = params.get("caption")
+        if caption is not None and utf16_len(str(caption)) > MAX_CAPTION_LENGTH:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        record: JSONDict = {
+            "chat_id": self._require_chat(params), "kind": field, "file": upload, "caption": caption,
+            "message_id": next(self._message_ids), "date": int(time.time()), "params": params,
+        }
+        self.uploads.append(record)
+        message: JSONDict = {"message_id": record["message_id"], "date": record["date"],
+                             "chat": self._chat(record["chat_id"]), "from": dict(self.bot_user)}
+        file_id = f"file{next(self._file_ids)}"
+        if field == "photo":
+            message["photo"] = [{"file_id": file_id, "file_unique_id": file_id, "width": 1, "height": 1}]
+        else:
+            message["document"] = {"file_id": file_id, "file_unique_id": file_id, "file_name": upload.get("filename")}
+        if caption is not None:
+            message["caption"] = caption
+        return message
+
+    async def _send_document(self, params: JSONDict) -> JSONDict:
+        return await self._send_upload(params, "document")
+
+    async def _send_photo(self, params: JSONDict) -> JSONDict:
+        return await self._send_upload(params, "photo")
+
+    def sent_uploads(self, chat_id: int | None = None) -> list[JSONDict]:
+        return [u for u in self.uploads if chat_id is None or u["chat_id"] == chat_id]
+
+    async def wait_for_uploads(self, chat_id: int, count: int, timeout: float = 10.0) -> list[JSONDict]:
+        await self._wait_until(lambda: len(self.sent_uploads(chat_id)) >= count, timeout,
+                               lambda: f"expected {count} uploads to {chat_id}, got {len(self.sent_uploads(chat_id))}")
+        return self.sent_uploads(chat_id)
 
     async def _send_chat_action(self, params: JSONDict) -> bool:
         chat_id = self._require_chat(params)

@@ -1,0 +1,180 @@
+"""The memory tools the model may call during a reply, bound to the caller's scope in code.
+
+``memory_tools(engine)`` is the ``ToolFactory`` the pipeline calls once per reply with the turn's
+``Scope``; every tool is a closure over that scope, so no argument can name another user, chat or table.
+A handle of another scope is refused by the engine's owner check (``NotYourMemoryError``) and reported
+to the model exactly like a handle that does not exist, so a probe learns nothing and nothing changes.
+
+The tools are thin: each calls the same engine API the user's own steering uses (``save_draft`` behind
+"记住……", ``search``, ``edit``, ``move``, ``archive``, ``due_reviews``), and forgetting goes through the
+chat service's ``forget`` when given, which also scrubs the short-term context. Results are plain data;
+``Tool`` bounds them (items and characters) before the model sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, time, tzinfo
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from companion.core import tiers as tier_rules
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier
+from companion.core.timeutil import local_date, utcnow
+from companion.llm.tools import ResultBounds, Tool, ToolError, ToolFactory
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+# Annotations must live at module level: ``Tool.function`` resolves them against these globals.
+Content = Annotated[str, Field(min_length=1, max_length=200)]
+Query = Annotated[str, Field(min_length=1, max_length=100)]
+Handle = Annotated[int, Field(ge=1, le=10**12)]  # within SQLite's integers
+Importance = Annotated[int, Field(ge=0, le=100)]
+Limit = Annotated[int, Field(ge=1, le=20)]
+Since = Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+Description = Annotated[str | None, Field(min_length=1, max_length=100)]
+DaysOverdue = Annotated[int, Field(ge=0, le=365)]
+TierList = Annotated[list[Tier] | None, Field(max_length=3)]
+TypeList = Annotated[list[MemoryType] | None, Field(max_length=4)]
+
+Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
+FORGET_CANDIDATES = 5
+LIST_LIMIT = 20
+BOUNDS = ResultBounds(max_items=LIST_LIMIT, max_string=200, max_chars=3000)
+NOT_FOUND = "no memory with handle {handle} among this user's memories"
+
+
+def view(memory: Memory, tz: tzinfo) -> dict[str, Any]:
+    """What the model sees of a memory: its handle and words, never bookkeeping it cannot act on."""
+    return {"handle": memory.id, "content": memory.event, "type": memory.type.value, "tier": memory.tier.value,
+            "importance": round(memory.importance), "learned": local_date(memory.created_at, tz),
+            **({"status": memory.status.value} if not memory.is_active else {})}
+
+
+def memory_tools(
+    engine: MemoryEngine, *, forget: Forget | None = None, clock: Callable[[], datetime] = utcnow
+) -> ToolFactory:
+    """The factory of the eight memory tools. ``forget`` (the chat service's, which also scrubs the
+    short-term context) defaults to the engine's."""
+    tz = engine.config.tz
+
+    async def drop(scope: Scope, handles: Iterable[int]) -> int:
+        if forget is not None:
+            return await forget(scope, handles)
+        return await engine.forget(scope, handles)
+
+    def build(scope: Scope) -> list[Tool]:
+        async def owned(handle: int) -> Memory:
+            try:
+                return await engine.get(scope, handle)
+            except (MemoryNotFoundError, NotYourMemoryError):
+                # The same answer for both: a handle of another user must not even be confirmed to exist.
+                raise ToolError(NOT_FOUND.format(handle=handle)) from None
+
+        async def save_memory(content: Content, type: MemoryType = MemoryType.FACT, tier: Tier = Tier.MEDIUM,
+                              importance: Importance = 60) -> dict[str, Any]:
+            """Remember one thing about the user (when asked to, or when it matters for weeks).
+
+            Args:
+                content: one short sentence in the user's language; events with their date.
+                type: instruction = how the user wants to be talked to.
+                tier: long = lasting core facts, medium = weeks, short = days.
+                importance: 0-100; health and safety >= 80, passing moods < 30.
+            """
+            now = clock()
+            draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
+                                validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now)
+            memory = await engine.save_draft(scope, draft, now)
+            return {"saved": view(memory, tz)}
+
+        async def search_memories(query: Query, tiers: TierList = None, types: TypeList = None,
+                                  since: Since = None, limit: Limit = 5) -> dict[str, Any]:
+            """Search the user's memories, newest first.
+
+            Args:
+                since: learned on or after this day (YYYY-MM-DD).
+            """
+            now = clock()
+            found = await engine.search(scope, query, now, tiers_=tiers, types=types,
+                                        since=_day_start(since, tz), limit=limit)
+            return {"memories": [view(m, tz) for m in found]}
+
+        async def update_memory(handle: Handle, content: Content | None = None,
+                                importance: Importance | None = None) -> dict[str, Any]:
+            """Correct the words and/or the importance of one memory."""
+            if content is None and importance is None:
+                raise ToolError("give content or importance (or both)")
+            await owned(handle)
+            memory = await engine.edit(scope, handle, content, clock(),
+                                       importance=None if importance is None else float(importance))
+            return {"updated": view(memory, tz)}
+
+        async def forget_memory(handle: Handle | None = None, description: Description = None) -> dict[str, Any]:
+            """Forget a memory the user asked you to forget, by handle or by description (if several
+            match, nothing is forgotten and they are returned: call again with a handle)."""
+            if (handle is None) == (description is None):
+                raise ToolError("give exactly one of handle or description")
+            if handle is None:
+                assert description is not None
+                found = await engine.search(scope, description, clock(), limit=FORGET_CANDIDATES)
+                if not found:
+                    raise ToolError(f"no memory matches {description!r}")
+                if len(found) > 1:
+                    return {"forgotten": 0, "candidates": [view(m, tz) for m in found],
+                            "next": "ask the user which one, then call again with its handle"}
+                handle = found[0].id
+            else:
+                await owned(handle)
+            return {"forgotten": await drop(scope, [handle]), "handle": handle}
+
+        async def list_memories(tier: Tier | None = None) -> dict[str, Any]:
+            """List the user's memories, most important first."""
+            found = [m for m in await engine.memories(scope) if tier is None or m.tier is tier]
+            found.sort(key=lambda m: (tier_rules.ORDER.index(m.tier), m.importance, m.id), reverse=True)
+            return {"total": len(found), "memories": [view(m, tz) for m in found[:LIST_LIMIT]]}
+
+        async def move_memory(handle: Handle, tier: Tier) -> dict[str, Any]:
+            """Move a memory to another tier."""
+            await owned(handle)
+            return {"moved": view(await engine.move(scope, handle, tier, clock()), tz)}
+
+        async def archive_memory(handle: Handle) -> dict[str, Any]:
+            """Archive a memory that no longer matters (never recalled; the user can restore it)."""
+            await owned(handle)
+            memory = await engine.archive(scope, handle, clock())
+            return {"archived": memory.id}
+
+        async def get_due_memories(days_overdue: DaysOverdue = 0) -> dict[str, Any]:
+            """Memories due for review, each with a suggested action and why.
+
+            Args:
+                days_overdue: at least this many days past their review date.
+            """
+            now = clock()
+            due = []
+            for memory, suggestion in await engine.due_reviews(scope, now):
+                late = max((now - (memory.review_at or now)).days, 0)
+                if late >= days_overdue:
+                    due.append({**view(memory, tz), "days_overdue": late, "suggestion": suggestion.action.value,
+                                "reason": suggestion.reason})
+            return {"due": due}
+
+        return [Tool.function(fn, bounds=BOUNDS) for fn in (
+            save_memory, search_memories, update_memory, forget_memory, list_memories, move_memory,
+            archive_memory, get_due_memories)]
+
+    return build
+
+
+def _day_start(day: str | None, tz: tzinfo) -> datetime | None:
+    if day is None:
+        return None
+    try:
+        parsed = datetime.strptime(day, "%Y-%m-%d").date()
+    except ValueError:
+        raise ToolError(f"since {day!r} is not a real date (YYYY-MM-DD)") from None
+    return datetime.combine(parsed, time(0), tzinfo=tz)

@@ -1,0 +1,118 @@
+"""The LLM usage table: one row per model call (purpose, tokens cached and not, latency), and the
+per-day, per-purpose report over it.
+
+The table and its migration set (``USAGE``, registered with ``migrations``) are this module's; ``sqlite``
+imports it so every store has the table. Every write
+is one short transaction of one INSERT, made after the model answered, never across the await.
+Storage imports only ``core``, so rows come in as plain fields; ``companion.ops.usage`` adapts the LLM
+client's ``UsageRecord`` to them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from companion.core.errors import StorageError
+from companion.core.timeutil import to_db
+from companion.storage.migrations import Migration, MigrationSet, register
+
+if TYPE_CHECKING:  # a run-time import would be circular: sqlite -> migrations -> usage
+    from companion.storage.sqlite import SQLiteStore
+
+USAGE = MigrationSet("usage", (
+    Migration("0001_llm_usage", """
+    CREATE TABLE llm_usage (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cache_hit_tokens INTEGER,
+        cache_miss_tokens INTEGER,
+        latency_ms REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        tool_calls INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX llm_usage_at ON llm_usage (at)
+    """),
+))
+register(USAGE)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One call, as stored. Cache counts are None when the server did not report a split."""
+
+    at: datetime
+    purpose: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit_tokens: int | None
+    cache_miss_tokens: int | None
+    latency_ms: float
+    ok: bool = True
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCell:
+    """One (local day, purpose) of the report."""
+
+    day: str  # YYYY-MM-DD, local
+    purpose: str
+    calls: int
+    failures: int
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit_tokens: int
+    cache_miss_tokens: int
+    avg_latency_ms: float
+    tool_calls: int
+
+
+class UsageLog:
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    async def add(self, row: UsageRow) -> None:
+        try:
+            async with self._store.transaction() as conn:
+                await conn.execute(
+                    "INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, "
+                    "cache_miss_tokens, latency_ms, ok, tool_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (to_db(row.at), row.purpose, row.model, row.prompt_tokens, row.completion_tokens,
+                     row.cache_hit_tokens, row.cache_miss_tokens, row.latency_ms, int(row.ok), row.tool_calls),
+                )
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+
+    async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
+        """Calls since ``since`` by local day and purpose, oldest day first. Days are cut at ``offset``
+        from UTC (the zone's offset now; a day that spans a DST change is cut at the current offset)."""
+        seconds = int(offset.total_seconds())
+        try:
+            async with self._store.transaction(write=False) as conn:
+                cursor = await conn.execute(
+                    f"SELECT date(at, '{seconds:+d} seconds') AS day, purpose, count(*), sum(1 - ok), "
+                    "sum(prompt_tokens), sum(completion_tokens), coalesce(sum(cache_hit_tokens), 0), "
+                    "coalesce(sum(cache_miss_tokens), 0), avg(latency_ms), sum(tool_calls) "
+                    "FROM llm_usage WHERE at >= ? GROUP BY day, purpose ORDER BY day, purpose",
+                    (to_db(since),),
+                )
+                rows = await cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+        return [UsageCell(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+                          round(float(r[8]), 1), int(r[9])) for r in rows]
+
+
+
+def _storage_error(exc: sqlite3.Error) -> StorageError:
+    from companion.storage.sqlite import storage_error  # here, not at the top: circular at import time
+
+    return storage_error(exc)
