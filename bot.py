@@ -25,6 +25,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.logs import setup_logging
 from companion.config.settings import Settings, load_settings
@@ -42,6 +43,7 @@ from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from handlers import build_router
 from handlers.commands import bot_commands
+from handlers.groups import set_menus
 from handlers.memories import proactive_senders
 from memory import MemoryEngine
 
@@ -92,13 +94,14 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
             await chat.drain()
 
 
-def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, MessageBuffer]:
+def build_bot(settings: Settings, chat: ChatService, store: SQLiteStore) -> tuple[Bot, Dispatcher, MessageBuffer]:
     """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
     assert settings.telegram_bot_token is not None
     buffer = MessageBuffer(settings.quiet_seconds)
     session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz)
+    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
+                            groups=GroupSettings(store), rooms=Rooms())
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
 
@@ -106,12 +109,12 @@ def build_bot(settings: Settings, chat: ChatService) -> tuple[Bot, Dispatcher, M
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     settings.require("telegram_bot_token", "llm_api_key")
     async with companion(settings) as (chat, parts):
-        bot, dispatcher, buffer = build_bot(settings, chat)
+        bot, dispatcher, buffer = build_bot(settings, chat, parts.store)
         scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
         reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
         upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
         try:
-            await bot.set_my_commands(bot_commands())
+            await set_menus(bot, bot_commands())
             scheduler.start()
             await jobs.catch_up(parts.engine)
             log.info("bot started; polling %s", settings.telegram_api_base)

@@ -72,8 +72,8 @@ async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
 async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
                  config: BotConfig) -> dict[str, Any]:
     """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
-    async with companion_service(settings) as (chat, _):
-        bot, dispatcher, buffer = build_bot(settings, chat)
+    async with companion_service(settings) as (chat, parts):
+        bot, dispatcher, buffer = build_bot(settings, chat, parts.store)
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:
             cpu = cpu_seconds()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from aiogram import Router
 
-from handlers import chat, commands, errors, memories
+from handlers import chat, commands, errors, groups, memories
 
 
 def build_router() -> Router:
     root = Router(name="root")
-    root.include_routers(commands.build(), memories.build(), chat.build(), errors.build())
+    # Groups first: group commands and addressed messages; private chats fall through to the rest.
+    root.include_routers(groups.build(), commands.build(), memories.build(), chat.build(), errors.build())
     return root

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 from aiogram import Bot, F, Router
-from aiogram.types import Message
+from aiogram.types import Message, ReplyParameters
 from aiogram.utils.chat_action import ChatActionSender
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupTurn
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
@@ -36,12 +37,14 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
 
 
 async def answer_turn(
-    bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str, message_id: int | None = None
-) -> None:
+    bot: Bot, chat: ChatService, scope: Scope, chat_id: int, text: str, message_id: int | None = None,
+    group: GroupTurn | None = None,
+) -> str:
+    """Answer one turn and return what was sent; in a group, as a reply to the addressing message."""
     markup = None
     try:
         async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
-            reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id)
+            reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:
             markup = keyboards.receipt(reply.saved)
@@ -51,9 +54,12 @@ async def answer_turn(
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)
         answer = texts.INTERNAL_ERROR
+    to = None if group is None or message_id is None else ReplyParameters(message_id=message_id,
+                                                                           allow_sending_without_reply=True)
     parts = texts.split_message(answer)
     for i, part in enumerate(parts):
-        await bot.send_message(chat_id, part, reply_markup=markup if i == len(parts) - 1 else None)
+        await bot.send_message(chat_id, part, reply_parameters=to, reply_markup=markup if i == len(parts) - 1 else None)
+    return answer
 
 
 async def on_unknown_command(message: Message) -> None:
