@@ -117,11 +117,11 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     if not addressed_to(message, me):
         room.add(name, said)  # short-term context only: never queued, never a memory
         return
+    text = without_mention(said, me)
     if not chat.is_active(scope):
-        room.add(name, said)
+        room.add(name, text)
         await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
-    text = without_mention(said, me)
     turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(message.chat.id),
                      share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
     room.add(name, text)
