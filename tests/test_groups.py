@@ -14,6 +14,7 @@ from companion.chat import texts
 from companion.chat.group import pick_group_memories
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
 from tests.fakes.llm import request_text
+from tests.fakes.telegram import JSONDict
 from tests.groupkit import BOT, GroupBot, group_bot
 
 A, B = 1001, 1002
@@ -48,7 +49,7 @@ def test_pick_skips_inactive() -> None:
     assert [m.id for m in picked] == [3]
 
 
-def replies(g: GroupBot, chat_id: int) -> list[dict[str, object]]:
+def replies(g: GroupBot, chat_id: int) -> list[JSONDict]:
     return g.tg.sent_messages(chat_id)
 
 
