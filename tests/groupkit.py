@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from pydantic import Field
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings, Rooms
@@ -20,6 +22,7 @@ from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
+from companion.llm.tools import Tool, ToolFactory
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from handlers import build_router
@@ -31,6 +34,24 @@ from tests.support import make_settings
 
 EXTRACTOR = KeywordExtractor()
 BOT = "companion_bot"
+Query = Annotated[str, Field(min_length=1, max_length=40)]
+
+
+def search_tool(engine: MemoryEngine) -> ToolFactory:
+    """A memory tool bound to the caller's scope, as the real tools are (companion.llm.tools)."""
+
+    def build(scope: Scope) -> list[Tool]:
+        async def search_memories(query: Query) -> list[str]:
+            """Search what you remember about the user.
+
+            Args:
+                query: words to look for.
+            """
+            return [m.event for m in await engine.search(scope, query, utcnow(), limit=5)]
+
+        return [Tool.function(search_memories)]
+
+    return build
 
 
 @dataclass
@@ -73,15 +94,16 @@ class GroupBot:
 
 
 @asynccontextmanager
-async def group_bot(tmp: Path, **overrides: object) -> AsyncIterator[GroupBot]:
-    values: dict[str, object] = {"quiet_seconds": 0.0, "llm_tools_enabled": False}
+async def group_bot(tmp: Path, *, tools: bool = False, **overrides: object) -> AsyncIterator[GroupBot]:
+    values: dict[str, object] = {"quiet_seconds": 0.0, "llm_tools_enabled": tools}
     values.update(overrides)
     settings = make_settings(tmp, **values)
     async with FakeTelegram(bot_username=BOT) as tg, FakeLLM() as llm:
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
         engine = await MemoryEngine.create(store, settings, EXTRACTOR, client)
-        chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1))
+        chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1),
+                           tools=search_tool(engine) if tools else None)
         await chat.load()
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))

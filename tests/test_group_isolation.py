@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import MemoryType, Scope
-from tests.fakes.llm import request_text
+from tests.fakes.llm import Answer, ToolCallAnswer, request_text
 from tests.groupkit import BOT, GroupBot, group_bot
 from tests.scripted import ScriptedBrain
 
@@ -66,9 +67,17 @@ async def act(g: GroupBot, user: int, place: int | None, action: str) -> None:
     await g.group(user, place, words.get(action, f"@{BOT} 想吃火锅了"))
 
 
+def searching_model(body: dict[str, Any]) -> Answer:
+    """A model that looks up its memory tool on every first round it is offered, so tool results join
+    the requests the property checks."""
+    if body.get("tools") and not any(m.get("role") == "tool" for m in body["messages"]):
+        return ToolCallAnswer([("search_memories", {"query": "火锅"})])
+    return "嗯嗯，我在听呢。"
+
+
 async def scenario(tmp: Path, steps: list[Step]) -> None:
-    async with group_bot(tmp) as g:
-        ScriptedBrain().install(g.llm)
+    async with group_bot(tmp, tools=True) as g:
+        ScriptedBrain(chat=searching_model).install(g.llm)  # type: ignore[arg-type]
         for where in (G1, G2):
             g.tg.add_group(where, admins=(A,))
         for user in USERS:
@@ -108,17 +117,22 @@ def test_no_scope_sees_another_scopes_memories(tmp_path_factory: pytest.TempPath
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:
-    """Sharing on: A's private token is allowed in A's group request; the same request counted as B's
-    would fail, so the property is not vacuous."""
+    """The paths the property watches are live: with sharing on A's private token reaches A's group
+    request (counted as B's it would fail), and the memory tool answers from A's group scope."""
 
     async def run() -> None:
-        async with group_bot(tmp_path) as g:
-            ScriptedBrain().install(g.llm)
+        async with group_bot(tmp_path, tools=True) as g:
+            ScriptedBrain(chat=searching_model).install(g.llm)  # type: ignore[arg-type]
             await g.seed(Scope(A), f"喜欢火锅 {token(Scope(A))}", ["火锅"])
+            await g.seed(Scope(A, G1), f"爱吃火锅 {token(Scope(A, G1))}", ["火锅"])
             await g.group(A, G1, f"/start_aiGF@{BOT}")
             await g.group(A, G1, f"/share_private@{BOT} on")
             g.llm.clear()
             await g.group(A, G1, f"@{BOT} 想吃火锅了")
             assert token(Scope(A)) in "\n".join(request_text(r) for r in g.llm.requests)
+            # The tool round ran, bound to the speaker's group scope.
+            tool_said = [str(m.get("content")) for r in g.llm.requests for m in r["messages"]
+                         if m.get("role") == "tool"]
+            assert tool_said and token(Scope(A, G1)) in tool_said[0] and token(Scope(A)) not in tool_said[0]
 
     asyncio.run(run())
