@@ -94,10 +94,10 @@ def without_mention(text: str, me: User) -> str:
     """The message as said to the bot: its own @username taken out (the model needs no handle)."""
     if not me.username:
         return text.strip()
-    lowered, handle = text.lower(), f"@{me.username.lower()}"
+    said, lowered, handle = text, text.lower(), f"@{me.username.lower()}"
     while (at := lowered.find(handle)) >= 0:
-        text, lowered = text[:at] + text[at + len(handle):], lowered[:at] + lowered[at + len(handle):]
-    return text.strip() or text
+        said, lowered = said[:at] + said[at + len(handle):], lowered[:at] + lowered[at + len(handle):]
+    return said.strip() or text.strip()
 
 
 def speaker(message: Message) -> str:
