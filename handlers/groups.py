@@ -122,12 +122,13 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
         room.add(name, text)
         await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
-    turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(message.chat.id),
-                     share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
-    room.add(name, text)
     chat_id, message_id = message.chat.id, message.message_id
 
     async def flush(joined: str) -> None:
+        # The room as it is when the turn is answered, before this turn's words (which the turn carries).
+        turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
+                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
+        room.add(name, joined)
         room.add(COMPANION_NAME, await answer_turn(bot, chat, scope, chat_id, joined, message_id, turn))
 
     buffer.push(scope, text, flush)

@@ -232,3 +232,19 @@ def test_group_part_sits_inside_the_reference_block() -> None:
     turn = GroupTurn(speaker="老王", room="", remember=True, share_private=False, limit=10)
     merged = turn.within("【参考资料：x】\n现在是 y\n【参考资料结束】\n")
     assert merged.index("老王") < merged.index("【参考资料结束】")
+
+
+async def test_a_burst_is_one_turn_and_one_room_line(tmp_path: Path) -> None:
+    async with group_bot(tmp_path, quiet_seconds=5.0) as g:
+        await g.group(A, G1, f"/start_aiGF@{BOT}")
+        g.tg.push_group_text(A, G1, f"@{BOT} 第一句")
+        g.tg.push_group_text(A, G1, f"@{BOT} 第二句")
+        g.llm.clear()
+        await g.deliver()
+        [first] = g.llm.chat_requests()
+        content = str(first["messages"][-1]["content"])
+        assert content.endswith("第一句\n第二句") and content.count("第一句") == 1, "the room repeated the turn"
+        await g.group(B, G1, f"/start_aiGF@{BOT}", first_name="小李")
+        await g.group(B, G1, f"@{BOT} 他刚说了啥", first_name="小李")
+        latest = str(g.llm.chat_requests()[-1]["messages"][-1]["content"])
+        assert latest.count("第一句") == 1 and "小李" in latest
