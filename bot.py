@@ -132,6 +132,7 @@ def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[B
     from aiogram.client.telegram import TelegramAPIServer
 
     from companion.chat.buffer import MessageBuffer
+    from companion.chat.group import GroupSettings, Rooms
     from handlers import build_router
     from handlers.delivery import RetryAfterMiddleware
 
@@ -141,7 +142,8 @@ def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[B
     session.middleware(RetryAfterMiddleware())
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            admin=admin_service(settings, parts, chat))
+                            admin=admin_service(settings, parts, chat), groups=GroupSettings(parts.store),
+                            rooms=Rooms())
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
 
@@ -194,6 +196,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
+    from handlers.groups import set_menus
     from handlers.memories import proactive_senders
 
     settings.require("telegram_bot_token", "llm_api_key")
@@ -209,7 +212,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 await check_telegram(bot, settings)
                 assert parts.llm is not None
                 await check_llm(parts.llm, settings)
-                await bot.set_my_commands(bot_commands())
+                await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()
                 # Decay and a missed backup run beside polling: users are answered while they run.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 
 from aiogram import Bot, F, Router
-from aiogram.types import Message
+from aiogram.types import Message, ReplyParameters
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupTurn
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
@@ -37,12 +38,13 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
 
 async def answer_turn(
     bot: Bot, chat: ChatService, buffer: MessageBuffer, scope: Scope, chat_id: int, text: str,
-    message_id: int | None = None,
-) -> None:
+    message_id: int | None = None, group: GroupTurn | None = None,
+) -> str:
+    """Answer one turn and return what was sent; in a group, as a reply to the addressing message."""
     markup = None
     try:
         async with typing(bot, chat_id):
-            reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id)
+            reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:
             markup = keyboards.receipt(reply.saved)
@@ -52,8 +54,11 @@ async def answer_turn(
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)
         answer = texts.INTERNAL_ERROR
-    if not await deliver(bot, chat_id, answer, markup):
+    to = None if group is None or message_id is None else ReplyParameters(message_id=message_id,
+                                                                           allow_sending_without_reply=True)
+    if not await deliver(bot, chat_id, answer, markup, reply_to=to):
         await switch_off_blocked(chat, buffer, scope)
+    return answer
 
 
 async def on_unknown_command(message: Message) -> None:

@@ -14,7 +14,7 @@ from aiogram.enums import ChatAction
 from aiogram.exceptions import TelegramAPIError, TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
-from aiogram.types import InlineKeyboardMarkup
+from aiogram.types import InlineKeyboardMarkup, ReplyParameters
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
@@ -84,13 +84,17 @@ async def typing(bot: Bot, chat_id: int) -> AsyncIterator[None]:
             await task
 
 
-async def deliver(bot: Bot, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None) -> bool:
+async def deliver(
+    bot: Bot, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None,
+    reply_to: ReplyParameters | None = None,
+) -> bool:
     """Send a reply, split under Telegram's length limit, the buttons (if any) on the last part. False
     when the user has blocked the bot."""
     try:
         parts = texts.split_message(text)
         for i, part in enumerate(parts):
-            await bot.send_message(chat_id, part, reply_markup=markup if i == len(parts) - 1 else None)
+            await bot.send_message(chat_id, part, reply_parameters=reply_to,
+                                   reply_markup=markup if i == len(parts) - 1 else None)
     except TelegramForbiddenError:
         return False
     return True

@@ -24,6 +24,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
+from companion.chat.group import GroupTurn
 from companion.chat.persona import render_reference, render_system_prompt, with_reference
 from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
@@ -170,18 +171,23 @@ class ChatService:
     # ---- one turn --------------------------------------------------------------------------------
 
     async def reply(
-        self, scope: Scope, text: str, *, chat_id: int | None = None, message_id: int | None = None
+        self, scope: Scope, text: str, *, chat_id: int | None = None, message_id: int | None = None,
+        group: GroupTurn | None = None,
     ) -> Reply:
+        """One turn; ``group`` for an addressed message in a group chat (companion.chat.group)."""
         session = self.session(scope)
+        remember = group is None or group.remember
         async with session.lock:
             await self._restore_context(scope, session)
             session.message = (chat_id, message_id)
-            steered = await self._steer(scope, session, text)
+            steered = await self._steer(scope, session, text) if remember else None
             if steered is not None:
                 return steered
-            opening = await self._opening(scope, session)
-            answer = await self._reply(scope, session, text)
-        self._schedule_summary(scope, session)
+            # Review lists are private matters: raised in private chats only.
+            opening = await self._opening(scope, session) if group is None else None
+            answer = await self._reply(scope, session, text, group)
+        if remember:
+            self._schedule_summary(scope, session)
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
@@ -281,14 +287,14 @@ class ChatService:
             log.warning("conversation summary for %s failed: %s", scope.key, exc)
             return None
 
-    async def _reply(self, scope: Scope, session: Session, text: str) -> Reply:
+    async def _reply(self, scope: Scope, session: Session, text: str, group: GroupTurn | None = None) -> Reply:
         now = self.clock()
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
         try:
-            context = await self.engine.build_context(
-                scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow
-            )
+            context = await (group.context(self.engine, scope, text, now) if group is not None else
+                             self.engine.build_context(scope, text, now, turn=session.turn, cooldown=session.cooldown,
+                                                       allow_recall=allow))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
             log.warning("memory unavailable for %s, answering without it: %s", scope.key, exc)
@@ -298,8 +304,10 @@ class ChatService:
         session.injections.append(bool(context.recalled))
         # Built per turn, closing over this scope: no tool argument can name another user or chat.
         toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
-        messages = reply_messages(session.history, text, render_reference(context, now, self.config.tz),
-                                  with_tools=bool(toolset))
+        reference = render_reference(context, now, self.config.tz)
+        if group is not None:
+            reference = group.within(reference)
+        messages = reply_messages(session.history, text, reference, with_tools=bool(toolset))
         answer: str | None
         tool_calls = 0
         try:
@@ -312,16 +320,18 @@ class ChatService:
         self._record(session, text, answer)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
-            await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids))
-            await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
-                                                  message_id=session.message[1]))
+            if group is None or group.remember:
+                await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids))
+                await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
+                                                      message_id=session.message[1]))
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
         except StorageError as exc:
             log.warning("could not record the turn for %s: %s", scope.key, exc)
             mentioned = []
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
-        self._after_turn(scope, session, text, now)
+        if group is None or group.remember:
+            self._after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
 
     def _record(self, session: Session, text: str, answer: str | None) -> None:

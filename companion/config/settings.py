@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     review_hours: tuple[int, int] = (9, 21)
     review_unanswered_days: float = Field(default=3.0, gt=0)
     idle_summary_minutes: float = Field(default=5.0, gt=0)
+    group_memory_limit: int = Field(default=10, ge=0, le=50)
 
     # Semantic recall (optional, off unless a backend is named): an OpenAI-compatible embeddings endpoint,
     # or a local sentence-transformers model folder (requirements-local-embeddings.txt).

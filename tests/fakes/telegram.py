@@ -156,6 +156,14 @@ class FakeTelegram(FakeServer):
         self.uploads: list[JSONDict] = []
         self.scoped_commands: dict[str, list[JSONDict]] = {}
 
+        # Group chats: menus per BotCommandScope type, administrators per chat, who ever opened a private
+        # chat (Telegram refuses to let a bot message a user first), and what users said (for replies).
+        self._admins: dict[int, set[int]] = {}
+        self._private_started: set[int] = set()
+        self._group_members: set[int] = set()
+        self._pushed: dict[tuple[int, int], JSONDict] = {}
+        self._methods["getchatmember"] = self._get_chat_member
+
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
 
@@ -239,6 +247,73 @@ class FakeTelegram(FakeServer):
         query = {"id": str(next(self._callback_ids)), "from": user, "chat_instance": str(chat_id),
                  "message": self._message_json(record), "data": data}
         return self.push_update({"callback_query": query})
+
+    # ---- group chats ----------------------------------------------------------------------------
+
+    def add_group(self, chat_id: int, title: str = "测试群", *, kind: str = "supergroup",
+                  admins: tuple[int, ...] = ()) -> None:
+        """Register a group chat (negative id) and its administrators (getChatMember answers from them)."""
+        assert chat_id < 0 and kind in ("group", "supergroup")
+        self._chats[chat_id] = {"id": chat_id, "type": kind, "title": title}
+        self._admins[chat_id] = set(admins)
+
+    def push_group_text(
+        self, user_id: int, chat_id: int, text: str, *, first_name: str = "小明", last_name: str | None = None,
+        reply_to: int | None = None, text_mention: tuple[int, int] | None = None,
+    ) -> int:  # fmt: skip
+        """A message in a group as Telegram sends it: ``@username`` tokens and a leading command are tagged
+        as entities; ``reply_to`` names a message in this chat (the bot's or a user's); ``text_mention``
+        (offset, length) tags a mention of the bot by name, as clients do for users without a username."""
+        if chat_id not in self._chats:
+            self.add_group(chat_id)
+        self._group_members.add(user_id)
+        entities: list[JSONDict] = []
+        if text.startswith("/"):
+            command = text.split(maxsplit=1)[0]
+            entities.append({"type": "bot_command", "offset": 0, "length": utf16_len(command)})
+        for found in re.finditer(r"@[A-Za-z0-9_]{5,32}", text):
+            if found.start() > 0 and text[found.start() - 1].isascii() and text[found.start() - 1].isalnum():
+                continue  # part of an address like name@example, not a mention
+            if entities and entities[0]["type"] == "bot_command" and found.start() < entities[0]["length"]:
+                continue  # "/help@bot": the mention is part of the command entity
+            entities.append({"type": "mention", "offset": utf16_len(text[:found.start()]),
+                             "length": utf16_len(found.group())})
+        if text_mention is not None:
+            entities.append({"type": "text_mention", "offset": text_mention[0], "length": text_mention[1],
+                             "user": dict(self.bot_user)})
+        content: JSONDict = {"text": text}
+        if entities:
+            content["entities"] = sorted(entities, key=lambda e: int(e["offset"]))
+        if reply_to is not None:
+            content["reply_to_message"] = self._replied(chat_id, reply_to)
+        user_update = self._push_message(user_id, chat_id, first_name, None, content)
+        if last_name:
+            self._updates[-1]["message"]["from"]["last_name"] = last_name
+        return user_update
+
+    def _replied(self, chat_id: int, message_id: int) -> JSONDict:
+        sent = next((m for m in self._sent if m["chat_id"] == chat_id and m["message_id"] == message_id), None)
+        if sent is not None:
+            return self._message_json(sent)
+        pushed = self._pushed.get((chat_id, message_id))
+        if pushed is None:
+            raise AssertionError(f"no message {message_id} in chat {chat_id} to reply to")
+        return {k: v for k, v in pushed.items() if k != "reply_to_message"}
+
+    async def _get_chat_member(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        user_id = params.get("user_id")
+        if chat_id not in self._chats or not isinstance(user_id, int):
+            raise _ApiError(400, "Bad Request: chat not found")
+        user: JSONDict = {"id": user_id, "is_bot": False, "first_name": "User"}
+        if user_id in self._admins.get(chat_id, set()):
+            rights = dict.fromkeys((
+                "can_manage_chat", "can_delete_messages", "can_manage_video_chats", "can_restrict_members",
+                "can_promote_members", "can_change_info", "can_invite_users", "can_post_stories",
+                "can_edit_stories", "can_delete_stories", "can_send_welcome_messages",
+            ), True)  # fmt: skip
+            return {"status": "administrator", "user": user, "can_be_edited": False, "is_anonymous": False, **rights}
+        return {"status": "member", "user": user}
 
     def buttons(self, record: JSONDict) -> list[tuple[str, str]]:
         """(text, callback data) of every inline button of a sent message, row by row."""
@@ -326,11 +401,13 @@ class FakeTelegram(FakeServer):
             user["username"] = username
         chat_id = user_id if chat_id is None else chat_id
         if chat_id > 0:  # a private chat mirrors the user's names
+            self._private_started.add(user_id)
             self._chats[chat_id] = {k: user[k] for k in ("first_name", "username") if k in user}
             self._chats[chat_id].update(id=chat_id, type="private")
         chat = self._chat(chat_id)
         message_id = next(self._message_ids)
         message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": user, **content}
+        self._pushed[(chat_id, message_id)] = message
         return self.push_update({"message": message})
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -399,7 +476,16 @@ class FakeTelegram(FakeServer):
 
     def commands_for(self, scope: JSONDict) -> list[JSONDict] | None:
         """The menu set for one scope, e.g. ``{"type": "chat", "chat_id": 42}``; None if never set."""
+        if scope == {"type": "default"}:
+            return self.commands
         return self.scoped_commands.get(_scope_key(scope))
+
+    def menus_by_type(self) -> dict[str, list[JSONDict]]:
+        """Menus of the chat-independent scopes by type ("default", "all_group_chats", ...)."""
+        found = {str(json.loads(k)["type"]): v for k, v in self.scoped_commands.items() if "chat_id" not in k}
+        if self.commands is not None:
+            found["default"] = self.commands
+        return found
 
     async def _send_upload(self, params: JSONDict, field: str) -> JSONDict:
         upload = params.get(field)
@@ -449,8 +535,13 @@ class FakeTelegram(FakeServer):
         return True
 
     async def _send_message(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        if chat_id > 0 and chat_id in self._group_members and chat_id not in self._private_started:
+            raise _ApiError(403, "Forbidden: bot can't initiate conversation with a user")
+        reply_to = params.get("reply_parameters")
         record: JSONDict = {
-            "chat_id": self._require_chat(params),
+            "chat_id": chat_id,
+            "reply_to": reply_to.get("message_id") if isinstance(reply_to, dict) else params.get("reply_to_message_id"),
             "text": self._check_text(params.get("text")),
             "message_id": next(self._message_ids),
             "date": int(time.time()),

@@ -1,0 +1,147 @@
+"""Group chats: what one reply in a group may know, and the small per-group and per-user settings.
+
+A group message belongs to the scope (group, speaker). Memories come only from that scope, plus the
+speaker's private scope when the speaker allowed it (``/share_private on``); a private chat never sees a
+group's memories (the pipeline is never handed a ``GroupTurn`` there). At most ``limit`` memories reach
+one reply, instruction > preference > fact > event, newest first (``pick_group_memories``).
+
+The group's recent lines (who said what, the companion's answers included) are short-term context
+only: they are quoted into this turn's reference block and never queued for extraction, so extraction
+only ever sees the speaker's own turns.
+
+Settings are two flags in the store's small key-value table, so no table of their own: the group's
+memory switch (``group_memory:<chat id>``) and a user's private-sharing opt-in (``share_private:<user
+id>``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from companion.chat.persona import quote
+from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
+from memory import MemoryContext, MemoryEngine
+
+ROOM_LINES = 20
+ROOM_HEADER = "群里最近的消息（不同的人说的，仅供理解上下文）："
+SPEAKER_LINE = "现在和你说话的是群成员 {name}；只回答 ta，下面的记忆都是关于 ta 的。"
+COMPANION_NAME = "你"
+REFERENCE_END = "【参考资料结束】"  # prompts/context.md closes the block with it
+TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FACT: 2, MemoryType.EVENT: 3}
+
+
+def pick_group_memories(candidates: Sequence[Memory], limit: int) -> list[Memory]:
+    """At most ``limit`` active memories, instruction > preference > fact > event, then newest first;
+    a memory met twice (recalled and listed) counts once."""
+    seen: dict[int, Memory] = {}
+    for memory in candidates:
+        if memory.status is Status.ACTIVE:
+            seen.setdefault(memory.id, memory)
+    ordered = sorted(seen.values(), key=lambda m: (TYPE_ORDER[m.type], -m.created_at.timestamp(), -m.id))
+    return ordered[: max(limit, 0)]
+
+
+class GroupStore(Protocol):
+    """What group settings need from the store: its small key-value table, the scopes, the queue."""
+
+    async def get_meta(self, key: str) -> str | None: ...
+    async def set_meta(self, key: str, value: str) -> None: ...
+    async def scopes(self) -> list[Scope]: ...
+    async def clear_turns(self, scope: Scope) -> None: ...
+
+
+class GroupSettings:
+    """Per-group and per-user switches, and the group-wide operations an admin may ask for."""
+
+    def __init__(self, store: GroupStore) -> None:
+        self._store = store
+
+    async def scopes_of(self, chat_id: int) -> list[Scope]:
+        """Every (group, user) scope of this group that was ever written."""
+        return [scope for scope in await self._store.scopes() if scope.chat_id == chat_id]
+
+    async def clear_queued(self, scope: Scope) -> None:
+        """Drop the turns waiting for extraction (the group asked to forget everything)."""
+        await self._store.clear_turns(scope)
+
+    async def memory_on(self, chat_id: int) -> bool:
+        return await self._store.get_meta(f"group_memory:{chat_id}") != "off"
+
+    async def set_memory(self, chat_id: int, on: bool) -> None:
+        await self._store.set_meta(f"group_memory:{chat_id}", "on" if on else "off")
+
+    async def shares_private(self, user_id: int) -> bool:
+        return await self._store.get_meta(f"share_private:{user_id}") == "on"
+
+    async def set_share_private(self, user_id: int, on: bool) -> None:
+        await self._store.set_meta(f"share_private:{user_id}", "on" if on else "off")
+
+
+@dataclass(slots=True)
+class Room:
+    """A group's recent lines, speaker named; in the process only, like the rest of short-term context."""
+
+    lines: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=ROOM_LINES))
+
+    def add(self, speaker: str, text: str) -> None:
+        if text.strip():
+            self.lines.append((speaker, text.strip()))
+
+    def render(self) -> str:
+        return "".join(f"- {quote(speaker)}：{quote(text)}\n" for speaker, text in self.lines)
+
+
+class Rooms:
+    """Every group's room, by chat id. A room is read only for replies in its own group."""
+
+    def __init__(self) -> None:
+        self._rooms: dict[int, Room] = {}
+
+    def room(self, chat_id: int) -> Room:
+        return self._rooms.setdefault(chat_id, Room())
+
+    def clear(self, chat_id: int) -> None:
+        self._rooms.pop(chat_id, None)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTurn:
+    """What the pipeline needs to answer one addressed group message: who speaks, the room as it was
+    before this message, whether the group keeps memories, and whether the speaker shares private ones."""
+
+    speaker: str
+    room: str
+    remember: bool
+    share_private: bool
+    limit: int
+
+    def reference(self) -> str:
+        """The group part of this turn's reference block (quoted data, like the memories)."""
+        room = f"{ROOM_HEADER}\n{self.room}" if self.room else ""
+        return f"{SPEAKER_LINE.format(name=quote(self.speaker))}\n{room}"
+
+    def within(self, reference: str) -> str:
+        """The reference block with the group part inside it, before its closing mark."""
+        head, mark, tail = reference.rpartition(REFERENCE_END)
+        if not mark:
+            return f"{reference.rstrip()}\n{self.reference()}"
+        return f"{head}{self.reference()}{mark}{tail}"
+
+    async def context(self, engine: MemoryEngine, scope: Scope, text: str, now: datetime) -> MemoryContext:
+        """The memories this reply may use: the speaker's in this group (and private ones when shared)."""
+        if not self.remember or scope.chat_id is None:
+            return MemoryContext()
+        candidates = list(await engine.memories(scope))
+        if self.share_private:
+            private = Scope(scope.user_id)
+            candidates += [r.memory for r in await engine.recall(private, text, now, cooldown=None)]
+            candidates += [m for m in await engine.memories(private) if m.type is MemoryType.INSTRUCTION]
+        chosen = pick_group_memories(candidates, self.limit)
+        return MemoryContext(
+            recalled=[Recalled(m, 1.0, 1.0) for m in chosen if m.type is not MemoryType.INSTRUCTION],
+            instructions=[m.event for m in chosen if m.type is MemoryType.INSTRUCTION],
+        )

@@ -1,0 +1,272 @@
+"""Group chats: the companion answers only when addressed (a mention, a reply to its message, or a
+command naming it) and only the speaker's own (group, user) memories are used. Everything else said in
+the group only feeds the group's short-term context. Admin settings are checked with getChatMember."""
+
+from __future__ import annotations
+
+import logging
+
+from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command, CommandObject
+from aiogram.filters.callback_data import CallbackData
+from aiogram.types import (
+    BotCommand,
+    BotCommandScopeAllChatAdministrators,
+    BotCommandScopeAllGroupChats,
+    BotCommandScopeAllPrivateChats,
+    BotCommandScopeDefault,
+    CallbackQuery,
+    InlineKeyboardMarkup,
+    Message,
+    User,
+)
+from aiogram.utils.keyboard import InlineKeyboardBuilder
+
+from companion.chat import group_texts as gt
+from companion.chat import texts
+from companion.chat.buffer import MessageBuffer
+from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
+from companion.chat.pipeline import ChatService
+from companion.config.settings import Settings
+from handlers.chat import answer_turn
+from handlers.keyboards import PAGE_SIZE
+from handlers.scope import scope_of
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+GROUP_TYPES = frozenset({"group", "supergroup"})
+ADMIN_STATUSES = frozenset({"creator", "administrator"})
+IN_GROUP = F.chat.type.in_(GROUP_TYPES)
+ON_WORDS = frozenset({"on", "开", "打开", "1", "yes"})
+OFF_WORDS = frozenset({"off", "关", "关闭", "0", "no"})
+
+GROUP_COMMANDS = {
+    "start_aigf": "在本群为你开启陪伴模式",
+    "stop_aigf": "在本群关闭陪伴模式",
+    "share_private": "群里是否用你的私聊记忆 on/off",
+    "memories": "我在本群记得你什么（私信）",
+    "help": "查看帮助",
+}
+ADMIN_COMMANDS = {"group_memory": "本群记忆 on/off（管理员）", "forget_group": "清除本群所有记忆（管理员）"}
+PRIVATE_EXTRA = {"share_private": "群里是否用你的私聊记忆 on/off"}
+
+
+class ForgetGroupCB(CallbackData, prefix="fg"):
+    """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts."""
+
+    action: str  # yes, no
+    by: int
+
+
+def _menu(items: dict[str, str]) -> list[BotCommand]:
+    return [BotCommand(command=name, description=text) for name, text in items.items()]
+
+
+async def set_menus(bot: Bot, private: list[BotCommand]) -> None:
+    """The command menu per scope: private chats, groups, and group administrators (who also see the
+    group settings). The default scope keeps the private menu for clients that ignore scopes."""
+    await bot.set_my_commands(private, scope=BotCommandScopeDefault())
+    await bot.set_my_commands([*private, *_menu(PRIVATE_EXTRA)], scope=BotCommandScopeAllPrivateChats())
+    await bot.set_my_commands(_menu(GROUP_COMMANDS), scope=BotCommandScopeAllGroupChats())
+    await bot.set_my_commands(_menu({**GROUP_COMMANDS, **ADMIN_COMMANDS}), scope=BotCommandScopeAllChatAdministrators())
+
+
+# ---- addressing ------------------------------------------------------------------------------------
+
+def addressed_to(message: Message, me: User) -> bool:
+    """A mention of the bot (@username or a text mention), or a reply to one of its messages."""
+    replied = message.reply_to_message
+    if replied is not None and replied.from_user is not None and replied.from_user.id == me.id:
+        return True
+    text = message.text if message.text is not None else message.caption or ""
+    for entity in message.entities or message.caption_entities or []:
+        if entity.type == "text_mention" and entity.user is not None and entity.user.id == me.id:
+            return True
+        if entity.type == "mention" and me.username and \
+                entity.extract_from(text).lower() == f"@{me.username.lower()}":
+            return True
+    return False
+
+
+def without_mention(text: str, me: User) -> str:
+    """The message as said to the bot: its own @username taken out (the model needs no handle)."""
+    if not me.username:
+        return text.strip()
+    said, lowered, handle = text, text.lower(), f"@{me.username.lower()}"
+    while (at := lowered.find(handle)) >= 0:
+        said, lowered = said[:at] + said[at + len(handle):], lowered[:at] + lowered[at + len(handle):]
+    return said.strip() or text.strip()
+
+
+def speaker(message: Message) -> str:
+    return message.from_user.full_name if message.from_user is not None else "?"
+
+
+# ---- text in a group -------------------------------------------------------------------------------
+
+async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer,
+                        groups: GroupSettings, rooms: Rooms, settings: Settings) -> None:
+    said = message.text if message.text is not None else message.caption
+    scope = scope_of(message)
+    if scope is None or said is None or message.from_user is None:
+        return
+    me = await bot.me()
+    room, name = rooms.room(message.chat.id), speaker(message)
+    if not addressed_to(message, me):
+        room.add(name, said)  # short-term context only: never queued, never a memory
+        return
+    text = without_mention(said, me)
+    if not chat.is_active(scope):
+        room.add(name, text)
+        await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
+        return
+    chat_id, message_id = message.chat.id, message.message_id
+
+    async def flush(joined: str) -> None:
+        # The room as it is when the turn is answered, before this turn's words (which the turn carries).
+        turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
+                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
+        room.add(name, joined)
+        room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn))
+
+    buffer.push(scope, text, flush)
+
+
+# ---- commands --------------------------------------------------------------------------------------
+
+async def start_in_group(message: Message, chat: ChatService) -> None:
+    scope = scope_of(message)
+    if scope is not None:
+        await message.reply(await chat.start(scope))
+
+
+async def stop_in_group(message: Message, chat: ChatService, buffer: MessageBuffer) -> None:
+    scope = scope_of(message)
+    if scope is not None:
+        # What the user sent before the stop is answered first, in their order (as in private chats).
+        await buffer.flush_now(scope)
+        await message.reply(await chat.stop(scope))
+
+
+async def help_in_group(message: Message, bot: Bot) -> None:
+    await message.reply(gt.GROUP_HELP.format(bot=(await bot.me()).username))
+
+
+def switch(command: CommandObject) -> bool | None:
+    word = (command.args or "").strip().lower()
+    return True if word in ON_WORDS else False if word in OFF_WORDS else None
+
+
+async def share_private(message: Message, command: CommandObject, groups: GroupSettings) -> None:
+    """Per user, wherever it is sent: may the user's private memories be used in groups."""
+    if message.from_user is None or message.from_user.is_bot:
+        return
+    on = switch(command)
+    if on is None:
+        state = gt.on_off(await groups.shares_private(message.from_user.id))
+        await message.reply(gt.SHARE_STATE.format(state=state))
+        return
+    await groups.set_share_private(message.from_user.id, on)
+    await message.reply(gt.SHARE_ON if on else gt.SHARE_OFF)
+
+
+async def is_admin(bot: Bot, chat_id: int, user_id: int) -> bool:
+    try:
+        member = await bot.get_chat_member(chat_id, user_id)
+    except TelegramAPIError as exc:
+        log.info("admin check in chat %s failed: %s", chat_id, exc)
+        return False
+    return member.status in ADMIN_STATUSES
+
+
+async def group_memory(message: Message, command: CommandObject, bot: Bot, groups: GroupSettings) -> None:
+    on = switch(command)
+    if on is None:
+        state = gt.on_off(await groups.memory_on(message.chat.id))
+        await message.reply(gt.GROUP_MEMORY_STATE.format(state=state))
+        return
+    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+        await message.reply(gt.ADMINS_ONLY)
+        return
+    await groups.set_memory(message.chat.id, on)
+    await message.reply(gt.GROUP_MEMORY_ON if on else gt.GROUP_MEMORY_OFF)
+
+
+async def forget_group(message: Message, bot: Bot) -> None:
+    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+        await message.reply(gt.ADMINS_ONLY)
+        return
+    builder = InlineKeyboardBuilder()
+    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=message.from_user.id))
+    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=message.from_user.id))
+    await message.reply(gt.CONFIRM_FORGET_GROUP, reply_markup=builder.as_markup())
+
+
+async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bot: Bot, chat: ChatService,
+                          groups: GroupSettings, rooms: Rooms) -> None:
+    message = query.message
+    if not isinstance(message, Message) or message.chat.type not in GROUP_TYPES:
+        await query.answer()
+        return
+    # The button is checked against the presser: only the admin who asked, and still an admin.
+    if query.from_user.id != callback_data.by or not await is_admin(bot, message.chat.id, query.from_user.id):
+        await query.answer(gt.ONLY_PRESSER, show_alert=True)
+        return
+    await query.answer()
+    if callback_data.action != "yes":
+        await message.edit_text(texts.CANCELLED, reply_markup=None)
+        return
+    count = 0
+    for scope in await groups.scopes_of(message.chat.id):
+        await groups.clear_queued(scope)  # queued turns would teach the forgotten facts again
+        count += await chat.forget(scope, None)
+    rooms.clear(message.chat.id)
+    log.info("group %s forgot %d memories at an admin's request", message.chat.id, count)
+    await message.edit_text(gt.GROUP_FORGOTTEN.format(count=count), reply_markup=None)
+
+
+async def send_privately(bot: Bot, message: Message, text: str, markup: InlineKeyboardMarkup | None = None) -> bool:
+    """Send something not for the whole group (a memory list) to the asker's private chat and say so in
+    the group ("我私信你了"); when the user never started a private chat, say how to allow it."""
+    if message.from_user is None:
+        return False
+    try:
+        for part in texts.split_message(text):
+            await bot.send_message(message.from_user.id, part, reply_markup=markup)
+    except TelegramAPIError as exc:  # 403: the user has not started a private chat with the bot
+        log.info("private message to a group member not delivered: %s", exc)
+        await message.reply(gt.START_PRIVATE_FIRST)
+        return False
+    await message.reply(gt.SENT_PRIVATELY)
+    return True
+
+
+async def memories_in_group(message: Message, bot: Bot, engine: MemoryEngine) -> None:
+    """The asker's memories of this group, sent privately (without buttons: a press in the private chat
+    would act on the private scope)."""
+    scope = scope_of(message)
+    if scope is None:
+        return
+    found = await engine.memories(scope)
+    found.sort(key=lambda m: (-m.importance, -m.id))
+    pages = max(1, -(-len(found) // PAGE_SIZE))
+    text = texts.memory_list(found[:PAGE_SIZE], 0, pages) if found else texts.NO_MEMORIES
+    title = message.chat.title or str(message.chat.id)
+    await send_privately(bot, message, f"「{title}」\n{text}")
+
+
+def build() -> Router:
+    router = Router(name="groups")
+    router.message.register(share_private, Command("share_private"))
+    router.message.register(start_in_group, IN_GROUP, Command("start_aiGF", ignore_case=True))
+    router.message.register(stop_in_group, IN_GROUP, Command("stop_aiGF", ignore_case=True))
+    router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
+    router.message.register(group_memory, IN_GROUP, Command("group_memory"))
+    router.message.register(forget_group, IN_GROUP, Command("forget_group"))
+    router.message.register(memories_in_group, IN_GROUP, Command("memories"))
+    router.message.register(on_group_text, IN_GROUP, F.text & ~F.text.startswith("/"))
+    router.message.register(on_group_text, IN_GROUP, F.caption & ~F.caption.startswith("/"))
+    router.callback_query.register(on_forget_group, ForgetGroupCB.filter())
+    return router
