@@ -108,8 +108,11 @@ def bot_env(tg: FakeTelegram, llm: FakeLLM, root: Path, **extra: str) -> dict[st
 class BotProcess:
     """One ``python bot.py [args]`` run; its output goes to a file (a pipe would fill up under load)."""
 
-    def __init__(self, env: dict[str, str], root: Path, *args: str) -> None:
+    def __init__(self, env: dict[str, str], root: Path, *args: str, tg: FakeTelegram | None = None) -> None:
         self.env, self.root, self.args = env, root, args
+        # Calls seen before this start, so ``started`` waits for this process's own calls.
+        calls = [name.lower() for name, _ in tg.calls] if tg is not None else []
+        self.commands_before, self.polls_before = calls.count("setmycommands"), calls.count("getupdates")
         self.log_path = root / f"bot-{time.monotonic_ns()}.log"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -158,11 +161,15 @@ class BotProcess:
         return await asyncio.wait_for(self.proc.wait(), within)
 
 
-async def started(tg: FakeTelegram, bot: BotProcess, count: int = 1, timeout: float = 60.0) -> None:
-    """Wait until the ``count``-th process start has registered its commands and is polling."""
-    await tg.wait_for_call("setMyCommands", timeout, count=count)
+def polls(tg: FakeTelegram) -> int:
+    return sum(1 for name, _ in tg.calls if name.lower() == "getupdates")
+
+
+async def started(tg: FakeTelegram, bot: BotProcess, timeout: float = 60.0) -> None:
+    """Wait until this process start has registered its commands and polls (counted from its start)."""
+    await tg.wait_for_call("setMyCommands", timeout, count=bot.commands_before + 1)
+    await tg.wait_for_call("getUpdates", timeout, count=bot.polls_before + 1)
     assert bot.proc is not None and bot.proc.returncode is None, bot.output[-3000:]
-    await tg.wait_for_call("getUpdates", timeout, count=sum(1 for n, _ in tg.calls if n.lower() == "getupdates") + 1)
 
 
 def db_path(root: Path) -> Path:
@@ -194,6 +201,27 @@ def count_rows(db: Path, table: str) -> int:
         return int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
     finally:
         conn.close()
+
+
+def half_written_backups(backup_dir: Path) -> list[str]:
+    """Backup folders that look finished but are not: a snapshot that does not open cleanly, a temporary
+    file left behind, or fewer CSV files than the snapshot has scopes with memories."""
+    problems: list[str] = []
+    for folder in sorted(p for p in backup_dir.glob("*") if p.is_dir()) if backup_dir.exists() else []:
+        snapshot = folder / "memory.sqlite3"
+        leftovers = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+        if leftovers:
+            problems.append(f"{folder.name}: temporary files {leftovers}")
+        if not snapshot.exists():
+            continue
+        if integrity(snapshot) != "ok":
+            problems.append(f"{folder.name}: snapshot fails integrity_check")
+            continue
+        with_rows = [t for t, events in memory_tables(snapshot).items() if events]
+        csvs = list(folder.glob("*.csv"))
+        if len(csvs) < len(with_rows):
+            problems.append(f"{folder.name}: {len(csvs)} CSV files for {len(with_rows)} scopes with memories")
+    return problems
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -45,7 +45,7 @@ async def test_many_users_every_message_answered_once_in_own_scope(tmp_path: Pat
     model = TaggedModel()
     async with CountingTelegram() as tg, FakeLLM() as llm:
         model.install(llm)
-        bot = await BotProcess(bot_env(tg, llm, tmp_path, LLM_TIMEOUT_SECONDS="20"), tmp_path).start()
+        bot = await BotProcess(bot_env(tg, llm, tmp_path, LLM_TIMEOUT_SECONDS="20"), tmp_path, tg=tg).start()
         try:
             await started(tg, bot)
             ids = range(FIRST_USER, FIRST_USER + users)
