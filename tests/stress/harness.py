@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import random
@@ -40,9 +41,11 @@ def record(name: str, figures: dict[str, Any]) -> None:
     """Keep the figures of a full run for BENCHMARKS.md; sample runs inside ``make test`` record nothing."""
     if not FULL:
         return
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[name] = {**figures, "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    RESULTS.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    with RESULTS.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # proofs may run in parallel processes
+        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        data[name] = {**figures, "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        RESULTS.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def user_line(uid: int, n: int) -> str:
