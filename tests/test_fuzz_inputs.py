@@ -59,7 +59,12 @@ LLM_JSON = st.one_of(
 
 
 def _log_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    """ERROR records of this example, with their exception (clears the capture for the next example:
+    hypothesis runs every example inside one test function)."""
+    found = [f"{r.getMessage()}: {r.exc_info[1]!r}" if r.exc_info else r.getMessage()
+             for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    return found
 
 
 async def _seed_other(rig: Rig) -> list[Memory]:
@@ -73,6 +78,7 @@ async def _seed_other(rig: Rig) -> list[Memory]:
 @FUZZ
 @given(text=MESSAGE_TEXT)
 async def test_any_message_text_gets_a_reply(rig: Rig, text: str, caplog: pytest.LogCaptureFixture) -> None:
+    _log_errors(caplog)  # start each example with an empty capture
     before = await _seed_other(rig)
     reply = await rig.chat.reply(Scope(USER), text)
     assert isinstance(reply.text, str) and reply.text.strip()
@@ -99,6 +105,7 @@ def test_extraction_json_is_parsed_or_refused(raw: str) -> None:
 @given(raw=LLM_JSON)
 async def test_model_json_through_the_engine(rig: Rig, raw: str, caplog: pytest.LogCaptureFixture) -> None:
     """Extraction, explicit saving and the profile all take the fuzzed answer from the real client."""
+    _log_errors(caplog)  # start each example with an empty capture
     before = await _seed_other(rig)
     scope = Scope(USER)
     rig.llm.set_json_reply(raw)
@@ -171,6 +178,7 @@ COMMANDS = ["/memories", "/forget", "/why", "/stats", "/start", "/remember"]
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(command=st.sampled_from(COMMANDS), argument=st.one_of(SPECIAL_TEXT, st.text(max_size=40)))
 async def test_command_arguments(live: Live, command: str, argument: str, caplog: pytest.LogCaptureFixture) -> None:
+    _log_errors(caplog)  # start each example with an empty capture
     before = await _seed_other(live.rig)
     if not live.tg.sent_messages(USER):
         await live.say("/start_aiGF", 1)
@@ -198,6 +206,7 @@ def _forged(handle: int) -> st.SearchStrategy[str]:
 @given(data=st.data())
 async def test_callback_data_forged_or_malformed(live: Live, data: st.DataObject,
                                                  caplog: pytest.LogCaptureFixture) -> None:
+    _log_errors(caplog)  # start each example with an empty capture
     before = await _seed_other(live.rig)
     if not live.tg.sent_messages(USER):
         await live.say("/start_aiGF", 1)
@@ -210,4 +219,15 @@ async def test_callback_data_forged_or_malformed(live: Live, data: st.DataObject
         await live.tg.wait_for_callback_answers(answers + 1, timeout=0.5)
     assert await live.rig.engine.memories(Scope(OTHER)) == before
     assert texts.INTERNAL_ERROR not in [m["text"] for m in live.tg.sent_messages(USER)]
+    assert not _log_errors(caplog)
+
+
+async def test_start_button_pressed_twice(live: Live, caplog: pytest.LogCaptureFixture) -> None:
+    """Found by the callback fuzzer: a second press on the start button failed on "message is not modified"."""
+    await live.say("/start", 1)
+    greeting = live.tg.sent_messages(USER)[0]
+    for _ in range(2):
+        live.tg.push_callback(USER, int(greeting["message_id"]), "s:on")
+    await live.tg.wait_for_callback_answers(2)
+    await live.tg.wait_for_messages(USER, 3)
     assert not _log_errors(caplog)
