@@ -43,6 +43,7 @@ FAULTS = ("500", "429", "timeout", "invalid_json", "empty")
 MAX_RETRIES = 2
 TIMEOUT_S = 1.0
 RETRY_AFTER_S = 1
+CALL_GAP_S = 5.0
 
 
 class FlakyLLM(FakeLLM):
@@ -82,7 +83,9 @@ class FlakyLLM(FakeLLM):
 
 
 def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
-    """Attempts with the same request body less than 20 s apart are one call and its retries."""
+    """Attempts with the same request body less than ``CALL_GAP_S`` apart are one call and its retries (the
+    SDK waits at most about a second here: Retry-After 1, or 0.5-1 s of backoff, after a 1 s timeout); the
+    same turns extracted again later are a new call."""
     by_body: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for at, digest, fault in attempts:
         by_body[digest].append((at, fault))
@@ -90,7 +93,7 @@ def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
     for series in by_body.values():
         current = [series[0]]
         for prev, item in itertools.pairwise(series):
-            if item[0] - prev[0] > 20:
+            if item[0] - prev[0] > CALL_GAP_S:
                 calls.append(current)
                 current = []
             current.append(item)
