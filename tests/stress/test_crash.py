@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.fakes.llm import is_json_mode
 from tests.stress.harness import (
     BotProcess,
     TaggedModel,
@@ -88,6 +89,7 @@ async def test_kill_minus_nine_at_random_moments(tmp_path: Path) -> None:
     model = TaggedModel(delay=(0.0, 0.05))
     db = db_path(tmp_path)
     restored: set[tuple[str, str]] = set()
+    checked = 0  # committed memories verified after a kill, summed over the cycles
     async with FakeTelegram() as tg, FakeLLM() as llm:
         model.install(llm)
         env = bot_env(tg, llm, tmp_path, EXTRACT_EVERY_MIN="1", EXTRACT_EVERY_MAX="1")
@@ -103,10 +105,17 @@ async def test_kill_minus_nine_at_random_moments(tmp_path: Path) -> None:
                     await bot.kill()
                     break
                 users = [FIRST_USER + (cycle * 7 + k) % 40 for k in range(8)]
+                extractions = len(llm.json_requests())
+                sends = sum(1 for name, _ in tg.calls if name.lower() == "sendmessage")
                 for uid in users:
                     tg.push_text(uid, "/start_aiGF")
+                # The talk waits for the start answers: updates of one batch are handled concurrently.
+                await tg.wait_for_call("sendMessage", 60, count=sends + len(users))
+                for uid in users:
                     tg.push_text(uid, user_line(uid, cycle))
-                await asyncio.sleep(rng.uniform(0.3, 2.5))
+                # Kill while extraction answers are being written: after the first one, at a random moment.
+                await llm.wait_for_requests(extractions + 1, is_json_mode, timeout=60)
+                await asyncio.sleep(rng.uniform(0.0, 0.4))
                 before = committed(db)
                 await bot.kill()
                 kills[mode] += 1
@@ -119,6 +128,7 @@ async def test_kill_minus_nine_at_random_moments(tmp_path: Path) -> None:
                 at, before = await _cli_killed(env, tmp_path, rng, durations, mode, mode)
                 kills[mode] += at >= 0
             after = committed(db)
+            checked += len(before)
             # A restore replaces the database with the backup's content: either state is whole, a mix is not.
             lost = set() if mode == "restore" and after in (before, restored) else before - after
             check = integrity(db) if db.exists() else "missing"
@@ -137,7 +147,9 @@ async def test_kill_minus_nine_at_random_moments(tmp_path: Path) -> None:
             await final.stop()
     figures = {
         "cycles": cycles, "kills_by_mode": kills, "memories_at_end": len(committed(db)),
+        "committed_memories_checked_after_kills": checked,
         "integrity_check_at_end": integrity(db), "problems": sorted(set(problems)),
     }
     record("crash", figures)
     assert not problems, "\n".join(problems)
+    assert checked > 0 or cycles < len(MODES), "no memory was ever committed: the checks proved nothing"
