@@ -98,7 +98,8 @@ def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
                 current = []
             current.append(item)
         calls.append(current)
-    too_many = sum(len(c) > MAX_RETRIES + 1 for c in calls)
+    over = [c for c in calls if len(c) > MAX_RETRIES + 1]
+    too_many = len(over)
     gaps = [(b[0] - a[0], a[1]) for c in calls for a, b in itertools.pairwise(c)]
     early_after_429 = sum(gap < RETRY_AFTER_S * 0.9 for gap, fault in gaps if fault == "429")
     too_fast = sum(gap < 0.3 for gap, fault in gaps if fault in ("500",))
@@ -107,6 +108,7 @@ def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
         "retry_gap_s": {"min": round(min((g for g, _ in gaps), default=0), 2),
                         "max": round(max((g for g, _ in gaps), default=0), 2)},
         "retried_before_retry_after": early_after_429, "retried_without_backoff": too_fast,
+        "over_limit_examples": [[(round(at - c[0][0], 2), fault) for at, fault in c] for c in over[:3]],
     }
 
 
