@@ -16,6 +16,7 @@ import re
 import signal
 import sqlite3
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ def record(name: str, figures: dict[str, Any]) -> None:
     """Keep the figures of a full run for BENCHMARKS.md; sample runs inside ``make test`` record nothing."""
     if not FULL:
         return
-    with RESULTS.with_suffix(".lock").open("w") as lock:
+    with (Path(tempfile.gettempdir()) / "companion-stress.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # proofs may run in parallel processes
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         data[name] = {**figures, "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
