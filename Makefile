@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test console backup lint clean
+.PHONY: run test stress console backup lint clean
 
 $(VENV)/.runtime: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ lint: $(VENV)/.dev
 
 test: lint
 	$(PY) -m pytest
+
+# The long reliability proofs (README, "Tests"); figures land in bench/results/stress.json.
+stress: $(VENV)/.dev
+	STRESS=full FUZZ_EXAMPLES=300 $(PY) -m pytest -p no:cacheprovider tests/stress tests/test_fuzz_inputs.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -4,6 +4,7 @@ callback data is checked against its owner by the engine, so another user's butt
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
-from aiogram.exceptions import TelegramAPIError
+from aiogram.exceptions import TelegramAPIError, TelegramBadRequest
 from aiogram.filters import Command, CommandObject, CommandStart
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
@@ -242,7 +243,9 @@ async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
     scope = scope_of_callback(query)
     await query.answer()
     if scope is not None and isinstance(query.message, Message):
-        await query.message.edit_reply_markup(reply_markup=None)
+        # A double tap: both presses carry the keyboard, the second edit is "not modified"; still start.
+        with contextlib.suppress(TelegramBadRequest):
+            await query.message.edit_reply_markup(reply_markup=None)
         await query.message.answer(await chat.start(scope))
 
 

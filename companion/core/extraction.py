@@ -60,6 +60,8 @@ def _load_object(raw: str) -> dict[str, object]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LLMBadResponseError(f"invalid JSON: {exc.msg} at {exc.pos}") from None
+    except RecursionError:  # nesting deeper than the parser's stack: still just a bad answer
+        raise LLMBadResponseError("JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise LLMBadResponseError("JSON answer is not an object")
     return data

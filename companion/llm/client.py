@@ -245,6 +245,8 @@ def _json_object(text: str, purpose: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
+    except RecursionError:  # nesting deeper than the parser's stack: still just a bad answer
+        raise LLMBadResponseError(f"{purpose}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
     return data

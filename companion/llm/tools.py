@@ -155,7 +155,7 @@ class Toolset:
             return ToolOutcome.error(call, f"unknown tool {call.name!r}", tools=self.names)
         try:
             raw = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nesting past the parser's stack is just as broken
             return ToolOutcome.error(call, "arguments are not valid JSON")
         if not isinstance(raw, dict):
             return ToolOutcome.error(call, "arguments must be a JSON object")

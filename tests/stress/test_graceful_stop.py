@@ -1,0 +1,110 @@
+"""Proof 7, graceful stop: SIGTERM while a reply is being generated, while an extraction is running, and
+while ``bot.py backup`` writes. The work finishes or is safely abandoned, queued turns are still in the
+database for the next start, and the process exits within 10 s."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bench.botdriver import CountingTelegram
+from tests.fakes import FakeLLM
+from tests.fakes.llm import is_json_mode
+from tests.stress.harness import (
+    FULL,
+    TAG,
+    BotProcess,
+    TaggedModel,
+    bot_env,
+    db_path,
+    half_written_backups,
+    integrity,
+    memory_tables,
+    record,
+    started,
+    user_line,
+)
+
+pytestmark = pytest.mark.skipif(not FULL, reason="long proof: make stress")
+USER = 700_001
+LIMIT_S = 10.0
+
+
+def queued_texts(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT user_text FROM pending_turns")]
+
+
+def stored_tags(db: Path) -> set[str]:
+    return {f"{u}-{n}" for events in memory_tables(db).values() for e in events for u, n in TAG.findall(e)}
+
+
+async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
+    figures: dict[str, object] = {}
+    model = TaggedModel(delay=(3.0, 3.0))
+    async with CountingTelegram() as tg, FakeLLM() as llm:
+        model.install(llm)
+        env = bot_env(tg, llm, tmp_path, LLM_TIMEOUT_SECONDS="30", EXTRACT_EVERY_MIN="2", EXTRACT_EVERY_MAX="2")
+        # During a reply: the model takes 3 s; SIGTERM arrives 1 s into it.
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        tg.push_text(USER, "/start_aiGF")
+        assert await tg.wait_count(USER, 1, 30)
+        tg.push_text(USER, user_line(USER, 0))
+        await llm.wait_for_requests(1, lambda b: not is_json_mode(b), timeout=30)
+        await asyncio.sleep(1.0)
+        code, seconds = await bot.stop(within=30)
+        replied = len(tg.answers[USER]) - 1
+        queued = queued_texts(db_path(tmp_path))
+        figures["during_reply"] = {"exit_code": code, "exit_s": round(seconds, 1), "reply_sent": replied == 1,
+                                   "turn_queued_for_memory": any(f"{USER}-0" in t for t in queued)}
+
+        # During an extraction: the second turn triggers it; SIGTERM 1 s into the 3 s extraction call.
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        model.delay = (0.0, 0.0)
+        tg.push_text(USER, user_line(USER, 1))
+        assert await tg.wait_count(USER, replied + 2, 30)
+        model.delay = (3.0, 3.0)
+        tg.push_text(USER, user_line(USER, 2))
+        await llm.wait_for_requests(1, lambda b: is_json_mode(b) and f"{USER}-2" in str(b), timeout=30)
+        await asyncio.sleep(1.0)
+        code, seconds = await bot.stop(within=30)
+        db = db_path(tmp_path)
+        said = {f"{USER}-{n}" for n in range(3)}
+        waiting = {tag for tag in said if any(tag in t for t in queued_texts(db))}
+        kept = stored_tags(db) | waiting
+        figures["during_extraction"] = {"exit_code": code, "exit_s": round(seconds, 1),
+                                        "turns_kept_or_stored": f"{len(kept & said)}/{len(said)}",
+                                        "integrity_check": integrity(db)}
+
+        # The next start extracts what was queued.
+        model.delay = (0.0, 0.0)
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        tg.push_text(USER, user_line(USER, 3))
+        tg.push_text(USER, user_line(USER, 4))
+        await asyncio.sleep(4)
+        code, seconds = await bot.stop(within=30)
+        figures["next_start"] = {"stored": sorted(stored_tags(db)), "still_queued": len(queued_texts(db))}
+
+        # During a backup run from the command line.
+        backup = await BotProcess(env, tmp_path, "backup").start()
+        for _ in range(600):
+            if list((tmp_path / "backups").glob("*/.*.tmp")) or list((tmp_path / "backups").glob("*/*.csv")):
+                break
+            await asyncio.sleep(0.02)
+        code, seconds = await backup.stop(within=30)
+        figures["during_backup"] = {"exit_code": code, "exit_s": round(seconds, 1),
+                                    "half_written": half_written_backups(tmp_path / "backups")}
+    record("graceful_stop", figures)
+    problems = [name for name, part in figures.items() if isinstance(part, dict) and part.get("exit_s", 0) > LIMIT_S]
+    reply = figures["during_reply"]
+    assert isinstance(reply, dict)
+    assert not problems, figures
+    assert reply["reply_sent"] or reply["turn_queued_for_memory"], figures
+    assert figures["during_extraction"]["turns_kept_or_stored"] == "3/3", figures  # type: ignore[index]
+    assert not figures["during_backup"]["half_written"], figures  # type: ignore[index]
