@@ -24,6 +24,7 @@ from companion.engine.profile import ProfilePolicy, ProfileService, matching_tra
 from companion.llm.client import LLMClient
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
+from companion.recall.query import build_query
 from companion.storage.sqlite import Storage
 
 log = logging.getLogger(__name__)
@@ -223,30 +224,40 @@ class MemoryEngine:
         self, scope: Scope, text: str, now: datetime, *, turn: int = 0,
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
+        earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
     ) -> list[Recalled]:
         """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
-        lifts it (benchmarks), as ``min_importance=0`` lifts the floor and ``cooldown=None`` the cooldown."""
-        query = list(keywords) if keywords is not None else self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+        lifts it (benchmarks), as ``min_importance=0`` lifts the floor, ``min_match=0`` the gate and
+        ``cooldown=None`` the cooldown.
+        ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
+        join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
+        words = self._query_words
+        query = build_query(text, (lambda t: list(keywords)) if keywords is not None else words,
+                            earlier=earlier, reply=reply)
         if not query:
             return []
         index = await self._index(scope)
         rules = RecallFilter(
             limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
             min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
-            min_match=self.config.recall_min_match,
+            min_match=self.config.recall_min_match if min_match is None else min_match,
             cooldown_turns=self.config.recall_cooldown_turns,
             turn=turn,
             cooldown=cooldown,
         )
         return index.rank(query, now, rules)
 
+    def _query_words(self, text: str) -> list[str]:
+        return self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
     ) -> MemoryContext:
-        keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+        keywords = self._query_words(text)
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
+                              earlier=earlier, reply=reply)
             if allow_recall else []
         )
         current = await self.profiles.current(scope)

@@ -1,16 +1,20 @@
 """Recall: an in-memory index per scope and the one ranking used by the bot and the benchmarks.
 
-Each memory is indexed by its keywords (full weight) and the words of its event text (lower weight).
-A turn word matches a memory term when they are equal, when one contains the other (Chinese words of
-two or more characters: "奶茶" ~ "珍珠奶茶", "感冒药" ~ "感冒"), or when English words share a stem
-("hiking" ~ "hiked"). Relevance is BM25 over those weighted, fuzzy matches; importance and recency then
-adjust it. Whether a memory is touched at all is decided separately, by ``match``: the idf-weighted
-share of the turn's informative words (those some memory of this scope has) that the memory matches,
-or, when the turn talks about several things, the share of the memory's own words the turn matched.
+Two rankings of the same memories, fused by rank (reciprocal rank fusion):
+- words: each memory's keywords (full weight) and the words of its event text (lower weight). A turn
+  word matches a memory term when they are equal, when one contains the other (Chinese words of two or
+  more characters: "奶茶" ~ "珍珠奶茶"), or when English words share a stem. BM25 over those matches.
+- characters (``chars``): Chinese as single characters and character pairs, so a word jieba cuts
+  differently in the memory and in the turn ("种花呢" -> 种 + 花呢), or a paraphrase sharing characters
+  (退货 / 退换), still matches; English as stemmed words.
+Importance and recency adjust each ranking before fusion. Whether a memory is touched at all is the
+gate's call (``RecallFilter.min_match``): the share of the query's information the memory shares, or of
+the memory's own, whichever is larger, measured on the character units (see ``chars.Evidence``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +24,8 @@ from datetime import datetime
 from companion.core.extraction import event_key
 from companion.core.models import Memory, Recalled
 from companion.core.rules import DAY
+from companion.recall.chars import CharIndex, Evidence, stem
+from companion.recall.query import Query
 
 MIN_FRAGMENT = 2
 CONTAINMENT_BASE = 0.6
@@ -30,7 +36,11 @@ BM25_B = 0.4  # memories are short; long LoCoMo turns showed full length normali
 IMPORTANCE_SHARE = 0.25
 RECENCY_SHARE = 0.15
 RECENCY_HALF_LIFE_DAYS = 30.0
-_SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("ly", ""), ("s", ""))
+RRF_K = 60  # the usual constant: a memory both rankings place well beats one only one places first
+FUSION_DEPTH = 50  # each ranking contributes its best this many; deeper ranks add next to nothing
+# Calibrated on the public sets (BENCHMARKS.md, "calibrating the gate"): at this share the bot injects
+# something on at most ~10% of turns no memory is relevant to.
+DEFAULT_MIN_MATCH = 0.34
 
 Tokenize = Callable[[str], list[str]]
 
@@ -41,7 +51,7 @@ class RecallFilter:
 
     limit: int | None = 2
     min_importance: float = 50.0
-    min_match: float = 0.34
+    min_match: float = DEFAULT_MIN_MATCH
     cooldown_turns: int = 5
     turn: int = 0
     cooldown: Mapping[int, int] | None = None
@@ -51,18 +61,6 @@ class RecallFilter:
             return False
         last = self.cooldown.get(memory_id)
         return last is not None and self.turn - last < self.cooldown_turns
-
-
-def stem(word: str) -> str:
-    """A deliberately small English stemmer ("hike", "hikes", "hiked", "hiking" -> "hik"); Chinese and
-    short words pass through unchanged."""
-    if not word.isascii() or len(word) <= 3:
-        return word
-    for suffix, replacement in _SUFFIXES:
-        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)] + replacement
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
 def containment_quality(short: str, long: str) -> float:
@@ -104,6 +102,7 @@ class ScopeIndex:
         self._total_length = 0.0
         self._idf_cache: dict[int, float] = {}
         self._idf_size = -1
+        self._chars = CharIndex()
         for memory in memories:
             self.add(memory)
 
@@ -123,6 +122,7 @@ class ScopeIndex:
             self._postings[term].add(memory.id)
         for keyword in memory.keywords:
             self._keywords[keyword].add(memory.id)
+        self._chars.add(memory.id, [memory.event, *memory.keywords])
 
     def _memory_terms(self, memory: Memory) -> dict[str, float]:
         words = memory.terms or (self._tokenize(memory.event) if self._tokenize else [])
@@ -141,6 +141,7 @@ class ScopeIndex:
             self._postings[term].discard(memory_id)
         for keyword in old.keywords:
             self._keywords[keyword].discard(memory_id)
+        self._chars.remove(memory_id)
 
     def candidates(self, event: str, keywords: Iterable[str]) -> list[Memory]:
         """Memories that could be the same event: same event text or at least two shared keywords."""
@@ -168,8 +169,9 @@ class ScopeIndex:
                 hits[fragment] = max(hits.get(fragment, 0.0), containment_quality(fragment, word))
         return hits
 
-    def matches(self, query: Iterable[str]) -> dict[int, Match]:
-        """BM25 relevance and match share for every memory that shares a term with the query."""
+    def matches(self, query: Iterable[str] | Mapping[str, float]) -> dict[int, Match]:
+        """BM25 relevance and match share for every memory that shares a term with the query; a mapping
+        gives each word its weight (context words count less than the turn's own)."""
         size = len(self.memories)
         if size == 0:
             return {}
@@ -178,11 +180,12 @@ class ScopeIndex:
         covered: dict[int, float] = defaultdict(float)
         matched_terms: dict[int, dict[str, float]] = defaultdict(dict)
         informative = 0.0
-        for word in dict.fromkeys(query):
+        weighted = query if isinstance(query, Mapping) else dict.fromkeys(query, 1.0)
+        for word, q in weighted.items():
             best = self._best_per_memory(self._lookup(word))
             if not best:
                 continue
-            idf = self._idf(len(best))
+            idf = q * self._idf(len(best))
             informative += idf
             for mid, (quality, weight, term) in best.items():
                 tf = quality * weight
@@ -221,32 +224,63 @@ class ScopeIndex:
                     best[mid] = (quality, weight, term)
         return best
 
-    def rank(self, query: Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
-        """Best first, filtered. Candidates are scored first and filtered in score order, so a turn that
-        may recall two memories stops after two (the memory-share check is the costly one)."""
-        scored = [
-            (combined_score(found.relevance, self.memories[mid].importance, recency(self.memories[mid], now)),
-             mid, found)
-            for mid, found in self.matches(query).items()
-        ]
-        scored.sort(key=lambda item: (-item[0], -item[1]))
+    def rank(self, query: Query | Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
+        """Best first, filtered: the word and character rankings fused by rank, then the gate in fused
+        order, so a turn that may recall two memories stops after two admitted ones."""
+        if not isinstance(query, Query):
+            query = Query.from_words(query)
+        words = self.matches(query.words)
+        chars = self._chars.search(query.units)
+        factors: dict[int, float] = {}
+        word_scores = {mid: found.relevance * self._factor(mid, now, factors) for mid, found in words.items()}
+        char_scores = {mid: found.score * self._factor(mid, now, factors) for mid, found in chars.items()}
+        fused = fuse([word_scores, char_scores])
+        query_mass = self._chars.query_mass(query.units)
         results: list[Recalled] = []
-        for score, mid, found in scored:
+        for mid, score in fused:
             if rules.limit is not None and len(results) >= rules.limit:
                 break
-            match = self._admitted(mid, found, now, rules)
+            match = self._admitted(mid, chars.get(mid), query_mass, now, rules)
             if match is not None:
                 results.append(Recalled(memory=self.memories[mid], score=score, match=match))
         return results
 
-    def _admitted(self, mid: int, found: Match, now: datetime, rules: RecallFilter) -> float | None:
+    def _factor(self, mid: int, now: datetime, cache: dict[int, float]) -> float:
+        factor = cache.get(mid)
+        if factor is None:
+            memory = self.memories[mid]
+            factor = cache[mid] = combined_score(1.0, memory.importance, recency(memory, now))
+        return factor
+
+    def _admitted(self, mid: int, found: Evidence | None, query_mass: float, now: datetime,
+                  rules: RecallFilter) -> float | None:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = found.match
-        if match < rules.min_match:
-            match = max(match, self.memory_share(mid, found.terms))
+        match = self.share(mid, found, query_mass)
         return match if match >= rules.min_match else None
+
+    def share(self, mid: int, found: Evidence | None, query_mass: float) -> float:
+        """The gate's measure: the larger of the query's information this memory shares and the share
+        of the memory's own information the query holds (a long turn about several things still touches
+        a memory it covers whole)."""
+        if found is None or found.shared <= 0:
+            return 0.0
+        of_query = found.shared / query_mass if query_mass > 0 else 0.0
+        own = self._chars.memory_mass(mid)
+        of_memory = found.shared / own if own > 0 else 0.0
+        return min(1.0, max(of_query, of_memory))
+
+
+def fuse(rankings: Iterable[Mapping[int, float]], depth: int = FUSION_DEPTH) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of score maps (higher is better): each contributes 1 / (RRF_K + rank) for
+    its best ``depth`` memories. Best first; ties go to the newer memory (higher id)."""
+    fused: dict[int, float] = defaultdict(float)
+    for scores in rankings:
+        best = heapq.nlargest(depth, scores.items(), key=lambda item: (item[1], item[0]))
+        for rank, (mid, _) in enumerate(best, start=1):
+            fused[mid] += 1.0 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda item: (-item[1], -item[0]))
 
 
 def _fragments(word: str) -> set[str]:

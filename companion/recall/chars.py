@@ -1,0 +1,164 @@
+"""The character index: Chinese text as single characters and character pairs, English as stemmed words.
+
+Word segmentation is the weak point of keyword recall in Chinese: jieba cuts "种花呢" into 种 + 花呢 in
+one sentence and keeps 种花 whole in another, and a paraphrase (退货 / 退换, 小狗 / 狗狗) shares
+characters but no word. Character pairs (bigrams) carry most of a word's meaning without depending on
+where the cut falls; single characters (unigrams, at lower weight) bridge paraphrases. Latin text has
+spaces, so it keeps word matching: a Latin run is one unit, stemmed like the word index does.
+
+Scores are BM25 over these units. The same units give the gate its evidence: how much of the query's
+information, or of the memory's own, the two share (``Evidence``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from companion.core.text import normalize_text
+
+UNIGRAM_WEIGHT = 0.5  # one shared character is weaker evidence than a shared pair
+BIGRAM_WEIGHT = 1.0
+WORD_WEIGHT = 1.0
+BM25_K1 = 1.2
+BM25_B = 0.5
+# Units in more than this share of a big scope's memories (我, 今天 for a chatty user) add almost
+# nothing to BM25 but cost a walk over thousands of postings: they are left out of the scoring walk.
+MAX_DF_SHARE = 0.25
+MIN_SCOPE_FOR_DF_CUT = 200
+
+_RUNS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+|[a-z0-9]+(?:'[a-z]+)?")
+# Function characters that say nothing about a topic on their own; a pair with one of them still counts
+# ("花呢", "王同" carry 花 and 王), a pair of two does not ("我的", "了吗").
+STOP_CHARS = frozenset("的了着过吗呢吧啊呀哦哈嗯喔哎唉嘛啦咯么和与及或而我你他她它们这那是在也都就还又再才很太挺更最个把被给让")
+ENGLISH_STOPWORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is am are was were be been being do does "
+    "did have has had i you he she it we they me him her us them my your his its our their this that "
+    "these those what which who whom when where why how not no so too very can could will would shall "
+    "should may might must just also there here than then about into over up down out off again "
+    "s t don didn doesn isn wasn aren weren ve ll re d m o".split()
+)
+_SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("ly", ""), ("s", ""))
+
+
+def stem(word: str) -> str:
+    """A deliberately small English stemmer ("hike", "hikes", "hiked", "hiking" -> "hik"); Chinese and
+    short words pass through unchanged."""
+    if not word.isascii() or len(word) <= 3:
+        return word
+    for suffix, replacement in _SUFFIXES:
+        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + replacement
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def units(text: str) -> Counter[str]:
+    """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped)."""
+    out: Counter[str] = Counter()
+    folded = unicodedata.normalize("NFKC", normalize_text(text)).lower()
+    for match in _RUNS.finditer(folded):
+        run = match.group()
+        if run.isascii():
+            word = run.split("'")[0]
+            if len(word) >= 2 and word not in ENGLISH_STOPWORDS and not word.isdigit():
+                out[stem(word)] += WORD_WEIGHT
+            continue
+        for char in run:
+            if char not in STOP_CHARS:
+                out[char] += UNIGRAM_WEIGHT
+        for i in range(len(run) - 1):
+            pair = run[i : i + 2]
+            if pair[0] not in STOP_CHARS or pair[1] not in STOP_CHARS:
+                out[pair] += BIGRAM_WEIGHT
+    return out
+
+
+def unit_weight(unit: str) -> float:
+    """The weight a unit carries as evidence (its weight in ``units``)."""
+    if unit.isascii():
+        return WORD_WEIGHT
+    return UNIGRAM_WEIGHT if len(unit) == 1 else BIGRAM_WEIGHT
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one memory shares with the query, in idf-weighted unit mass."""
+
+    score: float  # BM25 over units, query-weighted
+    shared: float  # mass of the shared units, weighted by the query's weight for each
+
+
+class CharIndex:
+    """Units of one scope's memories. ``add`` and ``remove`` keep it current without a rebuild."""
+
+    def __init__(self) -> None:
+        self._postings: dict[str, dict[int, float]] = defaultdict(dict)
+        self._units: dict[int, Counter[str]] = {}
+        self._lengths: dict[int, float] = {}
+        self._total_length = 0.0
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def add(self, memory_id: int, texts: Iterable[str]) -> None:
+        self.remove(memory_id)
+        found: Counter[str] = Counter()
+        for text in texts:
+            found.update(units(text))
+        self._units[memory_id] = found
+        length = sum(found.values())
+        self._lengths[memory_id] = length
+        self._total_length += length
+        for unit, tf in found.items():
+            self._postings[unit][memory_id] = tf
+
+    def remove(self, memory_id: int) -> None:
+        found = self._units.pop(memory_id, None)
+        if found is None:
+            return
+        self._total_length -= self._lengths.pop(memory_id, 0.0)
+        for unit in found:
+            postings = self._postings.get(unit)
+            if postings is not None:
+                postings.pop(memory_id, None)
+                if not postings:
+                    del self._postings[unit]
+
+    def idf(self, unit: str) -> float:
+        size = len(self._units)
+        df = len(self._postings.get(unit, ()))
+        return math.log(1 + (size - df + 0.5) / (df + 0.5))
+
+    def query_mass(self, query: Mapping[str, float]) -> float:
+        """The query's information: every unit counts, known to this scope or not, so a turn that is
+        mostly about something no memory mentions has a small share in any memory."""
+        return sum(q * self.idf(u) * unit_weight(u) for u, q in query.items())
+
+    def memory_mass(self, memory_id: int) -> float:
+        return sum(self.idf(u) * unit_weight(u) for u in self._units.get(memory_id, ()))
+
+    def search(self, query: Mapping[str, float]) -> dict[int, Evidence]:
+        """BM25 and shared mass for every memory sharing a unit with the query (weights per unit)."""
+        size = len(self._units)
+        if size == 0:
+            return {}
+        average = self._total_length / size or 1.0
+        cut = size * MAX_DF_SHARE if size >= MIN_SCOPE_FOR_DF_CUT else size + 1
+        score: dict[int, float] = defaultdict(float)
+        shared: dict[int, float] = defaultdict(float)
+        for unit, q in query.items():
+            postings = self._postings.get(unit)
+            if not postings or len(postings) > cut:
+                continue
+            idf = self.idf(unit)
+            mass = q * idf * unit_weight(unit)
+            for mid, tf in postings.items():
+                norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
+                score[mid] += q * idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
+                shared[mid] += mass
+        return {mid: Evidence(score[mid], shared[mid]) for mid in score}
