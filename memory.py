@@ -39,7 +39,7 @@ MAX_QUERY_TERMS = 48
 class EngineConfig:
     recall_max: int = 2
     recall_min_importance: float = 50.0
-    recall_min_match: float = 0.34
+    recall_min_match: float = 0.45
     recall_cooldown_turns: int = 5
     extract_max_turns: int = 12
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))

@@ -7,7 +7,9 @@ where the cut falls; single characters (unigrams, at lower weight) bridge paraph
 spaces, so it keeps word matching: a Latin run is one unit, stemmed like the word index does.
 
 Scores are BM25 over these units. The same units give the gate its evidence: how much of the query's
-information, or of the memory's own, the two share (``Evidence``).
+information, or of the memory's own, the two share (``share``). There a unit weighs by its idf in the
+scope, the scope counted as at least ``GATE_MIN_SCOPE`` memories so that in a new user's three
+memories a word all three share does not look worthless.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import re
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from companion.core.text import normalize_text
 
@@ -30,6 +31,7 @@ BM25_B = 0.5
 # nothing to BM25 but cost a walk over thousands of postings: they are left out of the scoring walk.
 MAX_DF_SHARE = 0.25
 MIN_SCOPE_FOR_DF_CUT = 200
+GATE_MIN_SCOPE = 50
 
 _RUNS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+|[a-z0-9]+(?:'[a-z]+)?")
 # Function characters that say nothing about a topic on their own; a pair with one of them still counts
@@ -85,14 +87,6 @@ def unit_weight(unit: str) -> float:
     return UNIGRAM_WEIGHT if len(unit) == 1 else BIGRAM_WEIGHT
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What one memory shares with the query, in idf-weighted unit mass."""
-
-    score: float  # BM25 over units, query-weighted
-    shared: float  # mass of the shared units, weighted by the query's weight for each
-
-
 class CharIndex:
     """Units of one scope's memories. ``add`` and ``remove`` keep it current without a rebuild."""
 
@@ -129,36 +123,48 @@ class CharIndex:
                 if not postings:
                     del self._postings[unit]
 
-    def idf(self, unit: str) -> float:
-        size = len(self._units)
+    def idf(self, unit: str, size: int | None = None) -> float:
+        size = len(self._units) if size is None else size
         df = len(self._postings.get(unit, ()))
         return math.log(1 + (size - df + 0.5) / (df + 0.5))
 
-    def query_mass(self, query: Mapping[str, float]) -> float:
-        """The query's information: every unit counts, known to this scope or not, so a turn that is
-        mostly about something no memory mentions has a small share in any memory."""
-        return sum(q * self.idf(u) * unit_weight(u) for u, q in query.items())
+    def evidence_weight(self, unit: str) -> float:
+        """What a unit is worth to the gate: informative in the language and in this scope."""
+        size = max(len(self._units), GATE_MIN_SCOPE)
+        return unit_weight(unit) * self.idf(unit, size)
 
-    def memory_mass(self, memory_id: int) -> float:
-        return sum(self.idf(u) * unit_weight(u) for u in self._units.get(memory_id, ()))
+    def share(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float]) -> float:
+        """The larger of the query's information this memory shares and the share of the memory's own
+        information the query holds (a long turn about several things still touches a memory it covers
+        whole); 0..1. The query's information is its content units plus whatever else it shares with
+        the memory: a pair across two words counts when the memory has it ("种花" in 种 + 花呢) and is
+        no dilution when it does not."""
+        own = self._units.get(memory_id)
+        if not own:
+            return 0.0
+        weights = {u: self.evidence_weight(u) for u in own}
+        shared_units = {u: q for u, q in query.items() if u in weights}
+        shared = sum(q * weights[u] for u, q in shared_units.items())
+        if shared <= 0:
+            return 0.0
+        asked = shared + sum(q * self.evidence_weight(u) for u, q in content.items() if u not in shared_units)
+        of_memory = shared / sum(weights.values())
+        return min(1.0, max(shared / asked, of_memory))
 
-    def search(self, query: Mapping[str, float]) -> dict[int, Evidence]:
-        """BM25 and shared mass for every memory sharing a unit with the query (weights per unit)."""
+    def search(self, query: Mapping[str, float]) -> dict[int, float]:
+        """BM25 for every memory sharing a unit with the query (query weights per unit)."""
         size = len(self._units)
         if size == 0:
             return {}
         average = self._total_length / size or 1.0
         cut = size * MAX_DF_SHARE if size >= MIN_SCOPE_FOR_DF_CUT else size + 1
         score: dict[int, float] = defaultdict(float)
-        shared: dict[int, float] = defaultdict(float)
         for unit, q in query.items():
             postings = self._postings.get(unit)
             if not postings or len(postings) > cut:
                 continue
-            idf = self.idf(unit)
-            mass = q * idf * unit_weight(unit)
+            idf = q * self.idf(unit)
             for mid, tf in postings.items():
                 norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
-                score[mid] += q * idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
-                shared[mid] += mass
-        return {mid: Evidence(score[mid], shared[mid]) for mid in score}
+                score[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
+        return dict(score)

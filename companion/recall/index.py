@@ -24,7 +24,7 @@ from datetime import datetime
 from companion.core.extraction import event_key
 from companion.core.models import Memory, Recalled
 from companion.core.rules import DAY
-from companion.recall.chars import CharIndex, Evidence, stem
+from companion.recall.chars import CharIndex, stem
 from companion.recall.query import Query
 
 MIN_FRAGMENT = 2
@@ -38,9 +38,12 @@ RECENCY_SHARE = 0.15
 RECENCY_HALF_LIFE_DAYS = 30.0
 RRF_K = 60  # the usual constant: a memory both rankings place well beats one only one places first
 FUSION_DEPTH = 50  # each ranking contributes its best this many; deeper ranks add next to nothing
-# Calibrated on the public sets (BENCHMARKS.md, "calibrating the gate"): at this share the bot injects
-# something on at most ~10% of turns no memory is relevant to.
-DEFAULT_MIN_MATCH = 0.34
+# Only the best few fused candidates may pass the gate: one ranked 30th that happens to share a lot of
+# its few words with the turn is more often chance than the topic.
+GATE_DEPTH = 5
+# Calibrated on the public sets (BENCHMARKS.md, "Calibrating the gate"): at this share the bot injects
+# something on about 10% or fewer of the turns no memory is relevant to.
+DEFAULT_MIN_MATCH = 0.45
 
 Tokenize = Callable[[str], list[str]]
 
@@ -233,14 +236,13 @@ class ScopeIndex:
         chars = self._chars.search(query.units)
         factors: dict[int, float] = {}
         word_scores = {mid: found.relevance * self._factor(mid, now, factors) for mid, found in words.items()}
-        char_scores = {mid: found.score * self._factor(mid, now, factors) for mid, found in chars.items()}
+        char_scores = {mid: score * self._factor(mid, now, factors) for mid, score in chars.items()}
         fused = fuse([word_scores, char_scores])
-        query_mass = self._chars.query_mass(query.units)
         results: list[Recalled] = []
-        for mid, score in fused:
-            if rules.limit is not None and len(results) >= rules.limit:
+        for position, (mid, score) in enumerate(fused):
+            if rules.limit is not None and (len(results) >= rules.limit or position >= GATE_DEPTH):
                 break
-            match = self._admitted(mid, chars.get(mid), query_mass, now, rules)
+            match = self._admitted(mid, query, now, rules)
             if match is not None:
                 results.append(Recalled(memory=self.memories[mid], score=score, match=match))
         return results
@@ -252,24 +254,12 @@ class ScopeIndex:
             factor = cache[mid] = combined_score(1.0, memory.importance, recency(memory, now))
         return factor
 
-    def _admitted(self, mid: int, found: Evidence | None, query_mass: float, now: datetime,
-                  rules: RecallFilter) -> float | None:
+    def _admitted(self, mid: int, query: Query, now: datetime, rules: RecallFilter) -> float | None:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = self.share(mid, found, query_mass)
+        match = self._chars.share(mid, query.units, query.content)
         return match if match >= rules.min_match else None
-
-    def share(self, mid: int, found: Evidence | None, query_mass: float) -> float:
-        """The gate's measure: the larger of the query's information this memory shares and the share
-        of the memory's own information the query holds (a long turn about several things still touches
-        a memory it covers whole)."""
-        if found is None or found.shared <= 0:
-            return 0.0
-        of_query = found.shared / query_mass if query_mass > 0 else 0.0
-        own = self._chars.memory_mass(mid)
-        of_memory = found.shared / own if own > 0 else 0.0
-        return min(1.0, max(of_query, of_memory))
 
 
 def fuse(rankings: Iterable[Mapping[int, float]], depth: int = FUSION_DEPTH) -> list[tuple[int, float]]:

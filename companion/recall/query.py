@@ -22,10 +22,13 @@ Tokenize = Callable[[str], list[str]]
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Words for the word index and units for the character index, each with its weight (0..1]."""
+    """Words for the word index and units for the character index, each with its weight (0..1].
+    ``content`` holds the units of the content words alone: what the turn is about, for the gate
+    (pairs across two words, "我今" in 我今天, and function words are no information)."""
 
     words: dict[str, float] = field(default_factory=dict)
     units: dict[str, float] = field(default_factory=dict)
+    content: dict[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.words or self.units)
@@ -41,6 +44,8 @@ class Query:
     def add(self, text: str, words: Iterable[str], weight: float) -> None:
         for word in words:
             self.words[word] = max(self.words.get(word, 0.0), weight)
+            for unit in units(word):
+                self.content[unit] = max(self.content.get(unit, 0.0), weight)
         for unit in units(text):
             self.units[unit] = max(self.units.get(unit, 0.0), weight)
 
