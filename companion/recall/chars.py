@@ -133,12 +133,14 @@ class CharIndex:
         size = max(len(self._units), GATE_MIN_SCOPE)
         return unit_weight(unit) * self.idf(unit, size)
 
-    def share(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float]) -> float:
+    def share(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float],
+              covered: Mapping[str, float] | None = None) -> float:
         """The larger of the query's information this memory shares and the share of the memory's own
         information the query holds (a long turn about several things still touches a memory it covers
         whole); 0..1. The query's information is its content units plus whatever else it shares with
         the memory: a pair across two words counts when the memory has it ("种花" in 种 + 花呢) and is
-        no dilution when it does not."""
+        no dilution when it does not. ``covered``: content units of turn words the word index matched to
+        this memory ("花生酱" ~ "花生"): they count as shared."""
         own = self._units.get(memory_id)
         if not own:
             return 0.0
@@ -147,8 +149,11 @@ class CharIndex:
         shared = sum(q * weights[u] for u, q in shared_units.items())
         if shared <= 0:
             return 0.0
+        extra = {u: q for u, q in (covered or {}).items() if u not in shared_units}
+        shared += sum(q * self.evidence_weight(u) for u, q in extra.items())
+        shared_units.update(extra)
         asked = shared + sum(q * self.evidence_weight(u) for u, q in content.items() if u not in shared_units)
-        of_memory = shared / sum(weights.values())
+        of_memory = sum(q * weights[u] for u, q in shared_units.items() if u in weights) / sum(weights.values())
         return min(1.0, max(shared / asked, of_memory))
 
     def search(self, query: Mapping[str, float]) -> dict[int, float]:

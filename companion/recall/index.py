@@ -24,7 +24,7 @@ from datetime import datetime
 from companion.core.extraction import event_key
 from companion.core.models import Memory, Recalled
 from companion.core.rules import DAY
-from companion.recall.chars import CharIndex, stem
+from companion.recall.chars import CharIndex, stem, units
 from companion.recall.query import Query
 
 MIN_FRAGMENT = 2
@@ -258,8 +258,19 @@ class ScopeIndex:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = self._chars.share(mid, query.units, query.content)
+        match = self._chars.share(mid, query.units, query.content, self._covered(mid, query))
         return match if match >= rules.min_match else None
+
+
+    def _covered(self, mid: int, query: Query) -> dict[str, float]:
+        """Content units of the turn's words that match one of this memory's terms as words."""
+        terms = self._terms.get(mid, {})
+        covered: dict[str, float] = {}
+        for word, weight in query.words.items():
+            if any(term in terms for term in self._lookup(word)):
+                for unit in units(word):
+                    covered[unit] = max(covered.get(unit, 0.0), weight)
+        return covered
 
 
 def fuse(rankings: Iterable[Mapping[int, float]], depth: int = FUSION_DEPTH) -> list[tuple[int, float]]:
