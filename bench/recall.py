@@ -134,8 +134,9 @@ async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_di
     ``min_match`` overrides the configured gate (for calibration)."""
     notes = Counter() if notes is None else notes
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
-        extra = {} if min_match is None else {"recall_min_match": min_match}
-        settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp), **extra)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp))  # type: ignore[call-arg]
+        if min_match is not None:
+            settings = settings.model_copy(update={"recall_min_match": min_match})
         engine = await MemoryEngine.open(settings, KeywordExtractor())
         try:
             return await _replay(engine, lines, ks, notes, injections)

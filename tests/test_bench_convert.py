@@ -263,14 +263,14 @@ def test_cli_convert_writes_a_readable_dataset(tmp_path: Path, capsys: pytest.Ca
 def test_query_context_and_negative_turns_round_trip(tmp_path: Path) -> None:
     when = datetime(2024, 1, 1, 8, 0, tzinfo=DEFAULT_TZ)
     path = tmp_path / "d.jsonl"
-    lines = [MemoryLine("u", "m1", when, "我养了一只猫"),
-             QueryLine("u", "q1", when, "它又调皮了", ("m1",), ("我家猫咪",), "怎么啦"),
-             QueryLine("u", "q2", when, "晚安", ())]
+    chat = QueryLine("u", "q2", when, "晚安", ())
+    asked = QueryLine("u", "q1", when, "它又调皮了", ("m1",), ("我家猫咪",), "怎么啦")
+    lines: list[DatasetLine] = [MemoryLine("u", "m1", when, "我养了一只猫"), asked, chat]
     write_dataset(path, lines)
     assert list(read_dataset(path)) == lines
     raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert "context" not in raw[2] and "reply" not in raw[2] and raw[2]["relevant"] == []
-    assert lines[2].negative and not lines[1].negative
+    assert chat.negative and not asked.negative
 
 
 def test_read_dataset_reports_the_bad_line(tmp_path: Path) -> None:

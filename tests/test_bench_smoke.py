@@ -15,8 +15,8 @@ from bench.botdriver import BotConfig
 from bench.botload import run_bot_bench
 from bench.cost import CostConfig, estimate_tokens, memory_parts, run_cost
 from bench.dataset import MemoryLine, QueryLine, write_dataset
-from bench.plots import draw_all
 from bench.metrics import InjectionCounts
+from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
 from companion.chat.persona import render_system_prompt

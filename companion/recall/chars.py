@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from companion.core.text import normalize_text
@@ -36,14 +36,19 @@ GATE_MIN_SCOPE = 50
 _RUNS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+|[a-z0-9]+(?:'[a-z]+)?")
 # Function characters that say nothing about a topic on their own; a pair with one of them still counts
 # ("花呢", "王同" carry 花 and 王), a pair of two does not ("我的", "了吗").
-STOP_CHARS = frozenset("的了着过吗呢吧啊呀哦哈嗯喔哎唉嘛啦咯么和与及或而我你他她它们这那是在也都就还又再才很太挺更最个把被给让")
-ENGLISH_STOPWORDS = frozenset(
-    "a an the and or but if of to in on at by for with from as is am are was were be been being do does "
-    "did have has had i you he she it we they me him her us them my your his its our their this that "
-    "these those what which who whom when where why how not no so too very can could will would shall "
-    "should may might must just also there here than then about into over up down out off again "
-    "s t don didn doesn isn wasn aren weren ve ll re d m o".split()
+STOP_CHARS = frozenset(
+    "的了着过吗呢吧啊呀哦哈嗯喔哎唉嘛啦咯么和与及或而"
+    "我你他她它们这那是在也都就还又再才很太挺更最个把被给让"
 )
+ENGLISH_STOPWORDS = frozenset({
+    "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as",
+    "is", "am", "are", "was", "were", "be", "been", "being", "do", "does", "did", "have", "has", "had", "i",
+    "you", "he", "she", "it", "we", "they", "me", "him", "her", "us", "them", "my", "your", "his", "its", "our",
+    "their", "this", "that", "these", "those", "what", "which", "who", "whom", "when", "where", "why", "how",
+    "not", "no", "so", "too", "very", "can", "could", "will", "would", "shall", "should", "may", "might", "must",
+    "just", "also", "there", "here", "than", "then", "about", "into", "over", "up", "down", "out", "off", "again",
+    "s", "t", "don", "didn", "doesn", "isn", "wasn", "aren", "weren", "ve", "ll", "re", "d", "m", "o"
+})
 _SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("ly", ""), ("s", ""))
 
 
@@ -59,9 +64,9 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
-def units(text: str) -> Counter[str]:
+def units(text: str) -> dict[str, float]:
     """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped)."""
-    out: Counter[str] = Counter()
+    out: dict[str, float] = defaultdict(float)
     folded = unicodedata.normalize("NFKC", normalize_text(text)).lower()
     for match in _RUNS.finditer(folded):
         run = match.group()
@@ -77,7 +82,7 @@ def units(text: str) -> Counter[str]:
             pair = run[i : i + 2]
             if pair[0] not in STOP_CHARS or pair[1] not in STOP_CHARS:
                 out[pair] += BIGRAM_WEIGHT
-    return out
+    return dict(out)
 
 
 def unit_weight(unit: str) -> float:
@@ -92,7 +97,7 @@ class CharIndex:
 
     def __init__(self) -> None:
         self._postings: dict[str, dict[int, float]] = defaultdict(dict)
-        self._units: dict[int, Counter[str]] = {}
+        self._units: dict[int, dict[str, float]] = {}
         self._lengths: dict[int, float] = {}
         self._total_length = 0.0
 
@@ -101,9 +106,10 @@ class CharIndex:
 
     def add(self, memory_id: int, texts: Iterable[str]) -> None:
         self.remove(memory_id)
-        found: Counter[str] = Counter()
+        found: dict[str, float] = defaultdict(float)
         for text in texts:
-            found.update(units(text))
+            for unit, weight in units(text).items():
+                found[unit] += weight
         self._units[memory_id] = found
         length = sum(found.values())
         self._lengths[memory_id] = length

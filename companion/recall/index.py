@@ -210,14 +210,6 @@ class ScopeIndex:
             idf = self._idf_cache[doc_count] = math.log(1 + (size - doc_count + 0.5) / (doc_count + 0.5))
         return idf
 
-    def memory_share(self, memory_id: int, matched: Mapping[str, float]) -> float:
-        """How much of the memory itself the turn matched (idf- and field-weighted): a memory whose own
-        words are mostly there is touched even when the turn also talks about other things."""
-        terms = self._terms[memory_id]
-        weights = {t: self._idf(len(self._postings[t])) * w for t, w in terms.items()}
-        total = sum(weights.values())
-        return sum(weights[t] * q for t, q in matched.items() if t in weights) / total if total else 0.0
-
     def _best_per_memory(self, hits: Mapping[str, float]) -> dict[int, tuple[float, float, str]]:
         best: dict[int, tuple[float, float, str]] = {}
         for term, quality in hits.items():
