@@ -229,7 +229,10 @@ class ScopeIndex:
         factors: dict[int, float] = {}
         word_scores = {mid: found.relevance * self._factor(mid, now, factors) for mid, found in words.items()}
         char_scores = {mid: score * self._factor(mid, now, factors) for mid, score in chars.items()}
-        fused = fuse([word_scores, char_scores])
+        # English keeps word matching: its character units are its words again, so a second ranking of
+        # the same words would only blur the word index's own (containment, field weights).
+        chinese = any(not unit.isascii() for unit in query.units)
+        fused = fuse([word_scores, char_scores] if chinese else [word_scores])
         results: list[Recalled] = []
         for position, (mid, score) in enumerate(fused):
             if rules.limit is not None and (len(results) >= rules.limit or position >= GATE_DEPTH):
