@@ -29,7 +29,7 @@ BM25_K1 = 1.2
 BM25_B = 0.5
 # Units in more than this share of a big scope's memories (我, 今天 for a chatty user) add almost
 # nothing to BM25 but cost a walk over thousands of postings: they are left out of the scoring walk.
-MAX_DF_SHARE = 0.25
+MAX_DF_SHARE = 0.1
 MIN_SCOPE_FOR_DF_CUT = 200
 GATE_MIN_SCOPE = 50
 

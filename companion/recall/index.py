@@ -41,6 +41,9 @@ FUSION_DEPTH = 50  # each ranking contributes its best this many; deeper ranks a
 # Only the best few fused candidates may pass the gate: one ranked 30th that happens to share a lot of
 # its few words with the turn is more often chance than the topic.
 GATE_DEPTH = 5
+# Importance and recency scale a score by 0.64..1, so only the best by raw score can reach the fused top:
+# rank this many by raw score first (4 x the fusion depth is ample; the bound is not exact at ties).
+PREFILTER = 4 * FUSION_DEPTH
 # Calibrated on the public sets (BENCHMARKS.md, "Calibrating the gate"): at this share the bot injects
 # something on about 10% or fewer of the turns no memory is relevant to.
 DEFAULT_MIN_MATCH = 0.45
@@ -200,6 +203,25 @@ class ScopeIndex:
             mid: Match(relevance[mid], covered[mid] / informative, matched_terms[mid]) for mid in relevance
         }
 
+    def relevance(self, query: Mapping[str, float]) -> dict[int, float]:
+        """The BM25 relevance of ``matches`` alone: the ranking needs nothing else, and at 10,000
+        memories building a ``Match`` for each of thousands of candidates costs milliseconds."""
+        size = len(self.memories)
+        if size == 0:
+            return {}
+        average = self._total_length / size or 1.0
+        relevance: dict[int, float] = defaultdict(float)
+        for word, q in query.items():
+            best = self._best_per_memory(self._lookup(word))
+            if not best:
+                continue
+            idf = q * self._idf(len(best))
+            for mid, (quality, weight, _) in best.items():
+                tf = quality * weight
+                norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
+                relevance[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
+        return relevance
+
     def _idf(self, doc_count: int) -> float:
         size = len(self.memories)
         if self._idf_size != size:
@@ -224,15 +246,15 @@ class ScopeIndex:
         order, so a turn that may recall two memories stops after two admitted ones."""
         if not isinstance(query, Query):
             query = Query.from_words(query)
-        words = self.matches(query.words)
-        chars = self._chars.search(query.units)
         factors: dict[int, float] = {}
-        word_scores = {mid: found.relevance * self._factor(mid, now, factors) for mid, found in words.items()}
-        char_scores = {mid: score * self._factor(mid, now, factors) for mid, score in chars.items()}
+        word_scores = self._adjusted(self.relevance(query.words), now, factors)
         # English keeps word matching: its character units are its words again, so a second ranking of
         # the same words would only blur the word index's own (containment, field weights).
         chinese = any(not unit.isascii() for unit in query.units)
-        fused = fuse([word_scores, char_scores] if chinese else [word_scores])
+        rankings = [word_scores]
+        if chinese:
+            rankings.append(self._adjusted(self._chars.search(query.units), now, factors))
+        fused = fuse(rankings)
         results: list[Recalled] = []
         for position, (mid, score) in enumerate(fused):
             if rules.limit is not None and (len(results) >= rules.limit or position >= GATE_DEPTH):
@@ -241,6 +263,13 @@ class ScopeIndex:
             if match is not None:
                 results.append(Recalled(memory=self.memories[mid], score=score, match=match))
         return results
+
+    def _adjusted(self, scores: Mapping[int, float], now: datetime, cache: dict[int, float]) -> dict[int, float]:
+        """Scores times importance and recency, for the candidates that can still reach the fused top:
+        the factor lies within [0.64, 1], so the best few by raw score hold every one that can."""
+        if len(scores) > PREFILTER:
+            scores = dict(heapq.nlargest(PREFILTER, scores.items(), key=lambda item: item[1]))
+        return {mid: score * self._factor(mid, now, cache) for mid, score in scores.items()}
 
     def _factor(self, mid: int, now: datetime, cache: dict[int, float]) -> float:
         factor = cache.get(mid)
