@@ -14,6 +14,7 @@ memories a word all three share does not look worthless.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -64,8 +65,10 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
+@functools.lru_cache(maxsize=4096)
 def units(text: str) -> dict[str, float]:
-    """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped)."""
+    """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped).
+    Cached (a turn is read again as context): callers must not change the returned map."""
     out: dict[str, float] = defaultdict(float)
     folded = unicodedata.normalize("NFKC", normalize_text(text)).lower()
     for match in _RUNS.finditer(folded):
