@@ -1,6 +1,7 @@
 """Replays a dataset through each system in file order and scores every query as it comes.
 
-Three systems: the engine (``recall`` exactly as the bot calls it, ranking depth lifted), BM25 over
+Three systems: the engine (``recall`` as the bot calls it, with the recent context a query carries; for
+the ranking metrics the per-turn cap, importance floor, gate and cooldown are lifted), BM25 over
 jieba words (the baseline) and the character index alone (BM25 over the engine's character units).
 Negative turns (``relevant: []``) are scored only for the false-injection rate, never for hit@k.
 
@@ -129,7 +130,7 @@ async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_di
                      min_match: float | None = None) -> MetricsAccumulator:
     """The memory engine on the same lines: each memory goes through ``remember`` (the write path the
     bot's extraction uses), each query through ``recall`` at the query's time with the per-turn cap,
-    the importance floor and the cooldown lifted (the gate stays). ``notes`` collects write statistics
+    the importance floor, the gate and the cooldown lifted. ``notes`` collects write statistics
     (merges); ``injections`` the bot's gated behaviour on positive, negative and other-user turns.
     ``min_match`` overrides the configured gate (for calibration)."""
     notes = Counter() if notes is None else notes
