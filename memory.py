@@ -51,6 +51,7 @@ from companion.llm.client import LLMClient
 from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
+from companion.recall.query import build_query
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
 from companion.storage.sqlite import SQLiteStore
 
@@ -73,7 +74,7 @@ TODAY_EVENTS_KEPT = 30  # stored memories shown to an extraction, to spot contra
 class EngineConfig:
     recall_max: int = 2
     recall_min_importance: float = 50.0
-    recall_min_match: float = 0.34
+    recall_min_match: float = 0.45
     recall_cooldown_turns: int = 5
     extract_max_turns: int = 12
     capacity: int = 200
@@ -361,17 +362,24 @@ class MemoryEngine:
         self, scope: Scope, text: str, now: datetime, *, turn: int = 0,
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
+        earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
     ) -> list[Recalled]:
         """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
-        lifts it (benchmarks), as ``min_importance=0`` lifts the floor and ``cooldown=None`` the cooldown."""
-        query = list(keywords) if keywords is not None else self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+        lifts it (benchmarks), as ``min_importance=0`` lifts the floor, ``min_match=0`` the gate and
+        ``cooldown=None`` the cooldown.
+        ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
+        join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
+        words = self._query_words
+        given = {text: list(keywords)} if keywords is not None else {}
+        # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
+        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
         if not query:
             return []
         index = await self._index(scope)
         rules = RecallFilter(
             limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
             min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
-            min_match=self.config.recall_min_match,
+            min_match=self.config.recall_min_match if min_match is None else min_match,
             cooldown_turns=self.config.recall_cooldown_turns,
             turn=turn,
             cooldown=cooldown,
@@ -379,13 +387,17 @@ class MemoryEngine:
         ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
         return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
 
+    def _query_words(self, text: str) -> list[str]:
+        return self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
     ) -> MemoryContext:
-        keywords = self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
+        keywords = self._query_words(text)
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None,
+                              earlier=earlier, reply=reply)
             if allow_recall else []
         )
         standing = await self._standing(scope, now)

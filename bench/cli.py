@@ -18,8 +18,8 @@ from typing import Any
 from bench.convert import ConvertStats, convert_dulemon, convert_locomo, convert_memdaily, write_converted
 from bench.convert.memdaily import find_dulemon
 from bench.dataset import DatasetError, read_dataset
-from bench.metrics import DEFAULT_KS, Summary
-from bench.recall import breakdown, run_bm25, run_engine
+from bench.metrics import DEFAULT_KS, InjectionCounts, Summary
+from bench.recall import breakdown, run_bm25, run_chars, run_engine
 from bench.timing import write_json
 from companion.recall.keywords import KeywordExtractor
 
@@ -34,6 +34,16 @@ def parse_ks(text: str) -> tuple[int, ...]:
     return tuple(ks)
 
 
+def _shares(text: str) -> tuple[float, ...]:
+    try:
+        shares = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+    if not shares or any(not 0 <= s <= 1 for s in shares):
+        raise argparse.ArgumentTypeError("shares lie within 0..1")
+    return shares
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -45,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description="Offline memory-recall benchmark.")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_convert(commands.add_parser("convert", help="convert a public benchmark to dataset JSON lines"))
-    recall = commands.add_parser("recall", help="score the engine and BM25 on a dataset")
+    recall = commands.add_parser("recall", help="score the engine, BM25 and the character index on a dataset")
     recall.add_argument("dataset", type=Path)
     recall.add_argument("--k", type=parse_ks, default=DEFAULT_KS, help="cut-offs, e.g. 1,2,5,10")
     recall.add_argument("--json", type=Path, help="also write the results here")
@@ -54,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--embeddings", metavar="URL",
                         help="measure the dense path against this OpenAI-compatible embeddings endpoint")
     recall.add_argument("--embedding-model", help="model name for --embeddings (default: EMBEDDING_MODEL)")
+    recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
+                        help="calibrate the gate: gated hit and false injection at each minimum share, "
+                             "e.g. 0.2,0.3,0.4")
+    latency = commands.add_parser("recall-latency", help="recall p50/p95 per turn for one user of N memories")
+    latency.add_argument("--sizes", type=parse_ks, default=(100, 10_000), help="memories, e.g. 100,10000")
+    latency.add_argument("--turns", type=_positive, default=2000)
+    latency.add_argument("--seed", type=int, default=7)
+    latency.add_argument("--json", type=Path, help="also write the results here")
     scale = commands.add_parser("scale", help="database size, recall/write latency, decay and backup at scale")
     scale.add_argument("--users", type=_positive, default=10_000)
     scale.add_argument("--per-user", type=_positive, default=100)
@@ -130,12 +148,13 @@ def format_table(systems: dict[str, Summary]) -> str:
 
 def format_groups(groups: dict[str, dict[str, Summary]]) -> str:
     metrics = ("hit@1", "hit@2", "recall@5")
+    names = list(next(iter(groups.values())))
     width = max(len(name) for name in groups) + 2
-    head = "group".ljust(width) + "     n" + "".join(f"{s} {m}".rjust(17) for s in ("engine", "bm25") for m in metrics)
+    head = "group".ljust(width) + "     n" + "".join(f"{s} {m}".rjust(17) for s in names for m in metrics)
     rows = [head]
     for name, systems in groups.items():
         flat = {s: _flatten(summary) for s, summary in systems.items()}
-        cells = "".join(f"{flat[s].get(m, 0.0):17.3f}" for s in ("engine", "bm25") for m in metrics)
+        cells = "".join(f"{flat[s].get(m, 0.0):17.3f}" for s in names for m in metrics)
         rows.append(f"{name.ljust(width)}{int(flat['engine']['queries']):6d}{cells}")
     return "\n".join(rows)
 
@@ -150,6 +169,13 @@ def _flatten(summary: Summary) -> dict[str, float]:
     return flat
 
 
+def format_injections(counts: InjectionCounts) -> str:
+    summary = counts.summary()
+    return "bot gate (limit, floor, min share): " + ", ".join(
+        f"{name} {value:.3f}" if isinstance(value, float) else f"{name} {value}" for name, value in summary.items()
+    )
+
+
 def run_recall(args: argparse.Namespace) -> int:
     if args.embeddings:
         from bench.dense import run_dense_command
@@ -161,19 +187,49 @@ def run_recall(args: argparse.Namespace) -> int:
     if bm25.count == 0:
         print(f"{args.dataset}: no queries", file=sys.stderr)
         return 2
+    chars = run_chars(read_dataset(args.dataset), args.k)
     notes: Counter[str] = Counter()
-    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes))
+    injections = InjectionCounts()
+    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes, injections=injections))
     if engine.count != bm25.count:
         print(f"engine scored {engine.count} queries, BM25 {bm25.count}", file=sys.stderr)
         return 2
     print("engine writes: " + ", ".join(f"{name} {n}" for name, n in sorted(notes.items())), file=sys.stderr)
-    systems = {"engine": engine.summary(), "bm25": bm25.summary()}
+    systems = {"engine": engine.summary(), "bm25": bm25.summary(), "chars": chars.summary()}
     print(f"{bm25.count} queries")
     print(format_table(systems))
+    print(format_injections(injections))
     if args.by_group:
-        print(format_groups(breakdown(read_dataset(args.dataset), {"engine": engine, "bm25": bm25}, args.k)))
+        print(format_groups(breakdown(read_dataset(args.dataset),
+                                      {"engine": engine, "bm25": bm25, "chars": chars}, args.k)))
+    report = {"queries": bm25.count, **systems, "injection": injections.summary()}
+    if args.gate_sweep:
+        report["gate_sweep"] = _gate_sweep(args)
     if args.json:
-        write_json(args.json, {"queries": bm25.count, "engine": systems["engine"], "bm25": systems["bm25"]})
+        write_json(args.json, report)
+    return 0
+
+
+def _gate_sweep(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """The gate's trade-off: what the gated bot injects on positive and negative turns at each share."""
+    out: dict[str, dict[str, float]] = {}
+    for share in args.gate_sweep:
+        counts = InjectionCounts()
+        asyncio.run(run_engine(read_dataset(args.dataset), (1,), injections=counts, min_match=share))
+        out[f"{share:g}"] = counts.summary()
+        print(f"min share {share:g}: " + format_injections(counts).partition(": ")[2])
+    return out
+
+
+def run_latency_command(args: argparse.Namespace) -> int:
+    from bench.recall import run_latency
+
+    report = asyncio.run(run_latency(args.sizes, args.turns, args.seed))
+    for size, figures in report["sizes"].items():
+        print(f"{size:>6} memories: p50 {figures['p50']:.3f} ms, p95 {figures['p95']:.3f} ms, "
+              f"recalled per turn {figures['recalled_per_turn']:.2f}")
+    if args.json:
+        write_json(args.json, report)
     return 0
 
 
@@ -234,8 +290,8 @@ def run_plots(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"convert": run_convert, "recall": run_recall, "scale": run_scale_command, "bot": run_bot_command,
-            "cost": run_cost_command, "plots": run_plots}
+COMMANDS = {"convert": run_convert, "recall": run_recall, "recall-latency": run_latency_command,
+            "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,11 @@
 
 A query may only name as relevant memories of its own user that appear earlier in the file, so a
 reader can replay the file once and every system sees exactly what existed at question time.
+
+Optional query fields (older files without them read as before): ``context``, the user's previous
+turns, oldest first, and ``reply``, the companion's last reply, which the engine reads as recent
+context; ``"relevant": []`` marks a turn no stored memory is relevant to (counted for the
+false-injection rate, never for hit@k).
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ class QueryLine:
     time: datetime
     text: str
     relevant: tuple[str, ...]
+    context: tuple[str, ...] = ()
+    reply: str | None = None
+
+    @property
+    def negative(self) -> bool:
+        """A turn no stored memory is relevant to."""
+        return not self.relevant
 
 
 DatasetLine: TypeAlias = MemoryLine | QueryLine
@@ -57,7 +69,12 @@ def to_json(line: DatasetLine) -> dict[str, Any]:
     common = {"user": line.user, "id": line.id, "time": line.time.isoformat(timespec="seconds"),
               "text": line.text}
     if isinstance(line, QueryLine):
-        return {"kind": "query", **common, "relevant": list(line.relevant)}
+        query: dict[str, Any] = {"kind": "query", **common, "relevant": list(line.relevant)}
+        if line.context:
+            query["context"] = list(line.context)
+        if line.reply is not None:
+            query["reply"] = line.reply
+        return query
     out: dict[str, Any] = {"kind": "memory", **common}
     if line.keywords is not None:
         out["keywords"] = list(line.keywords)
@@ -81,7 +98,7 @@ def from_json(obj: object) -> DatasetLine:
     except ValueError as exc:
         raise ValueError(f"field 'time': {exc}") from exc
     if kind == "query":
-        return QueryLine(user, ident, time, text, _relevant(obj))
+        return QueryLine(user, ident, time, text, _relevant(obj), _context(obj), _reply(obj))
     return MemoryLine(user, ident, time, text, _keywords(obj), _importance(obj), _validity(obj))
 
 
@@ -98,10 +115,26 @@ def _relevant(obj: dict[str, Any]) -> tuple[str, ...]:
     if "relevant" not in obj:
         raise ValueError("missing field 'relevant'")
     value = obj["relevant"]
-    # A query without a gold memory cannot be scored, so it is a conversion bug, not a data point.
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ValueError("field 'relevant' must be a non-empty list of memory ids")
+    # An empty list is a deliberate negative turn; a missing or malformed one is a conversion bug.
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("field 'relevant' must be a list of memory ids")
     return tuple(value)
+
+
+def _context(obj: dict[str, Any]) -> tuple[str, ...]:
+    value = obj.get("context")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("field 'context' must be a list of strings")
+    return tuple(value)
+
+
+def _reply(obj: dict[str, Any]) -> str | None:
+    value = obj.get("reply")
+    if value is not None and not isinstance(value, str):
+        raise ValueError("field 'reply' must be a string")
+    return value
 
 
 def _keywords(obj: dict[str, Any]) -> tuple[str, ...] | None:

@@ -105,5 +105,51 @@ class MetricsAccumulator:
         return out
 
 
+class InjectionCounts:
+    """What the bot, with its real gate and limit, injects per kind of turn: on "positive" turns the
+    share that inject a gold memory (gated hit) and the share that inject anything; on turns no memory is
+    relevant to ("negative", "other user") the share that inject anything: the false-injection rate."""
+
+    def __init__(self) -> None:
+        self.turns: dict[str, int] = {}
+        self.injected: dict[str, int] = {}
+        self.gold: dict[str, int] = {}
+
+    def add(self, kind: str, injected: Sequence[str], relevant: Collection[str]) -> None:
+        self.turns[kind] = self.turns.get(kind, 0) + 1
+        self.injected[kind] = self.injected.get(kind, 0) + bool(injected)
+        self.gold[kind] = self.gold.get(kind, 0) + any(rid in relevant for rid in injected)
+
+    def rate(self, kind: str) -> float | None:
+        turns = self.turns.get(kind, 0)
+        return round(self.injected[kind] / turns, 4) if turns else None
+
+    @property
+    def false_injection(self) -> float | None:
+        """Over every turn no stored memory is relevant to, of either kind."""
+        turns = sum(self.turns.get(kind, 0) for kind in NEGATIVE_KINDS)
+        injected = sum(self.injected.get(kind, 0) for kind in NEGATIVE_KINDS)
+        return round(injected / turns, 4) if turns else None
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        positives = self.turns.get("positive", 0)
+        if positives:
+            out["gated hit"] = round(self.gold["positive"] / positives, 4)
+            out["injects on positive"] = round(self.injected["positive"] / positives, 4)
+        for kind in NEGATIVE_KINDS:
+            rate = self.rate(kind)
+            if rate is not None:
+                out[f"false injection, {kind}"] = rate
+                out[f"{kind} turns"] = self.turns[kind]
+        total = self.false_injection
+        if total is not None:
+            out["false injection"] = total
+        return out
+
+
+NEGATIVE_KINDS = ("negative", "other user")
+
+
 def _mean(values: Sequence[float]) -> float:
     return round(sum(values) / len(values), 4)

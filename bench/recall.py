@@ -1,18 +1,35 @@
-"""Replays a dataset through each system in file order and scores every query as it comes."""
+"""Replays a dataset through each system in file order and scores every query as it comes.
+
+Three systems: the engine (``recall`` as the bot calls it, with the recent context a query carries; for
+the ranking metrics the per-turn cap, importance floor, gate and cooldown are lifted), BM25 over
+jieba words (the baseline) and the character index alone (BM25 over the engine's character units).
+Negative turns (``relevant: []``) are scored only for the false-injection rate, never for hit@k.
+
+False injection: how often the bot, with its real gate, per-turn limit and importance floor, injects
+anything on a turn no stored memory is relevant to. Two kinds of such turns: the dataset's own negative
+turns (DuLeMon's utterances the bot answered without a persona) and every question asked of a
+*different* user's memories (the user half the list away, so a neighbour from the same source file is
+not chosen). The same replay also counts how often the gated bot injects a gold memory on a positive
+turn ("gated hit"), the price the gate exacts.
+"""
 
 from __future__ import annotations
 
+import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.bm25 import ScopedBM25
 from bench.dataset import DatasetLine, MemoryLine, QueryLine
-from bench.metrics import MetricsAccumulator, Summary
+from bench.metrics import InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
+from companion.recall.chars import units
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 
@@ -26,14 +43,31 @@ DEFAULT_VALIDITY = Validity.PERMANENT
 def run_bm25(lines: Iterable[DatasetLine], ks: Sequence[int],
              extractor: KeywordExtractor) -> MetricsAccumulator:
     """BM25 over ``extractor.tokens``; latency covers query tokenisation plus search, as the engine's will."""
+    return _run_bm25(lines, ks, extractor.tokens)
+
+
+def run_chars(lines: Iterable[DatasetLine], ks: Sequence[int]) -> MetricsAccumulator:
+    """The engine's character index alone: BM25 over character unigrams and bigrams (Latin words for
+    English), the current turn as the query."""
+    return _run_bm25(lines, ks, _unit_tokens)
+
+
+def _unit_tokens(text: str) -> list[str]:
+    return list(units(text))
+
+
+def _run_bm25(lines: Iterable[DatasetLine], ks: Sequence[int],
+              tokens: Callable[[str], list[str]]) -> MetricsAccumulator:
     index = ScopedBM25()
     results = MetricsAccumulator(ks)
     for line in lines:
         if isinstance(line, MemoryLine):
-            index.add(line.user, line.id, extractor.tokens(line.text))
+            index.add(line.user, line.id, tokens(line.text))
+            continue
+        if line.negative:
             continue
         started = time.perf_counter()
-        hits = index.search(line.user, extractor.tokens(line.text), results.depth)
+        hits = index.search(line.user, tokens(line.text), results.depth)
         elapsed_ms = (time.perf_counter() - started) * 1000
         results.add(line.id, [doc_id for doc_id, _ in hits], line.relevant, elapsed_ms)
     return results
@@ -49,7 +83,7 @@ def group_of(query: QueryLine) -> str:
 def breakdown(lines: Iterable[DatasetLine], systems: Mapping[str, MetricsAccumulator],
               ks: Sequence[int]) -> dict[str, dict[str, Summary]]:
     """Per-subset summaries of each system; results are matched to queries by file order."""
-    queries = [line for line in lines if isinstance(line, QueryLine)]
+    queries = [line for line in lines if isinstance(line, QueryLine) and not line.negative]
     out: dict[str, dict[str, Summary]] = {}
     for name, results in systems.items():
         groups: dict[str, MetricsAccumulator] = {}
@@ -92,25 +126,42 @@ class _RowMap:
 
 
 async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_dir: Path | None = None,
-                     notes: Counter[str] | None = None) -> MetricsAccumulator:
+                     notes: Counter[str] | None = None, injections: InjectionCounts | None = None,
+                     min_match: float | None = None) -> MetricsAccumulator:
     """The memory engine on the same lines: each memory goes through ``remember`` (the write path the
     bot's extraction uses), each query through ``recall`` at the query's time with the per-turn cap,
-    the importance floor and the cooldown lifted. ``notes`` collects write statistics (merges)."""
+    the importance floor, the gate and the cooldown lifted. ``notes`` collects write statistics
+    (merges); ``injections`` the bot's gated behaviour on positive, negative and other-user turns.
+    ``min_match`` overrides the configured gate (for calibration)."""
     notes = Counter() if notes is None else notes
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp))  # type: ignore[call-arg]
+        if min_match is not None:
+            settings = settings.model_copy(update={"recall_min_match": min_match})
         engine = await MemoryEngine.open(settings, KeywordExtractor())
         try:
-            return await _replay(engine, lines, ks, notes)
+            return await _replay(engine, lines, ks, notes, injections)
         finally:
             await engine.close()
 
 
+async def _recall(engine: MemoryEngine, scope: Scope, line: QueryLine, *, bot: bool) -> list[int]:
+    """Row ids the engine recalls for the query: as the bot would inject them, or the whole ranking."""
+    if bot:
+        recalled = await engine.recall(scope, line.text, line.time, cooldown=None, earlier=line.context,
+                                       reply=line.reply)
+    else:
+        recalled = await engine.recall(scope, line.text, line.time, limit=None, min_importance=0.0,
+                                       min_match=0.0, cooldown=None, earlier=line.context, reply=line.reply)
+    return [r.memory.id for r in recalled]
+
+
 async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequence[int],
-                  notes: Counter[str]) -> MetricsAccumulator:
+                  notes: Counter[str], injections: InjectionCounts | None) -> MetricsAccumulator:
     scopes: dict[str, int] = {}
     rows = _RowMap()
     results = MetricsAccumulator(ks)
+    questions: list[QueryLine] = []
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         scope = Scope(number)
@@ -122,12 +173,68 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
             for row in written[:1]:  # one draft writes or merges into exactly one row
                 rows.add(number, row, line.id)
             continue
+        if injections is not None:
+            injected = rows.expand(number, await _recall(engine, scope, line, bot=True), 10**6)
+            injections.add("negative" if line.negative else "positive", injected, line.relevant)
+        if line.negative:
+            continue
+        questions.append(line)
         started = time.perf_counter()
-        recalled = await engine.recall(scope, line.text, line.time, limit=None, min_importance=0.0,
-                                       cooldown=None)
+        recalled = await _recall(engine, scope, line, bot=False)
         elapsed_ms = (time.perf_counter() - started) * 1000
-        ranked = rows.expand(number, (r.memory.id for r in recalled), results.depth)
-        results.add(line.id, ranked, line.relevant, elapsed_ms)
+        results.add(line.id, rows.expand(number, recalled, results.depth), line.relevant, elapsed_ms)
     notes["engine rows"] = len(rows.rows)
     notes["memories merged into an earlier row"] = notes["memories"] - len(rows.rows)
+    if injections is not None:
+        await _other_user_turns(engine, scopes, questions, injections)
     return results
+
+
+async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
+                            injections: InjectionCounts) -> None:
+    """Each question asked of the memories of the user half the list away: nothing there is relevant."""
+    users = list(scopes)
+    if len(users) < 2:
+        return
+    partner = {user: users[(i + len(users) // 2) % len(users)] for i, user in enumerate(users)}
+    for line in questions:
+        other = partner[line.user]
+        injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
+        injections.add("other user", [str(row) for row in injected], ())
+
+
+LATENCY_NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+LATENCY_BATCH = 500
+
+
+async def run_latency(sizes: Sequence[int], turns: int, seed: int) -> dict[str, Any]:
+    """Per-turn recall as the bot calls it (the turn plus its two earlier turns and the last reply,
+    the bot's gate and limit) for one user holding each number of synthetic memories; warm index."""
+    from bench import synth
+    from bench.timing import latency_summary, machine
+
+    rng = random.Random(seed)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
+        settings = Settings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+        engine = await MemoryEngine.open(settings, KeywordExtractor())
+        try:
+            for number, size in enumerate(sizes, start=1):
+                scope = Scope(number)
+                drafts = synth.memories(rng, size, LATENCY_NOW)
+                for start in range(0, size, LATENCY_BATCH):
+                    await engine.remember(scope, drafts[start : start + LATENCY_BATCH], LATENCY_NOW)
+                messages = [synth.message(rng) for _ in range(turns + 2)]
+                await engine.recall(scope, messages[0], LATENCY_NOW)  # loads the index: the cold turn
+                samples: list[float] = []
+                recalled = 0
+                for n in range(2, turns + 2):
+                    started = time.perf_counter()
+                    found = await engine.recall(scope, messages[n], LATENCY_NOW, cooldown=None,
+                                                earlier=messages[n - 2 : n], reply="那你要好好休息哦")
+                    samples.append((time.perf_counter() - started) * 1000)
+                    recalled += len(found)
+                out[str(size)] = {**latency_summary(samples), "recalled_per_turn": round(recalled / turns, 3)}
+        finally:
+            await engine.close()
+    return {"sizes": out, "machine": machine()}

@@ -177,12 +177,17 @@ def test_dulemon(tmp_path: Path) -> None:
     lines = list(stats.count(convert_dulemon(src, stats)))
     assert [(line.user, line.id) for line in lines] == [
         ("dulemon:0", "0:U1"), ("dulemon:0", "0:U2"), ("dulemon:0", "0:B1"), ("dulemon:0", "0:B2"),
-        ("dulemon:0", "0:t3"), ("dulemon:0", "0:t5"),
+        ("dulemon:0", "0:t1"), ("dulemon:0", "0:t3"), ("dulemon:0", "0:t5"),
         ("dulemon:1", "1:U1"), ("dulemon:1", "1:B1"), ("dulemon:1", "1:t2")]
     assert lines[1].text == "我在New York读书"
     queries = [line for line in lines if isinstance(line, QueryLine)]
     assert [(q.text, q.relevant) for q in queries] == [
+        ("你好呀", ()),  # the bot answered without a persona: a negative turn
         ("我家猫咪又调皮了", ("0:U1",)), ("打翻了水杯", ("0:B1",)), ("当然", ("1:U1",))]
+    # The recent context the bot has at that moment: earlier user turns and its own last reply.
+    assert [(q.context, q.reply) for q in queries] == [
+        ((), None), (("你好呀",), "你好，最近怎么样"), (("你好呀", "我家猫咪又调皮了"), "它又干什么了"),
+        ((), "你好，还记得我吗")]
     assert stats.dropped == {"tag names a persona the user never said": 1,
                              "no user utterance before the bot turn": 1}
 
@@ -255,6 +260,19 @@ def test_cli_convert_writes_a_readable_dataset(tmp_path: Path, capsys: pytest.Ca
     assert "20 memories, 1 queries, 1 users" in capsys.readouterr().err
 
 
+def test_query_context_and_negative_turns_round_trip(tmp_path: Path) -> None:
+    when = datetime(2024, 1, 1, 8, 0, tzinfo=DEFAULT_TZ)
+    path = tmp_path / "d.jsonl"
+    chat = QueryLine("u", "q2", when, "晚安", ())
+    asked = QueryLine("u", "q1", when, "它又调皮了", ("m1",), ("我家猫咪",), "怎么啦")
+    lines: list[DatasetLine] = [MemoryLine("u", "m1", when, "我养了一只猫"), asked, chat]
+    write_dataset(path, lines)
+    assert list(read_dataset(path)) == lines
+    raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert "context" not in raw[2] and "reply" not in raw[2] and raw[2]["relevant"] == []
+    assert chat.negative and not asked.negative
+
+
 def test_read_dataset_reports_the_bad_line(tmp_path: Path) -> None:
     when = datetime(2024, 1, 1, 8, 0, tzinfo=DEFAULT_TZ)
     path = tmp_path / "d.jsonl"
@@ -270,7 +288,11 @@ def test_read_dataset_reports_the_bad_line(tmp_path: Path) -> None:
     for bad, message in [("{oops", "d.jsonl:2:"), ('{"kind": "memory", "user": "u", "id": "m3", "time": '
                                                    '"2024-01-01T08:00:00"}', "missing field 'text'"),
                          ('{"kind": "query", "user": "u", "id": "q", "time": "2024-01-01T08:00:00", '
-                          '"text": "x", "relevant": ["m9"]}', "not earlier memories")]:
+                          '"text": "x", "relevant": ["m9"]}', "not earlier memories"),
+                         ('{"kind": "query", "user": "u", "id": "q", "time": "2024-01-01T08:00:00", '
+                          '"text": "x", "relevant": ["m2"], "context": "x"}', "'context' must be a list"),
+                         ('{"kind": "query", "user": "u", "id": "q", "time": "2024-01-01T08:00:00", '
+                          '"text": "x"}', "missing field 'relevant'")]:
         path.write_text(naive + "\n" + bad + "\n", encoding="utf-8")
         with pytest.raises(DatasetError, match=message):
             list(read_dataset(path))

@@ -13,7 +13,7 @@ import pytest
 from bench import cli
 from bench.bm25 import BM25Index, ScopedBM25
 from bench.dataset import MemoryLine, QueryLine, write_dataset
-from bench.metrics import MetricsAccumulator, hit_at_k, percentile, recall_at_k, reciprocal_rank
+from bench.metrics import InjectionCounts, MetricsAccumulator, hit_at_k, percentile, recall_at_k, reciprocal_rank
 
 RANKED = ["a", "b", "c", "d", "e"]
 
@@ -87,6 +87,25 @@ def test_default_ks_and_empty_accumulator() -> None:
     assert [key for key in acc.summary() if key.startswith("hit@")] == ["hit@1", "hit@2", "hit@5", "hit@10"]
     with pytest.raises(ValueError):
         acc.add("q", ["a"], [], 0.5)
+
+
+@pytest.mark.parametrize(
+    ("turns", "expected"),
+    [
+        ([("positive", ["m1"], ["m1"]), ("positive", ["m2"], ["m1"]), ("positive", [], ["m1"]),
+          ("negative", [], []), ("negative", ["m3"], []), ("other user", [], []), ("other user", [], [])],
+         {"gated hit": 0.3333, "injects on positive": 0.6667, "false injection, negative": 0.5,
+          "negative turns": 2, "false injection, other user": 0.0, "other user turns": 2,
+          "false injection": 0.25}),
+        ([("positive", ["m1", "m2"], ["m2"])], {"gated hit": 1.0, "injects on positive": 1.0}),
+        ([], {}),
+    ],
+)
+def test_injection_counts(turns: list[tuple[str, list[str], list[str]]], expected: dict[str, float]) -> None:
+    counts = InjectionCounts()
+    for kind, injected, relevant in turns:
+        counts.add(kind, injected, relevant)
+    assert counts.summary() == expected
 
 
 def test_bm25_ranks_the_obviously_relevant_document_first() -> None:
@@ -169,4 +188,4 @@ def test_recall_command_prints_bm25_and_writes_json(tmp_path: Path, capsys: pyte
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["queries"] == 1
     assert report["bm25"]["hit@1"] == 1.0
-    assert set(report) == {"queries", "engine", "bm25"}
+    assert set(report) == {"queries", "engine", "bm25", "chars", "injection"}

@@ -15,6 +15,7 @@ from bench.botdriver import BotConfig
 from bench.botload import run_bot_bench
 from bench.cost import CostConfig, estimate_tokens, memory_parts, run_cost
 from bench.dataset import MemoryLine, QueryLine, write_dataset
+from bench.metrics import InjectionCounts
 from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
@@ -46,7 +47,7 @@ def test_recall_command_scores_engine_and_bm25(tmp_path: Path, capsys: pytest.Ca
     assert cli.main(["recall", str(dataset), "--k", "1,2,5", "--json", str(out)]) == 0
     assert "engine" in capsys.readouterr().out
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report) == {"queries", "engine", "bm25"} and report["queries"] == 3
+    assert set(report) == {"queries", "engine", "bm25", "chars", "injection"} and report["queries"] == 3
     assert set(report["engine"]) == {"hit@1", "hit@2", "hit@5", "recall@1", "recall@2", "recall@5", "mrr",
                                      "latency_ms"}
     assert report["engine"]["hit@1"] == 1.0, "the engine missed an obviously relevant memory"
@@ -128,3 +129,28 @@ def test_plots_draw_from_results(tmp_path: Path) -> None:
     (tmp_path / "recall_tiny.json").write_text(json.dumps({"queries": 3, "engine": summary, "bm25": summary}))
     drawn = draw_all(tmp_path)
     assert drawn == [tmp_path / "recall_quality.png"] and drawn[0].stat().st_size > 1000
+
+
+async def test_engine_runner_counts_false_injections() -> None:
+    later = WHEN + timedelta(days=1)
+    injections = InjectionCounts()
+    await run_engine([
+        *_memories("u1"),
+        MemoryLine("u3", "x", WHEN, "我在准备考研，每天去图书馆"),
+        QueryLine("u1", "q1", later, "布丁这只橘猫最近怎么样", ("m0",)),
+        QueryLine("u1", "chat", later, "哈哈哈你说得对", ()),  # a negative turn: nothing is relevant
+        QueryLine("u3", "q3", later, "考研准备得怎么样了", ("x",)),
+    ], (1, 2), injections=injections)
+    summary = injections.summary()
+    assert summary["gated hit"] == 1.0
+    assert summary["false injection, negative"] == 0.0 and summary["negative turns"] == 1
+    # Each question is also asked of another user's memories: two positive questions, two such turns.
+    assert summary["other user turns"] == 2 and summary["false injection, other user"] == 0.0
+
+
+def test_recall_latency_command_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "latency.json"
+    assert cli.main(["recall-latency", "--sizes", "5,20", "--turns", "5", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert set(report["sizes"]) == {"5", "20"} and report["sizes"]["20"]["p95"] > 0
+    assert "20 memories" in capsys.readouterr().out

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Validity
-from companion.recall.index import RecallFilter, ScopeIndex, mentions
+from companion.recall.chars import units
+from companion.recall.index import RRF_K, RecallFilter, ScopeIndex, fuse, mentions
+from companion.recall.keywords import KeywordExtractor
+from companion.recall.query import build_query
 
 NOW = datetime(2025, 12, 23, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -72,8 +76,6 @@ def test_longer_shared_part_matches_better() -> None:
     "query",
     [
         ["咖啡"],
-        ["茶"],  # one character never matches
-        ["奶茶店"],  # shares "奶茶" with the memory, but neither word contains the other
         ["art"],  # English words match by stem, never by substring
         ["coffee"],
         [],
@@ -171,7 +173,7 @@ def test_limit(limit: int | None, count: int) -> None:
 
 def test_recall_filter_defaults() -> None:
     rules = RecallFilter()
-    assert (rules.limit, rules.min_importance, rules.min_match, rules.cooldown_turns) == (2, 50.0, 0.34, 5)
+    assert (rules.limit, rules.min_importance, rules.min_match, rules.cooldown_turns) == (2, 50.0, 0.45, 5)
 
 
 # ---- ranking ---------------------------------------------------------------------------------------
@@ -205,8 +207,8 @@ def test_recalled_carries_its_score_and_match() -> None:
     index = ScopeIndex([mem(1, ["奶茶"], 100, age=timedelta(0)), mem(2, ["咖啡"], 100, age=timedelta(0))])
     [hit] = index.rank(["奶茶"], NOW, OPEN)
     assert hit.match == pytest.approx(1.0)
-    # Full importance and freshness leave the relevance as it is.
-    assert hit.score == pytest.approx(index.matches(["奶茶"])[1].relevance)
+    # First in both rankings: the fused score of a memory both place first.
+    assert hit.score == pytest.approx(2 / (RRF_K + 1))
 
 
 # ---- mentions ----------------------------------------------------------------------------------------
@@ -226,3 +228,118 @@ def test_recalled_carries_its_score_and_match() -> None:
 )
 def test_mentions(reply: str, keywords: list[str], expected: bool) -> None:
     assert mentions(reply, mem(1, keywords)) is expected
+
+
+# ---- character index, fusion, context query and gate --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "present", "absent"),
+    [
+        ("种花呢", {"种", "花", "种花", "花呢"}, {"呢"}),  # a pair with one function character still counts
+        ("王同学", {"王同", "同学", "王"}, set()),
+        ("我的猫", {"猫", "的猫"}, {"我的", "我", "的"}),  # a pair of two function characters does not
+        ("Hiking trips with the kids", {"hik", "trip", "kid"}, {"the", "with"}),  # English: stemmed words
+        ("ＡＢＣ 2024", {"abc"}, {"2024"}),  # full width folded; bare numbers say nothing
+    ],
+)
+def test_units(text: str, present: set[str], absent: set[str]) -> None:
+    found = units(text)
+    assert present <= set(found)
+    assert not absent & set(found)
+
+
+@pytest.mark.parametrize(
+    ("rankings", "expected"),
+    [
+        ([{1: 9.0, 2: 5.0}, {2: 3.0, 1: 1.0}], [2, 1]),  # equal fused score: the newer memory first
+        ([{1: 9.0, 2: 5.0, 3: 4.0}, {2: 3.0, 3: 2.0}], [2, 3, 1]),  # placed by both beats first in one
+        ([{1: 1.0}, {}], [1]),
+        ([{}, {}], []),
+    ],
+)
+def test_reciprocal_rank_fusion(rankings: list[dict[int, float]], expected: list[int]) -> None:
+    assert [mid for mid, _ in fuse(rankings)] == expected
+
+
+@pytest.fixture(scope="module")
+def extractor() -> KeywordExtractor:
+    keywords = KeywordExtractor()
+    keywords.load()
+    return keywords
+
+
+def scope(extractor: KeywordExtractor) -> ScopeIndex:
+    """A small user: memories as extraction writes them (event, keywords, index terms)."""
+    facts = [
+        ("感冒发烧了，在家休息", ["感冒", "发烧", "生病", "不舒服"]),
+        ("最近在阳台种花，种了月季", ["种花", "阳台", "月季"]),
+        ("王同学下个月结婚", ["王同学", "结婚"]),
+        ("网购的鞋子尺码不对想退货", ["退货", "鞋子", "网购"]),
+        ("家里的小狗叫豆豆，三岁了", ["小狗", "豆豆", "宠物"]),
+        ("在准备考研，每天去图书馆", ["考研", "图书馆"]),
+    ]
+    return ScopeIndex([
+        dataclasses.replace(mem(i, keywords, event=event), terms=extractor.keywords(event, limit=64))
+        for i, (event, keywords) in enumerate(facts, start=1)
+    ], extractor.keywords)
+
+
+def recall(index: ScopeIndex, extractor: KeywordExtractor, text: str, rules: RecallFilter = OPEN,
+           earlier: tuple[str, ...] = ()) -> list[int]:
+    query = build_query(text, extractor.keywords, earlier=earlier)
+    return [r.memory.id for r in index.rank(query, NOW, rules)]
+
+
+BOT = RecallFilter(min_importance=0.0)  # the bot's gate and limit
+
+
+@pytest.mark.parametrize(
+    ("turn", "expected", "rules"),
+    [
+        ("王同学最近怎么样", 3, BOT),  # jieba: 王 + 同学 here, 王同学 in the memory
+        ("周末又种花呢", 2, OPEN),  # jieba: 种 + 花呢 here, 种花 in the memory
+        ("那双鞋退换好麻烦", 4, OPEN),  # paraphrase sharing characters: 退换 / 退货
+        ("狗狗今天特别乖", 5, OPEN),  # 狗狗 / 小狗
+        ("我今天又有点不舒服", 1, BOT),
+        ("最近忙着考研复习，好久没出门了，今天天气不错，下午去图书馆看书", 6, BOT),  # a long, chatty turn
+    ],
+)
+def test_found_across_splits_and_paraphrases(extractor: KeywordExtractor, turn: str, expected: int,
+                                             rules: RecallFilter) -> None:
+    assert recall(scope(extractor), extractor, turn, rules)[:1] == [expected]
+
+
+@pytest.mark.parametrize(
+    "turn", ["哈哈哈你说得对", "晚安啦，明天还要早起", "嗯嗯好的", "今天好累啊", "你在干嘛呢", "今天天气真好"]
+)
+def test_chit_chat_injects_nothing(extractor: KeywordExtractor, turn: str) -> None:
+    assert recall(scope(extractor), extractor, turn, BOT) == []
+
+
+def test_the_topic_of_an_earlier_turn_carries_a_pronoun(extractor: KeywordExtractor) -> None:
+    index = scope(extractor)
+    assert recall(index, extractor, "它今天还是不吃饭")[:1] != [5]
+    assert recall(index, extractor, "它今天还是不吃饭", earlier=("我家豆豆最近不太精神",))[:1] == [5]
+
+
+def test_the_current_turn_outweighs_the_context(extractor: KeywordExtractor) -> None:
+    found = recall(scope(extractor), extractor, "考研的事情", earlier=("结婚的事情",))
+    assert found[:2] == [6, 3]
+
+
+def test_context_alone_is_weaker_evidence_than_the_turn(extractor: KeywordExtractor) -> None:
+    index = scope(extractor)
+    on_topic = build_query("王同学要结婚了", extractor.keywords)
+    in_context = build_query("今天去买菜了", extractor.keywords, earlier=("王同学要结婚了",))
+    [now] = [r.match for r in index.rank(on_topic, NOW, OPEN) if r.memory.id == 3]
+    [before] = [r.match for r in index.rank(in_context, NOW, OPEN) if r.memory.id == 3]
+    assert before < now
+
+
+def test_index_follows_writes_and_removals(extractor: KeywordExtractor) -> None:
+    index = scope(extractor)
+    index.remove(2)
+    assert 2 not in recall(index, extractor, "周末又种花呢")
+    index.add(dataclasses.replace(mem(2, ["种花"], event="阳台上种花"), terms=["阳台", "种花"]))
+    assert recall(index, extractor, "周末又种花呢")[:1] == [2]

@@ -181,7 +181,7 @@ async def test_a_failing_backend_degrades_to_keywords_with_one_warning(
         fake.fail_next(count=6, status=503)  # every query below fails
         caplog.set_level(logging.INFO, logger="companion.engine.retrievers")
         for _ in range(3):
-            assert await recalled_events(engine, "明天面试好紧张") == ["下周三要去字节面试"]
+            assert await recalled_events(engine, "字节的面试好紧张") == ["下周三要去字节面试"]
             assert await recalled_events(engine, "狗狗最近怎么样") == []
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "keywords only" in warnings[0].getMessage()
@@ -314,6 +314,6 @@ async def test_a_local_model_that_cannot_load_leaves_keyword_recall(
         assert engine.dense is None
         assert any("semantic recall off" in r.getMessage() for r in caplog.records)
         await engine.remember(ME, [interview()], NOW)
-        assert await recalled_events(engine, "面试准备得怎么样") == ["下周三要去字节面试"]
+        assert await recalled_events(engine, "字节的面试准备得怎么样") == ["下周三要去字节面试"]
     finally:
         await engine.close()

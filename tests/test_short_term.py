@@ -72,7 +72,7 @@ async def test_recall_hit_rate_counts_turns_that_carried_a_memory(fake_llm: Fake
         await rig.engine.remember(ME, [MemoryDraft("2025-12-20 感冒发烧", ["感冒", "发烧"], 90.0)], rig.clock())
         await rig.chat.start(ME)
         await rig.chat.reply(ME, "今天天气不错")
-        await rig.chat.reply(ME, "感冒还没好")
+        await rig.chat.reply(ME, "感冒发烧还没好")
         stats = await rig.engine.short_stats(ME)
         assert stats.turns == 2 and stats.recall_hit_rate == 0.5
     finally:

@@ -3,7 +3,10 @@
 Memories are the persona sentences both sides have stated (``user_said_persona`` and ``bot_persona``);
 ``user_no_said_persona`` is left out because the user never said it, so a bot could not remember it.
 A query is each bot turn tagged with a persona id; its text is the single user utterance right before
-it, because that is what the bot's recall gets at reply time (one incoming message, not a transcript).
+it, because that is what the bot's recall gets at reply time (one incoming message), with the recent
+context the bot also has: the user's earlier turns (``context``) and the bot's previous reply
+(``reply``). A bot turn without a tag used no persona: the user utterance before it becomes a negative
+turn (``relevant: []``), real chit-chat for the false-injection rate.
 DuLeMon has no timestamps: every session starts at the same synthetic moment.
 """
 
@@ -76,20 +79,28 @@ def _session_lines(index: int, session: dict[str, Any], stats: ConvertStats) -> 
             memory_ids.add(tag)
             yield MemoryLine(user, f"{index}:{tag}", SESSION_START, text)
     previous_user: str | None = None
+    earlier: list[str] = []
+    last_reply: str | None = None
     for position, line in enumerate(session.get("conversation", [])):
         turn = parse_turn(line)
         if turn.speaker == "Usr":
+            if previous_user:
+                earlier.append(previous_user)
             previous_user = turn.text
             continue
+        when = SESSION_START + timedelta(minutes=position + 1)
+        reply, last_reply = last_reply, turn.text
         if turn.tag is None:
+            if previous_user:
+                yield QueryLine(user, f"{index}:t{position}", when, previous_user, (), tuple(earlier), reply)
             continue
         if turn.tag not in memory_ids:
             stats.drop("tag names a persona the user never said")
         elif not previous_user:
             stats.drop("no user utterance before the bot turn")
         else:
-            when = SESSION_START + timedelta(minutes=position + 1)
-            yield QueryLine(user, f"{index}:t{position}", when, previous_user, (f"{index}:{turn.tag}",))
+            yield QueryLine(user, f"{index}:t{position}", when, previous_user, (f"{index}:{turn.tag}",),
+                            tuple(earlier), reply)
 
 
 def convert_dulemon(src: Path, stats: ConvertStats, limit: int | None = None) -> Iterator[DatasetLine]:

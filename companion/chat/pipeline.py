@@ -293,8 +293,11 @@ class ChatService:
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
         try:
             context = await (group.context(self.engine, scope, text, now) if group is not None else
-                             self.engine.build_context(scope, text, now, turn=session.turn, cooldown=session.cooldown,
-                                                       allow_recall=allow))
+                             self.engine.build_context(
+                                 scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
+                                 earlier=[user for user, _ in session.history],
+                                 reply=session.history[-1][1] if session.history else None,
+                             ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
             log.warning("memory unavailable for %s, answering without it: %s", scope.key, exc)

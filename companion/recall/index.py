@@ -1,16 +1,20 @@
 """Recall: an in-memory index per scope and the one ranking used by the bot and the benchmarks.
 
-Each memory is indexed by its keywords (full weight) and the words of its event text (lower weight).
-A turn word matches a memory term when they are equal, when one contains the other (Chinese words of
-two or more characters: "奶茶" ~ "珍珠奶茶", "感冒药" ~ "感冒"), or when English words share a stem
-("hiking" ~ "hiked"). Relevance is BM25 over those weighted, fuzzy matches; importance and recency then
-adjust it. Whether a memory is touched at all is decided separately, by ``match``: the idf-weighted
-share of the turn's informative words (those some memory of this scope has) that the memory matches,
-or, when the turn talks about several things, the share of the memory's own words the turn matched.
+Two rankings of the same memories, fused by rank (reciprocal rank fusion):
+- words: each memory's keywords (full weight) and the words of its event text (lower weight). A turn
+  word matches a memory term when they are equal, when one contains the other (Chinese words of two or
+  more characters: "奶茶" ~ "珍珠奶茶"), or when English words share a stem. BM25 over those matches.
+- characters (``chars``): Chinese as single characters and character pairs, so a word jieba cuts
+  differently in the memory and in the turn ("种花呢" -> 种 + 花呢), or a paraphrase sharing characters
+  (退货 / 退换), still matches; English as stemmed words.
+Importance and recency adjust each ranking before fusion. Whether a memory is touched at all is the
+gate's call (``RecallFilter.min_match``): the share of the query's information the memory shares, or of
+the memory's own, whichever is larger, measured on the character units (see ``chars.Evidence``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +24,8 @@ from datetime import datetime
 from companion.core.extraction import event_key
 from companion.core.models import Memory, Recalled
 from companion.core.rules import DAY
+from companion.recall.chars import CharIndex, stem, units
+from companion.recall.query import Query
 
 MIN_FRAGMENT = 2
 CONTAINMENT_BASE = 0.6
@@ -30,7 +36,17 @@ BM25_B = 0.4  # memories are short; long LoCoMo turns showed full length normali
 IMPORTANCE_SHARE = 0.25
 RECENCY_SHARE = 0.15
 RECENCY_HALF_LIFE_DAYS = 30.0
-_SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("ly", ""), ("s", ""))
+RRF_K = 60  # the usual constant: a memory both rankings place well beats one only one places first
+FUSION_DEPTH = 50  # each ranking contributes its best this many; deeper ranks add next to nothing
+# Only the best few fused candidates may pass the gate: one ranked 30th that happens to share a lot of
+# its few words with the turn is more often chance than the topic.
+GATE_DEPTH = 5
+# Importance and recency scale a score by 0.64..1, so only the best by raw score can reach the fused top:
+# rank this many by raw score first (4 x the fusion depth is ample; the bound is not exact at ties).
+PREFILTER = 4 * FUSION_DEPTH
+# Calibrated on the public sets (BENCHMARKS.md, "Calibrating the gate"): at this share the bot injects
+# something on about 10% or fewer of the turns no memory is relevant to.
+DEFAULT_MIN_MATCH = 0.45
 
 Tokenize = Callable[[str], list[str]]
 
@@ -41,7 +57,7 @@ class RecallFilter:
 
     limit: int | None = 2
     min_importance: float = 50.0
-    min_match: float = 0.34
+    min_match: float = DEFAULT_MIN_MATCH
     cooldown_turns: int = 5
     turn: int = 0
     cooldown: Mapping[int, int] | None = None
@@ -51,18 +67,6 @@ class RecallFilter:
             return False
         last = self.cooldown.get(memory_id)
         return last is not None and self.turn - last < self.cooldown_turns
-
-
-def stem(word: str) -> str:
-    """A deliberately small English stemmer ("hike", "hikes", "hiked", "hiking" -> "hik"); Chinese and
-    short words pass through unchanged."""
-    if not word.isascii() or len(word) <= 3:
-        return word
-    for suffix, replacement in _SUFFIXES:
-        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)] + replacement
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
 def containment_quality(short: str, long: str) -> float:
@@ -104,6 +108,7 @@ class ScopeIndex:
         self._total_length = 0.0
         self._idf_cache: dict[int, float] = {}
         self._idf_size = -1
+        self._chars = CharIndex()
         for memory in memories:
             self.add(memory)
 
@@ -123,6 +128,7 @@ class ScopeIndex:
             self._postings[term].add(memory.id)
         for keyword in memory.keywords:
             self._keywords[keyword].add(memory.id)
+        self._chars.add(memory.id, [memory.event, *memory.keywords])
 
     def _memory_terms(self, memory: Memory) -> dict[str, float]:
         words = memory.terms or (self._tokenize(memory.event) if self._tokenize else [])
@@ -141,6 +147,7 @@ class ScopeIndex:
             self._postings[term].discard(memory_id)
         for keyword in old.keywords:
             self._keywords[keyword].discard(memory_id)
+        self._chars.remove(memory_id)
 
     def candidates(self, event: str, keywords: Iterable[str]) -> list[Memory]:
         """Memories that could be the same event: same event text or at least two shared keywords."""
@@ -168,8 +175,9 @@ class ScopeIndex:
                 hits[fragment] = max(hits.get(fragment, 0.0), containment_quality(fragment, word))
         return hits
 
-    def matches(self, query: Iterable[str]) -> dict[int, Match]:
-        """BM25 relevance and match share for every memory that shares a term with the query."""
+    def matches(self, query: Iterable[str] | Mapping[str, float]) -> dict[int, Match]:
+        """BM25 relevance and match share for every memory that shares a term with the query; a mapping
+        gives each word its weight (context words count less than the turn's own)."""
         size = len(self.memories)
         if size == 0:
             return {}
@@ -178,11 +186,12 @@ class ScopeIndex:
         covered: dict[int, float] = defaultdict(float)
         matched_terms: dict[int, dict[str, float]] = defaultdict(dict)
         informative = 0.0
-        for word in dict.fromkeys(query):
+        weighted = query if isinstance(query, Mapping) else dict.fromkeys(query, 1.0)
+        for word, q in weighted.items():
             best = self._best_per_memory(self._lookup(word))
             if not best:
                 continue
-            idf = self._idf(len(best))
+            idf = q * self._idf(len(best))
             informative += idf
             for mid, (quality, weight, term) in best.items():
                 tf = quality * weight
@@ -194,6 +203,25 @@ class ScopeIndex:
             mid: Match(relevance[mid], covered[mid] / informative, matched_terms[mid]) for mid in relevance
         }
 
+    def relevance(self, query: Mapping[str, float]) -> dict[int, float]:
+        """The BM25 relevance of ``matches`` alone: the ranking needs nothing else, and at 10,000
+        memories building a ``Match`` for each of thousands of candidates costs milliseconds."""
+        size = len(self.memories)
+        if size == 0:
+            return {}
+        average = self._total_length / size or 1.0
+        relevance: dict[int, float] = defaultdict(float)
+        for word, q in query.items():
+            best = self._best_per_memory(self._lookup(word))
+            if not best:
+                continue
+            idf = q * self._idf(len(best))
+            for mid, (quality, weight, _) in best.items():
+                tf = quality * weight
+                norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
+                relevance[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
+        return relevance
+
     def _idf(self, doc_count: int) -> float:
         size = len(self.memories)
         if self._idf_size != size:
@@ -204,14 +232,6 @@ class ScopeIndex:
             idf = self._idf_cache[doc_count] = math.log(1 + (size - doc_count + 0.5) / (doc_count + 0.5))
         return idf
 
-    def memory_share(self, memory_id: int, matched: Mapping[str, float]) -> float:
-        """How much of the memory itself the turn matched (idf- and field-weighted): a memory whose own
-        words are mostly there is touched even when the turn also talks about other things."""
-        terms = self._terms[memory_id]
-        weights = {t: self._idf(len(self._postings[t])) * w for t, w in terms.items()}
-        total = sum(weights.values())
-        return sum(weights[t] * q for t, q in matched.items() if t in weights) / total if total else 0.0
-
     def _best_per_memory(self, hits: Mapping[str, float]) -> dict[int, tuple[float, float, str]]:
         best: dict[int, tuple[float, float, str]] = {}
         for term, quality in hits.items():
@@ -221,32 +241,71 @@ class ScopeIndex:
                     best[mid] = (quality, weight, term)
         return best
 
-    def rank(self, query: Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
-        """Best first, filtered. Candidates are scored first and filtered in score order, so a turn that
-        may recall two memories stops after two (the memory-share check is the costly one)."""
-        scored = [
-            (combined_score(found.relevance, self.memories[mid].importance, recency(self.memories[mid], now)),
-             mid, found)
-            for mid, found in self.matches(query).items()
-        ]
-        scored.sort(key=lambda item: (-item[0], -item[1]))
+    def rank(self, query: Query | Iterable[str], now: datetime, rules: RecallFilter) -> list[Recalled]:
+        """Best first, filtered: the word and character rankings fused by rank, then the gate in fused
+        order, so a turn that may recall two memories stops after two admitted ones."""
+        if not isinstance(query, Query):
+            query = Query.from_words(query)
+        factors: dict[int, float] = {}
+        word_scores = self._adjusted(self.relevance(query.words), now, factors)
+        # English keeps word matching: its character units are its words again, so a second ranking of
+        # the same words would only blur the word index's own (containment, field weights).
+        chinese = any(not unit.isascii() for unit in query.units)
+        rankings = [word_scores]
+        if chinese:
+            rankings.append(self._adjusted(self._chars.search(query.units), now, factors))
+        fused = fuse(rankings)
         results: list[Recalled] = []
-        for score, mid, found in scored:
-            if rules.limit is not None and len(results) >= rules.limit:
+        for position, (mid, score) in enumerate(fused):
+            if rules.limit is not None and (len(results) >= rules.limit or position >= GATE_DEPTH):
                 break
-            match = self._admitted(mid, found, now, rules)
+            match = self._admitted(mid, query, now, rules)
             if match is not None:
                 results.append(Recalled(memory=self.memories[mid], score=score, match=match))
         return results
 
-    def _admitted(self, mid: int, found: Match, now: datetime, rules: RecallFilter) -> float | None:
+    def _adjusted(self, scores: Mapping[int, float], now: datetime, cache: dict[int, float]) -> dict[int, float]:
+        """Scores times importance and recency, for the candidates that can still reach the fused top:
+        the factor lies within [0.64, 1], so the best few by raw score hold every one that can."""
+        if len(scores) > PREFILTER:
+            scores = dict(heapq.nlargest(PREFILTER, scores.items(), key=lambda item: item[1]))
+        return {mid: score * self._factor(mid, now, cache) for mid, score in scores.items()}
+
+    def _factor(self, mid: int, now: datetime, cache: dict[int, float]) -> float:
+        factor = cache.get(mid)
+        if factor is None:
+            memory = self.memories[mid]
+            factor = cache[mid] = combined_score(1.0, memory.importance, recency(memory, now))
+        return factor
+
+    def _admitted(self, mid: int, query: Query, now: datetime, rules: RecallFilter) -> float | None:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = found.match
-        if match < rules.min_match:
-            match = max(match, self.memory_share(mid, found.terms))
+        match = self._chars.share(mid, query.units, query.content, self._covered(mid, query))
         return match if match >= rules.min_match else None
+
+
+    def _covered(self, mid: int, query: Query) -> dict[str, float]:
+        """Content units of the turn's words that match one of this memory's terms as words."""
+        terms = self._terms.get(mid, {})
+        covered: dict[str, float] = {}
+        for word, weight in query.words.items():
+            if any(term in terms for term in self._lookup(word)):
+                for unit in units(word):
+                    covered[unit] = max(covered.get(unit, 0.0), weight)
+        return covered
+
+
+def fuse(rankings: Iterable[Mapping[int, float]], depth: int = FUSION_DEPTH) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of score maps (higher is better): each contributes 1 / (RRF_K + rank) for
+    its best ``depth`` memories. Best first; ties go to the newer memory (higher id)."""
+    fused: dict[int, float] = defaultdict(float)
+    for scores in rankings:
+        best = heapq.nlargest(depth, scores.items(), key=lambda item: (item[1], item[0]))
+        for rank, (mid, _) in enumerate(best, start=1):
+            fused[mid] += 1.0 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda item: (-item[1], -item[0]))
 
 
 def _fragments(word: str) -> set[str]:

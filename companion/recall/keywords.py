@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 _WORDISH = re.compile(r"[\w\u4e00-\u9fff]", re.UNICODE)
 _DIGITS = re.compile(r"^[\d.,:/\-]+$")
 _CJK = re.compile(r"[\u3400-\u9fff]")
+KEYWORD_CACHE = 4096
 
 
 class KeywordExtractor:
@@ -29,6 +31,8 @@ class KeywordExtractor:
         self._stopwords: frozenset[str] = frozenset()
         self._loaded = False
         self._lock = threading.Lock()
+        # A turn is read again as context on the next two turns: segment each text once.
+        self._cached = functools.lru_cache(maxsize=KEYWORD_CACHE)(self._keywords)
 
     def load(self) -> None:
         with self._lock:
@@ -49,6 +53,7 @@ class KeywordExtractor:
         for word in words:
             if word:
                 self._tokenizer.add_word(word, freq=2000)
+        self._cached.cache_clear()
 
     def tokens(self, text: str) -> list[str]:
         """All content words in order, duplicates kept (for BM25 and mention checks)."""
@@ -63,12 +68,15 @@ class KeywordExtractor:
 
     def keywords(self, text: str, limit: int = 12) -> list[str]:
         """Distinct content words, first occurrence first, at most ``limit``."""
+        return list(self._cached(text, limit))
+
+    def _keywords(self, text: str, limit: int) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for word in self.tokens(text):
             seen.setdefault(word, None)
             if len(seen) >= limit:
                 break
-        return list(seen)
+        return tuple(seen)
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):

@@ -1,0 +1,62 @@
+"""The recall query: what the current turn and the recent context say, weighted toward the current turn.
+
+A turn often names its topic only in an earlier message ("我家狗狗最近不吃饭" … "它今天还是没精神"), so
+the query reads the last user turns and the companion's last reply too, each at a lower weight than the
+turn itself; a unit keeps the highest weight of any message it appears in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from companion.recall.chars import units
+
+CURRENT_WEIGHT = 1.0
+# The last user turn, the one before it, ...: 1 / (1 + distance), so the current turn always leads.
+EARLIER_USER_TURNS = 2
+REPLY_WEIGHT = 0.4
+
+Tokenize = Callable[[str], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Words for the word index and units for the character index, each with its weight (0..1].
+    ``content`` holds the units of the content words alone: what the turn is about, for the gate
+    (pairs across two words, "我今" in 我今天, and function words are no information)."""
+
+    words: dict[str, float] = field(default_factory=dict)
+    units: dict[str, float] = field(default_factory=dict)
+    content: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.words or self.units)
+
+    @classmethod
+    def from_words(cls, words: Iterable[str]) -> Query:
+        """A query from words alone (callers that have already tokenised the turn)."""
+        query = cls()
+        for word in words:
+            query.add(word, [word], CURRENT_WEIGHT)
+        return query
+
+    def add(self, text: str, words: Iterable[str], weight: float) -> None:
+        for word in words:
+            self.words[word] = max(self.words.get(word, 0.0), weight)
+            for unit in units(word):
+                self.content[unit] = max(self.content.get(unit, 0.0), weight)
+        for unit in units(text):
+            self.units[unit] = max(self.units.get(unit, 0.0), weight)
+
+
+def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:
+    """``earlier``: the user's previous turns, oldest first; ``reply``: the companion's last reply."""
+    query = Query()
+    query.add(text, tokenize(text), CURRENT_WEIGHT)
+    recent = [t for t in earlier if t.strip()][-EARLIER_USER_TURNS:]
+    for distance, turn in enumerate(reversed(recent), start=1):
+        query.add(turn, tokenize(turn), CURRENT_WEIGHT / (1 + distance))
+    if reply and reply.strip():
+        query.add(reply, tokenize(reply), REPLY_WEIGHT)
+    return query
