@@ -331,7 +331,8 @@ def format_scale(report: dict[str, Any]) -> str:
         f"{build['seconds']} s ({build['rows_per_s']:,} rows/s); {report['size']['db_mb']} MB + "
         f"{report['size']['wal_mb']} MB WAL, snapshot {backup['snapshot_mb']} MB",
         f"start-up: {start['seconds']} s (store {start['open_store_s']}, engine {start['engine_s']}, "
-        f"{start['active_scopes']:,} active scopes {start['active_scopes_s']}, first context {start['first_context_s']})",
+        f"{start['active_scopes']:,} active scopes {start['active_scopes_s']}, "
+        f"first context {start['first_context_s']})",
         "per-turn memory context (keywords + recall + tiers + prompt), ms:   p50      p95      p99",
     ]
     rows = (("typical user, warm", report["recall_typical"]["warm"]), ("big user, warm", report["recall_big"]["warm"]),

@@ -390,14 +390,16 @@ class SQLiteStore:
         todo = deque(s for s in scopes if self._version(s) is not None)
         while todo:
             async with self._tx() as conn:
-                started = time.perf_counter()
-                while todo and time.perf_counter() - started < DECAY_SLICE_S:
+                deadline = time.perf_counter() + DECAY_SLICE_S
+                while todo:  # at least one table per slice, however slow
                     scope = todo.popleft()
                     await self._ensure_scope(conn, scope, now)
                     d, r = await decay_sql.decay_table(conn, scope.table, now)
                     decayed, removed = decayed + d, removed + r
                     if r:
                         await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
+                    if time.perf_counter() >= deadline:
+                        break
             await asyncio.sleep(0)
         return decayed, removed
 
