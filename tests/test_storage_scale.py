@@ -82,8 +82,9 @@ async def test_a_decay_cut_short_and_run_again_equals_one_run(tmp_path: Path) ->
     try:
         for s in stores:
             for scope in scopes:
-                await s.apply_changes(scope, NOW - 9 * DAY, inserts=[
-                    draft(1, 80.0), draft(2, 11.0), draft(3, 60.0, Validity.DAYS_7), draft(4, 90.0, Validity.PERMANENT)])
+                drafts = [draft(1, 80.0), draft(2, 11.0), draft(3, 60.0, Validity.DAYS_7),
+                          draft(4, 90.0, Validity.PERMANENT)]
+                await s.apply_changes(scope, NOW - 9 * DAY, inserts=drafts)
         split, whole = stores
         await split.decay_and_clean(scopes[:3], NOW)  # the run stopped half way
         await split.decay_and_clean(scopes, NOW)  # and was run again
