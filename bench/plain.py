@@ -2,7 +2,7 @@
 
 Both read the nightly snapshot (taken before decay), so they see exactly the rows the engine's own jobs
 see. Decay: one plain ``UPDATE`` per table with the formula of ``core.rules.decay`` written inline, all in
-one transaction, through the ``sqlite3`` module (no cleanup, no event loop, no slices). Backup: the csv
+one transaction, through the ``sqlite3`` module (no cleanup, no event loop, no slices, no thread hops). Backup: the csv
 module alone writing every table's raw rows (``SELECT *``), one file per table, without formatting,
 header, fsync or rename. The ratio engine / plain says what the engine's extras cost.
 """
@@ -19,21 +19,11 @@ from pathlib import Path
 from companion.core import rules
 from companion.core.models import Scope
 from companion.core.timeutil import to_db
+from companion.storage.decay_sql import DECAY
 
-DAY_S = 86_400
-WINDOW_S = int(rules.MENTION_WINDOW.total_seconds())
-_DAYS = f"((:now - unixepoch(last_decay_at)) / {DAY_S})"
-_SLOW = (f"(CASE WHEN last_mentioned_at IS NULL THEN 0 ELSE max(0, min({_DAYS}, "
-         f"floor((unixepoch(last_mentioned_at) + {WINDOW_S} - unixepoch(last_decay_at)) / {float(DAY_S)})) "
-         f"- max(1, ceil((unixepoch(last_mentioned_at) - unixepoch(last_decay_at)) / {float(DAY_S)})) + 1) END)")
-PLAIN_DECAY = f"""
-UPDATE "{{table}}" SET
-    importance = max({rules.MIN_IMPORTANCE}, min({rules.MAX_IMPORTANCE}, importance
-        * pow({rules.DECAY_PER_DAY_MENTIONED}, {_SLOW}) * pow({rules.DECAY_PER_DAY}, {_DAYS} - {_SLOW}))),
-    last_decay_at = strftime('%Y-%m-%dT%H:%M:%SZ', unixepoch(last_decay_at) + {_DAYS} * {DAY_S}, 'unixepoch')
-WHERE status = 'active' AND validity != 'permanent' AND tier != 'long' AND pinned = 0
-    AND last_decay_at <= :day_ago
-"""
+# The engine's own decay statement is already the plain one (one inline UPDATE per table); what the
+# engine adds is the cleanup statement, the slices and the event loop.
+PLAIN_DECAY = DECAY
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
