@@ -277,12 +277,11 @@ class MemoryEngine:
         return [*ids, *(m.id for m in plan.updates)]
 
     async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
-        """Dedup against only the rows that could match (shared keyword or event text), via the index."""
+        """Dedup each draft against only the rows that could match it (same event text or two shared
+        keywords, from the index): a batch checked against the union of every draft's candidates cost
+        drafts x union comparisons, seconds for a big batch of a big user."""
         index = await self._index(scope)
-        candidates: dict[int, Memory] = {}
-        for draft in drafts:
-            candidates.update((m.id, m) for m in index.candidates(draft.event, draft.keywords))
-        return plan_merge(list(candidates.values()), drafts, now)
+        return plan_merge((), drafts, now, near=lambda draft: index.candidates(draft.event, draft.keywords))
 
     async def _reindex(self, scope: Scope, ids: Sequence[int]) -> None:
         index = self._indexes.get(scope)

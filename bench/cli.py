@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--turns", type=_positive, default=1000, help="recall samples per kind of user")
     scale.add_argument("--writes", type=_positive, default=200, help="remember() samples per kind of user")
     scale.add_argument("--seed", type=int, default=7)
+    scale.add_argument("--in-process", action="store_true", help="build the data set in this process (faster "
+                       "to start; the peak memory then includes the loader)")
     scale.add_argument("--json", type=Path, help="also write the results here")
     bot = commands.add_parser("bot", help="throughput of the real bot against fake Telegram and LLM servers")
     bot.add_argument("--users", type=_positive, default=1000)
@@ -237,7 +239,7 @@ def run_scale_command(args: argparse.Namespace) -> int:
     from bench.scale import ScaleConfig, format_scale, run_scale
 
     config = ScaleConfig(users=args.users, per_user=args.per_user, big_user=args.big_user, turns=args.turns,
-                         writes=args.writes, seed=args.seed)
+                         writes=args.writes, seed=args.seed, isolate=not args.in_process)
     report = asyncio.run(run_scale(config))
     print(format_scale(report))
     if args.json:

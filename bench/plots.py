@@ -46,40 +46,51 @@ def draw_recall(results: Path) -> Path | None:
 
 
 def draw_scale(results: Path) -> Path | None:
+    """Left: each scale figure as a share of its target (1.0 = at the target). Middle: decay and backup
+    against the same work done the plain way. Right: bulk load through remember(), cost per user as
+    tables accumulate."""
     path = results / "scale.json"
     if not path.exists():
         return None
     report = _load(path)
-    slices = report["build"].get("seconds_per_slice", [])
-    fig, axes = plt.subplots(1, 3 if slices else 2, figsize=(16 if slices else 11, 4))
-    left, right = axes[0], axes[1]
-    if slices:
-        step = report["build"]["users_per_slice"]
-        axes[2].plot([step * (n + 1) for n in range(len(slices))], [s / step * 1000 for s in slices], marker="o",
-                     color="#3d85c6")
-        axes[2].set_xlabel("user tables in the database")
-        axes[2].set_ylabel(f"ms per user loaded ({report['config']['per_user']} rows each)")
-        axes[2].set_title("bulk load: cost of one more user")
-        axes[2].set_ylim(bottom=0)
-    groups = [("typical user\n(warm)", report["recall_typical"]["warm"], report["targets"]["recall_p95_ms_typical"]),
-              ("big user\n(warm)", report["recall_big"]["warm"], report["targets"]["recall_p95_ms_big"])]
-    for i, (_, lat, target) in enumerate(groups):
-        for j, p in enumerate(("p50", "p95", "p99")):
-            left.bar(i + (j - 1) * 0.25, lat[p], 0.25, color=("#9fc5e8", "#3d85c6", "#073763")[j],
-                     label=p if i == 0 else None)
-        left.hlines(target, i - 0.4, i + 0.4, colors="red", linestyles="--", label="p95 target" if i == 0 else None)
-    left.set_xticks(range(len(groups)), [g[0] for g in groups])
+    targets = report["targets"]
+    if "startup" not in report:  # a result from before this layout
+        return None
+    figures = [
+        ("decay", report["decay"]["seconds"], targets["decay_s"]),
+        ("backup", report["backup"]["seconds"], targets["backup_s"]),
+        ("start-up", report["startup"]["seconds"], targets["startup_s"]),
+        ("new user\n1st write p50", report["write_new_user"]["p50"], targets["write_new_user_p50_ms"]),
+        ("bulk remember\n(target/rate)", targets["build_rows_per_s"], max(report["build"]["rows_per_s"], 1)),
+        ("recall p95\n10k user", report["recall_big"]["warm"]["p95"], targets["recall_p95_ms_big"]),
+        ("recall p95\ntypical", report["recall_typical"]["warm"]["p95"], targets["recall_p95_ms_typical"]),
+        ("peak RSS", report["rss_mb_peak"], targets["rss_mb_peak"]),
+    ]
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.5), gridspec_kw={"width_ratios": [3, 1.3, 1.6]})
+    shares = [value / target for _, value, target in figures]
+    left.bar(range(len(figures)), shares, color=["#3d85c6" if s <= 1 else "#d1495b" for s in shares])
+    left.axhline(1.0, color="red", linestyle="--", label="target")
+    left.set_xticks(range(len(figures)), [f[0] for f in figures], fontsize=8)
     left.set_yscale("log")
-    left.set_ylabel("ms per turn (log)")
-    left.set_title("recall + prompt assembly per turn")
+    left.set_ylabel("measured / target (log; below 1 = met)")
+    left.set_title(f"{report['rows']['memories']:,} memories, {report['rows']['tables']:,} user tables")
     left.legend(fontsize=8)
-    jobs = [("decay+cleanup", report["decay"]["per_1m_rows_s"], report["targets"]["decay_s_per_1m_rows"]),
-            ("backup", report["backup"]["per_1m_rows_s"], report["targets"]["backup_s_per_1m_rows"])]
-    right.bar([j[0] for j in jobs], [j[1] for j in jobs], color="#3d85c6", label="measured")
-    right.scatter([j[0] for j in jobs], [j[2] for j in jobs], color="red", marker="_", s=2000, label="target")
-    right.set_ylabel("seconds per 1,000,000 rows")
-    right.set_title("daily jobs")
-    right.legend(fontsize=8)
+    jobs = [("decay", report["decay"]), ("backup", report["backup"])]
+    plain = [job["plain"].get("with_snapshot_s", job["plain"]["seconds"]) for _, job in jobs]
+    middle.bar([i - 0.2 for i in range(2)], [job["seconds"] for _, job in jobs], 0.4, color="#3d85c6", label="engine")
+    middle.bar([i + 0.2 for i in range(2)], plain, 0.4, color="#9fc5e8", label="plain way")
+    middle.set_xticks(range(2), [f"{name}\n(x{job['plain_ratio']})" for name, job in jobs])
+    middle.set_ylabel("seconds")
+    middle.set_title("same work, plainest way")
+    middle.legend(fontsize=8)
+    slices = report["build"].get("seconds_per_slice", [])
+    step = report["build"]["users_per_slice"]
+    right.plot([step * (n + 1) for n in range(len(slices))], [s / step * 1000 for s in slices], marker="o",
+               color="#3d85c6")
+    right.set_xlabel("user tables in the database")
+    right.set_ylabel(f"ms per user ({report['rows']['per_user']} memories, one remember())")
+    right.set_title("bulk load: cost of one more user")
+    right.set_ylim(bottom=0)
     return _save(fig, results / "scale.png")
 
 

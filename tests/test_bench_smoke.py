@@ -70,15 +70,22 @@ async def test_engine_runner_expands_merged_rows_and_keeps_scopes_apart() -> Non
 
 
 async def test_scale_runs_tiny(tmp_path: Path) -> None:
-    report = await run_scale(ScaleConfig(users=20, per_user=6, big_user=150, turns=40, writes=10), tmp_path)
+    config = ScaleConfig(users=20, per_user=6, big_user=150, turns=40, writes=10, isolate=False)
+    report = await run_scale(config, tmp_path)
     assert report["build"]["rows"] == 20 * 6 + 150 and report["build"]["tables"] == 21
+    assert report["rows"]["memories"] == 20 * 6 + 150 and report["rows"]["users"] == 20
     for key in ("recall_typical", "recall_big"):
         assert report[key]["warm"]["n"] > 0 and report[key]["warm"]["p95"] > 0
         assert report[key]["cold"]["n"] >= 1
     assert report["write_big"]["n"] == 10
-    assert report["write_new_user"]["n"] == NEW_USERS
-    assert report["decay"]["scopes"] == 21 + NEW_USERS and report["decay"]["decayed"] > 0
-    assert report["backup"]["files"] == 21 + NEW_USERS and report["backup"]["rows"] > 0
+    assert report["write_new_user"]["n"] == NEW_USERS and report["write_new_user"]["p50"] > 0
+    assert report["startup"]["seconds"] > 0 and report["startup"]["active_scopes"] == 20
+    decay, backup = report["decay"], report["backup"]
+    assert decay["scopes"] == 21 + NEW_USERS and decay["decayed"] > 0 and decay["seconds"] > 0
+    assert decay["during"]["turn_ms"]["n"] >= 1 and decay["during"]["remember_ms"]["n"] >= 1
+    assert decay["plain"]["tables"] == 21 + NEW_USERS and decay["plain"]["decayed"] > 0 and decay["plain_ratio"] > 0
+    assert backup["files"] == 21 + NEW_USERS and backup["rows"] > 0 and backup["seconds"] > 0
+    assert backup["plain"]["files"] == backup["files"] and backup["plain_ratio"] > 0
     assert len(report["build"]["seconds_per_slice"]) == 10
     assert report["size"]["db_mb"] + report["size"]["wal_mb"] > 0 and report["rss_mb_peak"] > 0
 

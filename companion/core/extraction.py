@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
+from itertools import chain
 from typing import TypeVar
 
 from companion.core import rules
@@ -142,6 +144,7 @@ def clean_keywords(value: object) -> list[str]:
     return list(dict.fromkeys(w for w in words if len(w) >= 2 or (w and not w.isascii())))[:MAX_KEYWORDS]
 
 
+@lru_cache(maxsize=16_384)
 def event_key(event: str) -> str:
     """The same event told twice: compare without the date prefix, punctuation, spaces or case."""
     return _NOT_WORD.sub("", _DATE_PREFIX.sub("", normalize_text(event)).lower())
@@ -198,15 +201,19 @@ class MergePlan:
     updates: list[Memory] = field(default_factory=list)
 
 
-def plan_merge(existing: Sequence[Memory], drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
+def plan_merge(
+    existing: Sequence[Memory], drafts: Sequence[MemoryDraft], now: datetime,
+    near: Callable[[MemoryDraft], Iterable[Memory]] | None = None,
+) -> MergePlan:
     """Dedup against stored memories: a retold event updates its row (newest wording, highest importance,
-    fresh expiry) instead of adding a second one."""
+    fresh expiry) instead of adding a second one. ``near`` (instead of ``existing``) gives each draft only
+    the memories that could be the same event, so a big batch is not compared with every stored row."""
     plan = MergePlan()
     touched: dict[int, Memory] = {}
     for draft in dedupe_drafts(drafts):
+        pool = existing if near is None else near(draft)
         match = next(
-            (m for m in [*touched.values(), *existing]
-             if same_event(m.event, m.keywords, draft.event, draft.keywords)),
+            (m for m in chain(touched.values(), pool) if same_event(m.event, m.keywords, draft.event, draft.keywords)),
             None,
         )
         if match is None:

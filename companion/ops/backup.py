@@ -14,6 +14,7 @@ import re
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
@@ -28,6 +29,8 @@ SNAPSHOT_NAME = "memory.sqlite3"
 _DAY_FOLDER = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 Progress = Callable[[int, int], None]
+FSYNC_THREADS = 16
+PUBLISH_BATCH = 256  # temporary files waiting for their fsync at any time
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,37 +41,69 @@ class BackupResult:
     removed_folders: int
 
 
-def atomic_write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
-    """Write header and rows under a temporary name, fsync, rename; returns the rows written."""
-    tmp = path.with_name(f".{path.name}.tmp")
+def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
+    """Header and rows into ``path`` (not yet durable: see ``publish``); returns the rows written."""
     count = 0
-    with tmp.open("w", encoding="utf-8-sig", newline="") as handle:
+    with path.open("w", encoding="utf-8-sig", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(HEADERS)
         for row in rows:
             writer.writerow(row)
             count += 1
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return count
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(written: Sequence[tuple[Path, Path]]) -> None:
+    """Make temporary files durable, then rename each into place. The fsyncs run in parallel: one after
+    another each waits for its own journal commit (~2.5 ms here, 25 s for 10,000 users), together the
+    file system commits them in groups (~0.15 ms each)."""
+    if not written:
+        return
+    with ThreadPoolExecutor(FSYNC_THREADS) as pool:
+        list(pool.map(_fsync, [tmp for tmp, _ in written]))
+    for tmp, path in written:
+        os.replace(tmp, path)
+
+
+def atomic_write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
+    """Write header and rows under a temporary name, fsync, rename; returns the rows written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    count = write_csv(tmp, rows)
+    publish([(tmp, path)])
     return count
 
 
 def export_csv(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None
 ) -> tuple[int, int]:
-    """One CSV per scope from a snapshot file, streamed from one read transaction. Blocking: run it in
-    a thread. Returns (files, rows)."""
+    """One CSV per scope from a snapshot file, streamed from one read transaction; files are published
+    (fsync, rename) in batches. Blocking: run it in a thread. Returns (files, rows)."""
     offset = fixed_offset(tz, now)
     expressions = select_expressions(offset)
     finish = row_finisher(tz, offset)
     total_rows = 0
+    written: list[tuple[Path, Path]] = []
     with open_snapshot(snapshot) as reader:
         scopes = reader.scopes()
         for done, (scope, _) in enumerate(scopes, start=1):
-            total_rows += atomic_write_csv(folder / f"{scope.key}.csv", map(finish, reader.rows(scope, expressions)))
+            path = folder / f"{scope.key}.csv"
+            tmp = path.with_name(f".{path.name}.tmp")
+            total_rows += write_csv(tmp, map(finish, reader.rows(scope, expressions)))
+            written.append((tmp, path))
+            if len(written) >= PUBLISH_BATCH:
+                publish(written)
+                written.clear()
             if progress is not None:
                 progress(done, len(scopes))
+        publish(written)
     return len(scopes), total_rows
 
 

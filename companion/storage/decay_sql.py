@@ -23,39 +23,42 @@ WINDOW_S = int(rules.MENTION_WINDOW.total_seconds())
 # Rows that decay at all: the exemptions of ``rules.decays``.
 _DECAYING = "status = 'active' AND validity != 'permanent' AND tier != 'long' AND pinned = 0"
 
-# Whole days since the anchor, and how many of them end inside the mention window (rules.decay).
-_DECAY = f"""
-UPDATE "{{table}}" AS t SET
-    importance = max({rules.MIN_IMPORTANCE}, min({rules.MAX_IMPORTANCE},
-        t.importance * (pow({rules.DECAY_PER_DAY_MENTIONED}, d.slow) * pow({rules.DECAY_PER_DAY}, d.days - d.slow)))),
-    last_decay_at = strftime('%Y-%m-%dT%H:%M:%SZ', unixepoch(t.last_decay_at) + d.days * {DAY_S}, 'unixepoch')
-FROM (
-    SELECT id, days, CASE WHEN m IS NULL THEN 0 ELSE max(0,
-        min(days, floor((m + {WINDOW_S} - a) / {float(DAY_S)})) - max(1, ceil((m - a) / {float(DAY_S)})) + 1)
-    END AS slow
-    FROM (
-        SELECT id, unixepoch(last_decay_at) AS a, unixepoch(last_mentioned_at) AS m,
-               (:now - unixepoch(last_decay_at)) / {DAY_S} AS days
-        FROM "{{table}}" WHERE {_DECAYING} AND last_decay_at <= :day_ago
-    )
-) AS d
-WHERE t.id = d.id AND d.days > 0
+# Whole days since the anchor, and how many of them end inside the mention window (rules.decay), inline:
+# one UPDATE with no join, about a fifth cheaper than joining a subquery that computes them once.
+_DAYS = f"((:now - unixepoch(last_decay_at)) / {DAY_S})"
+_SLOW = (f"(CASE WHEN last_mentioned_at IS NULL THEN 0 ELSE max(0, min({_DAYS}, "
+         f"floor((unixepoch(last_mentioned_at) + {WINDOW_S} - unixepoch(last_decay_at)) / {float(DAY_S)})) "
+         f"- max(1, ceil((unixepoch(last_mentioned_at) - unixepoch(last_decay_at)) / {float(DAY_S)})) + 1) END)")
+DECAY = f"""
+UPDATE "{{table}}" SET
+    importance = max({rules.MIN_IMPORTANCE}, min({rules.MAX_IMPORTANCE}, importance
+        * pow({rules.DECAY_PER_DAY_MENTIONED}, {_SLOW}) * pow({rules.DECAY_PER_DAY}, {_DAYS} - {_SLOW}))),
+    last_decay_at = strftime('%Y-%m-%dT%H:%M:%SZ', unixepoch(last_decay_at) + {_DAYS} * {DAY_S}, 'unixepoch')
+WHERE {_DECAYING} AND last_decay_at <= :day_ago
 """
 
-# Cleanup leaves a content-free tombstone: the text goes, the handle, time and reason stay.
-_TOMBSTONE = "event = '', keywords = '', terms = '', status = 'forgotten', updated_at = :stamp"
-_CLEAN = f"""
-UPDATE "{{table}}" SET {_TOMBSTONE},
-    status_reason = CASE WHEN importance < {rules.CLEANUP_BELOW} THEN 'faded' ELSE 'expired' END
-WHERE {_DECAYING} AND (importance < {rules.CLEANUP_BELOW} OR (expires_at IS NOT NULL AND expires_at <= :stamp
-    AND (last_mentioned_at IS NULL OR last_mentioned_at <= :week_ago)))
-"""
-# A lower-value copy of the same event text is noise (the higher one, or the newer of equals, stays).
-_DUPLICATES = f"""
-UPDATE "{{table}}" SET {_TOMBSTONE}, status_reason = 'duplicate'
-WHERE {_DECAYING} AND EXISTS (
-    SELECT 1 FROM "{{table}}" AS o WHERE o.event = "{{table}}".event AND o.status = 'active' AND o.id != "{{table}}".id
-    AND (o.importance > "{{table}}".importance OR (o.importance = "{{table}}".importance AND o.id > "{{table}}".id)))
+
+def _cleanable(row: str) -> str:
+    """``rules.removal_reason`` is not None: faded, or expired and not mentioned in the last week."""
+    return (f"({row}.importance < {rules.CLEANUP_BELOW} OR ({row}.expires_at IS NOT NULL AND {row}.expires_at <= "
+            f":stamp AND ({row}.last_mentioned_at IS NULL OR {row}.last_mentioned_at <= :week_ago)))")
+
+
+def _decaying(row: str) -> str:
+    return f"({row}.validity != 'permanent' AND {row}.tier != 'long' AND {row}.pinned = 0)"
+
+
+# Cleanup leaves a content-free tombstone: the text goes, the handle, time and reason stay. A lower-value
+# copy of the same event text is noise too (the higher one, or the newer of equals, stays), unless that
+# copy is itself cleaned up now. One statement: SQLite decides which rows change before changing any.
+CLEAN = f"""
+UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', status = 'forgotten', updated_at = :stamp,
+    status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN 'faded'
+                         WHEN {_cleanable("t")} THEN 'expired' ELSE 'duplicate' END
+WHERE t.status = 'active' AND {_decaying("t")} AND ({_cleanable("t")} OR EXISTS (
+    SELECT 1 FROM "{{table}}" AS o WHERE o.event = t.event AND o.status = 'active' AND o.id != t.id
+    AND (o.importance > t.importance OR (o.importance = t.importance AND o.id > t.id))
+    AND NOT ({_decaying("o")} AND {_cleanable("o")})))
 """
 
 
@@ -65,13 +68,11 @@ async def decay_table(conn: aiosqlite.Connection, table: str, now: datetime) -> 
     ``table`` is always ``Scope.table`` (validated integers). Running twice on one day changes nothing."""
     stamp = to_db(now)
     params = {"now": int(now.timestamp()), "day_ago": to_db(now - rules.DAY)}
-    cursor = await conn.execute(_DECAY.format(table=table), params)
+    cursor = await conn.execute(DECAY.format(table=table), params)
     decayed = max(cursor.rowcount, 0)
     clean = {"stamp": stamp, "week_ago": to_db(now - rules.MENTION_WINDOW)}
-    cursor = await conn.execute(_CLEAN.format(table=table), clean)
-    removed = max(cursor.rowcount, 0)
-    cursor = await conn.execute(_DUPLICATES.format(table=table), {"stamp": stamp})
-    return decayed, removed + max(cursor.rowcount, 0)
+    cursor = await conn.execute(CLEAN.format(table=table), clean)
+    return decayed, max(cursor.rowcount, 0)
 
 
 async def ensure_math(conn: aiosqlite.Connection) -> None:

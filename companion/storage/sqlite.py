@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -43,6 +45,12 @@ from companion.storage.rows import (
 )
 
 BUSY_TIMEOUT_MS = 5000
+HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
+# The schema of 10,000 scopes is ~15 MB; SQLite scans it on every CREATE TABLE (a new user's first
+# write), and with the default 2 MB cache that scan reads from the OS each time (~8 ms instead of ~2).
+CACHE_KIB = 32 * 1024
+# Decay and cleanup commit at least this often, so a turn never waits longer than this for the lock.
+DECAY_SLICE_S = 0.01
 
 
 def storage_error(exc: sqlite3.Error) -> StorageError:
@@ -97,6 +105,7 @@ class SQLiteStore:
             await self._conn.execute("PRAGMA journal_mode = WAL")
             await self._conn.execute("PRAGMA synchronous = NORMAL")
             await self._conn.execute("PRAGMA foreign_keys = ON")
+            await self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
             await decay_sql.ensure_math(self._conn)
             async with self.transaction() as conn:
                 await migrations.migrate_shared(conn, to_db(utcnow()))
@@ -269,16 +278,26 @@ class SQLiteStore:
     async def _insert(
         self, conn: aiosqlite.Connection, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime
     ) -> list[int]:
+        if not drafts:
+            return []
+        ids = await self._new_handles(conn, scope, len(drafts))
+        rows = [memory_to_row(new_memory(draft, mid, now)) for draft, mid in zip(drafts, ids, strict=True)]
+        await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', rows)
+        return ids
+
+    async def _new_handles(self, conn: aiosqlite.Connection, scope: Scope, count: int) -> list[int]:
+        """``count`` fresh handles in a few statements (one per row was a thread hop each: bulk writes
+        ran at a few hundred rows per second). AUTOINCREMENT hands out increasing ids in VALUES order
+        while this transaction holds the write lock, so the sorted ids follow the drafts' order."""
         ids: list[int] = []
-        rows = []
-        for draft in drafts:
-            cursor = await conn.execute("INSERT INTO memory_handles (scope_key) VALUES (?)", (scope.key,))
-            if cursor.lastrowid is None:
-                raise StorageError("handle insert returned no row id")
-            ids.append(cursor.lastrowid)
-            rows.append(memory_to_row(new_memory(draft, cursor.lastrowid, now)))
-        if rows:
-            await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', rows)
+        for start in range(0, count, HANDLES_PER_STATEMENT):
+            n = min(HANDLES_PER_STATEMENT, count - start)
+            cursor = await conn.execute(
+                f"INSERT INTO memory_handles (scope_key) VALUES {', '.join(['(?)'] * n)} RETURNING id", [scope.key] * n
+            )
+            ids.extend(sorted(int(row[0]) for row in await cursor.fetchall()))
+        if len(ids) != count:
+            raise StorageError(f"asked for {count} memory handles, got {len(ids)}")
         return ids
 
     async def _update(self, conn: aiosqlite.Connection, scope: Scope, memories: Sequence[Memory]) -> None:
@@ -344,11 +363,8 @@ class SQLiteStore:
                     "INSERT INTO memory_handles (id, scope_key) VALUES (?, ?)", [(m.id, scope.key) for m in memories]
                 )
             else:
-                fresh = []
-                for memory in memories:
-                    cursor = await conn.execute("INSERT INTO memory_handles (scope_key) VALUES (?)", (scope.key,))
-                    fresh.append(replace(memory, id=int(cursor.lastrowid or 0)))
-                memories = fresh
+                handles = await self._new_handles(conn, scope, len(memories))
+                memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
             await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
         return [m.id for m in memories]
 
@@ -367,16 +383,24 @@ class SQLiteStore:
     # ---- decay and cleanup -----------------------------------------------------------------------
 
     async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
+        """Slices of tables, each one short transaction (``DECAY_SLICE_S``), the lock and the event loop
+        free between them so chats go on. Each slice is durable on its own and every row decays by whole
+        days since its own anchor: a run cut short and run again redoes nothing and misses nothing."""
         decayed = removed = 0
-        async with self._tx() as conn:
-            for scope in scopes:
-                if self._version(scope) is None:
-                    continue
-                await self._ensure_scope(conn, scope, now)
-                d, r = await decay_sql.decay_table(conn, scope.table, now)
-                decayed, removed = decayed + d, removed + r
-                if r:
-                    await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
+        todo = deque(s for s in scopes if self._version(s) is not None)
+        while todo:
+            async with self._tx() as conn:
+                deadline = time.perf_counter() + DECAY_SLICE_S
+                while todo:  # at least one table per slice, however slow
+                    scope = todo.popleft()
+                    await self._ensure_scope(conn, scope, now)
+                    d, r = await decay_sql.decay_table(conn, scope.table, now)
+                    decayed, removed = decayed + d, removed + r
+                    if r:
+                        await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
+                    if time.perf_counter() >= deadline:
+                        break
+            await asyncio.sleep(0)
         return decayed, removed
 
     async def get_meta(self, key: str) -> str | None:
