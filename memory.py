@@ -10,9 +10,8 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 import prompts
 from companion.config.settings import Settings
@@ -44,9 +43,20 @@ from companion.core.models import (
 )
 from companion.core.text import normalize_text
 from companion.core.timeutil import from_db, local_date, show, to_db, utcnow
-from companion.engine.profile import ProfilePolicy, ProfileService, matching_traits
+from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.saving import guess_draft, parse_saved
+from companion.engine.types import (
+    Consolidation,
+    DecayReport,
+    EngineConfig,
+    MemoryContext,
+    MemoryStats,
+    Provenance,
+    ShortStats,
+    ShortTerm,
+    Standing,
+)
 from companion.llm.client import LLMClient
 from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
@@ -57,115 +67,30 @@ from companion.storage.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "Consolidation",
+    "DecayReport",
+    "EngineConfig",
+    "MemoryContext",
+    "MemoryEngine",
+    "MemoryStats",
+    "Provenance",
+    "ShortStats",
+    "ShortTerm",
+    "Standing",
+]
+
 INDEX_CACHE_SCOPES = 4096
 MAX_TERMS = 64
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
-MAX_RELATED = 12
+MAX_RELATED = 12  # stored memories shown to an extraction, to spot contradictions
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
 RECENT_WINDOW = timedelta(days=1)
 SHORT_TURNS_KEPT = 200
 LAST_EXTRACTION = "last_extraction"
-TODAY_EVENTS_KEPT = 30  # stored memories shown to an extraction, to spot contradictions
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    recall_max: int = 2
-    recall_min_importance: float = 50.0
-    recall_min_match: float = 0.45
-    recall_cooldown_turns: int = 5
-    extract_max_turns: int = 12
-    capacity: int = 200
-    tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
-    profile: ProfilePolicy = field(default_factory=ProfilePolicy)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> EngineConfig:
-        return cls(
-            recall_max=settings.recall_max,
-            recall_min_importance=settings.recall_min_importance,
-            recall_min_match=settings.recall_min_match,
-            recall_cooldown_turns=settings.recall_cooldown_turns,
-            extract_max_turns=settings.extract_max_turns,
-            capacity=settings.memory_capacity,
-            tz=settings.tz,
-            profile=ProfilePolicy(
-                ttl=timedelta(hours=settings.profile_ttl_hours),
-                min_refresh=timedelta(minutes=settings.profile_refresh_min_minutes),
-                min_importance=settings.profile_min_importance,
-            ),
-        )
-
-
-@dataclass(slots=True)
-class MemoryContext:
-    """What one reply call may know: the profile core, the dynamic traits this turn touches, and the
-    recalled memories. Used for this call only; never written back or extracted from."""
-
-    core: str = ""
-    dynamic: list[str] = field(default_factory=list)
-    recalled: list[Recalled] = field(default_factory=list)
-    keywords: list[str] = field(default_factory=list)
-    instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
-    recent: list[str] = field(default_factory=list)  # core facts learned in the last day
-    today: list[str] = field(default_factory=list)  # small things the user reported today (short-term)
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    recallable: set[int]
-    instructions: list[str]
-    recent: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class ShortTerm:
-    turns: list[ShortItem]
-    events: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class ShortStats:
-    turns: int
-    events: int
-    recall_hit_rate: float
-    last_extraction_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """``/why``: the memory (with its source message and times), what it replaced, what replaced it."""
-
-    memory: Memory
-    replaced: list[Memory]
-    replaced_by: Memory | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryStats:
-    by_tier: dict[Tier, int]
-    by_type: dict[MemoryType, int]
-    archived: int
-    superseded: int
-    learned_this_week: int
-    evicted_this_week: int
-    pending_turns: int
-
-
-@dataclass(frozen=True, slots=True)
-class Consolidation:
-    turns: int
-    inserted: int
-    updated: int
-
-
-@dataclass(frozen=True, slots=True)
-class DecayReport:
-    scopes: int
-    decayed: int
-    removed: int
+TODAY_EVENTS_KEPT = 30
 
 
 class MemoryEngine:
