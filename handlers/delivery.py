@@ -11,8 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiogram import Bot
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
 from aiogram.enums import ChatAction
-from aiogram.exceptions import TelegramAPIError, TelegramForbiddenError, TelegramRetryAfter
-from aiogram.methods import Response, TelegramMethod
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramForbiddenError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiogram.methods import GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 from aiogram.types import InlineKeyboardMarkup, ReplyParameters
 
@@ -27,6 +33,7 @@ FLOOD_RETRIES = 3
 # Telegram's per-chat flood waits are seconds; a longer wait means a real ban, and retrying early only
 # earns another 429, so such a request fails instead of holding the reply for minutes.
 FLOOD_MAX_WAIT_SECONDS = 60.0
+SERVER_RETRY_BASE_SECONDS = 0.5  # 5xx / connection failures: 0.5, 1, 2 s
 TYPING_EVERY_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per call
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -59,6 +66,16 @@ class RetryAfterMiddleware(BaseRequestMiddleware):
                     type(method).__name__, exc.retry_after, attempt, self.retries,
                 )
                 await self._sleep(exc.retry_after)
+            except (TelegramServerError, TelegramNetworkError) as exc:
+                # A 5xx or a failed connection loses the reply unless it is sent again; polling has its own
+                # back-off in aiogram, so only outgoing calls are retried here, a few times, backing off.
+                attempt += 1
+                if isinstance(method, GetUpdates) or attempt > self.retries:
+                    raise
+                wait = SERVER_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+                log.warning("Telegram %s on %s: retrying in %.1f s (%d of %d)", type(exc).__name__,
+                            type(method).__name__, wait, attempt, self.retries)
+                await self._sleep(wait)
 
 
 @contextlib.asynccontextmanager

@@ -155,9 +155,16 @@ async def test_llm_down_gives_a_friendly_message(live: Live) -> None:
     assert await live.say("在吗", 2) == texts.LLM_DOWN
 
 
-async def test_a_failing_send_is_caught_and_the_bot_keeps_working(live: Live) -> None:
-    live.tg.fail_next("sendMessage", 1, status=500)
+async def test_a_server_error_on_send_is_retried_and_the_reply_arrives_once(live: Live) -> None:
+    live.tg.fail_next("sendMessage", 2, status=502)
+    assert await live.say("/help", 1) == texts.HELP
+    await asyncio.sleep(0.3)
+    assert [m["text"] for m in live.tg.sent_messages(USER)] == [texts.HELP]  # not lost, not doubled
+
+
+async def test_a_send_that_keeps_failing_is_caught_and_the_bot_keeps_working(live: Live) -> None:
+    live.tg.fail_next("sendMessage", 4, status=500)  # the first try and every retry fail
     live.tg.push_text(USER, "/help")
-    sent = await live.tg.wait_for_messages(USER, 1)
+    sent = await live.tg.wait_for_messages(USER, 1, timeout=15)
     assert sent[0]["text"] == texts.INTERNAL_ERROR
     assert await live.say("/help", 2) == texts.HELP
