@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -443,11 +444,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help exits here, before pydantic is imported
     from companion.config.logs import setup_logging
     from companion.config.settings import load_settings
 
+    # SIGTERM stops a command like Ctrl-C does, so its cleanup runs (the bot itself installs aiogram's own
+    # handlers over this one while it polls).
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         settings = load_settings(PROJECT_DIR)
         setup_logging(settings.log_level)

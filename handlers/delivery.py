@@ -18,7 +18,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.methods import GetUpdates, Response, TelegramMethod
+from aiogram.methods import GetMe, GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 from aiogram.types import InlineKeyboardMarkup, ReplyParameters
 
@@ -68,9 +68,9 @@ class RetryAfterMiddleware(BaseRequestMiddleware):
                 await self._sleep(exc.retry_after)
             except (TelegramServerError, TelegramNetworkError) as exc:
                 # A 5xx or a failed connection loses the reply unless it is sent again; polling has its own
-                # back-off in aiogram, so only outgoing calls are retried here, a few times, backing off.
+                # back-off in aiogram and the start-up check must fail at once, so only outgoing calls are retried.
                 attempt += 1
-                if isinstance(method, GetUpdates) or attempt > self.retries:
+                if isinstance(method, GetUpdates | GetMe) or attempt > self.retries:
                     raise
                 wait = SERVER_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
                 log.warning("Telegram %s on %s: retrying in %.1f s (%d of %d)", type(exc).__name__,

@@ -439,3 +439,16 @@ async def test_a_backup_from_the_first_release_restores_with_fresh_handles(tmp_p
     assert first.origin is Origin.EXTRACTED and first.tier is Tier.MEDIUM and first.status is Status.ACTIVE
     assert first.created_at == datetime(2025, 12, 13, 20, 0, tzinfo=UTC)
     assert first.last_mentioned_at == datetime(2025, 12, 15, 1, 30, tzinfo=UTC)
+
+
+async def test_an_interrupted_backup_is_never_restored(backup_folder: Path, db_path: Path) -> None:
+    """A run cut short leaves its in-progress marker; a finished one does not."""
+    from companion.ops.backup import IN_PROGRESS
+
+    assert not (backup_folder / IN_PROGRESS).exists()
+    (backup_folder / IN_PROGRESS).write_text("started", encoding="utf-8")
+    before = db_rows(db_path)
+    for source in (backup_folder, backup_folder / SNAPSHOT_NAME):
+        with pytest.raises(RestoreError, match="unfinished backup"):
+            await restore(source, db_path, NOW, force=True)
+    assert db_rows(db_path) == before

@@ -26,6 +26,7 @@ from companion.storage.snapshot import open_snapshot
 from companion.storage.sqlite import SQLiteStore
 
 SNAPSHOT_NAME = "memory.sqlite3"
+IN_PROGRESS = ".backup-in-progress"
 _DAY_FOLDER = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 Progress = Callable[[int, int], None]
@@ -113,18 +114,27 @@ async def make_backup(
 ) -> BackupResult:
     """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days."""
     folder = backup_dir / local_date(now, tz)
+    tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
+    marker = folder / IN_PROGRESS
     try:
         # Every table at the current version first, so the CSV files all have the same columns.
         while await store.upgrade_stale(200):
             pass
         folder.mkdir(parents=True, exist_ok=True)
-        tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
+        # Until this marker is gone the folder is not a backup: restore refuses it (a run cut short by a
+        # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
+        marker.write_text(f"started {now.isoformat()}\n", encoding="utf-8")
         await store.snapshot(tmp_snapshot)
         os.replace(tmp_snapshot, folder / SNAPSHOT_NAME)
         files, rows = await asyncio.to_thread(export_csv, folder / SNAPSHOT_NAME, folder, tz, now, progress)
+        marker.unlink()
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
     except (OSError, sqlite3.Error, StorageError) as exc:
+        tmp_snapshot.unlink(missing_ok=True)
         raise BackupError(f"backup to {folder} failed: {exc}") from exc
+    except BaseException:
+        tmp_snapshot.unlink(missing_ok=True)  # stopped (SIGTERM, Ctrl-C): no stray temporary file
+        raise
     return BackupResult(folder, files, rows, removed)
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.models import Memory, Scope
+from companion.ops.backup import IN_PROGRESS
 from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
 from companion.storage.snapshot import checkpoint, open_snapshot
 from companion.storage.sqlite import SQLiteStore
@@ -126,6 +127,9 @@ async def restore(
 ) -> RestoreResult:
     if not source.exists():
         raise RestoreError(f"{source} does not exist")
+    for marked in (source, source.parent):
+        if (marked / IN_PROGRESS).exists():
+            raise RestoreError(f"{marked} is an unfinished backup (the run was interrupted); use an earlier day")
     # Read and check the backup first: a corrupt backup is reported before anything else is asked.
     data = read_backup_folder(source, progress) if source.is_dir() else None
     if data is None:
