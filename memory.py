@@ -110,6 +110,7 @@ class MemoryEngine:
         self._owns_store = False
         # Fingerprints of what each scope asked to forget, so extraction does not learn it again.
         self._forgotten_prints: dict[Scope, set[str]] = {}
+        self._standing_cache: dict[Scope, tuple[set[int], list[str], list[Memory]]] = {}
 
     @classmethod
     async def create(
@@ -209,6 +210,7 @@ class MemoryEngine:
         return plan_merge((), drafts, now, near=lambda draft: index.candidates(draft.event, draft.keywords))
 
     async def _reindex(self, scope: Scope, ids: Sequence[int]) -> None:
+        self._standing_cache.pop(scope, None)
         index = self._indexes.get(scope)
         if index is not None:
             for memory in await self._store.fetch_by_ids(scope, ids):
@@ -339,12 +341,20 @@ class MemoryEngine:
     async def _standing(self, scope: Scope, now: datetime) -> Standing:
         """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
         core facts learned in the last day that the profile may not carry yet."""
-        active = await self._store.fetch_memories(scope)
-        _, recallable, instructions = tiers.reply_candidates(active)
-        recent = [m.event for m in sorted(active, key=lambda m: m.created_at, reverse=True)
-                  if now - m.created_at <= RECENT_WINDOW and m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
-                  and m.tier is not Tier.SHORT][:MAX_RECENT]
-        return Standing({m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], recent)
+        cached = self._standing_cache.get(scope)
+        if cached is None:
+            # From the cached index, not the database: a user with 10,000 memories must not pay a full
+            # read per turn. Dropped whenever the index changes (``_reindex``, ``_drop_from_index``).
+            active = list((await self._index(scope)).memories.values())
+            _, recallable, instructions = tiers.reply_candidates(active)
+            newest = sorted((m for m in active if m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
+                             and m.tier is not Tier.SHORT), key=lambda m: m.created_at, reverse=True)
+            cached = self._standing_cache[scope] = (
+                {m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
+            )
+        recallable_ids, rules, newest = cached
+        recent = [m.event for m in newest if now - m.created_at <= RECENT_WINDOW]
+        return Standing(recallable_ids, rules, recent)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
@@ -439,6 +449,7 @@ class MemoryEngine:
         if self.dense is not None:
             await self.dense.prune()  # cleanup tombstoned rows in SQL; their vectors go too
         self._indexes.clear()
+        self._standing_cache.clear()
         for scope in scopes:
             self.profiles.invalidate(scope)
         return DecayReport(len(scopes), decayed, removed)
@@ -450,19 +461,22 @@ class MemoryEngine:
         if version != self._data_version:
             # Another process (an operator's CLI) wrote: nothing cached can be trusted.
             self._indexes.clear()
+            self._standing_cache.clear()
             self._data_version = version
         index = self._indexes.get(scope)
         if index is None:
             index = ScopeIndex(await self._store.fetch_memories(scope), self.keywords.keywords)
             self._indexes[scope] = index
             if len(self._indexes) > INDEX_CACHE_SCOPES:
-                self._indexes.popitem(last=False)
+                evicted, _ = self._indexes.popitem(last=False)
+                self._standing_cache.pop(evicted, None)
         else:
             self._indexes.move_to_end(scope)
         return index
 
     def _invalidate(self, scope: Scope) -> None:
         self._indexes.pop(scope, None)
+        self._standing_cache.pop(scope, None)
         self._forgotten_prints.pop(scope, None)
         self.profiles.invalidate(scope)
 
@@ -510,6 +524,7 @@ class MemoryEngine:
         return len(victims)
 
     def _drop_from_index(self, scope: Scope, handle: int) -> None:
+        self._standing_cache.pop(scope, None)
         index = self._indexes.get(scope)
         if index is not None:
             index.remove(handle)
