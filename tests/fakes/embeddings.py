@@ -16,10 +16,11 @@ import math
 import struct
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from .base import FakeServer
 
 DIM = 1024
 UNIGRAM_WEIGHT = 0.5
@@ -52,18 +53,17 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-class FakeEmbeddings:
+class FakeEmbeddings(FakeServer):
     """``POST /embeddings`` (and ``/v1/embeddings``); pass ``base_url`` to ``AsyncOpenAI``."""
 
     def __init__(self, *, dim: int = DIM, synonyms: Mapping[str, str] | None = None) -> None:
+        super().__init__()
         self.dim = dim
         self.synonyms = dict(synonyms or {})
-        self.base_url = ""
         self.requests: list[dict[str, Any]] = []
         self.observer: Callable[[list[str]], None] | None = None
         self._failures: deque[int] = deque()
         self._delays: deque[float] = deque()
-        self._runner: web.AppRunner | None = None
 
     def vector(self, text: str, dim: int | None = None) -> list[float]:
         return ngram_vector(text, dim or self.dim, self.synonyms)
@@ -78,29 +78,13 @@ class FakeEmbeddings:
     def delay_next(self, seconds: float, count: int = 1) -> None:
         self._delays.extend([seconds] * count)
 
-    async def start(self) -> None:
-        app = web.Application()
+    def _routes(self, app: web.Application) -> None:
         for prefix in ("", "/v1"):
             app.router.add_post(f"{prefix}/embeddings", self._embeddings)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+    async def start(self) -> None:
+        await super().start()
+        self.base_url += "/v1"  # what operators put in EMBEDDING_BASE_URL
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
