@@ -16,10 +16,18 @@ def bot_commands() -> list[BotCommand]:
     return [BotCommand(command=name, description=text) for name, text in texts.COMMANDS.items()]
 
 
+async def respond(message: Message, text: str) -> None:
+    """In a group the bot replies to the message that addressed it; in a private chat it just answers."""
+    if message.chat.type == "private":
+        await message.answer(text)
+    else:
+        await message.reply(text)
+
+
 async def start_companion(message: Message, chat: ChatService) -> None:
     scope = scope_of(message)
     if scope is not None:
-        await message.answer(await chat.start(scope))
+        await respond(message, await chat.start(scope))
 
 
 async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuffer) -> None:
@@ -27,7 +35,7 @@ async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuf
     if scope is not None:
         # What the user sent before the stop is answered before the stop is confirmed, in their order.
         await buffer.flush_now(scope)
-        await message.answer(await chat.stop(scope))
+        await respond(message, await chat.stop(scope))
 
 
 async def show_help(message: Message) -> None:

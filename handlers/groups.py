@@ -30,6 +30,7 @@ from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from handlers.chat import answer_turn
+from handlers.commands import start_companion, stop_companion
 from handlers.keyboards import PAGE_SIZE
 from handlers.scope import scope_of
 from memory import MemoryEngine
@@ -135,20 +136,6 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
 
 
 # ---- commands --------------------------------------------------------------------------------------
-
-async def start_in_group(message: Message, chat: ChatService) -> None:
-    scope = scope_of(message)
-    if scope is not None:
-        await message.reply(await chat.start(scope))
-
-
-async def stop_in_group(message: Message, chat: ChatService, buffer: MessageBuffer) -> None:
-    scope = scope_of(message)
-    if scope is not None:
-        # What the user sent before the stop is answered first, in their order (as in private chats).
-        await buffer.flush_now(scope)
-        await message.reply(await chat.stop(scope))
-
 
 async def help_in_group(message: Message, bot: Bot) -> None:
     await message.reply(gt.GROUP_HELP.format(bot=(await bot.me()).username))
@@ -260,8 +247,8 @@ async def memories_in_group(message: Message, bot: Bot, engine: MemoryEngine) ->
 def build() -> Router:
     router = Router(name="groups")
     router.message.register(share_private, Command("share_private"))
-    router.message.register(start_in_group, IN_GROUP, Command("start_aiGF", ignore_case=True))
-    router.message.register(stop_in_group, IN_GROUP, Command("stop_aiGF", ignore_case=True))
+    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
+    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
     router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
     router.message.register(group_memory, IN_GROUP, Command("group_memory"))
     router.message.register(forget_group, IN_GROUP, Command("forget_group"))
