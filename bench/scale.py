@@ -29,6 +29,7 @@ from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
 from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
+from companion.engine.cache import IndexCache
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
@@ -182,9 +183,10 @@ async def _measure(
         await _give_profile(store, scope)
     report["recall_typical"] = await _recall(engine, sampled, config.turns, rng)
     report["recall_big"] = await _recall(engine, [big], config.turns, rng)
-    report["stages_typical"] = await _stages(engine, sampled, config.turns, rng)
-    report["stages_big"] = await _stages(engine, [big], config.turns, rng)
-    report["index_build_big_ms"], report["index_mb_big"] = await _index_build(engine, big)
+    cache = IndexCache(store, engine.keywords.keywords)  # the cache class the engine uses, on the same store
+    report["stages_typical"] = await _stages(engine, cache, sampled, config.turns, rng)
+    report["stages_big"] = await _stages(engine, cache, [big], config.turns, rng)
+    report["index_build_big_ms"], report["index_mb_big"] = await _index_build(cache, big)
     report["write_typical"] = await _writes(engine, sampled, config.writes, rng)
     report["write_big"] = await _writes(engine, [big], config.writes, rng)
     report["write_new_user"] = await _new_users(engine, config, rng)
@@ -224,12 +226,13 @@ async def _recall(engine: MemoryEngine, scopes: list[Scope], turns: int, rng: ra
             "recalled_per_turn": round(recalled / (per_scope * len(scopes)), 3)}
 
 
-async def _stages(engine: MemoryEngine, scopes: list[Scope], turns: int, rng: random.Random) -> dict[str, Any]:
+async def _stages(engine: MemoryEngine, cache: IndexCache, scopes: list[Scope], turns: int,
+                  rng: random.Random) -> dict[str, Any]:
     """The warm turn split into its parts, timed one by one on the same index class the engine uses."""
     config = engine.config
     rules = RecallFilter(limit=config.recall_max, min_importance=config.recall_min_importance,
                          min_match=config.recall_min_match, cooldown_turns=config.recall_cooldown_turns)
-    indexes = {scope: await engine._index(scope) for scope in scopes}  # the engine's own cached index
+    indexes = {scope: await cache.index(scope) for scope in scopes}
     keywords, match, rank, recall = Stopwatch(), Stopwatch(), Stopwatch(), Stopwatch()
     for n in range(turns):
         scope = scopes[n % len(scopes)]
@@ -247,17 +250,17 @@ async def _stages(engine: MemoryEngine, scopes: list[Scope], turns: int, rng: ra
             "engine_recall": recall.summary()}
 
 
-async def _index_build(engine: MemoryEngine, scope: Scope) -> tuple[dict[str, float], float]:
+async def _index_build(cache: IndexCache, scope: Scope) -> tuple[dict[str, float], float]:
     """Cold start of the big user, repeated: drop the cached index, then read every row and rebuild it
-    (``_invalidate`` and ``_index`` are what the engine itself does after a forget and on a cache miss)."""
+    (what the engine's cache does after a forget and on a miss)."""
     watch = Stopwatch()
     for _ in range(INDEX_REBUILDS):
-        engine._invalidate(scope)
+        cache.invalidate(scope)
         with watch:
-            await engine._index(scope)
-    engine._invalidate(scope)
+            await cache.index(scope)
+    cache.invalidate(scope)
     tracemalloc.start()
-    await engine._index(scope)
+    await cache.index(scope)
     size = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return watch.summary(), round(size / 2**20, 1)
