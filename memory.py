@@ -28,7 +28,7 @@ from companion.core.models import (
     Turn,
 )
 from companion.core.timeutil import from_db, to_db, utcnow
-from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
+from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache, memories_for
 from companion.engine.learning import Learner
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
@@ -91,17 +91,22 @@ class MemoryEngine:
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
         self._owns_store = False
+        self._loading: asyncio.Future[None] | None = None
 
     @classmethod
     async def create(
         cls, store: MemoryStore, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop."""
-        await asyncio.to_thread(keywords.load)
+        # The dictionaries load in a thread while the bot finishes starting (Telegram and model checks); a
+        # first message before they are ready waits for the rest of the load.
         keywords.add_words(settings.important_keywords)
+        loading = None if keywords.loaded else asyncio.wrap_future(keywords.preload())
         dense = await DenseRetriever.from_settings(store, settings)
-        return cls(store, keywords, EngineConfig.from_settings(settings), llm, dense,
-                   cache_memories=settings.index_cache_memories)
+        engine = cls(store, keywords, EngineConfig.from_settings(settings), llm, dense,
+                     cache_memories=memories_for(settings.index_cache_mb))
+        engine._loading = loading
+        return engine
 
     @classmethod
     async def open(
@@ -117,7 +122,14 @@ class MemoryEngine:
         engine._owns_store = True
         return engine
 
+    async def ready(self) -> None:
+        """Wait until the keyword dictionaries are loaded (raises what loading them raised)."""
+        if self._loading is not None:
+            await self._loading
+
     async def close(self) -> None:
+        if self._loading is not None and not self._loading.done():
+            await asyncio.wait([self._loading])  # a thread cannot be stopped: let it finish
         if self.dense is not None:
             await self.dense.close()
         if self._owns_store:

@@ -18,9 +18,11 @@ from companion.engine.types import Standing
 from companion.recall.index import ScopeIndex, Tokenize
 from companion.storage.base import MemoryStore
 
-# About 0.4 KB of index per memory (measured: 4.3 MB for the 10,000-memory user), so the default holds
-# ~80 MB of indexes: every typical user of a 10,000-user bot and the heaviest ones.
-DEFAULT_CACHE_MEMORIES = 200_000
+# What one cached memory costs (its Memory object, word and character postings), measured with
+# tracemalloc on synthetic users: 11.2 KB per memory at 10 memories a user, 7.5 KB at 100, 0.8 KB at
+# 10,000 (postings shared). The budget is set in MB (``INDEX_CACHE_MB``) and counted in memories.
+BYTES_PER_MEMORY = 8 * 1024
+DEFAULT_CACHE_MEMORIES = 128 * 2**20 // BYTES_PER_MEMORY
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
 RECENT_WINDOW = timedelta(days=1)
@@ -31,6 +33,11 @@ class _Candidates:
     recallable: set[int]
     instructions: list[str]
     newest: list[Memory]
+
+
+def memories_for(megabytes: int) -> int:
+    """How many memories an index budget of this many MB holds."""
+    return megabytes * 2**20 // BYTES_PER_MEMORY
 
 
 class IndexCache:

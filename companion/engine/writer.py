@@ -117,6 +117,9 @@ class MemoryWriter:
                 self._cache.remove(scope, m.id)
 
     async def _enforce_capacity(self, scope: Scope, now: datetime) -> int:
+        # The index holds the scope's active memories: under capacity, no read of every row per write.
+        if len((await self._cache.index(scope)).memories) <= self._capacity:
+            return 0
         victims = tiers.to_evict(await self._store.fetch_memories(scope), self._capacity, now)
         if victims:
             await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason="evicted")
