@@ -72,3 +72,16 @@ async def test_another_process_writing_drops_everything(store: InMemoryStore, mo
 
 async def _const(value: int) -> int:
     return value
+
+
+async def test_memories_added_to_a_loaded_index_count_toward_the_budget(store: InMemoryStore) -> None:
+    """A new user's index is loaded empty and grows by writes: the growth counts, older scopes give way."""
+    cache = IndexCache(store, _KEYWORDS.keywords, max_memories=60)
+    await cache.index(Scope(1))
+    await cache.index(Scope(5))  # never written: empty
+    drafts = [MemoryDraft(f"新用户的第{n}件事", [f"事{n}"], 60.0) for n in range(40)]
+    ids = await store.apply_changes(Scope(5), NOW, inserts=drafts)
+    await cache.add(Scope(5), ids)
+    assert cache.cached(Scope(1)) is None and cache.held == 40
+    cache.remove(Scope(5), ids[0])
+    assert cache.held == 39

@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from companion.core.models import MemoryDraft, Scope
+from companion.core.models import MemoryDraft, Scope, Turn
 from tests.fakes import FakeLLM
 from tests.scripted import user_words
 from tests.support import Clock, close_rig, make_settings, open_rig
@@ -77,3 +77,28 @@ async def test_recall_hit_rate_counts_turns_that_carried_a_memory(fake_llm: Fake
         assert stats.turns == 2 and stats.recall_hit_rate == 0.5
     finally:
         await close_rig(rig)
+
+
+async def test_todays_events_are_read_once_and_follow_every_change(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """Each reply reads today's events from memory; an extraction by another process (an operator's
+    console on the same database), a clear, or a forget are seen on the next reply."""
+    settings = make_settings(tmp_path)
+    clock = Clock()
+    bot = await open_rig(fake_llm, settings, clock)
+    other = await open_rig(fake_llm, settings, clock)
+    try:
+        await bot.engine.set_active(ME, True, clock())
+
+        async def today(turn: int) -> list[str]:
+            return (await bot.engine.build_context(ME, "在吗", clock(), turn=turn, cooldown={})).today
+
+        assert await today(1) == []
+        fake_llm.set_json_reply(json.dumps({"today": ["吃了感冒药"], "memories": []}, ensure_ascii=False))
+        await other.engine.note_turn(ME, Turn(user="我刚吃了感冒药", reply="好好休息", at=clock()))
+        await other.engine.consolidate(ME, clock())
+        assert await today(2) == ["吃了感冒药"]
+        await bot.engine.clear_short_term(ME)
+        assert await today(3) == []
+    finally:
+        await close_rig(other)
+        await close_rig(bot)

@@ -8,7 +8,7 @@ Everything cached is dropped when another process (an operator's CLI, a restore)
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -44,8 +44,12 @@ class IndexCache:
     """Least recently used scope indexes up to a total number of memories (the scope being read always
     stays, however big), plus the per-reply standing candidates derived from each index."""
 
-    def __init__(self, store: MemoryStore, tokenize: Tokenize, max_memories: int = DEFAULT_CACHE_MEMORIES) -> None:
+    def __init__(
+        self, store: MemoryStore, tokenize: Tokenize, max_memories: int = DEFAULT_CACHE_MEMORIES,
+        on_stale: Callable[[], None] | None = None,
+    ) -> None:
         self._store = store
+        self._on_stale = on_stale  # other caches built on the same database
         self._tokenize = tokenize
         self.max_memories = max_memories
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
@@ -56,31 +60,42 @@ class IndexCache:
 
     @property
     def held(self) -> int:
-        """Memories held in cached indexes (as loaded; later additions are not counted until reloaded)."""
+        """Memories held in cached indexes."""
         return self._held
 
     @property
     def scopes(self) -> int:
         return len(self._indexes)
 
-    async def index(self, scope: Scope) -> ScopeIndex:
+    async def _check(self) -> None:
         version = await self._store.data_version()
         if version != self._data_version:
             # Another process wrote: nothing cached can be trusted.
             self.clear()
+            if self._on_stale is not None and self._data_version is not None:
+                self._on_stale()
             self._data_version = version
+
+    async def index(self, scope: Scope) -> ScopeIndex:
+        await self._check()
         index = self._indexes.get(scope)
         if index is not None:
             self._indexes.move_to_end(scope)
             return index
         index = ScopeIndex(await self._store.fetch_memories(scope), self._tokenize)
         self._indexes[scope] = index
+        self._recount(scope, index)
+        return index
+
+    def _recount(self, scope: Scope, index: ScopeIndex) -> None:
+        """Count the scope's memories now and drop the least recently used others beyond the budget."""
+        self._held += len(index.memories) - self._sizes.get(scope, 0)
         self._sizes[scope] = len(index.memories)
-        self._held += len(index.memories)
         while self._held > self.max_memories and len(self._indexes) > 1:
             oldest = next(iter(self._indexes))
+            if oldest == scope:
+                break
             self.invalidate(oldest)
-        return index
 
     def cached(self, scope: Scope) -> ScopeIndex | None:
         """The scope's index if it is loaded (writes keep a loaded index current; they never load one)."""
@@ -93,12 +108,14 @@ class IndexCache:
         if index is not None:
             for memory in await self._store.fetch_by_ids(scope, ids):
                 index.add(memory)
+            self._recount(scope, index)
 
     def remove(self, scope: Scope, handle: int) -> None:
         self._standing.pop(scope, None)
         index = self._indexes.get(scope)
         if index is not None:
             index.remove(handle)
+            self._recount(scope, index)
 
     def invalidate(self, scope: Scope) -> None:
         self._indexes.pop(scope, None)
@@ -114,6 +131,7 @@ class IndexCache:
     async def standing(self, scope: Scope, now: datetime) -> Standing:
         """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
         core facts learned in the last day that the profile may not carry yet."""
+        await self._check()
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full

@@ -3,6 +3,7 @@ newest 200) and what the user reported today (the newest 30), plus its scrubbing
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
@@ -14,24 +15,35 @@ from companion.storage.base import MemoryStore
 
 SHORT_TURNS_KEPT = 200
 TODAY_EVENTS_KEPT = 30
+EVENT_CACHE_SCOPES = 4096
 
 
 class ShortTermBook:
     def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
         self._store = store
         self._tz = tz
+        # Each reply reads today's events: kept per scope (least recently used out), changed only here.
+        self._events: OrderedDict[Scope, list[ShortItem]] = OrderedDict()
 
     async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
         await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled)
 
     async def add_event(self, scope: Scope, event: str, at: datetime) -> None:
+        self._events.pop(scope, None)
         await self._store.add_short(scope, ShortKind.EVENT, event, None, at, keep=TODAY_EVENTS_KEPT)
 
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
     async def events(self, scope: Scope) -> list[ShortItem]:
-        return await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        cached = self._events.get(scope)
+        if cached is None:
+            cached = self._events[scope] = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+            if len(self._events) > EVENT_CACHE_SCOPES:
+                self._events.popitem(last=False)
+        else:
+            self._events.move_to_end(scope)
+        return cached
 
     async def today_events(self, scope: Scope, now: datetime) -> list[str]:
         """What the user reported today (local day), oldest first."""
@@ -42,7 +54,12 @@ class ShortTermBook:
         return ShortTerm(await self.turns(scope, turns), await self.today_events(scope, now))
 
     async def clear(self, scope: Scope, kind: ShortKind | None = None) -> None:
+        self._events.pop(scope, None)
         await self._store.drop_short(scope, kind=kind)
+
+    def forget_cached(self) -> None:
+        """Another process wrote the database: read everything again."""
+        self._events.clear()
 
     async def drop_telling(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
         """Drop the kept turns and events that told what was just forgotten, and the turns still queued
@@ -51,6 +68,7 @@ class ShortTermBook:
         telling = [item.id for item in kept
                    if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)]
         if telling:
+            self._events.pop(scope, None)
             await self._store.drop_short(scope, telling)
         queued = await self._store.pending_turns(scope, 10_000)
         await self._store.drop_turns(scope, [t.id for t in queued
