@@ -1,3 +1,5 @@
-"""Services and value types the memory engine composes (the profile, explicit-save judging, the dense
-retriever, search_memories, the config and reports). May import the bottom layers: ``core``, ``config``,
-``storage``, ``recall``, ``llm`` and ``prompts``; never ``memory`` or anything above it."""
+"""Services and value types the memory engine composes: the writer (every change to a scope's memories,
+under the scope's lock), the index cache, the learner (what the model is asked to learn), the curator
+(the user's steering), short-term memory, the profile, explicit-save judging, the dense retriever, and
+the config and reports. May import the bottom layers: ``core``, ``config``, ``storage``, ``recall``,
+``llm`` and ``prompts``; never ``memory`` or anything above it."""
