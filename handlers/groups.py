@@ -17,7 +17,6 @@ from aiogram.types import (
     BotCommandScopeAllPrivateChats,
     BotCommandScopeDefault,
     CallbackQuery,
-    InlineKeyboardMarkup,
     Message,
     User,
 )
@@ -31,9 +30,8 @@ from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from handlers.chat import answer_turn
 from handlers.commands import start_companion, stop_companion
-from handlers.keyboards import PAGE_SIZE
+from handlers.group_private import forget_in_group, memories_in_group, why_in_group
 from handlers.scope import scope_of
-from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +126,8 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     async def flush(joined: str) -> None:
         # The room as it is when the turn is answered, before this turn's words (which the turn carries).
         turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
-                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
+                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit,
+                         title=message.chat.title)
         room.add(name, joined)
         room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn))
 
@@ -214,36 +213,6 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
     await message.edit_text(gt.GROUP_FORGOTTEN.format(count=count), reply_markup=None)
 
 
-async def send_privately(bot: Bot, message: Message, text: str, markup: InlineKeyboardMarkup | None = None) -> bool:
-    """Send something not for the whole group (a memory list) to the asker's private chat and say so in
-    the group ("我私信你了"); when the user never started a private chat, say how to allow it."""
-    if message.from_user is None:
-        return False
-    try:
-        for part in texts.split_message(text):
-            await bot.send_message(message.from_user.id, part, reply_markup=markup)
-    except TelegramAPIError as exc:  # 403: the user has not started a private chat with the bot
-        log.info("private message to a group member not delivered: %s", exc)
-        await message.reply(gt.START_PRIVATE_FIRST)
-        return False
-    await message.reply(gt.SENT_PRIVATELY)
-    return True
-
-
-async def memories_in_group(message: Message, bot: Bot, engine: MemoryEngine) -> None:
-    """The asker's memories of this group, sent privately (without buttons: a press in the private chat
-    would act on the private scope)."""
-    scope = scope_of(message)
-    if scope is None:
-        return
-    found = await engine.memories(scope)
-    found.sort(key=lambda m: (-m.importance, -m.id))
-    pages = max(1, -(-len(found) // PAGE_SIZE))
-    text = texts.memory_list(found[:PAGE_SIZE], 0, pages) if found else texts.NO_MEMORIES
-    title = message.chat.title or str(message.chat.id)
-    await send_privately(bot, message, f"「{title}」\n{text}")
-
-
 def build() -> Router:
     router = Router(name="groups")
     router.message.register(share_private, Command("share_private"))
@@ -253,6 +222,8 @@ def build() -> Router:
     router.message.register(group_memory, IN_GROUP, Command("group_memory"))
     router.message.register(forget_group, IN_GROUP, Command("forget_group"))
     router.message.register(memories_in_group, IN_GROUP, Command("memories"))
+    router.message.register(forget_in_group, IN_GROUP, Command("forget"))
+    router.message.register(why_in_group, IN_GROUP, Command("why"))
     router.message.register(on_group_text, IN_GROUP, F.text & ~F.text.startswith("/"))
     router.message.register(on_group_text, IN_GROUP, F.caption & ~F.caption.startswith("/"))
     router.callback_query.register(on_forget_group, ForgetGroupCB.filter())

@@ -118,6 +118,7 @@ class GroupTurn:
     remember: bool
     share_private: bool
     limit: int
+    title: str | None = None  # the group's, naming it where its memories are shown privately
 
     def reference(self) -> str:
         """The group part of this turn's reference block (quoted data, like the memories)."""

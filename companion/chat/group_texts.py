@@ -32,3 +32,4 @@ ONLY_PRESSER = "这个按钮不是给你的。"
 
 def on_off(value: bool) -> str:
     return "开" if value else "关"
+SOME_GROUP = "一个群聊"

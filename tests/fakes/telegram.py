@@ -163,6 +163,7 @@ class FakeTelegram(FakeServer):
         self._group_members: set[int] = set()
         self._pushed: dict[tuple[int, int], JSONDict] = {}
         self._methods["getchatmember"] = self._get_chat_member
+        self._methods["getchat"] = self._get_chat
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
@@ -290,6 +291,16 @@ class FakeTelegram(FakeServer):
         if last_name:
             self._updates[-1]["message"]["from"]["last_name"] = last_name
         return user_update
+
+    async def _get_chat(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        if chat_id not in self._chats:
+            raise _ApiError(400, "Bad Request: chat not found")
+        # ChatFullInfo: the chat and the few fields Telegram always sends.
+        return {**self._chats[chat_id], "accent_color_id": 0, "max_reaction_count": 11,
+                "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False,
+                                        "unique_gifts": False, "premium_subscription": False,
+                                        "gifts_from_channels": False}}
 
     def _replied(self, chat_id: int, message_id: int) -> JSONDict:
         sent = next((m for m in self._sent if m["chat_id"] == chat_id and m["message_id"] == message_id), None)
