@@ -53,7 +53,8 @@ PRIVATE_EXTRA = {"share_private": "群里是否用你的私聊记忆 on/off"}
 
 
 class ForgetGroupCB(CallbackData, prefix="fg"):
-    """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts."""
+    """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts.
+    0 when an anonymous admin asked (whose account nobody knows): then any admin's press counts."""
 
     action: str  # yes, no
     by: int
@@ -167,13 +168,44 @@ async def is_admin(bot: Bot, chat_id: int, user_id: int) -> bool:
     return member.status in ADMIN_STATUSES
 
 
+def anonymous_admin(message: Message) -> bool:
+    """An admin posting as the group itself (Telegram shows the group, the sender is GroupAnonymousBot)."""
+    return message.sender_chat is not None and message.sender_chat.id == message.chat.id
+
+
+async def sent_by_admin(bot: Bot, message: Message) -> bool:
+    """Only admins can post as the group, so an anonymous sender is one; a channel never is."""
+    if anonymous_admin(message):
+        return True
+    if message.sender_chat is not None or message.from_user is None:
+        return False
+    return await is_admin(bot, message.chat.id, message.from_user.id)
+
+
+async def not_a_person(message: Message, bot: Bot, rooms: Rooms) -> None:
+    """A message from an anonymous admin or on behalf of a channel: no personal scope exists for it, so
+    nothing is stored; what is addressed to the bot (a command, a mention) gets a hint to use one's own
+    account, the rest is only context. A channel's automatic forward into its discussion group is ignored."""
+    if message.is_automatic_forward:
+        return
+    said = message.text if message.text is not None else message.caption or ""
+    me = await bot.me()
+    first = said.split(maxsplit=1)[0] if said.startswith("/") else ""
+    for_me = bool(first) and ("@" not in first or first.lower().endswith(f"@{(me.username or '').lower()}"))
+    if for_me or addressed_to(message, me):
+        await message.reply(gt.ANONYMOUS_ADMIN if anonymous_admin(message) else gt.AS_CHANNEL)
+        return
+    if said and message.sender_chat is not None:
+        rooms.room(message.chat.id).add(message.sender_chat.title or gt.SOME_GROUP, said)
+
+
 async def group_memory(message: Message, command: CommandObject, bot: Bot, groups: GroupSettings) -> None:
     on = switch(command)
     if on is None:
         state = gt.on_off(await groups.memory_on(message.chat.id))
         await message.reply(gt.GROUP_MEMORY_STATE.format(state=state))
         return
-    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+    if not await sent_by_admin(bot, message):
         await message.reply(gt.ADMINS_ONLY)
         return
     await groups.set_memory(message.chat.id, on)
@@ -181,12 +213,13 @@ async def group_memory(message: Message, command: CommandObject, bot: Bot, group
 
 
 async def forget_group(message: Message, bot: Bot) -> None:
-    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+    if not await sent_by_admin(bot, message):
         await message.reply(gt.ADMINS_ONLY)
         return
+    by = 0 if anonymous_admin(message) or message.from_user is None else message.from_user.id
     builder = InlineKeyboardBuilder()
-    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=message.from_user.id))
-    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=message.from_user.id))
+    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=by))
+    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=by))
     await message.reply(gt.CONFIRM_FORGET_GROUP, reply_markup=builder.as_markup())
 
 
@@ -197,7 +230,7 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
         await query.answer()
         return
     # The button is checked against the presser: only the admin who asked, and still an admin.
-    if query.from_user.id != callback_data.by or not await is_admin(bot, message.chat.id, query.from_user.id):
+    if callback_data.by not in (0, query.from_user.id) or not await is_admin(bot, message.chat.id, query.from_user.id):
         await query.answer(gt.ONLY_PRESSER, show_alert=True)
         return
     await query.answer()
@@ -215,12 +248,15 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
 
 def build() -> Router:
     router = Router(name="groups")
-    router.message.register(share_private, Command("share_private"))
-    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
-    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
+    # Admin commands first: an anonymous admin may use them; every other message of a sender that is a
+    # chat (an anonymous admin, a channel) stops at not_a_person, before anything personal.
     router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
     router.message.register(group_memory, IN_GROUP, Command("group_memory"))
     router.message.register(forget_group, IN_GROUP, Command("forget_group"))
+    router.message.register(not_a_person, IN_GROUP, F.sender_chat)
+    router.message.register(share_private, Command("share_private"))
+    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
+    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
     router.message.register(memories_in_group, IN_GROUP, Command("memories"))
     router.message.register(forget_in_group, IN_GROUP, Command("forget"))
     router.message.register(why_in_group, IN_GROUP, Command("why"))

@@ -33,3 +33,8 @@ ONLY_PRESSER = "这个按钮不是给你的。"
 def on_off(value: bool) -> str:
     return "开" if value else "关"
 SOME_GROUP = "一个群聊"
+ANONYMOUS_ADMIN = (
+    "你现在是以匿名管理员（群的身份）发言，我没法记住“群”这个身份的事。请切换回你自己的账号再试。"
+    "管理员命令 /group_memory 和 /forget_group 匿名也能用。"
+)
+AS_CHANNEL = "以频道身份发的消息我不会回答，也不会记住。请用你自己的账号和我说话。"
