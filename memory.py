@@ -742,3 +742,14 @@ class MemoryEngine:
         last = await self.note(scope, LAST_EXTRACTION)
         return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
                           None if last is None else from_db(last))
+
+    # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
+
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        """Move every (old chat, user) scope to (new chat, user) in one store transaction and drop what
+        was cached for either side. Returns the old scopes moved (none when already moved)."""
+        moved = await self._store.move_chat(old_chat_id, new_chat_id, now)
+        for old in moved:
+            self._invalidate(old)
+            self._invalidate(Scope(old.user_id, new_chat_id))
+        return moved

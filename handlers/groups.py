@@ -28,10 +28,13 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
+from companion.core.models import Scope
+from companion.core.timeutil import utcnow
 from handlers.chat import answer_turn
 from handlers.commands import start_companion, stop_companion
 from handlers.group_private import forget_in_group, memories_in_group, why_in_group
 from handlers.scope import scope_of
+from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +249,25 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
     await message.edit_text(gt.GROUP_FORGOTTEN.format(count=count), reply_markup=None)
 
 
+async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService, buffer: MessageBuffer,
+                       groups: GroupSettings, rooms: Rooms) -> None:
+    """A group became a supergroup and got a new id: Telegram says so in the old chat (migrate_to) and in
+    the new one (migrate_from). Whichever arrives first moves everything; the other finds nothing left."""
+    if message.migrate_to_chat_id is not None:
+        old, new = message.chat.id, message.migrate_to_chat_id
+    elif message.migrate_from_chat_id is not None:
+        old, new = message.migrate_from_chat_id, message.chat.id
+    else:
+        return
+    for scope in await groups.scopes_of(old):
+        await buffer.flush_now(scope)  # answered (and queued for memory) under the old id, then moved
+    moved = await engine.move_chat(old, new, utcnow())
+    for scope in moved:
+        chat.moved(scope, Scope(scope.user_id, new))
+    rooms.move(old, new)
+    log.info("group %s became %s: %d memory scopes moved", old, new, len(moved))
+
+
 def build() -> Router:
     router = Router(name="groups")
     # Admin commands first: an anonymous admin may use them; every other message of a sender that is a
@@ -253,6 +275,7 @@ def build() -> Router:
     router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
     router.message.register(group_memory, IN_GROUP, Command("group_memory"))
     router.message.register(forget_group, IN_GROUP, Command("forget_group"))
+    router.message.register(on_migration, IN_GROUP, F.migrate_to_chat_id | F.migrate_from_chat_id)
     router.message.register(not_a_person, IN_GROUP, F.sender_chat)
     router.message.register(share_private, Command("share_private"))
     router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))

@@ -107,6 +107,12 @@ class Rooms:
     def clear(self, chat_id: int) -> None:
         self._rooms.pop(chat_id, None)
 
+    def move(self, old_chat_id: int, new_chat_id: int) -> None:
+        """The group got a new id: its recent lines go with it (unless the new id already has a room)."""
+        room = self._rooms.pop(old_chat_id, None)
+        if room is not None:
+            self._rooms.setdefault(new_chat_id, room)
+
 
 @dataclass(frozen=True, slots=True)
 class GroupTurn:

@@ -28,7 +28,7 @@ from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db, utcnow
 from companion.storage import decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
-from companion.storage.base import ACTIVE_ONLY
+from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.rows import (
     INSERT_MEMORY,
     PROFILE_COLUMNS,
@@ -504,6 +504,42 @@ class SQLiteStore:
             )
 
     # ---- backup (SQLite-specific; used by ops.backup through this store only) --------------------
+
+    # ---- a group chat that changed its id -------------------------------------------------------
+
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        async with self._tx() as conn:
+            cursor = await conn.execute("SELECT key FROM scopes WHERE chat_id = ? ORDER BY key", (old_chat_id,))
+            olds = [Scope.from_key(str(row[0])) for row in await cursor.fetchall()]
+            for old in olds:
+                await self._move_scope(conn, old, Scope(old.user_id, new_chat_id), now)
+            for old_end, new_end in moved_suffixes(olds, old_chat_id, new_chat_id):
+                size = len(old_end)
+                await conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT substr(key, 1, length(key) - ?) "
+                                   "|| ?, value FROM meta WHERE substr(key, -?) = ?", (size, new_end, size, old_end))
+                await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
+        for old in olds:
+            self._versions.pop(old.key, None)
+        return olds
+
+    async def _move_scope(self, conn: aiosqlite.Connection, old: Scope, new: Scope, now: datetime) -> None:
+        """Rows are copied rather than the table renamed: the new scope may exist already (written to
+        before the move was seen), and its index keeps the name of its own table."""
+        await self._ensure_scope(conn, old, now)  # both tables at the current version: the same columns
+        await self._ensure_scope(conn, new, now)
+        cursor = await conn.execute(f'PRAGMA table_info("{new.table}")')
+        columns = ", ".join(f'"{row[1]}"' for row in await cursor.fetchall())
+        await conn.execute(f'INSERT INTO "{new.table}" ({columns}) SELECT {columns} FROM "{old.table}"')
+        await conn.execute(f'DROP TABLE "{old.table}"')
+        await conn.execute("UPDATE scopes SET active = max(active, (SELECT active FROM scopes WHERE key = ?)) "
+                           "WHERE key = ?", (old.key, new.key))
+        for table in ("memory_handles", "pending_turns", "short_term", "memory_vectors"):
+            await conn.execute(f"UPDATE {table} SET scope_key = ? WHERE scope_key = ?", (new.key, old.key))
+        await conn.execute("UPDATE OR IGNORE profiles SET scope_key = ?, dirty = 1 WHERE scope_key = ?",
+                           (new.key, old.key))
+        await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (old.key,))
+        await conn.execute("DELETE FROM scopes WHERE key = ?", (old.key,))
+        self._pending_versions.pop(old.key, None)
 
     async def snapshot(self, target: Path) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions."""
