@@ -49,6 +49,8 @@ GROUP_COMMANDS = {
     "stop_aigf": "在本群关闭陪伴模式",
     "share_private": "群里是否用你的私聊记忆 on/off",
     "memories": "我在本群记得你什么（私信）",
+    "forget": "忘掉本群关于你的事（私信确认）",
+    "why": "我为什么记得这件事（私信）",
     "help": "查看帮助",
 }
 ADMIN_COMMANDS = {"group_memory": "本群记忆 on/off（管理员）", "forget_group": "清除本群所有记忆（管理员）"}

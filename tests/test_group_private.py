@@ -125,3 +125,10 @@ async def test_group_reviews_and_weekly_go_private_or_wait(tmp_path: Path) -> No
         assert any(t.startswith("「火锅群」") and "这周" in t for t in texts_in(g, A))
         await press(g, A, A, message, "1 归档")
         assert (await g.engine.get(scope, handle)).status is Status.ARCHIVED
+
+
+async def test_group_menu_and_help_name_the_private_commands(tmp_path: Path) -> None:
+    async with group_bot(tmp_path) as g:
+        group_menu = [c["command"] for c in g.tg.menus_by_type()["all_group_chats"]]
+        assert {"memories", "forget", "why"} <= set(group_menu)
+        assert "/forget@{bot}" in gt.GROUP_HELP and "/why@{bot}" in gt.GROUP_HELP
