@@ -5,6 +5,7 @@ settings. Telegram tells both chats, and a restart may come in between: moving t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from companion.chat import group_texts as gt
 from companion.core.models import Scope
@@ -16,9 +17,9 @@ A, B = 1001, 1002
 OLD, NEW = -5001, -1000000005001
 
 
-async def state(g: GroupBot) -> dict[str, object]:
+async def state(g: GroupBot) -> dict[str, Any]:
     """What a user of the group owns, under the new id and the old."""
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}
     for user in (A, B):
         for name, chat_id in (("new", NEW), ("old", OLD)):
             scope = Scope(user, chat_id)
