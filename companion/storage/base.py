@@ -115,10 +115,11 @@ class MemoryStore(Protocol):
 
     # ---- a group chat that changed its id (a group upgraded to a supergroup) ----
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
-        """Move everything of every (old chat, user) scope to (new chat, user), atomically: memories with
-        their handles, companion mode, queued turns, short-term items, profile, vectors, and the small
-        state keyed by the scope (``name:<scope key>``) or by the chat (``name:<chat id>``). What the new
-        scope already has wins over the old. Returns the old scopes moved; a second call moves nothing."""
+        """Move everything of every (old chat, user) scope to (new chat, user), each scope atomically:
+        memories with their handles, companion mode, queued turns, short-term items, profile, vectors, and
+        the small state keyed by the scope (``name:<scope key>``) or by the chat (``name:<chat id>``). What
+        the new scope already has wins over the old. Returns the old scopes moved; a second call moves
+        nothing (or finishes a move cut short)."""
         ...
 
 
