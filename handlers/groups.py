@@ -267,6 +267,7 @@ async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService
     for scope in moved:
         chat.moved(scope, Scope(scope.user_id, new))
     rooms.move(old, new)
+    await groups.record_move(old, new)
     log.info("group %s became %s: %d memory scopes moved", old, new, len(moved))
 
 

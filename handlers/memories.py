@@ -18,6 +18,7 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Status, Tier
@@ -149,16 +150,18 @@ async def forget_command(message: Message, command: CommandObject, engine: Memor
     await message.answer(text, reply_markup=markup)
 
 
-def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB) -> Scope | None:
-    """The scope a press acts on: a group-scoped button (sent to a private chat) names it and counts only
-    for its own user; any other button acts on the presser's scope in the chat where it was pressed."""
+async def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB, groups: GroupSettings) -> Scope | None:
+    """The scope a press acts on: a group-scoped button (sent to a private chat) names it (under the
+    group's current id) and counts only for its own user; any other button acts on the presser's scope in
+    the chat where it was pressed."""
     if isinstance(data, GroupForgetCB | GroupReviewCB):
-        return Scope(data.user, data.chat) if query.from_user.id == data.user else None
+        return Scope(data.user, await groups.current_id(data.chat)) if query.from_user.id == data.user else None
     return scope_of_callback(query)
 
 
-async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService) -> None:
-    scope = pressed_scope(query, callback_data)
+async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
+                    groups: GroupSettings) -> None:
+    scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
         return
@@ -309,8 +312,9 @@ def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
     return review, weekly
 
 
-async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService) -> None:
-    scope = pressed_scope(query, callback_data)
+async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService,
+                    groups: GroupSettings) -> None:
+    scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupReviewCB) else None)
         return

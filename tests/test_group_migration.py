@@ -38,6 +38,9 @@ async def test_a_group_that_becomes_a_supergroup_keeps_everything(tmp_path: Path
             await g.group(user, OLD, f"/start_aiGF@{BOT}")
         await g.seed(Scope(A, OLD), "喜欢火锅 甲一", ["火锅"])
         await g.seed(Scope(B, OLD), "喜欢火锅 乙一", ["火锅"])
+        await g.private(A, "/start")
+        await g.group(A, OLD, f"/forget@{BOT} 火锅")  # a confirmation sent privately before the move
+        confirm = g.tg.sent_messages(A)[-1]
         await g.group(A, OLD, f"@{BOT} 今天降温了", first_name="老王")
         await g.engine.set_note(Scope(A, OLD), reviews.WEEKLY, "on")
         await g.group(A, OLD, f"/group_memory@{BOT} off")
@@ -65,10 +68,17 @@ async def test_a_group_that_becomes_a_supergroup_keeps_everything(tmp_path: Path
         again = await state(g)
         assert again[f"{A}-new"][0] == ["喜欢火锅 甲一"] and again[f"{B}-new"] == after[f"{B}-new"]
 
+        data = next(d for text, d in g.tg.buttons(confirm) if "忘掉第1条" in text)
+        assert str(OLD) in data
+        g.tg.push_callback(A, int(confirm["message_id"]), data, chat_id=A)  # the button names the old id
+        await g.deliver()
+        assert await g.engine.memories(Scope(A, NEW)) == []
+        assert [m.event for m in await g.engine.memories(Scope(B, NEW))] == ["喜欢火锅 乙一"]
+
     async with group_bot(tmp_path) as g:  # a restart: the move was kept, and a late notice changes nothing
         g.tg.add_group(OLD, "老群", kind="group", admins=(A,))
         g.tg.push_migration(OLD, NEW)
         await g.deliver()
         restarted = await state(g)
         assert restarted[f"{B}-new"] == after[f"{B}-new"] and restarted[f"{A}-old"] == after[f"{A}-old"]
-        assert restarted[f"{A}-new"][:2] == (["喜欢火锅 甲一"], True)
+        assert restarted[f"{A}-new"][:2] == ([], True)

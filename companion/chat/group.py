@@ -11,7 +11,7 @@ only ever sees the speaker's own turns.
 
 Settings are two flags in the store's small key-value table, so no table of their own: the group's
 memory switch (``group_memory:<chat id>``) and a user's private-sharing opt-in (``share_private:<user
-id>``).
+id>``); a group upgraded to a supergroup leaves ``moved:<old id>:to`` = its new id.
 """
 
 from __future__ import annotations
@@ -67,6 +67,15 @@ class GroupSettings:
     async def clear_queued(self, scope: Scope) -> None:
         """Drop the turns waiting for extraction (the group asked to forget everything)."""
         await self._store.clear_turns(scope)
+
+    async def record_move(self, old_chat_id: int, new_chat_id: int) -> None:
+        """Remember that a group got a new id, for buttons sent before the move that still name the old."""
+        await self._store.set_meta(f"moved:{old_chat_id}:to", str(new_chat_id))
+
+    async def current_id(self, chat_id: int) -> int:
+        """The id a group has now (a group becomes a supergroup once; supergroups keep their id)."""
+        moved = await self._store.get_meta(f"moved:{chat_id}:to")
+        return chat_id if moved is None else int(moved)
 
     async def memory_on(self, chat_id: int) -> bool:
         return await self._store.get_meta(f"group_memory:{chat_id}") != "off"
