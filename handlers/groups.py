@@ -200,8 +200,8 @@ async def not_a_person(message: Message, bot: Bot, rooms: Rooms) -> None:
     if for_me or addressed_to(message, me):
         await message.reply(gt.ANONYMOUS_ADMIN if anonymous_admin(message) else gt.AS_CHANNEL)
         return
-    if said and message.sender_chat is not None:
-        rooms.room(message.chat.id).add(message.sender_chat.title or gt.SOME_GROUP, said)
+    if said and message.sender_chat is not None:  # named as Telegram shows it: the signature, else the chat
+        rooms.room(message.chat.id).add(message.author_signature or message.sender_chat.title or "?", said)
 
 
 async def group_memory(message: Message, command: CommandObject, bot: Bot, groups: GroupSettings) -> None:
