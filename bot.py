@@ -82,12 +82,15 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
     from memory import MemoryEngine
 
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
+    keywords = KeywordExtractor()
+    if need_llm:
+        keywords.preload()  # the chat needs the dictionaries: load them while the database opens
     try:
         store = await SQLiteStore.open(settings.db_path)
         try:
             if llm is not None:
                 llm.usage_sink = usage_sink(UsageLog(store))  # every call's tokens and latency, one table
-            engine = await MemoryEngine.create(store, settings, KeywordExtractor(), llm)
+            engine = await MemoryEngine.create(store, settings, keywords, llm)
             yield Services(store, engine, llm)
         finally:
             await store.close()
@@ -213,6 +216,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 await check_telegram(bot, settings)
                 assert parts.llm is not None
                 await check_llm(parts.llm, settings)
+                await parts.engine.ready()  # the dictionaries loaded while Telegram and the model answered
                 await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()

@@ -72,9 +72,8 @@ class DenseReplay:
             number = self._scopes.setdefault(line.user, len(self._scopes) + 1)
             scope = Scope(number)
             if isinstance(line, MemoryLine):
-                self.engine.dense = None  # embedded in one batch before this user's next query
-                written = await self.engine.remember(scope, [draft_for(line)], now=line.time)
-                self.engine.dense = self.dense
+                # Embedded in one batch before this user's next query.
+                written = await self.engine.remember(scope, [draft_for(line)], now=line.time, embed=False)
                 for handle in written[:1]:
                     self._rows.setdefault((number, handle), []).append(line.id)
                 self._unembedded.add(number)

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from companion.core.errors import LLMBadResponseError
 from companion.core.extraction import (
@@ -410,3 +412,28 @@ def test_permanent_stays_permanent_when_retold_as_short_lived() -> None:
     plan = plan_merge(existing, [draft("对花生过敏", ["花生"], 50, Validity.DAYS_7)], NOW)
     assert plan.updates[0].validity is Validity.PERMANENT
     assert plan.updates[0].expires_at is None
+
+
+def _dedupe_every_pair(drafts: list[MemoryDraft]) -> list[MemoryDraft]:
+    """The plain reference: each draft compared with every kept one, in order."""
+    kept: list[MemoryDraft] = []
+    for draft in drafts:
+        twin = next((i for i, k in enumerate(kept) if same_event(k.event, k.keywords, draft.event, draft.keywords)),
+                    None)
+        if twin is None:
+            kept.append(draft)
+        else:
+            [kept[twin]] = dedupe_drafts([kept[twin], draft])  # the merge of two of the same event
+    return kept
+
+
+_WORDS = ["猫", "狗", "咖啡", "上海", "生日", "跑步", "hike"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["我养猫", "我养猫。", "喜欢咖啡", "在上海", "2025-01-02 跑步", "跑步"]),
+                          st.lists(st.sampled_from(_WORDS), max_size=4)), max_size=25))
+def test_dedupe_drafts_equals_comparing_every_pair(items: list[tuple[str, list[str]]]) -> None:
+    drafts = [MemoryDraft(event, keywords, 50.0 + n) for n, (event, keywords) in enumerate(items)]
+    fresh = [MemoryDraft(event, keywords, 50.0 + n) for n, (event, keywords) in enumerate(items)]
+    assert dedupe_drafts(drafts) == _dedupe_every_pair(fresh)

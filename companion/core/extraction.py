@@ -171,13 +171,25 @@ def same_event(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords
 
 
 def dedupe_drafts(drafts: Sequence[MemoryDraft]) -> list[MemoryDraft]:
+    """Merge drafts of the same event, each into the first kept one it matches (``same_event``). Only
+    drafts that could match are compared (same text, or a shared keyword): a bulk load of thousands of
+    drafts must not compare every pair."""
     kept: list[MemoryDraft] = []
+    by_key: dict[str, list[int]] = {}
+    by_word: dict[str, list[int]] = {}
     for draft in drafts:
-        twin = next((k for k in kept if same_event(k.event, k.keywords, draft.event, draft.keywords)), None)
+        near = {*by_key.get(event_key(draft.event), ()), *(i for w in set(draft.keywords) for i in by_word.get(w, ()))}
+        twin = next((i for i in sorted(near)
+                     if same_event(kept[i].event, kept[i].keywords, draft.event, draft.keywords)), None)
         if twin is None:
+            twin = len(kept)
             kept.append(draft)
         else:
-            kept[kept.index(twin)] = _merge_drafts(twin, draft)
+            kept[twin] = _merge_drafts(kept[twin], draft)
+        # Stale entries of a merged draft only add candidates; ``same_event`` decides.
+        by_key.setdefault(event_key(kept[twin].event), []).append(twin)
+        for word in set(kept[twin].keywords):
+            by_word.setdefault(word, []).append(twin)
     return kept
 
 

@@ -7,14 +7,18 @@ import unicodedata
 
 MAX_KEYWORD_CHARS = 20
 _SEPARATORS = re.compile(r"[,，、;；\s]+")
+_SPACES = re.compile(r"\s+")
+_DROPPED = frozenset({"Cc", "Cf", "Cs", "Co"})
 
 
 def normalize_text(text: str) -> str:
     """NFC, no control or zero-width characters, whitespace folded: the form we store. NFC, not NFKC,
     so full-width Chinese punctuation stays as the user wrote it."""
     text = unicodedata.normalize("NFC", text)
-    text = "".join(ch for ch in text if unicodedata.category(ch) not in {"Cc", "Cf", "Cs", "Co"} or ch in "\n\t")
-    return re.sub(r"\s+", " ", text).strip()
+    # Printable text has none of those categories: most text skips the per-character walk.
+    if not text.isprintable():
+        text = "".join(ch for ch in text if unicodedata.category(ch) not in _DROPPED or ch in "\n\t")
+    return _SPACES.sub(" ", text).strip()
 
 
 def normalize_keyword(word: str) -> str:

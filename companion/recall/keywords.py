@@ -8,6 +8,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Iterable
+from concurrent.futures import Future
 from importlib import resources
 
 import jieba
@@ -23,14 +24,17 @@ KEYWORD_CACHE = 4096
 
 
 class KeywordExtractor:
-    """Segments text into content words. ``load()`` is slow (jieba builds its prefix dict): call it once,
-    off the event loop, at startup."""
+    """Segments text into content words. ``load()`` is slow (jieba builds its prefix dict, ~1 s): the
+    engine starts it in a thread at start-up and the first use waits for what is left of it."""
 
     def __init__(self) -> None:
         self._tokenizer = jieba.Tokenizer()
         self._stopwords: frozenset[str] = frozenset()
         self._loaded = False
         self._lock = threading.Lock()
+        self._extra: list[str] = []  # words added before the dictionaries were loaded
+        self._extra_lock = threading.Lock()
+        self._preloading: Future[None] | None = None
         # A turn is read again as context on the next two turns: segment each text once.
         self._cached = functools.lru_cache(maxsize=KEYWORD_CACHE)(self._keywords)
 
@@ -46,14 +50,44 @@ class KeywordExtractor:
             text = (package / "stopwords.txt").read_text(encoding="utf-8")
             self._stopwords = frozenset(line.strip() for line in text.splitlines() if line.strip())
             self._loaded = True
+        self._add_extra()
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def preload(self) -> Future[None]:
+        """Start loading in a thread of its own (once); the future tells when it is done or why it failed."""
+        with self._extra_lock:
+            if self._preloading is None:
+                self._preloading = Future()
+                threading.Thread(target=self._load_into, args=(self._preloading,), name="jieba-load",
+                                 daemon=True).start()
+            return self._preloading
+
+    def _load_into(self, done: Future[None]) -> None:
+        try:
+            self.load()
+        except BaseException as exc:  # handed to whoever waits on the future
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
 
     def add_words(self, words: Iterable[str]) -> None:
-        """Teach the tokenizer extra words (the configured important keywords) so they stay whole."""
-        self.load()
-        for word in words:
-            if word:
-                self._tokenizer.add_word(word, freq=2000)
-        self._cached.cache_clear()
+        """Teach the tokenizer extra words (the configured important keywords) so they stay whole; before
+        the dictionaries are loaded they wait for the load (this never blocks on it)."""
+        with self._extra_lock:
+            self._extra.extend(w for w in words if w)
+        if self._loaded:
+            self._add_extra()
+
+    def _add_extra(self) -> None:
+        with self._extra_lock:
+            extra, self._extra = self._extra, []
+        for word in extra:
+            self._tokenizer.add_word(word, freq=2000)
+        if extra:
+            self._cached.cache_clear()
 
     def tokens(self, text: str) -> list[str]:
         """All content words in order, duplicates kept (for BM25 and mention checks)."""
@@ -68,15 +102,11 @@ class KeywordExtractor:
 
     def keywords(self, text: str, limit: int = 12) -> list[str]:
         """Distinct content words, first occurrence first, at most ``limit``."""
-        return list(self._cached(text, limit))
+        return list(self._cached(text)[:limit])
 
-    def _keywords(self, text: str, limit: int) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for word in self.tokens(text):
-            seen.setdefault(word, None)
-            if len(seen) >= limit:
-                break
-        return tuple(seen)
+    def _keywords(self, text: str) -> tuple[str, ...]:
+        # Every distinct word, cut once: a memory is asked for its keywords and its index terms.
+        return tuple(dict.fromkeys(self.tokens(text)))
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):

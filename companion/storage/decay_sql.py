@@ -51,14 +51,17 @@ def _decaying(row: str) -> str:
 # Cleanup leaves a content-free tombstone: the text goes, the handle, time and reason stay. A lower-value
 # copy of the same event text is noise too (the higher one, or the newer of equals, stays), unless that
 # copy is itself cleaned up now. One statement: SQLite decides which rows change before changing any.
+# Tables have no index on the text (one schema entry per user): the texts told more than once are found
+# by one grouping pass, and only their rows look for a better copy.
 CLEAN = f"""
 UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', status = 'forgotten', updated_at = :stamp,
     status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN 'faded'
                          WHEN {_cleanable("t")} THEN 'expired' ELSE 'duplicate' END
-WHERE t.status = 'active' AND {_decaying("t")} AND ({_cleanable("t")} OR EXISTS (
+WHERE t.status = 'active' AND {_decaying("t")} AND ({_cleanable("t")} OR (t.event IN (
+    SELECT event FROM "{{table}}" WHERE status = 'active' GROUP BY event HAVING count(*) > 1) AND EXISTS (
     SELECT 1 FROM "{{table}}" AS o WHERE o.event = t.event AND o.status = 'active' AND o.id != t.id
     AND (o.importance > t.importance OR (o.importance = t.importance AND o.id > t.id))
-    AND NOT ({_decaying("o")} AND {_cleanable("o")})))
+    AND NOT ({_decaying("o")} AND {_cleanable("o")}))))
 """
 
 

@@ -123,11 +123,8 @@ async def migrate_shared(conn: aiosqlite.Connection, now: str, sets: Sequence[Mi
 
 # ---- per memory table ----------------------------------------------------------------------------
 
-# The memory table as it is now. New tables are created from this in one statement: SQLite re-parses its
-# schema after every ALTER TABLE, which made a new user's first write cost ~300 ms at 10,000 tables.
-# ``tests/test_migrations.py`` checks it equals what the steps build.
-CURRENT_TABLE = """
-    CREATE TABLE IF NOT EXISTS "{table}" (
+# The table of step 0003 (shipped: never edit). Steps after it change this shape with their own SQL.
+V3_COLUMNS = """(
         id INTEGER PRIMARY KEY,
         event TEXT NOT NULL,
         keywords TEXT NOT NULL,
@@ -155,9 +152,16 @@ CURRENT_TABLE = """
         superseded_by INTEGER,
         status_reason TEXT NOT NULL DEFAULT '',
         fingerprint TEXT NOT NULL DEFAULT ''
-    );
+    )"""
+V3_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + V3_COLUMNS + """;
     CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event)
 """
+# The table as the steps leave it now: v3 without the text index (0004). New tables are created from this
+# in one statement (SQLite re-parses its schema after every ALTER TABLE: ~300 ms for a new user at 10,000
+# tables), on one line: SQLite keeps the text as written and reads all of it at every start.
+# A step that adds a column gives this its own column list; ``tests/test_migrations.py`` checks it equals
+# what the steps build.
+CURRENT_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + " ".join(V3_COLUMNS.split())
 
 
 async def _handles_and_lifecycle(conn: aiosqlite.Connection, key: str, table: str) -> None:
@@ -170,7 +174,7 @@ async def _handles_and_lifecycle(conn: aiosqlite.Connection, key: str, table: st
     new = f"{table}__v3"
     await conn.execute(f'INSERT INTO memory_handles (id, scope_key) SELECT id + ?, ? FROM "{table}" ORDER BY id',
                        (base, key))
-    await run_script(conn, CURRENT_TABLE.format(table=new).replace(f'"{new}_event"', f'"{new}_event_tmp"'))
+    await run_script(conn, V3_TABLE.format(table=new).replace(f'"{new}_event"', f'"{new}_event_tmp"'))
     await conn.execute(
         f'INSERT INTO "{new}" (id, event, keywords, importance, created_at, validity, last_mentioned_at, '
         "updated_at, expires_at, type, origin, mention_count, last_decay_at, terms, status, tier) "
@@ -211,6 +215,12 @@ MEMORIES = MigrationSet("memories", (
     ALTER TABLE "{table}" ADD COLUMN terms TEXT NOT NULL DEFAULT ''
     """),
     Migration("0003_handles_and_lifecycle", run=_handles_and_lifecycle),
+    # One schema entry per user instead of two: SQLite reads its whole schema at start-up and scans it on
+    # every CREATE TABLE, so each entry per user costs every start and every new user. The index served
+    # only cleanup's duplicate check, which now finds duplicates by grouping (``decay_sql.CLEAN``).
+    Migration("0004_drop_event_index", """
+    DROP INDEX IF EXISTS "{table}_event"
+    """),
 ))
 CURRENT_TABLE_VERSION = len(MEMORIES.steps)
 LIFECYCLE_VERSION = MEMORIES.names.index("0003_handles_and_lifecycle") + 1  # tables with ``status``

@@ -1,0 +1,85 @@
+"""What the model is asked to learn: memories and today's events from queued turns, the tier of an
+explicit save, and a conversation's summary. Produces drafts; storing them is the writer's job.
+Raises LLMError when the model cannot answer (the judging of a save falls back to the words as given)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, tzinfo
+
+import prompts
+from companion.core.errors import LLMError
+from companion.core.extraction import clean_keywords, parse_extraction, parse_today
+from companion.core.models import Memory, MemoryDraft, Tier, Turn, Validity
+from companion.core.text import normalize_text
+from companion.core.timeutil import local_date, show
+from companion.engine.saving import guess_draft, parse_saved
+from companion.llm.client import LLMClient
+from companion.recall.index import Tokenize
+
+log = logging.getLogger(__name__)
+
+SUMMARY_CHARS = 50
+
+
+class Learner:
+    def __init__(self, llm: LLMClient | None, keywords: Tokenize, tz: tzinfo) -> None:
+        self.llm = llm
+        self._keywords = keywords
+        self._tz = tz
+
+    async def extract(
+        self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime
+    ) -> tuple[list[MemoryDraft], list[str]]:
+        """Memories (short-term, sourced from the last turn) and today's small events told in the turns.
+        ``known`` are the stored memories shown with their handles: only those may be superseded."""
+        if self.llm is None:
+            raise RuntimeError("extraction needs an LLM client")
+        today = local_date(now, self._tz)
+        listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
+        prompt = prompts.render("extract", today=today, known=listed, turns=self.format_turns(turns))
+        data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
+        drafts = parse_extraction(data, self._keywords, today)
+        last = turns[-1]
+        for draft in drafts:
+            draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
+            draft.source_at = last.at
+            draft.source_chat_id, draft.source_message_id = last.chat_id, last.message_id
+            if draft.supersedes not in known:
+                draft.supersedes = None  # only a memory the model was shown, so only this scope's
+        return drafts, parse_today(data)
+
+    async def judge(self, text: str, now: datetime) -> MemoryDraft:
+        """An explicit save: the model judges type, tier and importance; without it the words are kept."""
+        if self.llm is None:
+            return guess_draft(text, self._keywords)
+        prompt = prompts.render("save", today=local_date(now, self._tz), text=text)
+        try:
+            data = await self.llm.json([{"role": "user", "content": prompt}], purpose="save")
+        except LLMError as exc:
+            log.warning("save without the model's judgement: %s", exc)
+            return guess_draft(text, self._keywords)
+        return parse_saved(data, text, self._keywords)
+
+    async def summary(self, turns: Sequence[Turn], now: datetime) -> MemoryDraft | None:
+        """A short-term draft summing up a conversation that had something worth keeping, or None."""
+        if self.llm is None or not turns:
+            return None
+        today = local_date(now, self._tz)
+        prompt = prompts.render("summary", today=today, turns=self.format_turns(turns))
+        data = await self.llm.json([{"role": "user", "content": prompt}], purpose="summary")
+        summary = data.get("summary")
+        if not isinstance(summary, str) or not normalize_text(summary):
+            return None
+        return MemoryDraft(event=f"{today} {normalize_text(summary)[:SUMMARY_CHARS]}",
+                           keywords=clean_keywords(data.get("keywords")), importance=40.0,
+                           validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
+
+    def format_turns(self, turns: Sequence[Turn]) -> str:
+        lines: list[str] = []
+        for turn in turns:
+            lines.append(f"[{show(turn.at, self._tz)}] 用户：{turn.user}")
+            if turn.reply:
+                lines.append(f"聊天伙伴：{turn.reply}")
+        return "\n".join(lines)

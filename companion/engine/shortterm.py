@@ -1,0 +1,57 @@
+"""Short-term memory kept in the database, so a restart forgets nothing: the conversation's turns (the
+newest 200) and what the user reported today (the newest 30), plus its scrubbing when the user forgets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, tzinfo
+
+from companion.core.extraction import tells
+from companion.core.models import Memory, Scope, ShortItem, ShortKind
+from companion.core.timeutil import local_date
+from companion.engine.types import ShortTerm
+from companion.storage.base import MemoryStore
+
+SHORT_TURNS_KEPT = 200
+TODAY_EVENTS_KEPT = 30
+
+
+class ShortTermBook:
+    def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
+        self._store = store
+        self._tz = tz
+
+    async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
+        await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled)
+
+    async def add_event(self, scope: Scope, event: str, at: datetime) -> None:
+        await self._store.add_short(scope, ShortKind.EVENT, event, None, at, keep=TODAY_EVENTS_KEPT)
+
+    async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
+        return await self._store.short_items(scope, ShortKind.TURN, limit)
+
+    async def events(self, scope: Scope) -> list[ShortItem]:
+        return await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+
+    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+        """What the user reported today (local day), oldest first."""
+        today = local_date(now, self._tz)
+        return [i.user for i in await self.events(scope) if local_date(i.at, self._tz) == today]
+
+    async def short_term(self, scope: Scope, now: datetime, turns: int) -> ShortTerm:
+        return ShortTerm(await self.turns(scope, turns), await self.today_events(scope, now))
+
+    async def clear(self, scope: Scope, kind: ShortKind | None = None) -> None:
+        await self._store.drop_short(scope, kind=kind)
+
+    async def drop_telling(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
+        """Drop the kept turns and events that told what was just forgotten, and the turns still queued
+        for extraction that told it (so a later extraction cannot bring it back)."""
+        kept = [*await self.turns(scope), *await self.events(scope)]
+        telling = [item.id for item in kept
+                   if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)]
+        if telling:
+            await self._store.drop_short(scope, telling)
+        queued = await self._store.pending_turns(scope, 10_000)
+        await self._store.drop_turns(scope, [t.id for t in queued
+                                             if t.id is not None and any(tells(t.user, m) for m in forgotten)])

@@ -1,0 +1,161 @@
+"""The user steers their memories: reads checked against the owner, edits, tier moves, archive and
+restore, pins, answers to reviews, search_memories, provenance (/why) and counts (/stats).
+Every change goes through the writer, so caches, profile and vectors follow."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from companion.core import tiers
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Recalled, Scope, Status, Tier
+from companion.core.text import normalize_text
+from companion.engine.retrievers import DenseRetriever
+from companion.engine.types import MemoryStats, Provenance
+from companion.engine.writer import MemoryWriter
+from companion.recall.filters import MemoryFilter, matches_words
+from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
+
+
+class SearchRecall(Protocol):
+    async def __call__(self, scope: Scope, text: str, now: datetime, *, limit: int,
+                       min_importance: float) -> list[Recalled]: ...
+
+
+class Curator:
+    def __init__(self, store: MemoryStore, writer: MemoryWriter, recall: SearchRecall,
+                 dense: DenseRetriever | None = None) -> None:
+        self._store = store
+        self._writer = writer
+        self._recall = recall
+        self._dense = dense
+
+    async def get(self, scope: Scope, handle: int) -> Memory:
+        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
+        owner = await self._store.owner_of(handle)
+        if owner is None:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        if owner != scope:
+            raise NotYourMemoryError(f"memory {handle} belongs to another scope")
+        found = await self._store.fetch_by_ids(scope, [handle])
+        if not found:
+            raise MemoryNotFoundError(f"no memory {handle}")
+        return found[0]
+
+    async def edit(
+        self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None
+    ) -> Memory:
+        """New wording for one memory (keywords and index terms follow) and/or a new importance."""
+        memory = await self.get(scope, handle)
+        if importance is not None:
+            memory = replace(memory, importance=min(max(float(importance), 0.0), 100.0), updated_at=now)
+        if text is None:
+            return await self._writer.write(scope, replace(memory, updated_at=now))
+        draft = self._writer.prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
+        return await self._writer.write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
+                                                terms=draft.terms, updated_at=now))
+
+    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
+        return await self._writer.write(scope, tiers.move_to_tier(await self.get(scope, handle), tier, now))
+
+    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        memory = await self.get(scope, handle)
+        moved = tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now)
+        return await self._writer.write(scope, replace(moved, status_reason="promoted"))  # the weekly summary counts it
+
+    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Keep as it is and ask again after one more period of its tier."""
+        return await self._writer.write(scope, tiers.keep_for_another_period(await self.get(scope, handle), now))
+
+    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Put away: never recalled, kept in backups, restorable from /memories."""
+        memory = await self.get(scope, handle)
+        archived = replace(memory, status=Status.ARCHIVED, status_reason="user", updated_at=now)
+        return await self._writer.write(scope, archived)
+
+    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Bring an archived memory back (its review restarts in its tier)."""
+        memory = await self.get(scope, handle)
+        if memory.status is not Status.ARCHIVED:
+            return memory
+        back = replace(memory, status=Status.ACTIVE, status_reason="")
+        return await self._writer.write(scope, tiers.keep_for_another_period(back, now))
+
+    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
+        """Put a review time back (undoing a "keep")."""
+        return await self._writer.write(scope, replace(await self.get(scope, handle), review_at=when))
+
+    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """Record that these memories were shown (a list): their last access time moves."""
+        await self._store.touch(scope, ids, now)
+
+    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
+        return await self._writer.write(scope, replace(await self.get(scope, handle), pinned=pinned, updated_at=now))
+
+    async def search(
+        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
+        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
+        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
+        limit: int = 20,
+    ) -> list[Memory]:
+        """search_memories: memories matching a query (every word, or the text itself), newest first, then
+        those close in meaning (when semantic recall is on); an empty query lists them all. Filters: status,
+        tier, type, origin, learned in [since, until). Counts as an access."""
+        words = [w for w in normalize_text(query).lower().split() if w]
+        filters = MemoryFilter.of(types=types or (), tiers=tiers_ or (), origins=origins or (), since=since,
+                                  until=until)
+        found = [m for m in await self._store.fetch_memories(scope, statuses)
+                 if filters.admits(m) and matches_words(m, words)]
+        found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        if words and self._dense is not None and len(found) < limit:
+            found += await self._dense.similar(scope, query, filters, statuses, limit, exclude={m.id for m in found})
+        if words and not found:
+            found = [r.memory for r in await self._recall(scope, query, now, limit=limit, min_importance=0)
+                     if r.memory.status in statuses and filters.admits(r.memory)]
+            found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+        found = found[:limit]
+        await self._store.touch(scope, [m.id for m in found if m.is_active], now)
+        return found
+
+    async def why(self, scope: Scope, handle: int) -> Provenance:
+        """Where a memory came from and how it changed: its source, and the memories it replaced."""
+        memory = await self.get(scope, handle)
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        replaced = [m for m in everything if m.superseded_by == handle]
+        newer = next((m for m in everything if m.id == memory.superseded_by), None)
+        return Provenance(memory, replaced, newer)
+
+    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
+        """Memories at their review time, each with a suggestion and its reason."""
+        due = [m for m in await self._store.fetch_memories(scope) if tiers.is_due(m, now)]
+        due.sort(key=lambda m: (m.review_at or now, m.id))
+        return [(m, tiers.suggest(m, now)) for m in due]
+
+    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
+        """Apply the user's answer to a review."""
+        if action is tiers.Action.PROMOTE:
+            return await self.promote(scope, handle, now)
+        if action is tiers.Action.ARCHIVE:
+            return await self.archive(scope, handle, now)
+        if action is tiers.Action.FORGET:
+            memory = await self.get(scope, handle)  # owner check before anything changes
+            gone = await self._writer.forget(scope, [handle], "user")
+            return gone[0] if gone else memory
+        return await self.keep(scope, handle, now)
+
+    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
+        everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        active = [m for m in everything if m.is_active]
+        week_ago = now - timedelta(days=7)
+        return MemoryStats(
+            by_tier={t: sum(m.tier is t for m in active) for t in Tier},
+            by_type={t: sum(m.type is t for m in active) for t in MemoryType},
+            archived=sum(m.status is Status.ARCHIVED for m in everything),
+            superseded=sum(m.status is Status.SUPERSEDED for m in everything),
+            learned_this_week=sum(m.created_at >= week_ago for m in active),
+            evicted_this_week=sum(m.status_reason == "evicted" and m.updated_at >= week_ago for m in everything),
+            pending_turns=await self._store.count_pending(scope),
+        )

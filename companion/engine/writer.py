@@ -1,0 +1,167 @@
+"""Every change to a scope's memories goes through here: new memories (merged with retold ones,
+superseding what they replace, within the scope's capacity), rewrites of one memory, and forgetting.
+
+Writes to one scope are serialised by its lock; other scopes never wait. The caches, the profile and
+the vectors follow each write, so nothing derived keeps what the table no longer has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from companion.core import tiers
+from companion.core.extraction import MergePlan, clean_keywords, fingerprint, plan_merge
+from companion.core.models import Memory, MemoryDraft, Scope, Status, Turn
+from companion.core.text import normalize_text
+from companion.core.timeutil import utcnow
+from companion.engine.cache import IndexCache
+from companion.engine.profile import ProfileService
+from companion.engine.retrievers import DenseRetriever
+from companion.engine.shortterm import ShortTermBook
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.base import EVERY_STATUS, MemoryStore
+
+log = logging.getLogger(__name__)
+
+MAX_TERMS = 64
+
+
+class MemoryWriter:
+    def __init__(
+        self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
+        short: ShortTermBook, capacity: int, dense: DenseRetriever | None = None,
+    ) -> None:
+        self._store = store
+        self._keywords = keywords
+        self._cache = cache
+        self._profiles = profiles
+        self._short = short
+        self._capacity = capacity
+        self._dense = dense
+        self._locks: dict[Scope, asyncio.Lock] = {}
+        # Fingerprints of what each scope asked to forget, so extraction does not learn it again.
+        self._forgotten_prints: dict[Scope, set[str]] = {}
+
+    def lock(self, scope: Scope) -> asyncio.Lock:
+        return self._locks.setdefault(scope, asyncio.Lock())
+
+    def prepare(self, draft: MemoryDraft) -> MemoryDraft:
+        """Normalised text, cleaned keywords (from the text when none were given) and index terms."""
+        draft.event = normalize_text(draft.event)
+        draft.keywords = clean_keywords(draft.keywords) or self._keywords.keywords(draft.event, limit=8)
+        draft.terms = self._keywords.keywords(draft.event, limit=MAX_TERMS)
+        return draft
+
+    async def remember(
+        self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime, *, embed: bool = True
+    ) -> list[int]:
+        prepared = [self.prepare(d) for d in drafts]
+        async with self.lock(scope):
+            plan = await self._plan(scope, prepared, now)
+            ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            evicted = await self._settle(scope, plan, ids, now)
+        self._profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        if embed:
+            await self.embed(scope, now)
+        return [*ids, *(m.id for m in plan.updates)]
+
+    async def absorb(
+        self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime
+    ) -> MergePlan:
+        """Store what an extraction learned from queued turns and consume those turns, in one transaction.
+        The caller holds the scope's lock (it was held over the extraction)."""
+        prepared = [self.prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
+        plan = await self._plan(scope, prepared, now)
+        up_to = max(t.id or 0 for t in turns)
+        ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+        evicted = await self._settle(scope, plan, ids, now)
+        self._profiles.invalidate(scope)
+        if evicted:
+            log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        return plan
+
+    async def embed(self, scope: Scope, now: datetime) -> None:
+        # After the lock: an embedding call never holds up the scope's other writes.
+        if self._dense is not None:
+            await self._dense.sync(scope, now)
+
+    async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
+        """Dedup each draft against only the rows that could match it (same event text or two shared
+        keywords, from the index): a batch checked against the union of every draft's candidates cost
+        drafts x union comparisons, seconds for a big batch of a big user."""
+        index = await self._cache.index(scope)
+        return plan_merge((), drafts, now, near=lambda draft: index.candidates(draft.event, draft.keywords))
+
+    async def _settle(self, scope: Scope, plan: MergePlan, ids: Sequence[int], now: datetime) -> int:
+        await self._supersede(scope, plan.inserts, ids, now)
+        await self._cache.add(scope, [*ids, *(m.id for m in plan.updates)])
+        return await self._enforce_capacity(scope, now)
+
+    async def _supersede(self, scope: Scope, drafts: Sequence[MemoryDraft], ids: Sequence[int], now: datetime) -> None:
+        """New information that replaces old: the old memory stays, linked to the new one, never recalled."""
+        pairs = {d.supersedes: new for d, new in zip(drafts, ids, strict=True) if d.supersedes is not None}
+        if not pairs:
+            return
+        old = await self._store.fetch_by_ids(scope, list(pairs))
+        updates = [replace(m, status=Status.SUPERSEDED, superseded_by=pairs[m.id], status_reason="replaced",
+                           updated_at=now) for m in old if m.is_active]
+        if updates:
+            await self._store.apply_changes(scope, now, updates=updates)
+            for m in updates:
+                self._cache.remove(scope, m.id)
+
+    async def _enforce_capacity(self, scope: Scope, now: datetime) -> int:
+        # The index holds the scope's active memories: under capacity, no read of every row per write.
+        if len((await self._cache.index(scope)).memories) <= self._capacity:
+            return 0
+        victims = tiers.to_evict(await self._store.fetch_memories(scope), self._capacity, now)
+        if victims:
+            await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason="evicted")
+            for m in victims:
+                self._cache.remove(scope, m.id)
+        return len(victims)
+
+    async def _was_forgotten(self, scope: Scope, draft: MemoryDraft) -> bool:
+        """A draft whose words equal a memory the user asked to forget is not learned again."""
+        if scope not in self._forgotten_prints:
+            stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
+            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == "user"}
+        return fingerprint(draft.event) in self._forgotten_prints[scope]
+
+    async def write(self, scope: Scope, memory: Memory) -> Memory:
+        """Store a changed memory as it is given (the caller read it through the owner check)."""
+        async with self.lock(scope):
+            await self._store.apply_changes(scope, memory.updated_at, updates=[memory])
+            self._cache.remove(scope, memory.id)
+            if memory.is_active:
+                await self._cache.add(scope, [memory.id])
+        self._profiles.invalidate(scope)
+        await self.embed(scope, memory.updated_at)  # an edit changes what the vector must say
+        return memory
+
+    async def forget(self, scope: Scope, ids: Iterable[int] | None, reason: str) -> list[Memory]:
+        """Forget and return what was forgotten (as it was, so the chat layer can scrub its short-term
+        context). The text goes at once, everywhere: table, index, profile, short-term memory and the
+        queued turns that told it; a content-free tombstone stays."""
+        wanted_ids = None if ids is None else set(ids)
+        async with self.lock(scope):
+            stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
+            wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids]
+            await self._store.apply_changes(scope, utcnow(), forget=[m.id for m in wanted], reason=reason)
+            if wanted:
+                # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
+                await self._store.delete_profile(scope)
+                if reason == "user":
+                    await self._short.drop_telling(scope, wanted)
+        self._cache.invalidate(scope)
+        self._forgotten_prints.pop(scope, None)
+        self._profiles.invalidate(scope)
+        if wanted and self._dense is not None:
+            await self._dense.prune(scope)  # the forgotten memories' vectors
+        return wanted

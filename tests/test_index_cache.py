@@ -1,0 +1,74 @@
+"""The engine's index cache: bounded by the memories it holds (not by users), always keeps the scope being
+read, follows writes, and drops everything when another process wrote."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from companion.core.models import MemoryDraft, Scope
+from companion.engine.cache import IndexCache
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.inmemory import InMemoryStore
+from memory import EngineConfig, MemoryEngine
+
+NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
+_KEYWORDS = KeywordExtractor()
+
+
+async def _fill(store: InMemoryStore, scope: Scope, count: int) -> None:
+    engine = MemoryEngine(store, _KEYWORDS, EngineConfig(capacity=10_000))
+    drafts = [MemoryDraft(f"第{n}件事是关于话题{n}", [f"话题{n}"], 60.0) for n in range(count)]
+    await engine.remember(scope, drafts, NOW)
+
+
+@pytest.fixture
+async def store() -> InMemoryStore:
+    _KEYWORDS.load()
+    store = InMemoryStore()
+    for user, count in ((1, 30), (2, 30), (3, 30), (4, 100)):
+        await _fill(store, Scope(user), count)
+    return store
+
+
+@pytest.mark.parametrize(("budget", "reads", "kept"), [
+    (1_000, [1, 2, 3], {1, 2, 3}),          # everything fits
+    (60, [1, 2, 3], {2, 3}),                 # the least recently read goes first
+    (60, [1, 2, 1, 3], {1, 3}),              # a read refreshes a scope
+    (50, [1, 2, 3, 4], {4}),                 # a scope bigger than the budget still stays while read
+    (100, [4, 1], {1}),                      # ... and goes as soon as another one is read
+])
+async def test_bounded_by_memories_held(store: InMemoryStore, budget: int, reads: list[int], kept: set[int]) -> None:
+    cache = IndexCache(store, _KEYWORDS.keywords, max_memories=budget)
+    for user in reads:
+        await cache.index(Scope(user))
+    assert {user for user in (1, 2, 3, 4) if cache.cached(Scope(user)) is not None} == kept
+    assert cache.held == sum({1: 30, 2: 30, 3: 30, 4: 100}[user] for user in kept)
+
+
+async def test_writes_reach_a_loaded_index_and_standing(store: InMemoryStore) -> None:
+    cache = IndexCache(store, _KEYWORDS.keywords)
+    index = await cache.index(Scope(1))
+    before = await cache.standing(Scope(1), NOW)
+    [new] = await store.apply_changes(Scope(1), NOW, inserts=[MemoryDraft("我养了一只猫", ["猫"], 80.0)])
+    await cache.add(Scope(1), [new])
+    assert new in index.memories
+    assert new in (await cache.standing(Scope(1), NOW)).recallable
+    assert new not in before.recallable
+    cache.remove(Scope(1), new)
+    assert new not in index.memories and new not in (await cache.standing(Scope(1), NOW)).recallable
+
+
+async def test_another_process_writing_drops_everything(store: InMemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = IndexCache(store, _KEYWORDS.keywords)
+    await cache.index(Scope(1))
+    await cache.index(Scope(2))
+    version = await store.data_version()
+    monkeypatch.setattr(store, "data_version", lambda: _const(version + 1))
+    await cache.index(Scope(2))
+    assert cache.cached(Scope(1)) is None and cache.held == 30
+
+
+async def _const(value: int) -> int:
+    return value
