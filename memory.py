@@ -475,6 +475,7 @@ class MemoryEngine:
                 await held.enter_async_context(self.lock(old))
             moved = await self._store.move_chat(old_chat_id, new_chat_id, now)
         for old in moved:
-            self._invalidate(old)
-            self._invalidate(Scope(old.user_id, new_chat_id))
+            for scope in (old, Scope(old.user_id, new_chat_id)):
+                self._cache.invalidate(scope)
+                self.profiles.invalidate(scope)
         return moved
