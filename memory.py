@@ -7,6 +7,7 @@ Telegram. Writes to one scope are serialised by a per-scope lock; a transaction 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -461,3 +462,20 @@ class MemoryEngine:
         last = await self.note(scope, LAST_EXTRACTION)
         return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
                           None if last is None else from_db(last))
+
+    # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
+
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        """Move every (old chat, user) scope to (new chat, user) and drop what was cached for either side.
+        The old scopes' locks are held meanwhile, so an extraction already running finishes first and its
+        memories move too. Returns the old scopes moved (none when already moved)."""
+        olds = sorted((s for s in await self._store.scopes() if s.chat_id == old_chat_id), key=lambda s: s.key)
+        async with contextlib.AsyncExitStack() as held:
+            for old in olds:
+                await held.enter_async_context(self.lock(old))
+            moved = await self._store.move_chat(old_chat_id, new_chat_id, now)
+        for old in moved:
+            for scope in (old, Scope(old.user_id, new_chat_id)):
+                self._cache.invalidate(scope)
+                self.profiles.invalidate(scope)
+        return moved

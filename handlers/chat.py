@@ -7,6 +7,7 @@ import logging
 from aiogram import Bot, F, Router
 from aiogram.types import Message, ReplyParameters
 
+from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupTurn
@@ -15,6 +16,7 @@ from companion.core.errors import CompanionError
 from companion.core.models import Scope
 from handlers import keyboards
 from handlers.delivery import deliver, switch_off_blocked, typing
+from handlers.group_private import titled, to_private
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,11 @@ async def answer_turn(
         answer = reply.text
         if reply.saved is not None:
             markup = keyboards.receipt(reply.saved)
+        elif reply.to_forget and group is not None:
+            # "忘掉我说的…" in a group: the matches are listed privately, the buttons naming this group's scope.
+            sent = await to_private(bot, scope.user_id, titled(group.title, answer),
+                                    keyboards.forget_choices(reply.to_forget, scope))
+            answer = gt.SENT_PRIVATELY if sent else gt.START_PRIVATE_FIRST
         elif reply.to_forget:
             markup = keyboards.forget_choices(reply.to_forget)
     except CompanionError:

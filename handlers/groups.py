@@ -17,7 +17,6 @@ from aiogram.types import (
     BotCommandScopeAllPrivateChats,
     BotCommandScopeDefault,
     CallbackQuery,
-    InlineKeyboardMarkup,
     Message,
     User,
 )
@@ -29,9 +28,11 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
+from companion.core.models import Scope
+from companion.core.timeutil import utcnow
 from handlers.chat import answer_turn
 from handlers.commands import start_companion, stop_companion
-from handlers.keyboards import PAGE_SIZE
+from handlers.group_private import forget_in_group, memories_in_group, why_in_group
 from handlers.scope import scope_of
 from memory import MemoryEngine
 
@@ -48,6 +49,8 @@ GROUP_COMMANDS = {
     "stop_aigf": "在本群关闭陪伴模式",
     "share_private": "群里是否用你的私聊记忆 on/off",
     "memories": "我在本群记得你什么（私信）",
+    "forget": "忘掉本群关于你的事（私信确认）",
+    "why": "我为什么记得这件事（私信）",
     "help": "查看帮助",
 }
 ADMIN_COMMANDS = {"group_memory": "本群记忆 on/off（管理员）", "forget_group": "清除本群所有记忆（管理员）"}
@@ -55,7 +58,8 @@ PRIVATE_EXTRA = {"share_private": "群里是否用你的私聊记忆 on/off"}
 
 
 class ForgetGroupCB(CallbackData, prefix="fg"):
-    """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts."""
+    """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts.
+    0 when an anonymous admin asked (whose account nobody knows): then any admin's press counts."""
 
     action: str  # yes, no
     by: int
@@ -128,7 +132,8 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     async def flush(joined: str) -> None:
         # The room as it is when the turn is answered, before this turn's words (which the turn carries).
         turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
-                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit)
+                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit,
+                         title=message.chat.title)
         room.add(name, joined)
         room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn))
 
@@ -168,13 +173,44 @@ async def is_admin(bot: Bot, chat_id: int, user_id: int) -> bool:
     return member.status in ADMIN_STATUSES
 
 
+def anonymous_admin(message: Message) -> bool:
+    """An admin posting as the group itself (Telegram shows the group, the sender is GroupAnonymousBot)."""
+    return message.sender_chat is not None and message.sender_chat.id == message.chat.id
+
+
+async def sent_by_admin(bot: Bot, message: Message) -> bool:
+    """Only admins can post as the group, so an anonymous sender is one; a channel never is."""
+    if anonymous_admin(message):
+        return True
+    if message.sender_chat is not None or message.from_user is None:
+        return False
+    return await is_admin(bot, message.chat.id, message.from_user.id)
+
+
+async def not_a_person(message: Message, bot: Bot, rooms: Rooms) -> None:
+    """A message from an anonymous admin or on behalf of a channel: no personal scope exists for it, so
+    nothing is stored; what is addressed to the bot (a command, a mention) gets a hint to use one's own
+    account, the rest is only context. A channel's automatic forward into its discussion group is ignored."""
+    if message.is_automatic_forward:
+        return
+    said = message.text if message.text is not None else message.caption or ""
+    me = await bot.me()
+    first = said.split(maxsplit=1)[0] if said.startswith("/") else ""
+    for_me = bool(first) and ("@" not in first or first.lower().endswith(f"@{(me.username or '').lower()}"))
+    if for_me or addressed_to(message, me):
+        await message.reply(gt.ANONYMOUS_ADMIN if anonymous_admin(message) else gt.AS_CHANNEL)
+        return
+    if said and message.sender_chat is not None:  # named as Telegram shows it: the signature, else the chat
+        rooms.room(message.chat.id).add(message.author_signature or message.sender_chat.title or "?", said)
+
+
 async def group_memory(message: Message, command: CommandObject, bot: Bot, groups: GroupSettings) -> None:
     on = switch(command)
     if on is None:
         state = gt.on_off(await groups.memory_on(message.chat.id))
         await message.reply(gt.GROUP_MEMORY_STATE.format(state=state))
         return
-    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+    if not await sent_by_admin(bot, message):
         await message.reply(gt.ADMINS_ONLY)
         return
     await groups.set_memory(message.chat.id, on)
@@ -182,12 +218,13 @@ async def group_memory(message: Message, command: CommandObject, bot: Bot, group
 
 
 async def forget_group(message: Message, bot: Bot) -> None:
-    if message.from_user is None or not await is_admin(bot, message.chat.id, message.from_user.id):
+    if not await sent_by_admin(bot, message):
         await message.reply(gt.ADMINS_ONLY)
         return
+    by = 0 if anonymous_admin(message) or message.from_user is None else message.from_user.id
     builder = InlineKeyboardBuilder()
-    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=message.from_user.id))
-    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=message.from_user.id))
+    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=by))
+    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=by))
     await message.reply(gt.CONFIRM_FORGET_GROUP, reply_markup=builder.as_markup())
 
 
@@ -198,7 +235,7 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
         await query.answer()
         return
     # The button is checked against the presser: only the admin who asked, and still an admin.
-    if query.from_user.id != callback_data.by or not await is_admin(bot, message.chat.id, query.from_user.id):
+    if callback_data.by not in (0, query.from_user.id) or not await is_admin(bot, message.chat.id, query.from_user.id):
         await query.answer(gt.ONLY_PRESSER, show_alert=True)
         return
     await query.answer()
@@ -214,45 +251,41 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
     await message.edit_text(gt.GROUP_FORGOTTEN.format(count=count), reply_markup=None)
 
 
-async def send_privately(bot: Bot, message: Message, text: str, markup: InlineKeyboardMarkup | None = None) -> bool:
-    """Send something not for the whole group (a memory list) to the asker's private chat and say so in
-    the group ("我私信你了"); when the user never started a private chat, say how to allow it."""
-    if message.from_user is None:
-        return False
-    try:
-        for part in texts.split_message(text):
-            await bot.send_message(message.from_user.id, part, reply_markup=markup)
-    except TelegramAPIError as exc:  # 403: the user has not started a private chat with the bot
-        log.info("private message to a group member not delivered: %s", exc)
-        await message.reply(gt.START_PRIVATE_FIRST)
-        return False
-    await message.reply(gt.SENT_PRIVATELY)
-    return True
-
-
-async def memories_in_group(message: Message, bot: Bot, engine: MemoryEngine) -> None:
-    """The asker's memories of this group, sent privately (without buttons: a press in the private chat
-    would act on the private scope)."""
-    scope = scope_of(message)
-    if scope is None:
+async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService, buffer: MessageBuffer,
+                       groups: GroupSettings, rooms: Rooms) -> None:
+    """A group became a supergroup and got a new id: Telegram says so in the old chat (migrate_to) and in
+    the new one (migrate_from). Whichever arrives first moves everything; the other finds nothing left."""
+    if message.migrate_to_chat_id is not None:
+        old, new = message.chat.id, message.migrate_to_chat_id
+    elif message.migrate_from_chat_id is not None:
+        old, new = message.migrate_from_chat_id, message.chat.id
+    else:
         return
-    found = await engine.memories(scope)
-    found.sort(key=lambda m: (-m.importance, -m.id))
-    pages = max(1, -(-len(found) // PAGE_SIZE))
-    text = texts.memory_list(found[:PAGE_SIZE], 0, pages) if found else texts.NO_MEMORIES
-    title = message.chat.title or str(message.chat.id)
-    await send_privately(bot, message, f"「{title}」\n{text}")
+    for scope in await groups.scopes_of(old):
+        await buffer.flush_now(scope)  # answered (and queued for memory) under the old id, then moved
+    moved = await engine.move_chat(old, new, utcnow())
+    for scope in moved:
+        chat.moved(scope, Scope(scope.user_id, new))
+    rooms.move(old, new)
+    await groups.record_move(old, new)
+    log.info("group %s became %s: %d memory scopes moved", old, new, len(moved))
 
 
 def build() -> Router:
     router = Router(name="groups")
-    router.message.register(share_private, Command("share_private"))
-    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
-    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
+    # Admin commands first: an anonymous admin may use them; every other message of a sender that is a
+    # chat (an anonymous admin, a channel) stops at not_a_person, before anything personal.
     router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
     router.message.register(group_memory, IN_GROUP, Command("group_memory"))
     router.message.register(forget_group, IN_GROUP, Command("forget_group"))
+    router.message.register(on_migration, IN_GROUP, F.migrate_to_chat_id | F.migrate_from_chat_id)
+    router.message.register(not_a_person, IN_GROUP, F.sender_chat)
+    router.message.register(share_private, Command("share_private"))
+    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
+    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
     router.message.register(memories_in_group, IN_GROUP, Command("memories"))
+    router.message.register(forget_in_group, IN_GROUP, Command("forget"))
+    router.message.register(why_in_group, IN_GROUP, Command("why"))
     router.message.register(on_group_text, IN_GROUP, F.text & ~F.text.startswith("/"))
     router.message.register(on_group_text, IN_GROUP, F.caption & ~F.caption.startswith("/"))
     router.callback_query.register(on_forget_group, ForgetGroupCB.filter())

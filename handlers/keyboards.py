@@ -1,5 +1,9 @@
 """Inline keyboards and their callback data. Callback data carries only a memory handle and an action;
-who may act on it is decided when pressed, against the presser's own scope (never trusted from data)."""
+who may act on it is decided when pressed, against the presser's own scope (never trusted from data).
+
+A group's memories are listed in the user's private chat, where the presser's own scope would be the
+private one; those buttons (the ``Group*CB`` classes) name their (group, user) scope, and a press counts
+only when the presser is that user. Their own prefixes keep buttons already sent parseable."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from aiogram.filters.callback_data import CallbackData
 from aiogram.types import InlineKeyboardMarkup
 from aiogram.utils.keyboard import InlineKeyboardBuilder
 
-from companion.core.models import Memory, Status, Tier
+from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 
 PAGE_SIZE = 5
@@ -48,6 +52,27 @@ class ReviewCB(CallbackData, prefix="r"):
     was: str = ""  # the action being undone
 
 
+class GroupForgetCB(ForgetCB, prefix="gf"):
+    """/forget of a group's memories, confirmed in the user's private chat."""
+
+    chat: int
+    user: int
+
+
+class GroupReviewCB(ReviewCB, prefix="gr"):
+    """A review of a group's memories, sent to the user's private chat. No undo: with the scope the undo
+    data would pass Telegram's 64-byte limit."""
+
+    chat: int
+    user: int
+
+
+def _forget(scope: Scope | None, action: str, handle: int = 0, count: int = 0) -> ForgetCB:
+    if scope is None or scope.chat_id is None:
+        return ForgetCB(action=action, handle=handle, count=count)
+    return GroupForgetCB(action=action, handle=handle, count=count, chat=scope.chat_id, user=scope.user_id)
+
+
 class StartCB(CallbackData, prefix="s"):
     action: str  # on
 
@@ -60,19 +85,20 @@ def receipt(memory: Memory) -> InlineKeyboardMarkup:
     return kb.as_markup()
 
 
-def forget_choices(memories: Sequence[Memory]) -> InlineKeyboardMarkup:
+def forget_choices(memories: Sequence[Memory], scope: Scope | None = None) -> InlineKeyboardMarkup:
+    """``scope``: a group scope when the buttons go to the user's private chat."""
     kb = InlineKeyboardBuilder()
     for i, memory in enumerate(memories, start=1):
-        kb.button(text=f"忘掉第{i}条", callback_data=ForgetCB(action="one", handle=memory.id))
-    kb.button(text="取消", callback_data=ForgetCB(action="cancel"))
+        kb.button(text=f"忘掉第{i}条", callback_data=_forget(scope, "one", memory.id))
+    kb.button(text="取消", callback_data=_forget(scope, "cancel"))
     kb.adjust(2)
     return kb.as_markup()
 
 
-def forget_all(count: int) -> InlineKeyboardMarkup:
+def forget_all(count: int, scope: Scope | None = None) -> InlineKeyboardMarkup:
     kb = InlineKeyboardBuilder()
-    kb.button(text=f"确定忘掉全部 {count} 条", callback_data=ForgetCB(action="all", count=count))
-    kb.button(text="取消", callback_data=ForgetCB(action="cancel"))
+    kb.button(text=f"确定忘掉全部 {count} 条", callback_data=_forget(scope, "all", count=count))
+    kb.button(text="取消", callback_data=_forget(scope, "cancel"))
     return kb.as_markup()
 
 
@@ -105,14 +131,17 @@ def memory_page(memories: Sequence[Memory], page: int, pages: int, query: str, a
     return kb.as_markup()
 
 
-def review(items: Sequence[tuple[Memory, Suggestion]]) -> InlineKeyboardMarkup:
+def review(items: Sequence[tuple[Memory, Suggestion]], scope: Scope | None = None) -> InlineKeyboardMarkup:
+    """``scope``: a group scope when the review goes to the user's private chat."""
     kb = InlineKeyboardBuilder()
     for i, (memory, _) in enumerate(items, start=1):
         for action, label in ((Action.PROMOTE, "升级"), (Action.KEEP, "保留"), (Action.ARCHIVE, "归档"),
                               (Action.FORGET, "忘掉")):
             if action is Action.PROMOTE and memory.tier is Tier.LONG:
                 continue
-            kb.button(text=f"{i} {label}", callback_data=ReviewCB(action=action.value, handle=memory.id))
+            data = ReviewCB(action=action.value, handle=memory.id) if scope is None or scope.chat_id is None else \
+                GroupReviewCB(action=action.value, handle=memory.id, chat=scope.chat_id, user=scope.user_id)
+            kb.button(text=f"{i} {label}", callback_data=data)
     kb.adjust(*[3 if m.tier is Tier.LONG else 4 for m, _ in items])
     return kb.as_markup()
 

@@ -16,7 +16,9 @@ from aiogram.exceptions import TelegramAPIError, TelegramBadRequest
 from aiogram.filters import Command, CommandObject, CommandStart
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
+from companion.chat import group_texts as gt
 from companion.chat import texts
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Status, Tier
@@ -24,7 +26,7 @@ from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
 from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
 from handlers import keyboards
-from handlers.keyboards import PAGE_SIZE, ForgetCB, MemoryCB, PageCB, ReviewCB, StartCB
+from handlers.keyboards import PAGE_SIZE, ForgetCB, GroupForgetCB, GroupReviewCB, MemoryCB, PageCB, ReviewCB, StartCB
 from handlers.scope import scope_of, scope_of_callback
 from memory import MemoryEngine
 
@@ -125,32 +127,43 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
 
 # ---- /forget ---------------------------------------------------------------------------------------
 
+async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[str, InlineKeyboardMarkup | None]:
+    """The answer to ``/forget <args>``: with buttons when it lists memories (the lists a group never sees)."""
+    if not args:
+        return "用法：/forget 关键词，或 /forget all 忘掉全部。", None
+    if args.lower() in {"all", "全部"}:
+        count = len(await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
+        if not count:
+            return texts.NO_MEMORIES, None
+        return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
+    found = await engine.search(scope, args[:40], utcnow(), limit=5)
+    if not found:
+        return texts.nothing_found(args[:40]), None
+    return texts.confirm_forget(found), keyboards.forget_choices(found, scope)
+
+
 async def forget_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
     scope = scope_of(message)
     if scope is None:
         return
-    args = (command.args or "").strip()
-    if not args:
-        await message.answer("用法：/forget 关键词，或 /forget all 忘掉全部。")
-        return
-    if args.lower() in {"all", "全部"}:
-        count = len(await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
-        if not count:
-            await message.answer(texts.NO_MEMORIES)
-            return
-        await message.answer(texts.confirm_forget_all(count), reply_markup=keyboards.forget_all(count))
-        return
-    found = await engine.search(scope, args[:40], utcnow(), limit=5)
-    if not found:
-        await message.answer(texts.nothing_found(args[:40]))
-        return
-    await message.answer(texts.confirm_forget(found), reply_markup=keyboards.forget_choices(found))
+    text, markup = await forget_prompt(engine, scope, (command.args or "").strip())
+    await message.answer(text, reply_markup=markup)
 
 
-async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService) -> None:
-    scope = scope_of_callback(query)
+async def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB, groups: GroupSettings) -> Scope | None:
+    """The scope a press acts on: a group-scoped button (sent to a private chat) names it (under the
+    group's current id) and counts only for its own user; any other button acts on the presser's scope in
+    the chat where it was pressed."""
+    if isinstance(data, GroupForgetCB | GroupReviewCB):
+        return Scope(data.user, await groups.current_id(data.chat)) if query.from_user.id == data.user else None
+    return scope_of_callback(query)
+
+
+async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
+                    groups: GroupSettings) -> None:
+    scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
-        await query.answer()
+        await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
         return
     if callback_data.action == "cancel":
         await _edit(query.message, texts.CANCELLED, None)
@@ -184,25 +197,28 @@ def message_link(memory: Memory) -> str | None:
     return f"https://t.me/c/{-chat_id - 1_000_000_000_000}/{message_id}"
 
 
-async def why_command(message: Message, command: CommandObject, engine: MemoryEngine, tz: tzinfo) -> None:
-    scope = scope_of(message)
-    if scope is None:
-        return
-    args = (command.args or "").strip()[:40]
+async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo) -> tuple[str, bool]:
+    """The answer to ``/why <args>`` and whether it shows a memory (then a group never sees it)."""
     if not args:
-        await message.answer("用法：/why 关键词")
-        return
+        return "用法：/why 关键词", False
     found = await engine.search(scope, args, utcnow(), statuses={Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED},
                                 limit=1)
     if not found:
-        await message.answer(texts.nothing_found(args))
-        return
+        return texts.nothing_found(args), False
     story = await engine.why(scope, found[0].id)
 
     def when(moment: object) -> str:
         return show(moment, tz) if isinstance(moment, datetime) else ""
 
-    await message.answer(texts.why(story.memory, story.replaced, story.replaced_by, when, message_link(story.memory)))
+    return texts.why(story.memory, story.replaced, story.replaced_by, when, message_link(story.memory)), True
+
+
+async def why_command(message: Message, command: CommandObject, engine: MemoryEngine, tz: tzinfo) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    text, _ = await why_text(engine, scope, (command.args or "").strip()[:40], tz)
+    await message.answer(text)
 
 
 async def stats_command(message: Message, engine: MemoryEngine) -> None:
@@ -251,21 +267,33 @@ async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
 
 # ---- reviews -----------------------------------------------------------------------------------------
 
-async def send_review(bot: Bot, chat_id: int, items: Sequence[tuple[Memory, Suggestion]]) -> None:
-    """The review message: every memory due, with its suggestion and buttons."""
-    await bot.send_message(chat_id, texts.review_message(items), reply_markup=keyboards.review(items))
+async def send_review(bot: Bot, chat_id: int, items: Sequence[tuple[Memory, Suggestion]], scope: Scope | None = None,
+                      header: str = "") -> None:
+    """The review message: every memory due, with its suggestion and buttons (naming ``scope`` when the
+    review of a group's memories goes to the private chat)."""
+    markup = keyboards.review(items, scope)
+    await bot.send_message(chat_id, f"{header}{texts.review_message(items)}", reply_markup=markup)
 
 
-def chat_of(scope: Scope) -> int:
-    return scope.user_id if scope.chat_id is None else scope.chat_id
+async def group_header(bot: Bot, chat_id: int) -> str:
+    """「group title」 over a group's memories shown in a private chat."""
+    try:
+        title = (await bot.get_chat(chat_id)).title
+    except TelegramAPIError as exc:
+        log.info("title of group %s unavailable: %s", chat_id, exc)
+        title = None
+    return f"「{title or gt.SOME_GROUP}」\n"
 
 
 def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
-    """The review and weekly senders the scheduler calls; False when the user cannot be reached."""
+    """The review and weekly senders the scheduler calls; False when the user cannot be reached. A group's
+    memories go to the user's private chat, never to the group; a user who never opened a private chat
+    is skipped (and stays due)."""
 
     async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
         try:
-            await send_review(bot, chat_of(scope), items)
+            header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
+            await send_review(bot, scope.user_id, items, scope, header)
         except TelegramAPIError as exc:
             log.info("review for %s not delivered: %s", scope.key, exc)
             return False
@@ -273,8 +301,9 @@ def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
 
     async def weekly(scope: Scope, week: WeekSummary) -> bool:
         try:
-            await bot.send_message(chat_of(scope), texts.weekly(week.learned, week.promoted, week.archived,
-                                                                week.evicted))
+            header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
+            await bot.send_message(scope.user_id, header + texts.weekly(week.learned, week.promoted, week.archived,
+                                                                        week.evicted))
         except TelegramAPIError as exc:
             log.info("weekly summary for %s not delivered: %s", scope.key, exc)
             return False
@@ -283,10 +312,11 @@ def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
     return review, weekly
 
 
-async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService) -> None:
-    scope = scope_of_callback(query)
+async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService,
+                    groups: GroupSettings) -> None:
+    scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
-        await query.answer()
+        await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupReviewCB) else None)
         return
     now = utcnow()
     try:
@@ -311,7 +341,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
     await query.answer()
     done = texts.review_done(after, action)
     undo = None
-    if action is not Action.FORGET:  # forgetting is immediate and final: nothing to undo
+    if action is not Action.FORGET and not isinstance(callback_data, GroupReviewCB):  # forgetting is final
         undo = keyboards.undo(ReviewCB(action="undo", handle=before.id, at=int(time.time()), tier=before.tier.value,
                                        review=int(before.review_at.timestamp()) if before.review_at else 0,
                                        was=action.value))
@@ -347,6 +377,8 @@ def build() -> Router:
     router.callback_query.register(on_memory_button, MemoryCB.filter())
     router.callback_query.register(on_page, PageCB.filter())
     router.callback_query.register(on_forget, ForgetCB.filter())
+    router.callback_query.register(on_forget, GroupForgetCB.filter())
     router.callback_query.register(on_review, ReviewCB.filter())
+    router.callback_query.register(on_review, GroupReviewCB.filter())
     router.callback_query.register(on_start_button, StartCB.filter(F.action == "on"))
     return router

@@ -9,8 +9,9 @@ from companion.core.models import Scope
 
 def scope_of(message: Message) -> Scope | None:
     """Private chats map to the user's own scope; a group message to (group, user), never the user's
-    private memories."""
-    if message.from_user is None or message.from_user.is_bot:
+    private memories. A sender that is a chat (an anonymous admin, a channel) has no scope: its ``from``
+    is a placeholder account shared by everyone who posts that way."""
+    if message.from_user is None or message.from_user.is_bot or message.sender_chat is not None:
         return None
     if message.chat.type == "private":
         return Scope(message.from_user.id)

@@ -14,6 +14,7 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupSettings, Rooms
 from handlers import build_router
 from handlers.commands import bot_commands
 from handlers.delivery import RetryAfterMiddleware
@@ -44,7 +45,8 @@ async def live(tmp_path: Path) -> AsyncIterator[Live]:
         session = AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url))
         session.middleware(RetryAfterMiddleware())  # as bot.build_bot installs it
         bot = Bot(tg.token, session=session)
-        dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings, engine=rig.engine, tz=rig.settings.tz)
+        dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings, engine=rig.engine, tz=rig.settings.tz,
+                        groups=GroupSettings(rig.store), rooms=Rooms())  # as bot.py wires it
         dp.include_router(build_router())
         await bot.set_my_commands(bot_commands())
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))

@@ -23,6 +23,7 @@ from PIL import Image
 
 import bot as bot_main
 from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
@@ -81,7 +82,8 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
         admin = AdminService(engine, store, UsageLog(store), settings.tz, forget=chat.forget, clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dp = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=engine, tz=settings.tz, admin=admin)
+        dp = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=engine, tz=settings.tz, admin=admin,
+                        groups=GroupSettings(store), rooms=Rooms())
         dp.include_router(build_router())
         await bot.set_my_commands(bot_commands())
         await register_admin_commands(bot, settings.admin_ids)

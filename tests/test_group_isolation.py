@@ -28,7 +28,7 @@ G1, G2 = -1001001, -1002002
 USERS = (A, B)
 PLACES: tuple[int | None, ...] = (None, G1, G2)
 ACTIONS = ("start", "stop", "talk", "chatter", "reply", "share_on", "share_off", "memories", "forget", "why",
-           "memory_off", "memory_on", "press")
+           "memory_off", "memory_on", "press", "say_forget", "anonymous")
 TOKEN = re.compile(r"ZQ[a-z0-9_]+X")
 
 Step = tuple[int, int | None, str]
@@ -47,7 +47,8 @@ async def act(g: GroupBot, user: int, place: int | None, action: str) -> None:
              "share_on": command("share_private", place, "on"), "share_off": command("share_private", place, "off"),
              "memories": command("memories", place), "forget": command("forget", place, "火锅"),
              "why": command("why", place, "火锅"), "memory_off": command("group_memory", place, "off"),
-             "memory_on": command("group_memory", place, "on"), "chatter": "火锅真好吃"}
+             "memory_on": command("group_memory", place, "on"), "chatter": "火锅真好吃",
+             "say_forget": "忘掉火锅" if place is None else f"@{BOT} 忘掉火锅"}
     if action == "press":
         chat_id = user if place is None else place
         pressable = [m for m in g.tg.sent_messages(chat_id) if g.tg.buttons(m)]
@@ -55,6 +56,10 @@ async def act(g: GroupBot, user: int, place: int | None, action: str) -> None:
             data = g.tg.buttons(pressable[-1])[0][1]
             g.tg.push_callback(user, int(pressable[-1]["message_id"]), data, chat_id=chat_id)
             await g.deliver()
+        return
+    if action == "anonymous" and place is not None:  # an admin posting as the group: nobody's scope
+        g.tg.push_group_as(place, f"@{BOT} 想吃火锅了")
+        await g.deliver()
         return
     if place is None:
         await g.private(user, words.get(action, "想吃火锅了"))
@@ -105,6 +110,8 @@ async def scenario(tmp: Path, steps: list[Step]) -> None:
                 for sent in g.tg.sent_messages(chat_id):
                     found = set(TOKEN.findall(str(sent["text"])))
                     assert found <= owners, f"chat {chat_id} was shown {found - owners}"
+        assert {s.user_id for s in await g.engine.active_scopes()} <= set(USERS)  # never the placeholder
+        assert await g.engine.pending_count(Scope(g.tg.ANONYMOUS_ADMIN_ID, G1)) == 0
 
 
 step = st.tuples(st.sampled_from(USERS), st.sampled_from(PLACES), st.sampled_from(ACTIONS))

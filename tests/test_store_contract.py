@@ -21,6 +21,7 @@ from companion.core.models import (
     Origin,
     Profile,
     Scope,
+    ShortKind,
     Status,
     Tier,
     Turn,
@@ -116,6 +117,41 @@ async def test_turn_queue_and_consume(store: MemoryStore) -> None:
     assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["三"]
     assert await store.scopes_with_pending() == [ALICE]
     assert [m.event for m in await store.fetch_memories(ALICE)] == ["提取的"]
+
+
+async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> None:
+    old_a, old_b, new_a, other = Scope(101, -5), Scope(202, -5), Scope(101, -1000000000005), Scope(101, -6)
+    [ha] = await store.apply_changes(old_a, NOW, inserts=[draft("老群甲")])
+    await store.apply_changes(old_b, NOW, inserts=[draft("老群乙")])
+    await store.apply_changes(other, NOW, inserts=[draft("别的群")])
+    await store.apply_changes(new_a, NOW, inserts=[draft("新群里先说的")])  # written before the move was seen
+    await store.set_active(old_a, True, NOW)
+    await store.add_turn(old_a, Turn(user="排队的", reply=None, at=NOW))
+    await store.add_short(old_a, ShortKind.TURN, "刚才说的", "嗯", NOW, keep=10)
+    await store.save_profile(old_b, Profile(core="核心"), NOW)
+    for key, value in ((f"review_sent:{old_a.key}", "t1"), (f"weekly:{new_a.key}", "on"),
+                       (f"weekly:{old_a.key}", "off"), ("group_memory:-5", "off"), ("group_memory:-55", "on")):
+        await store.set_meta(key, value)
+
+    assert sorted(s.key for s in await store.move_chat(-5, -1000000000005, NOW)) == sorted([old_a.key, old_b.key])
+    new_b = Scope(202, -1000000000005)
+    assert sorted(m.event for m in await store.fetch_memories(new_a)) == ["新群里先说的", "老群甲"]
+    assert [m.event for m in await store.fetch_memories(new_b)] == ["老群乙"]
+    assert await store.fetch_memories(old_a) == [] and await store.owner_of(ha) == new_a
+    assert [m.event for m in await store.fetch_memories(other)] == ["别的群"]
+    assert {s.key for s in await store.scopes()} == {new_a.key, new_b.key, other.key}
+    assert await store.active_scopes() == {new_a}
+    assert [t.user for t in await store.pending_turns(new_a, 10)] == ["排队的"]
+    assert [i.user for i in await store.short_items(new_a, ShortKind.TURN, 10)] == ["刚才说的"]
+    assert (await store.load_profile(new_b)) is not None and await store.load_profile(old_b) is None
+    assert await store.get_meta(f"review_sent:{new_a.key}") == "t1"
+    assert await store.get_meta(f"weekly:{new_a.key}") == "on"  # the new scope's own state wins
+    assert await store.get_meta(f"weekly:{old_a.key}") is None
+    assert await store.get_meta("group_memory:-1000000000005") == "off"
+    assert await store.get_meta("group_memory:-55") == "on"  # another chat's ending is not moved
+
+    assert await store.move_chat(-5, -1000000000005, NOW) == []  # the second notice moves nothing
+    assert len(await store.fetch_memories(new_a)) == 2
 
 
 # ---- SQL decay equals the pure rules ---------------------------------------------------------------

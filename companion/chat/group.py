@@ -11,7 +11,7 @@ only ever sees the speaker's own turns.
 
 Settings are two flags in the store's small key-value table, so no table of their own: the group's
 memory switch (``group_memory:<chat id>``) and a user's private-sharing opt-in (``share_private:<user
-id>``).
+id>``); a group upgraded to a supergroup leaves ``moved:<old id>:to`` = its new id.
 """
 
 from __future__ import annotations
@@ -68,6 +68,15 @@ class GroupSettings:
         """Drop the turns waiting for extraction (the group asked to forget everything)."""
         await self._store.clear_turns(scope)
 
+    async def record_move(self, old_chat_id: int, new_chat_id: int) -> None:
+        """Remember that a group got a new id, for buttons sent before the move that still name the old."""
+        await self._store.set_meta(f"moved:{old_chat_id}:to", str(new_chat_id))
+
+    async def current_id(self, chat_id: int) -> int:
+        """The id a group has now (a group becomes a supergroup once; supergroups keep their id)."""
+        moved = await self._store.get_meta(f"moved:{chat_id}:to")
+        return chat_id if moved is None else int(moved)
+
     async def memory_on(self, chat_id: int) -> bool:
         return await self._store.get_meta(f"group_memory:{chat_id}") != "off"
 
@@ -107,6 +116,12 @@ class Rooms:
     def clear(self, chat_id: int) -> None:
         self._rooms.pop(chat_id, None)
 
+    def move(self, old_chat_id: int, new_chat_id: int) -> None:
+        """The group got a new id: its recent lines go with it (unless the new id already has a room)."""
+        room = self._rooms.pop(old_chat_id, None)
+        if room is not None:
+            self._rooms.setdefault(new_chat_id, room)
+
 
 @dataclass(frozen=True, slots=True)
 class GroupTurn:
@@ -118,6 +133,7 @@ class GroupTurn:
     remember: bool
     share_private: bool
     limit: int
+    title: str | None = None  # the group's, naming it where its memories are shown privately
 
     def reference(self) -> str:
         """The group part of this turn's reference block (quoted data, like the memories)."""

@@ -8,7 +8,9 @@ GROUP_HELP = (
     "/start_aiGF@{bot} — 在这个群里为你开启陪伴模式（每个人单独开启）\n"
     "/stop_aiGF@{bot} — 在这个群里关闭陪伴模式\n"
     "/share_private@{bot} on|off — 允许在群里用上你私聊时的记忆（默认关闭）\n"
-    "/memories@{bot} — 看看我在这个群里记得你什么（私信发给你）\n\n"
+    "/memories@{bot} — 看看我在这个群里记得你什么（私信发给你）\n"
+    "/forget@{bot} 关键词 — 忘掉你在这个群里说过的事（私信里确认）\n"
+    "/why@{bot} 关键词 — 我为什么记得这件事（私信发给你）\n\n"
     "群管理员：\n"
     "/group_memory@{bot} on|off — 打开或关闭本群的记忆\n"
     "/forget_group@{bot} — 清除本群所有人的记忆\n\n"
@@ -32,3 +34,9 @@ ONLY_PRESSER = "这个按钮不是给你的。"
 
 def on_off(value: bool) -> str:
     return "开" if value else "关"
+SOME_GROUP = "一个群聊"
+ANONYMOUS_ADMIN = (
+    "你现在是以匿名管理员（群的身份）发言，我没法记住“群”这个身份的事。请切换回你自己的账号再试。"
+    "管理员命令 /group_memory 和 /forget_group 匿名也能用。"
+)
+AS_CHANNEL = "以频道身份发的消息我不会回答，也不会记住。请用你自己的账号和我说话。"

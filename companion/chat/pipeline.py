@@ -129,6 +129,15 @@ class ChatService:
     def is_active(self, scope: Scope) -> bool:
         return scope in self._active
 
+    def moved(self, old: Scope, new: Scope) -> None:
+        """The store moved ``old`` to ``new`` (a group became a supergroup): companion mode follows, and
+        both sessions go, so the next turn restores the moved short-term turns from the database."""
+        if old in self._active:
+            self._active.discard(old)
+            self._active.add(new)
+        self._sessions.pop(old, None)
+        self._sessions.pop(new, None)
+
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:

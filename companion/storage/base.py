@@ -112,3 +112,18 @@ class MemoryStore(Protocol):
     # ---- small state ----
     async def get_meta(self, key: str) -> str | None: ...
     async def set_meta(self, key: str, value: str) -> None: ...
+
+    # ---- a group chat that changed its id (a group upgraded to a supergroup) ----
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        """Move everything of every (old chat, user) scope to (new chat, user), each scope atomically:
+        memories with their handles, companion mode, queued turns, short-term items, profile, vectors, and
+        the small state keyed by the scope (``name:<scope key>``) or by the chat (``name:<chat id>``). What
+        the new scope already has wins over the old. Returns the old scopes moved; a second call moves
+        nothing (or finishes a move cut short)."""
+        ...
+
+
+def moved_suffixes(old_scopes: Iterable[Scope], old_chat_id: int, new_chat_id: int) -> list[tuple[str, str]]:
+    """The small-state key endings that follow a chat's move: ``:<scope key>`` per scope, ``:<chat id>``."""
+    pairs = [(f":{s.key}", f":{Scope(s.user_id, new_chat_id).key}") for s in old_scopes]
+    return [*pairs, (f":{old_chat_id}", f":{new_chat_id}")]

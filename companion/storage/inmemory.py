@@ -11,7 +11,7 @@ from companion.core import rules
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.storage.base import ACTIVE_ONLY
+from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 
 
 class InMemoryStore:
@@ -232,8 +232,26 @@ class InMemoryStore:
     async def set_meta(self, key: str, value: str) -> None:
         self._meta[key] = value
 
+    # ---- a group chat that changed its id ----
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        olds = sorted((s for s in self._scopes if s.chat_id == old_chat_id), key=lambda s: s.key)
+        for old in olds:
+            new = Scope(old.user_id, new_chat_id)
+            self._ensure(new).update(self._memories.pop(old, {}))
+            self._scopes[new] = self._scopes[new] or self._scopes.pop(old)
+            self._scopes.pop(old, None)
+            self._owners.update({handle: new for handle, owner in self._owners.items() if owner == old})
+            self._turns[new] = sorted([*self._turns.get(new, []), *self._turns.pop(old, [])], key=lambda t: t.id or 0)
+            self._short[new] = sorted([*self._short.get(new, []), *self._short.pop(old, [])], key=lambda r: r.id)
+            if old in self._profiles:
+                profile = self._profiles.pop(old)
+                self._profiles.setdefault(new, (profile[0], True))
+        for old_end, new_end in moved_suffixes(olds, old_chat_id, new_chat_id):
+            for key in [k for k in self._meta if k.endswith(old_end)]:
+                self._meta.setdefault(key[: -len(old_end)] + new_end, self._meta.pop(key))
+        return olds
+
 
 def _tombstone(memory: Memory, now: datetime, reason: str, print_: str) -> Memory:
     return replace(memory, event="", keywords=[], terms=[], status=Status.FORGOTTEN, status_reason=reason,
                    fingerprint=print_, updated_at=now, superseded_by=None)
-

@@ -29,7 +29,7 @@ from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db, utcnow
 from companion.storage import decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
-from companion.storage.base import ACTIVE_ONLY
+from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.rows import (
     INSERT_MEMORY,
     PROFILE_COLUMNS,
@@ -494,6 +494,53 @@ class SQLiteStore:
             )
 
     # ---- backup (SQLite-specific; used by ops.backup through this store only) --------------------
+
+    # ---- a group chat that changed its id -------------------------------------------------------
+
+    async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        """One short transaction per scope (its table, rows and state move together or not at all), then
+        one for the chat's own state: a CREATE and DROP TABLE cost ~10 ms in a database of thousands of
+        scopes, and a big group must not hold every other user's turn for seconds. A move cut short is
+        finished by the next call (Telegram's second notice)."""
+        async with self._tx(write=False) as conn:
+            cursor = await conn.execute("SELECT key FROM scopes WHERE chat_id = ? ORDER BY key", (old_chat_id,))
+            olds = [Scope.from_key(str(row[0])) for row in await cursor.fetchall()]
+        for old in olds:
+            async with self._tx() as conn:
+                await self._move_scope(conn, old, Scope(old.user_id, new_chat_id), now)
+                await self._move_meta(conn, moved_suffixes([old], old_chat_id, new_chat_id)[:1])
+            self._versions.pop(old.key, None)
+        async with self._tx() as conn:
+            await self._move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
+        return olds
+
+    @staticmethod
+    async def _move_meta(conn: aiosqlite.Connection, endings: Sequence[tuple[str, str]]) -> None:
+        """Small-state keys change their ending; a key the new side already has keeps its value."""
+        for old_end, new_end in endings:
+            size = len(old_end)
+            await conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT substr(key, 1, length(key) - ?) || ?, "
+                               "value FROM meta WHERE substr(key, -?) = ?", (size, new_end, size, old_end))
+            await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
+
+    async def _move_scope(self, conn: aiosqlite.Connection, old: Scope, new: Scope, now: datetime) -> None:
+        """Rows are copied rather than the table renamed: the new scope may exist already (written to
+        before the move was seen), and its index keeps the name of its own table."""
+        await self._ensure_scope(conn, old, now)  # both tables at the current version: the same columns
+        await self._ensure_scope(conn, new, now)
+        cursor = await conn.execute(f'PRAGMA table_info("{new.table}")')
+        columns = ", ".join(f'"{row[1]}"' for row in await cursor.fetchall())
+        await conn.execute(f'INSERT INTO "{new.table}" ({columns}) SELECT {columns} FROM "{old.table}"')
+        await conn.execute(f'DROP TABLE "{old.table}"')
+        await conn.execute("UPDATE scopes SET active = max(active, (SELECT active FROM scopes WHERE key = ?)) "
+                           "WHERE key = ?", (old.key, new.key))
+        for table in ("memory_handles", "pending_turns", "short_term", "memory_vectors"):
+            await conn.execute(f"UPDATE {table} SET scope_key = ? WHERE scope_key = ?", (new.key, old.key))
+        await conn.execute("UPDATE OR IGNORE profiles SET scope_key = ?, dirty = 1 WHERE scope_key = ?",
+                           (new.key, old.key))
+        await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (old.key,))
+        await conn.execute("DELETE FROM scopes WHERE key = ?", (old.key,))
+        self._pending_versions.pop(old.key, None)
 
     async def snapshot(self, target: Path) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions."""

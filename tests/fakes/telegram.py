@@ -163,6 +163,7 @@ class FakeTelegram(FakeServer):
         self._group_members: set[int] = set()
         self._pushed: dict[tuple[int, int], JSONDict] = {}
         self._methods["getchatmember"] = self._get_chat_member
+        self._methods["getchat"] = self._get_chat
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
@@ -290,6 +291,57 @@ class FakeTelegram(FakeServer):
         if last_name:
             self._updates[-1]["message"]["from"]["last_name"] = last_name
         return user_update
+
+    async def _get_chat(self, params: JSONDict) -> JSONDict:
+        chat_id = self._require_chat(params)
+        if chat_id not in self._chats:
+            raise _ApiError(400, "Bad Request: chat not found")
+        # ChatFullInfo: the chat and the few fields Telegram always sends.
+        return {**self._chats[chat_id], "accent_color_id": 0, "max_reaction_count": 11,
+                "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False,
+                                        "unique_gifts": False, "premium_subscription": False,
+                                        "gifts_from_channels": False}}
+
+    ANONYMOUS_ADMIN_ID = 1087968824  # GroupAnonymousBot: the "from" of messages an admin posts as the group
+    CHANNEL_BOT_ID = 136817688  # Channel_Bot: the "from" of messages posted on behalf of a channel
+
+    def push_group_as(self, chat_id: int, text: str, *, channel: tuple[int, str] | None = None,
+                      automatic_forward: bool = False) -> int:
+        """A group message whose sender is a chat, as Telegram sends it: an anonymous admin (``sender_chat``
+        is the group itself) or, with ``channel`` (id, title), a post on behalf of that channel."""
+        sender: JSONDict
+        if channel is None:
+            sender_chat, sender = self._chat(chat_id), {"id": self.ANONYMOUS_ADMIN_ID, "is_bot": True,
+                                                        "first_name": "Group", "username": "GroupAnonymousBot"}
+        else:
+            sender_chat = {"id": channel[0], "type": "channel", "title": channel[1]}
+            sender = {"id": self.CHANNEL_BOT_ID, "is_bot": True, "first_name": "Channel", "username": "Channel_Bot"}
+        update_id = self.push_group_text(int(sender["id"]), chat_id, text)
+        message = self._updates[-1]["message"]
+        message.update({"from": sender, "sender_chat": dict(sender_chat)})
+        if channel is None:
+            message["author_signature"] = "管理员"
+        if automatic_forward:
+            message["is_automatic_forward"] = True
+        return update_id
+
+    def push_migration(self, old_chat_id: int, new_chat_id: int) -> tuple[int, int]:
+        """A group upgraded to a supergroup: Telegram sends ``migrate_to_chat_id`` in the old chat, then
+        ``migrate_from_chat_id`` in the new one (posted by the group itself); the old id stops working."""
+        old = self._chats.get(old_chat_id, {"title": "测试群"})
+        admins = self._admins.get(old_chat_id, set())
+        self._chats[old_chat_id] = {"id": old_chat_id, "type": "group", "title": old.get("title", "测试群")}
+        self.add_group(new_chat_id, str(old.get("title", "测试群")), admins=tuple(admins))
+        user: JSONDict = {"id": next(iter(admins), 1), "is_bot": False, "first_name": "管理员"}
+        first = self.push_update({"message": {"message_id": next(self._message_ids), "date": int(time.time()),
+                                              "chat": self._chats[old_chat_id], "from": user,
+                                              "migrate_to_chat_id": new_chat_id}})
+        group = {"id": self.ANONYMOUS_ADMIN_ID, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot"}
+        second = self.push_update({"message": {"message_id": 1, "date": int(time.time()),
+                                               "chat": self._chats[new_chat_id], "from": group,
+                                               "sender_chat": self._chats[new_chat_id],
+                                               "migrate_from_chat_id": old_chat_id}})
+        return first, second
 
     def _replied(self, chat_id: int, message_id: int) -> JSONDict:
         sent = next((m for m in self._sent if m["chat_id"] == chat_id and m["message_id"] == message_id), None)

@@ -1,0 +1,84 @@
+"""A group upgraded to a supergroup gets a new chat id; everything of the old id follows it: memories
+per (group, user) with their handles, companion mode, queued and short-term turns, notes and the group's
+settings. Telegram tells both chats, and a restart may come in between: moving twice changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from companion.chat import group_texts as gt
+from companion.core.models import Scope
+from companion.ops import reviews
+from tests.fakes.llm import request_text
+from tests.groupkit import BOT, GroupBot, group_bot
+
+A, B = 1001, 1002
+OLD, NEW = -5001, -1000000005001
+
+
+async def state(g: GroupBot) -> dict[str, Any]:
+    """What a user of the group owns, under the new id and the old."""
+    found: dict[str, Any] = {}
+    for user in (A, B):
+        for name, chat_id in (("new", NEW), ("old", OLD)):
+            scope = Scope(user, chat_id)
+            found[f"{user}-{name}"] = (sorted(m.event for m in await g.engine.memories(scope)),
+                                      g.chat.is_active(scope), await g.engine.pending_count(scope),
+                                      [t.user for t in await g.engine.recent_turns(scope, 10)],
+                                      await g.engine.note(scope, reviews.WEEKLY))
+    found["chats"] = sorted({s.chat_id for s in await g.engine.active_scopes()}, key=str)
+    return found
+
+
+async def test_a_group_that_becomes_a_supergroup_keeps_everything(tmp_path: Path) -> None:
+    async with group_bot(tmp_path) as g:
+        g.tg.add_group(OLD, "老群", kind="group", admins=(A,))
+        for user in (A, B):
+            await g.group(user, OLD, f"/start_aiGF@{BOT}")
+        await g.seed(Scope(A, OLD), "喜欢火锅 甲一", ["火锅"])
+        await g.seed(Scope(B, OLD), "喜欢火锅 乙一", ["火锅"])
+        await g.private(A, "/start")
+        await g.group(A, OLD, f"/forget@{BOT} 火锅")  # a confirmation sent privately before the move
+        confirm = g.tg.sent_messages(A)[-1]
+        await g.group(A, OLD, f"@{BOT} 今天降温了", first_name="老王")
+        await g.engine.set_note(Scope(A, OLD), reviews.WEEKLY, "on")
+        await g.group(A, OLD, f"/group_memory@{BOT} off")
+        before = await state(g)
+        assert before[f"{A}-old"] == (["喜欢火锅 甲一"], True, 1, ["今天降温了"], "on")
+
+        g.tg.push_migration(OLD, NEW)
+        await g.deliver()
+        after = await state(g)
+        assert after[f"{A}-new"] == before[f"{A}-old"] and after[f"{B}-new"] == before[f"{B}-old"]
+        assert after[f"{A}-old"] == ([], False, 0, [], None) and after[f"{B}-old"] == ([], False, 0, [], None)
+        assert after["chats"] == [NEW]
+        assert all(s.chat_id != OLD for s in await g.engine.active_scopes())
+
+        await g.group(A, NEW, f"/group_memory@{BOT}")  # the group's setting moved too
+        assert g.tg.sent_messages(NEW)[-1]["text"] == gt.GROUP_MEMORY_STATE.format(state=gt.on_off(False))
+        await g.group(A, NEW, f"/group_memory@{BOT} on")
+        g.llm.clear()
+        await g.group(A, NEW, f"@{BOT} 想吃火锅", first_name="老王")
+        request = request_text(g.llm.chat_requests()[-1])
+        assert "甲一" in request and "今天降温了" in request and "乙一" not in request
+
+        g.tg.push_migration(OLD, NEW)  # both notices again: nothing left to move, nothing lost
+        await g.deliver()
+        again = await state(g)
+        assert again[f"{A}-new"][0] == ["喜欢火锅 甲一"] and again[f"{B}-new"] == after[f"{B}-new"]
+
+        data = next(d for text, d in g.tg.buttons(confirm) if "忘掉第1条" in text)
+        assert str(OLD) in data
+        g.tg.push_callback(A, int(confirm["message_id"]), data, chat_id=A)  # the button names the old id
+        await g.deliver()
+        assert await g.engine.memories(Scope(A, NEW)) == []
+        assert [m.event for m in await g.engine.memories(Scope(B, NEW))] == ["喜欢火锅 乙一"]
+
+    async with group_bot(tmp_path) as g:  # a restart: the move was kept, and a late notice changes nothing
+        g.tg.add_group(OLD, "老群", kind="group", admins=(A,))
+        g.tg.push_migration(OLD, NEW)
+        await g.deliver()
+        restarted = await state(g)
+        assert restarted[f"{B}-new"] == after[f"{B}-new"] and restarted[f"{A}-old"] == after[f"{A}-old"]
+        assert restarted[f"{A}-new"][:2] == ([], True)
