@@ -7,7 +7,6 @@ Telegram. Writes to one scope are serialised by a per-scope lock; a transaction 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -30,7 +29,7 @@ from companion.core.models import (
 )
 from companion.core.timeutil import from_db, to_db, utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache, memories_for
-from companion.engine.learning import Learner
+from companion.engine.learning import MAX_RELATED, Learner, related
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
@@ -46,6 +45,7 @@ from companion.engine.types import (
     ShortTerm,
     Standing,
 )
+from companion.engine.upkeep import Upkeep
 from companion.engine.writer import MemoryWriter
 from companion.llm.client import LLMClient
 from companion.recall.index import RecallFilter, mentions
@@ -71,7 +71,6 @@ __all__ = [
 
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
-MAX_RELATED = 12  # stored memories shown to an extraction, to spot contradictions
 LAST_EXTRACTION = "last_extraction"
 
 
@@ -91,6 +90,7 @@ class MemoryEngine:
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
+        self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
         self._loading: asyncio.Future[None] | None = None
 
@@ -282,7 +282,8 @@ class MemoryEngine:
             turns = await self._store.pending_turns(scope, self.config.extract_max_turns)
             if not turns:
                 return Consolidation(0, 0, 0)
-            known = await self._related(scope, turns)
+            known = await related(self._store, scope, await self.recall(
+                scope, " ".join(t.user for t in turns), utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None))
             drafts, today_events = await self._learner.extract(turns, known, now)
             for event in today_events:
                 await self._short.add_event(scope, event, turns[-1].at)
@@ -292,19 +293,6 @@ class MemoryEngine:
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
-
-    async def _related(self, scope: Scope, turns: Sequence[Turn]) -> dict[int, Memory]:
-        """Stored memories the turns may contradict, shown to the extraction with their handles."""
-        text = " ".join(t.user for t in turns)
-        touched = await self.recall(scope, text, utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None)
-        found = {r.memory.id: r.memory for r in touched}
-        # Names, standing instructions and core facts are what news most often replaces, even in other words.
-        for memory in await self._store.fetch_memories(scope):
-            if len(found) >= MAX_RELATED:
-                break
-            if memory.type is MemoryType.INSTRUCTION or memory.tier is Tier.LONG:
-                found.setdefault(memory.id, memory)
-        return found
 
     # ---- profile ---------------------------------------------------------------------------------
 
@@ -320,22 +308,7 @@ class MemoryEngine:
 
     async def decay(self, now: datetime, batch: int = 200) -> DecayReport:
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
-        scopes = await self._store.scopes()
-        decayed = removed = 0
-        for start in range(0, len(scopes), batch):
-            part = scopes[start : start + batch]
-            d, r = await self._store.decay_and_clean(part, now)
-            decayed, removed = decayed + d, removed + r
-            await asyncio.sleep(0)
-        # Recorded once every scope is done: a run cut short is simply run again (whole days since each
-        # row's own anchor, so nothing decays twice).
-        await self._store.set_meta("last_decay_at", to_db(now))
-        if self.dense is not None:
-            await self.dense.prune()  # cleanup tombstoned rows in SQL; their vectors go too
-        self._cache.clear()
-        for scope in scopes:
-            self.profiles.invalidate(scope)
-        return DecayReport(len(scopes), decayed, removed)
+        return await self._upkeep.decay(now, batch)
 
     # ---- the user steers: save, edit, move, archive, search, why, reviews, stats ------------------
 
@@ -466,16 +439,6 @@ class MemoryEngine:
     # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
 
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
-        """Move every (old chat, user) scope to (new chat, user) and drop what was cached for either side.
-        The old scopes' locks are held meanwhile, so an extraction already running finishes first and its
-        memories move too. Returns the old scopes moved (none when already moved)."""
-        olds = sorted((s for s in await self._store.scopes() if s.chat_id == old_chat_id), key=lambda s: s.key)
-        async with contextlib.AsyncExitStack() as held:
-            for old in olds:
-                await held.enter_async_context(self.lock(old))
-            moved = await self._store.move_chat(old_chat_id, new_chat_id, now)
-        for old in moved:
-            for scope in (old, Scope(old.user_id, new_chat_id)):
-                self._cache.invalidate(scope)
-                self.profiles.invalidate(scope)
-        return moved
+        """Move every (old chat, user) scope to (new chat, user); returns the old scopes moved (none when
+        already moved)."""
+        return await self._upkeep.move_chat(old_chat_id, new_chat_id, now)

@@ -11,16 +11,31 @@ from datetime import datetime, tzinfo
 import prompts
 from companion.core.errors import LLMError
 from companion.core.extraction import clean_keywords, parse_extraction, parse_today
-from companion.core.models import Memory, MemoryDraft, Tier, Turn, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Recalled, Scope, Tier, Turn, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date, show
 from companion.engine.saving import guess_draft, parse_saved
 from companion.llm.client import LLMClient
 from companion.recall.index import Tokenize
+from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)
 
 SUMMARY_CHARS = 50
+MAX_RELATED = 12  # stored memories shown to an extraction, to spot contradictions
+
+
+async def related(store: MemoryStore, scope: Scope, touched: Sequence[Recalled]) -> dict[int, Memory]:
+    """Stored memories the turns may contradict, shown to the extraction with their handles: those the
+    turns touch, then names, standing instructions and core facts, which news most often replaces even
+    in other words."""
+    found = {r.memory.id: r.memory for r in touched}
+    for memory in await store.fetch_memories(scope):
+        if len(found) >= MAX_RELATED:
+            break
+        if memory.type is MemoryType.INSTRUCTION or memory.tier is Tier.LONG:
+            found.setdefault(memory.id, memory)
+    return found
 
 
 class Learner:

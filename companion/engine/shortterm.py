@@ -61,6 +61,9 @@ class ShortTermBook:
         """Another process wrote the database: read everything again."""
         self._events.clear()
 
+    def drop_cached(self, scope: Scope) -> None:
+        self._events.pop(scope, None)
+
     async def drop_telling(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
         """Drop the kept turns and events that told what was just forgotten, and the turns still queued
         for extraction that told it (so a later extraction cannot bring it back)."""

@@ -134,6 +134,10 @@ class MemoryWriter:
             self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == "user"}
         return fingerprint(draft.event) in self._forgotten_prints[scope]
 
+    def drop_cached(self, scope: Scope) -> None:
+        """The scope's rows changed underneath (its chat moved): read what it forgot again."""
+        self._forgotten_prints.pop(scope, None)
+
     async def write(self, scope: Scope, memory: Memory) -> Memory:
         """Store a changed memory as it is given (the caller read it through the owner check)."""
         async with self.lock(scope):
