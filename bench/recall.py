@@ -8,8 +8,8 @@ Negative turns (``relevant: []``) are scored only for the false-injection rate, 
 False injection: how often the bot, with its real gate, per-turn limit and importance floor, injects
 anything on a turn no stored memory is relevant to. Two kinds of such turns: the dataset's own negative
 turns (DuLeMon's utterances the bot answered without a persona) and every question asked of a
-*different* user's memories (the user half the list away, so a neighbour from the same source file is
-not chosen). The same replay also counts how often the gated bot injects a gold memory on a positive
+*different* user's memories (from half the list away on, the first user sharing no memory text with the
+asker: see ``partners``). The same replay also counts how often the gated bot injects a gold memory on a positive
 turn ("gated hit"), the price the gate exacts.
 """
 
@@ -162,10 +162,12 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     rows = _RowMap()
     results = MetricsAccumulator(ks)
     questions: list[QueryLine] = []
+    texts: dict[str, set[str]] = {}
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         scope = Scope(number)
         if isinstance(line, MemoryLine):
+            texts.setdefault(line.user, set()).add(line.text)
             written = await engine.remember(scope, [draft_for(line)], now=line.time)
             notes["memories"] += 1
             if not written:
@@ -186,17 +188,45 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     notes["engine rows"] = len(rows.rows)
     notes["memories merged into an earlier row"] = notes["memories"] - len(rows.rows)
     if injections is not None:
-        await _other_user_turns(engine, scopes, questions, injections)
+        await _other_user_turns(engine, scopes, questions, injections, partners(list(scopes), texts))
     return results
 
 
-async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
-                            injections: InjectionCounts) -> None:
-    """Each question asked of the memories of the user half the list away: nothing there is relevant."""
-    users = list(scopes)
+# A memory text this share of the users hold (at least PADDING_MIN_USERS) is padding (distractors), not a
+# sign of the same person.
+PADDING_SHARE = 0.01
+PADDING_MIN_USERS = 3
+
+
+def partners(users: Sequence[str], texts: Mapping[str, set[str]]) -> dict[str, str]:
+    """Whose memories each user's questions are asked of for the other-user turns: the first user from half
+    the list away on who shares no memory text with the asker. Synthetic sets build several users from one
+    persona (MemDaily's files come in aligned blocks: "01_simple_events:0" and "04_aggregative_events:0"
+    hold the same events), so the user half the list away may be the same person, whose memories *are*
+    relevant. Texts many users hold (distractor padding) do not count. A user no one else qualifies for
+    keeps the one half the list away."""
     if len(users) < 2:
+        return {}
+    held: dict[str, int] = {}
+    for user in users:
+        for text in texts.get(user, ()):
+            held[text] = held.get(text, 0) + 1
+    padding = max(PADDING_MIN_USERS, int(len(users) * PADDING_SHARE))
+    own = {u: {t for t in texts.get(u, ()) if held[t] < padding} for u in users}
+    out: dict[str, str] = {}
+    for i, user in enumerate(users):
+        start = i + len(users) // 2
+        ring = [users[(start + step) % len(users)] for step in range(len(users))]
+        others = (c for c in ring if c != user and not own[user] & own[c])
+        out[user] = next(others, users[start % len(users)] if users[start % len(users)] != user else ring[1])
+    return out
+
+
+async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
+                            injections: InjectionCounts, partner: Mapping[str, str]) -> None:
+    """Each question asked of the memories of a different user (``partners``): nothing there is relevant."""
+    if not partner:
         return
-    partner = {user: users[(i + len(users) // 2) % len(users)] for i, user in enumerate(users)}
     for line in questions:
         other = partner[line.user]
         injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
