@@ -228,8 +228,11 @@ def run_latency_command(args: argparse.Namespace) -> int:
 
     report = asyncio.run(run_latency(args.sizes, args.turns, args.seed))
     for size, figures in report["sizes"].items():
-        print(f"{size:>6} memories: p50 {figures['p50']:.3f} ms, p95 {figures['p95']:.3f} ms, "
+        cpu = figures["cpu"]
+        print(f"{size:>6} memories: p50 {figures['p50']:.3f} ms, p95 {figures['p95']:.3f} ms "
+              f"(CPU p50 {cpu['p50']:.3f}, p95 {cpu['p95']:.3f} ms), "
               f"recalled per turn {figures['recalled_per_turn']:.2f}")
+    print(f"load average (1 min) at the end: {report['machine']['loadavg_1m_at_end']}")
     if args.json:
         write_json(args.json, report)
     return 0

@@ -103,12 +103,17 @@ class CharIndex:
         self._units: dict[int, dict[str, float]] = {}
         self._lengths: dict[int, float] = {}
         self._total_length = 0.0
+        # The gate reads the same units' weights on every turn: kept until the index changes (a unit's
+        # weight depends on the scope's size and its document frequency).
+        self._weights: dict[str, float] = {}
+        self._own_weight: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self._units)
 
     def add(self, memory_id: int, texts: Iterable[str]) -> None:
         self.remove(memory_id)
+        self._changed()
         found: dict[str, float] = defaultdict(float)
         for text in texts:
             for unit, weight in units(text).items():
@@ -124,6 +129,7 @@ class CharIndex:
         found = self._units.pop(memory_id, None)
         if found is None:
             return
+        self._changed()
         self._total_length -= self._lengths.pop(memory_id, 0.0)
         for unit in found:
             postings = self._postings.get(unit)
@@ -132,6 +138,10 @@ class CharIndex:
                 if not postings:
                     del self._postings[unit]
 
+    def _changed(self) -> None:
+        self._weights.clear()
+        self._own_weight.clear()
+
     def idf(self, unit: str, size: int | None = None) -> float:
         size = len(self._units) if size is None else size
         df = len(self._postings.get(unit, ()))
@@ -139,8 +149,11 @@ class CharIndex:
 
     def evidence_weight(self, unit: str) -> float:
         """What a unit is worth to the gate: informative in the language and in this scope."""
-        size = max(len(self._units), GATE_MIN_SCOPE)
-        return unit_weight(unit) * self.idf(unit, size)
+        weight = self._weights.get(unit)
+        if weight is None:
+            size = max(len(self._units), GATE_MIN_SCOPE)
+            weight = self._weights[unit] = unit_weight(unit) * self.idf(unit, size)
+        return weight
 
     def share(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float],
               covered: Mapping[str, float] | None = None) -> float:
@@ -153,17 +166,20 @@ class CharIndex:
         own = self._units.get(memory_id)
         if not own:
             return 0.0
-        weights = {u: self.evidence_weight(u) for u in own}
-        shared_units = {u: q for u, q in query.items() if u in weights}
-        shared = sum(q * weights[u] for u, q in shared_units.items())
-        if shared <= 0:
+        weight = self.evidence_weight
+        shared_units = {u: q for u, q in query.items() if u in own}
+        of_memory = sum(q * weight(u) for u, q in shared_units.items())
+        if of_memory <= 0:
             return 0.0
         extra = {u: q for u, q in (covered or {}).items() if u not in shared_units}
-        shared += sum(q * self.evidence_weight(u) for u, q in extra.items())
+        shared = of_memory + sum(q * weight(u) for u, q in extra.items())
+        of_memory += sum(q * weight(u) for u, q in extra.items() if u in own)
         shared_units.update(extra)
-        asked = shared + sum(q * self.evidence_weight(u) for u, q in content.items() if u not in shared_units)
-        of_memory = sum(q * weights[u] for u, q in shared_units.items() if u in weights) / sum(weights.values())
-        return min(1.0, max(shared / asked, of_memory))
+        asked = shared + sum(q * weight(u) for u, q in content.items() if u not in shared_units)
+        total = self._own_weight.get(memory_id)
+        if total is None:
+            total = self._own_weight[memory_id] = sum(weight(u) for u in own)
+        return min(1.0, max(shared / asked, of_memory / total))
 
     def search(self, query: Mapping[str, float]) -> dict[int, float]:
         """BM25 for every memory sharing a unit with the query (query weights per unit)."""
