@@ -3,10 +3,17 @@
 Rows are keyed by the memory handle and tagged with the scope and the embedding model, so a scope's search
 never sees another scope's vectors and vectors of a replaced model are never compared with new ones. The
 vectors are L2-normalised float32 BLOBs; scoring is cosine similarity, by sqlite-vec's
-``vec_distance_cosine`` where the extension loads on this Python's SQLite, otherwise by a brute-force dot
-product in plain Python (a scope holds hundreds of memories, not millions). Both read the same table.
+``vec_distance_cosine`` where the extension loads, otherwise by a brute-force dot product in plain Python
+(a scope holds hundreds of memories, not millions). Both read the same table.
 
-Every method is one short transaction on the store's own connection (``SQLiteStore.transaction``), so
+Where sqlite-vec loads: CPython's own ``sqlite3`` is often built without extension loading (this project's
+Python 3.11 has no ``enable_load_extension``). Then, if the optional ``sqlean.py`` or ``pysqlite3-binary``
+wheel is installed (``requirements-sqlite-vec.txt``), the store opens a second, read-only connection to the
+same file with that driver, loads sqlite-vec into it and scores there; WAL lets it read what the store's
+connection committed. The store itself keeps the standard driver (its errors are ``sqlite3.Error``; these
+drivers raise their own classes).
+
+Every write is one short transaction on the store's own connection (``SQLiteStore.transaction``), so
 vector writes never wait on an embedding call and do not look like another process's commits.
 """
 
@@ -22,6 +29,9 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+
+import aiosqlite
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
@@ -71,29 +81,51 @@ ON CONFLICT(handle) DO UPDATE SET scope_key = excluded.scope_key, model = exclud
 """
 
 
+# Drivers with extension loading, tried in this order when the standard one has none.
+EXTENSION_DRIVERS = ("sqlean", "pysqlite3.dbapi2")
+
+
 class VectorStore:
-    def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False) -> None:
+    def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False,
+                 scorer: aiosqlite.Connection | None = None, scorer_error: type[Exception] = sqlite3.Error) -> None:
         self._store = store
         self.sqlite_vec = sqlite_vec
+        self._scorer = scorer  # a separate read-only connection with sqlite-vec (see the module docstring)
+        self._scorer_error = scorer_error
+        self.driver = "sqlite3" if scorer is None else scorer_driver_name(scorer_error)
 
     @property
     def backend(self) -> str:
         return "sqlite-vec" if self.sqlite_vec else "python"
 
     @classmethod
-    async def open(cls, store: SQLiteStore, *, try_sqlite_vec: bool = True) -> VectorStore:
+    async def open(cls, store: SQLiteStore, *, try_sqlite_vec: bool = True,
+                   drivers: Sequence[str] = EXTENSION_DRIVERS) -> VectorStore:
         """A vector store on ``store``'s connection, with sqlite-vec loaded into it if this Python's
-        SQLite allows extensions (many builds do not: then scoring runs in Python, same results)."""
-        loaded = try_sqlite_vec and await cls._load_sqlite_vec(store)
-        if try_sqlite_vec and not loaded:
-            log.info("sqlite-vec is not available here; vector search runs in Python")
-        return cls(store, sqlite_vec=loaded)
+        SQLite allows extensions, else into a read-only connection of an optional driver that does
+        (``drivers``); with neither, scoring runs in Python (same results)."""
+        if not try_sqlite_vec:
+            return cls(store)
+        if await cls._load_sqlite_vec(store):
+            return cls(store, sqlite_vec=True)
+        for name in drivers:
+            opened = await _open_scorer(name, store.path)
+            if opened is not None:
+                log.info("vector search by sqlite-vec on a %s connection", name)
+                return cls(store, sqlite_vec=True, scorer=opened[0], scorer_error=opened[1])
+        log.info("sqlite-vec is not available here; vector search runs in Python")
+        return cls(store)
+
+    async def close(self) -> None:
+        """Close the scoring connection, if one was opened (the store's own connection is the store's)."""
+        if self._scorer is not None:
+            scorer, self._scorer = self._scorer, None
+            await scorer.close()
 
     @staticmethod
     async def _load_sqlite_vec(store: SQLiteStore) -> bool:
         try:
-            module = importlib.import_module("sqlite_vec")
-            path = str(module.loadable_path())
+            path = _sqlite_vec_path()
             async with store.transaction(write=False) as conn:
                 await conn.enable_load_extension(True)
                 try:
@@ -202,12 +234,12 @@ class VectorStore:
         if k <= 0:
             return []
         if self.sqlite_vec:
-            rows = await self._read(
-                "SELECT handle, 1.0 - vec_distance_cosine(vector, ?) AS similarity FROM memory_vectors "
-                "WHERE scope_key = ? AND model = ? AND dim = ? ORDER BY similarity DESC, handle LIMIT ?",
-                (pack(query), scope.key, model, len(query), k),
-            )
-            return [(int(h), float(s)) for h, s in rows]
+            sql = ("SELECT handle, 1.0 - vec_distance_cosine(vector, ?) AS similarity FROM memory_vectors "
+                   "WHERE scope_key = ? AND model = ? AND dim = ? ORDER BY similarity DESC, handle LIMIT ?")
+            params = (pack(query), scope.key, model, len(query), k)
+            if self._scorer is not None:
+                return await self._score(sql, params)
+            return [(int(h), float(s)) for h, s in await self._read(sql, params)]
         rows = await self._read(
             "SELECT handle, vector FROM memory_vectors WHERE scope_key = ? AND model = ? AND dim = ?",
             (scope.key, model, len(query)),
@@ -216,3 +248,52 @@ class VectorStore:
         scored.sort(key=lambda item: (-item[1], item[0]))
         return scored[:k]
 
+
+    async def _score(self, sql: str, params: tuple[object, ...]) -> list[tuple[int, float]]:
+        assert self._scorer is not None
+        try:
+            cursor = await self._scorer.execute(sql, params)
+            return [(int(h), float(s)) for h, s in await cursor.fetchall()]
+        except self._scorer_error as exc:
+            raise storage_error(sqlite3.Error(str(exc))) from exc
+
+
+def _sqlite_vec_path() -> str:
+    return str(importlib.import_module("sqlite_vec").loadable_path())
+
+
+def scorer_driver_name(error: type[Exception]) -> str:
+    return error.__module__.split(".")[0]
+
+
+async def _open_scorer(driver: str, path: object) -> tuple[aiosqlite.Connection, type[Exception]] | None:
+    """A read-only connection of ``driver`` to the database file with sqlite-vec loaded, and the driver's
+    error class; None when the driver or sqlite-vec is missing or the file is not on disk."""
+    try:
+        module = importlib.import_module(driver)
+        extension = _sqlite_vec_path()
+    except (ImportError, AttributeError, OSError) as exc:
+        log.debug("no %s with sqlite-vec: %s", driver, exc)
+        return None
+    error: type[Exception] = module.Error
+    if not isinstance(path, Path) or not path.is_file():
+        return None  # an in-memory store has no file a second connection could read
+
+    def connect() -> sqlite3.Connection:
+        conn = module.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        conn.enable_load_extension(True)
+        try:
+            conn.load_extension(extension)
+        finally:
+            conn.enable_load_extension(False)
+        return conn  # type: ignore[no-any-return]
+
+    scorer = aiosqlite.Connection(connect, iter_chunk_size=64)
+    try:
+        await scorer
+        await scorer.execute("SELECT vec_version()")
+    except (error, OSError) as exc:
+        log.debug("sqlite-vec did not load on %s: %s", driver, exc)
+        await scorer.close()
+        return None
+    return scorer, error
