@@ -16,6 +16,7 @@ turn ("gated hit"), the price the gate exacts.
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 import time
 from collections import Counter
@@ -26,7 +27,7 @@ from typing import Any
 
 from bench.bm25 import ScopedBM25
 from bench.dataset import DatasetLine, MemoryLine, QueryLine
-from bench.metrics import InjectionCounts, MetricsAccumulator, Summary
+from bench.metrics import OTHER_APART, InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.recall.chars import units
@@ -163,11 +164,13 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     results = MetricsAccumulator(ks)
     questions: list[QueryLine] = []
     texts: dict[str, set[str]] = {}
+    by_id: dict[tuple[str, str], str] = {}
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         scope = Scope(number)
         if isinstance(line, MemoryLine):
             texts.setdefault(line.user, set()).add(line.text)
+            by_id[(line.user, line.id)] = line.text
             written = await engine.remember(scope, [draft_for(line)], now=line.time)
             notes["memories"] += 1
             if not written:
@@ -188,7 +191,13 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     notes["engine rows"] = len(rows.rows)
     notes["memories merged into an earlier row"] = notes["memories"] - len(rows.rows)
     if injections is not None:
-        await _other_user_turns(engine, scopes, questions, injections, partners(list(scopes), texts))
+        partner = partners(list(scopes), texts)
+
+        def named_there(line: QueryLine) -> bool:
+            gold = [by_id[(line.user, r)] for r in line.relevant if (line.user, r) in by_id]
+            return names_the_same_thing(line.text, gold, texts.get(partner[line.user], ()))
+
+        await _other_user_turns(engine, scopes, questions, injections, partner, named_there)
     return results
 
 
@@ -222,15 +231,38 @@ def partners(users: Sequence[str], texts: Mapping[str, set[str]]) -> dict[str, s
     return out
 
 
+# Chinese names of events, places and people run to four characters and more ("金融科技精英论坛").
+NAME_CHARS = 4
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def _names(text: str) -> set[str]:
+    return {run[i : i + NAME_CHARS] for run in _CJK_RUN.findall(text) for i in range(len(run) - NAME_CHARS + 1)}
+
+
+def names_the_same_thing(question: str, gold: Iterable[str], other: Iterable[str]) -> bool:
+    """The other user's memories name what the question names in its own gold memories (a string of at
+    least four Chinese characters in all three): the same event or person, as synthetic sets reuse them
+    across users, so a memory there may well be relevant and its injection is not clearly false."""
+    asked = _names(question)
+    named = {n for n in asked if any(n in _names(t) for t in gold)}
+    return bool(named) and any(named & _names(t) for t in other)
+
+
 async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
-                            injections: InjectionCounts, partner: Mapping[str, str]) -> None:
-    """Each question asked of the memories of a different user (``partners``): nothing there is relevant."""
+                            injections: InjectionCounts, partner: Mapping[str, str],
+                            named_there: Callable[[QueryLine], bool]) -> None:
+    """Each question asked of the memories of a different user (``partners``): nothing there is relevant.
+    The turns whose other scope does not name the question's own thing are also counted on their own
+    (``OTHER_APART``): the cleanest negatives."""
     if not partner:
         return
     for line in questions:
         other = partner[line.user]
         injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
         injections.add("other user", [str(row) for row in injected], ())
+        if not named_there(line):
+            injections.add(OTHER_APART, [str(row) for row in injected], ())
 
 
 LATENCY_NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

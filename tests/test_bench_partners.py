@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.recall import partners
+from bench.recall import names_the_same_thing, partners
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,23 @@ def test_no_partner_for_a_single_user_and_fallback_when_all_share() -> None:
     assert partners(["a"], {"a": {"1"}}) == {}
     same = {"a": {"x"}, "b": {"x"}}
     assert partners(["a", "b"], same) == {"a": "b", "b": "a"}
+
+
+ASKED = "金融科技精英论坛的主要内容是什么？"
+GOLD = "金融科技精英论坛的地点是北京。"
+
+
+@pytest.mark.parametrize(
+    ("question", "gold", "other", "expected"),
+    [
+        # The other user's memory names the event the question and its gold memory name.
+        (ASKED, [GOLD], ["金融科技精英论坛的持续时间是七天。"], True),
+        # Same kind of question, a different event there.
+        (ASKED, [GOLD], ["音乐光影之旅的持续时间是四个周。"], False),
+        # Four characters the question shares with the other memory but not with its gold: no name of its thing.
+        ("我喜欢的家电是什么来着？", ["家里用的是美的电饭煲"], ["我喜欢的家电是什么"], False),
+        ("how long was the trip?", ["the trip took a week"], ["the trip took a week"], False),
+    ],
+)
+def test_names_the_same_thing(question: str, gold: list[str], other: list[str], expected: bool) -> None:
+    assert names_the_same_thing(question, gold, other) is expected
