@@ -65,12 +65,17 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
+def fold(text: str) -> str:
+    """The form units and keywords are read from: NFKC (full-width "ＡＢＣ" is "ABC"), lower case."""
+    return unicodedata.normalize("NFKC", normalize_text(text)).lower()
+
+
 @functools.lru_cache(maxsize=4096)
 def units(text: str) -> dict[str, float]:
     """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped).
     Cached (a turn is read again as context): callers must not change the returned map."""
     out: dict[str, float] = defaultdict(float)
-    folded = unicodedata.normalize("NFKC", normalize_text(text)).lower()
+    folded = fold(text)
     for match in _RUNS.finditer(folded):
         run = match.group()
         if run.isascii():
@@ -180,6 +185,23 @@ class CharIndex:
         if total is None:
             total = self._own_weight[memory_id] = sum(weight(u) for u in own)
         return min(1.0, max(shared / asked, of_memory / total))
+
+    def coverage(self, memory_id: int, clauses: Iterable[Mapping[str, float]],
+                 covered: Mapping[str, float] | None = None) -> float:
+        """The largest share of one clause's content this memory holds (0..1): what the memory is about
+        must be something the user said in one breath, not words scattered over a long turn, nor only
+        the function words it shares ("什么" in "你说什么就是什么吧")."""
+        own = self._units.get(memory_id)
+        if not own:
+            return 0.0
+        covered = covered or {}
+        best = 0.0
+        for clause in clauses:
+            total = sum(self.evidence_weight(u) for u in clause)
+            if total > 0:
+                held = sum(self.evidence_weight(u) for u in clause if u in own or u in covered)
+                best = max(best, held / total)
+        return best
 
     def search(self, query: Mapping[str, float]) -> dict[int, float]:
         """BM25 for every memory sharing a unit with the query (query weights per unit)."""

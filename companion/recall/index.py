@@ -9,7 +9,10 @@ Two rankings of the same memories, fused by rank (reciprocal rank fusion):
   (退货 / 退换), still matches; English as stemmed words.
 Importance and recency adjust each ranking before fusion. Whether a memory is touched at all is the
 gate's call (``RecallFilter.min_match``): the share of the query's information the memory shares, or of
-the memory's own, whichever is larger, measured on the character units (see ``chars.Evidence``).
+the memory's own, whichever is larger, measured on the character units (``CharIndex.share``); and the
+memory must hold at least ``MIN_CLAUSE_COVERAGE`` of the content of one clause of the turn or its context
+(``CharIndex.coverage``), so that neither shared function words nor words scattered over a long turn
+carry it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ PREFILTER = 4 * FUSION_DEPTH
 # Calibrated on the public sets (BENCHMARKS.md, "Calibrating the gate"): at this share the bot injects
 # something on about 10% or fewer of the turns no memory is relevant to.
 DEFAULT_MIN_MATCH = 0.45
+# A touched memory must also hold at least this share of one clause's content (``CharIndex.coverage``).
+MIN_CLAUSE_COVERAGE = 0.3
 
 Tokenize = Callable[[str], list[str]]
 
@@ -301,8 +306,14 @@ class ScopeIndex:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = self._chars.share(mid, query.units, query.content, self._covered(mid, query))
-        return match if match >= rules.min_match else None
+        covered = self._covered(mid, query)
+        match = self._chars.share(mid, query.units, query.content, covered)
+        if match < rules.min_match:
+            return None
+        clauses = query.clauses  # none for bare words: no clause is known
+        if rules.min_match > 0 and clauses and self._chars.coverage(mid, clauses, covered) < MIN_CLAUSE_COVERAGE:
+            return None
+        return match
 
 
     def _covered(self, mid: int, query: Query) -> dict[str, float]:
