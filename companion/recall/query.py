@@ -7,6 +7,7 @@ turn itself; a unit keeps the highest weight of any message it appears in.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,12 +56,20 @@ class Query:
                 self.content[unit] = max(self.content.get(unit, 0.0), weight)
         for unit in units(text):
             self.units[unit] = max(self.units.get(unit, 0.0), weight)
-        # A clause's content: the message's content words that occur in it (jieba cuts at punctuation
-        # anyway, so segmenting each clause again would find the same words).
-        for clause in CLAUSE_BREAK.split(fold(text)):
-            found = {u: 1.0 for w in words if w in clause for u in units(w)}
-            if found:
-                self.clauses.append(found)
+        self.clauses.extend(clause_content(text, tuple(words)))
+
+
+@functools.lru_cache(maxsize=1024)
+def clause_content(text: str, words: tuple[str, ...]) -> tuple[dict[str, float], ...]:
+    """Each clause's content units: the message's content words that occur in it (jieba cuts at punctuation
+    anyway, so segmenting each clause again would find the same words). Cached, as a turn comes back as
+    context: callers must not change the maps."""
+    out = []
+    for clause in CLAUSE_BREAK.split(fold(text)):
+        found = {u: 1.0 for w in words if w in clause for u in units(w)}
+        if found:
+            out.append(found)
+    return tuple(out)
 
 
 def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:
