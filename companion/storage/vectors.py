@@ -19,6 +19,7 @@ vector writes never wait on an embedding call and do not look like another proce
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import logging
@@ -28,8 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-import aiosqlite
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
@@ -87,10 +86,14 @@ EXTENSION_DRIVERS = ("sqlean", "pysqlite3.dbapi2")
 
 class VectorStore:
     def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False,
-                 scorer: aiosqlite.Connection | None = None, scorer_error: type[Exception] = sqlite3.Error) -> None:
+                 scorer: sqlite3.Connection | None = None, scorer_error: type[Exception] = sqlite3.Error) -> None:
         self._store = store
         self.sqlite_vec = sqlite_vec
-        self._scorer = scorer  # a separate read-only connection with sqlite-vec (see the module docstring)
+        # A separate read-only connection with sqlite-vec (see the module docstring). Used from worker
+        # threads one query at a time: no thread of its own, which would keep a process that never closes
+        # this store from exiting.
+        self._scorer = scorer
+        self._scorer_lock = asyncio.Lock()
         self._scorer_error = scorer_error
         self.driver = "sqlite3" if scorer is None else scorer_driver_name(scorer_error)
 
@@ -120,7 +123,8 @@ class VectorStore:
         """Close the scoring connection, if one was opened (the store's own connection is the store's)."""
         if self._scorer is not None:
             scorer, self._scorer = self._scorer, None
-            await scorer.close()
+            async with self._scorer_lock:
+                await asyncio.to_thread(scorer.close)
 
     @staticmethod
     async def _load_sqlite_vec(store: SQLiteStore) -> bool:
@@ -250,10 +254,15 @@ class VectorStore:
 
 
     async def _score(self, sql: str, params: tuple[object, ...]) -> list[tuple[int, float]]:
-        assert self._scorer is not None
+        scorer = self._scorer
+        assert scorer is not None
+
+        def run() -> list[tuple[int, float]]:
+            return [(int(h), float(s)) for h, s in scorer.execute(sql, params).fetchall()]
+
         try:
-            cursor = await self._scorer.execute(sql, params)
-            return [(int(h), float(s)) for h, s in await cursor.fetchall()]
+            async with self._scorer_lock:
+                return await asyncio.to_thread(run)
         except self._scorer_error as exc:
             raise storage_error(sqlite3.Error(str(exc))) from exc
 
@@ -266,7 +275,7 @@ def scorer_driver_name(error: type[Exception]) -> str:
     return error.__module__.split(".")[0]
 
 
-async def _open_scorer(driver: str, path: object) -> tuple[aiosqlite.Connection, type[Exception]] | None:
+async def _open_scorer(driver: str, path: object) -> tuple[sqlite3.Connection, type[Exception]] | None:
     """A read-only connection of ``driver`` to the database file with sqlite-vec loaded, and the driver's
     error class; None when the driver or sqlite-vec is missing or the file is not on disk."""
     try:
@@ -280,20 +289,20 @@ async def _open_scorer(driver: str, path: object) -> tuple[aiosqlite.Connection,
         return None  # an in-memory store has no file a second connection could read
 
     def connect() -> sqlite3.Connection:
-        conn = module.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
-        conn.enable_load_extension(True)
+        conn = module.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                              isolation_level=None)
         try:
+            conn.enable_load_extension(True)
             conn.load_extension(extension)
-        finally:
             conn.enable_load_extension(False)
+            conn.execute("SELECT vec_version()")
+        except BaseException:
+            conn.close()
+            raise
         return conn  # type: ignore[no-any-return]
 
-    scorer = aiosqlite.Connection(connect, iter_chunk_size=64)
     try:
-        await scorer
-        await scorer.execute("SELECT vec_version()")
+        return await asyncio.to_thread(connect), error
     except (error, OSError) as exc:
         log.debug("sqlite-vec did not load on %s: %s", driver, exc)
-        await scorer.close()
         return None
-    return scorer, error
