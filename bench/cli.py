@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     latency.add_argument("--turns", type=_positive, default=2000)
     latency.add_argument("--seed", type=int, default=7)
     latency.add_argument("--json", type=Path, help="also write the results here")
+    vectors = commands.add_parser("vector-search", help="one nearest-vector search per scorer, scopes of N vectors")
+    vectors.add_argument("--sizes", type=parse_ks, default=(1000, 10_000), help="vectors, e.g. 1000,10000")
+    vectors.add_argument("--dim", type=_positive, default=1024)
+    vectors.add_argument("--searches", type=_positive, default=20)
+    vectors.add_argument("--seed", type=int, default=7)
+    vectors.add_argument("--json", type=Path, help="also write the results here")
     scale = commands.add_parser("scale", help="database size, recall/write latency, decay and backup at scale")
     scale.add_argument("--users", type=_positive, default=10_000)
     scale.add_argument("--per-user", type=_positive, default=100)
@@ -228,8 +234,25 @@ def run_latency_command(args: argparse.Namespace) -> int:
 
     report = asyncio.run(run_latency(args.sizes, args.turns, args.seed))
     for size, figures in report["sizes"].items():
-        print(f"{size:>6} memories: p50 {figures['p50']:.3f} ms, p95 {figures['p95']:.3f} ms, "
+        cpu = figures["cpu"]
+        print(f"{size:>6} memories: p50 {figures['p50']:.3f} ms, p95 {figures['p95']:.3f} ms "
+              f"(CPU p50 {cpu['p50']:.3f}, p95 {cpu['p95']:.3f} ms), "
               f"recalled per turn {figures['recalled_per_turn']:.2f}")
+    print(f"load average (1 min) at the end: {report['machine']['loadavg_1m_at_end']}")
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
+def run_vector_search_command(args: argparse.Namespace) -> int:
+    from bench.vectorsearch import run_vector_search
+
+    report = asyncio.run(run_vector_search(args.sizes, args.dim, args.searches, 20, args.seed))
+    for size, scorers in report["sizes"].items():
+        for name, figures in scorers.items():
+            print(f"{size:>6} vectors, {name}: p50 {figures['p50']:.2f} ms, p95 {figures['p95']:.2f} ms "
+                  f"(CPU p50 {figures['cpu']['p50']:.2f}, p95 {figures['cpu']['p95']:.2f} ms)")
+    print(f"load average (1 min) at the end: {report['machine']['loadavg_1m_at_end']}")
     if args.json:
         write_json(args.json, report)
     return 0
@@ -293,6 +316,7 @@ def run_plots(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"convert": run_convert, "recall": run_recall, "recall-latency": run_latency_command,
+            "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots}
 
 

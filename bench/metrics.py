@@ -145,10 +145,15 @@ class InjectionCounts:
         total = self.false_injection
         if total is not None:
             out["false injection"] = total
+        apart = self.rate(OTHER_APART)
+        if apart is not None:  # a subset of the other-user turns, reported apart, not in the total
+            out[f"false injection, {OTHER_APART}"] = apart
+            out[f"{OTHER_APART} turns"] = self.turns[OTHER_APART]
         return out
 
 
 NEGATIVE_KINDS = ("negative", "other user")
+OTHER_APART = "other user, names apart"
 
 
 def _mean(values: Sequence[float]) -> float:

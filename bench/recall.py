@@ -8,14 +8,15 @@ Negative turns (``relevant: []``) are scored only for the false-injection rate, 
 False injection: how often the bot, with its real gate, per-turn limit and importance floor, injects
 anything on a turn no stored memory is relevant to. Two kinds of such turns: the dataset's own negative
 turns (DuLeMon's utterances the bot answered without a persona) and every question asked of a
-*different* user's memories (the user half the list away, so a neighbour from the same source file is
-not chosen). The same replay also counts how often the gated bot injects a gold memory on a positive
+*different* user's memories (from half the list away on, the first user sharing no memory text with the
+asker: see ``partners``). The same replay also counts how often the gated bot injects a gold memory on a positive
 turn ("gated hit"), the price the gate exacts.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 import time
 from collections import Counter
@@ -26,7 +27,7 @@ from typing import Any
 
 from bench.bm25 import ScopedBM25
 from bench.dataset import DatasetLine, MemoryLine, QueryLine
-from bench.metrics import InjectionCounts, MetricsAccumulator, Summary
+from bench.metrics import OTHER_APART, InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.recall.chars import units
@@ -162,10 +163,14 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     rows = _RowMap()
     results = MetricsAccumulator(ks)
     questions: list[QueryLine] = []
+    texts: dict[str, set[str]] = {}
+    by_id: dict[tuple[str, str], str] = {}
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         scope = Scope(number)
         if isinstance(line, MemoryLine):
+            texts.setdefault(line.user, set()).add(line.text)
+            by_id[(line.user, line.id)] = line.text
             written = await engine.remember(scope, [draft_for(line)], now=line.time)
             notes["memories"] += 1
             if not written:
@@ -186,21 +191,78 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     notes["engine rows"] = len(rows.rows)
     notes["memories merged into an earlier row"] = notes["memories"] - len(rows.rows)
     if injections is not None:
-        await _other_user_turns(engine, scopes, questions, injections)
+        partner = partners(list(scopes), texts)
+
+        def named_there(line: QueryLine) -> bool:
+            gold = [by_id[(line.user, r)] for r in line.relevant if (line.user, r) in by_id]
+            return names_the_same_thing(line.text, gold, texts.get(partner[line.user], ()))
+
+        await _other_user_turns(engine, scopes, questions, injections, partner, named_there)
     return results
 
 
-async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
-                            injections: InjectionCounts) -> None:
-    """Each question asked of the memories of the user half the list away: nothing there is relevant."""
-    users = list(scopes)
+# A memory text this share of the users hold (at least PADDING_MIN_USERS) is padding (distractors), not a
+# sign of the same person.
+PADDING_SHARE = 0.01
+PADDING_MIN_USERS = 3
+
+
+def partners(users: Sequence[str], texts: Mapping[str, set[str]]) -> dict[str, str]:
+    """Whose memories each user's questions are asked of for the other-user turns: the first user from half
+    the list away on who shares no memory text with the asker. Synthetic sets build several users from one
+    persona (MemDaily's files come in aligned blocks: "01_simple_events:0" and "04_aggregative_events:0"
+    hold the same events), so the user half the list away may be the same person, whose memories *are*
+    relevant. Texts many users hold (distractor padding) do not count. A user no one else qualifies for
+    keeps the one half the list away."""
     if len(users) < 2:
+        return {}
+    held: dict[str, int] = {}
+    for user in users:
+        for text in texts.get(user, ()):
+            held[text] = held.get(text, 0) + 1
+    padding = max(PADDING_MIN_USERS, int(len(users) * PADDING_SHARE))
+    own = {u: {t for t in texts.get(u, ()) if held[t] < padding} for u in users}
+    out: dict[str, str] = {}
+    for i, user in enumerate(users):
+        start = i + len(users) // 2
+        ring = [users[(start + step) % len(users)] for step in range(len(users))]
+        others = (c for c in ring if c != user and not own[user] & own[c])
+        out[user] = next(others, users[start % len(users)] if users[start % len(users)] != user else ring[1])
+    return out
+
+
+# Chinese names of events, places and people run to four characters and more ("金融科技精英论坛").
+NAME_CHARS = 4
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def _names(text: str) -> set[str]:
+    return {run[i : i + NAME_CHARS] for run in _CJK_RUN.findall(text) for i in range(len(run) - NAME_CHARS + 1)}
+
+
+def names_the_same_thing(question: str, gold: Iterable[str], other: Iterable[str]) -> bool:
+    """The other user's memories name what the question names in its own gold memories (a string of at
+    least four Chinese characters in all three): the same event or person, as synthetic sets reuse them
+    across users, so a memory there may well be relevant and its injection is not clearly false."""
+    asked = _names(question)
+    named = {n for n in asked if any(n in _names(t) for t in gold)}
+    return bool(named) and any(named & _names(t) for t in other)
+
+
+async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
+                            injections: InjectionCounts, partner: Mapping[str, str],
+                            named_there: Callable[[QueryLine], bool]) -> None:
+    """Each question asked of the memories of a different user (``partners``): nothing there is relevant.
+    The turns whose other scope does not name the question's own thing are also counted on their own
+    (``OTHER_APART``): the cleanest negatives."""
+    if not partner:
         return
-    partner = {user: users[(i + len(users) // 2) % len(users)] for i, user in enumerate(users)}
     for line in questions:
         other = partner[line.user]
         injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
         injections.add("other user", [str(row) for row in injected], ())
+        if not named_there(line):
+            injections.add(OTHER_APART, [str(row) for row in injected], ())
 
 
 LATENCY_NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -227,14 +289,18 @@ async def run_latency(sizes: Sequence[int], turns: int, seed: int) -> dict[str, 
                 messages = [synth.message(rng) for _ in range(turns + 2)]
                 await engine.recall(scope, messages[0], LATENCY_NOW)  # loads the index: the cold turn
                 samples: list[float] = []
+                cpu: list[float] = []
                 recalled = 0
                 for n in range(2, turns + 2):
-                    started = time.perf_counter()
+                    started, cpu_started = time.perf_counter(), time.process_time()
                     found = await engine.recall(scope, messages[n], LATENCY_NOW, cooldown=None,
                                                 earlier=messages[n - 2 : n], reply="那你要好好休息哦")
                     samples.append((time.perf_counter() - started) * 1000)
+                    cpu.append((time.process_time() - cpu_started) * 1000)
                     recalled += len(found)
-                out[str(size)] = {**latency_summary(samples), "recalled_per_turn": round(recalled / turns, 3)}
+                # CPU time next to wall time: on a shared machine the wall clock also counts waiting for a core.
+                out[str(size)] = {**latency_summary(samples), "cpu": latency_summary(cpu),
+                                  "recalled_per_turn": round(recalled / turns, 3)}
         finally:
             await engine.close()
     return {"sizes": out, "machine": machine()}

@@ -161,3 +161,12 @@ def test_recall_latency_command_runs_tiny(tmp_path: Path, capsys: pytest.Capture
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report["sizes"]) == {"5", "20"} and report["sizes"]["20"]["p95"] > 0
     assert "20 memories" in capsys.readouterr().out
+    assert report["sizes"]["20"]["cpu"]["n"] == 5
+
+
+def test_vector_search_command_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "vectors.json"
+    assert cli.main(["vector-search", "--sizes", "3,30", "--dim", "8", "--searches", "3", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert set(report["sizes"]) == {"3", "30"} and report["sizes"]["30"]["numpy"]["n"] == 3
+    assert "30 vectors, numpy" in capsys.readouterr().out

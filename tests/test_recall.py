@@ -11,7 +11,7 @@ from companion.core.models import Memory, MemoryType, Origin, Validity
 from companion.recall.chars import units
 from companion.recall.index import RRF_K, RecallFilter, ScopeIndex, fuse, mentions
 from companion.recall.keywords import KeywordExtractor
-from companion.recall.query import build_query
+from companion.recall.query import Query, build_query
 
 NOW = datetime(2025, 12, 23, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -343,3 +343,33 @@ def test_index_follows_writes_and_removals(extractor: KeywordExtractor) -> None:
     assert 2 not in recall(index, extractor, "周末又种花呢")
     index.add(dataclasses.replace(mem(2, ["种花"], event="阳台上种花"), terms=["阳台", "种花"]))
     assert recall(index, extractor, "周末又种花呢")[:1] == [2]
+
+
+def test_the_query_reads_each_clause_apart(extractor: KeywordExtractor) -> None:
+    query = build_query("我表弟是做什么工作的呢？另外，竞技羽毛球盛宴的持续时间是什么？", extractor.keywords)
+    assert len(query.clauses) == 2
+    assert "表弟" in query.clauses[0] and "表弟" not in query.clauses[1]
+    assert "盛宴" in query.clauses[1]
+    assert build_query("哈哈", extractor.keywords).clauses == []  # no content word, no clause
+    assert Query.from_words(["奶茶"]).clauses == []  # bare words tell no clauses
+
+
+@pytest.mark.parametrize(
+    ("turn", "memory", "touched"),
+    [
+        # Shares only function words with the turn ("什么"), though they are most of the memory.
+        ("那个22岁的人生日是什么时候呢？", "对对对，你说什么就是什么吧", False),
+        # The memory is one clause of a two-question turn.
+        ("我表弟是做什么工作的呢？另外，竞技羽毛球盛宴的持续时间是什么？", "竞技羽毛球盛宴的持续时间是四天。", True),
+    ],
+)
+def test_a_touched_memory_covers_part_of_one_clause(extractor: KeywordExtractor, turn: str, memory: str,
+                                                    touched: bool) -> None:
+    fillers = [dataclasses.replace(mem(i, extractor.keywords(e, limit=8), event=e), terms=extractor.keywords(e))
+               for i, e in enumerate(["晚上吃了凉皮", "我喜欢骑自行车", "周末去公园散步"], start=2)]
+    target = dataclasses.replace(mem(1, extractor.keywords(memory, limit=8), event=memory),
+                                 terms=extractor.keywords(memory))
+    index = ScopeIndex([target, *fillers], extractor.keywords)
+    query = build_query(turn, extractor.keywords)
+    assert index.rank(query, NOW, OPEN)[0].memory.id == 1  # ranked first either way: the gate decides
+    assert (1 in [r.memory.id for r in index.rank(query, NOW, BOT)]) is touched

@@ -39,15 +39,40 @@ def cosine_distance(a: bytes, b: bytes) -> float:
 
 
 @pytest.fixture(params=["python", "sqlite-vec", "sqlite-vec-sql"])
-async def vectors(request: pytest.FixtureRequest, store: SQLiteStore) -> VectorStore:
+async def vectors(request: pytest.FixtureRequest, store: SQLiteStore) -> AsyncIterator[VectorStore]:
     if request.param == "sqlite-vec-sql":
         async with store.transaction(write=False) as conn:
             await conn.create_function("vec_distance_cosine", 2, cosine_distance, deterministic=True)
-        return VectorStore(store, sqlite_vec=True)
+        yield VectorStore(store, sqlite_vec=True)
+        return
     opened = await VectorStore.open(store, try_sqlite_vec=request.param == "sqlite-vec")
-    if opened.backend != request.param:
-        pytest.skip("sqlite-vec cannot load on this Python's SQLite (no extension loading)")
-    return opened
+    try:
+        if opened.backend != request.param:
+            pytest.skip("sqlite-vec cannot load here: no extension loading in this Python's SQLite and "
+                        "neither sqlean.py nor pysqlite3-binary with sqlite-vec installed "
+                        "(requirements-sqlite-vec.txt)")
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_without_an_extension_driver_scoring_runs_in_python(store: SQLiteStore) -> None:
+    opened = await VectorStore.open(store, drivers=())
+    try:
+        # This Python's own sqlite3 decides: with extension loading it is sqlite-vec on the store's connection.
+        can_load = hasattr(sqlite3.Connection, "enable_load_extension")
+        assert opened.driver == "sqlite3"
+        assert opened.backend in ({"python", "sqlite-vec"} if can_load else {"python"})
+    finally:
+        await opened.close()
+
+
+async def test_an_unknown_driver_is_skipped(store: SQLiteStore) -> None:
+    opened = await VectorStore.open(store, drivers=("no_such_driver_module",))
+    try:
+        assert opened.driver == "sqlite3"
+    finally:
+        await opened.close()
 
 
 async def write(store: SQLiteStore, scope: Scope, *events: str, importance: float = 80.0) -> list[int]:
@@ -129,3 +154,19 @@ async def test_the_snapshot_carries_the_vectors(store: SQLiteStore, vectors: Vec
     finally:
         conn.close()
     assert handle == mid and list(unpack(blob)) == pytest.approx(ngram_vector("我家小狗叫豆豆"), abs=1e-6)
+
+
+async def test_an_extension_driver_scores_on_its_own_read_only_connection(store: SQLiteStore) -> None:
+    pytest.importorskip("sqlite_vec")
+    pytest.importorskip("sqlean")
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        pytest.skip("this Python's sqlite3 loads extensions itself")
+    opened = await VectorStore.open(store, drivers=("sqlean",))
+    try:
+        assert (opened.backend, opened.driver) == ("sqlite-vec", "sqlean")
+        [handle] = await write(store, ALICE, "我家小狗叫豆豆")
+        await opened.put(ALICE, MODEL, [row(handle, "我家小狗叫豆豆")], NOW)  # written after it opened
+        hits = await opened.nearest(ALICE, MODEL, ngram_vector("小狗豆豆"), 3)
+        assert [h for h, _ in hits] == [handle]
+    finally:
+        await opened.close()

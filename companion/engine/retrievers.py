@@ -101,6 +101,7 @@ class DenseRetriever:
 
     async def close(self) -> None:
         await self.embedder.close()
+        await self.vectors.close()
 
     @property
     def model(self) -> str:

@@ -65,12 +65,17 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
+def fold(text: str) -> str:
+    """The form units and keywords are read from: NFKC (full-width "ＡＢＣ" is "ABC"), lower case."""
+    return unicodedata.normalize("NFKC", normalize_text(text)).lower()
+
+
 @functools.lru_cache(maxsize=4096)
 def units(text: str) -> dict[str, float]:
     """Weighted units of a text: CJK unigrams and bigrams, stemmed Latin words (stopwords dropped).
     Cached (a turn is read again as context): callers must not change the returned map."""
     out: dict[str, float] = defaultdict(float)
-    folded = unicodedata.normalize("NFKC", normalize_text(text)).lower()
+    folded = fold(text)
     for match in _RUNS.finditer(folded):
         run = match.group()
         if run.isascii():
@@ -103,12 +108,17 @@ class CharIndex:
         self._units: dict[int, dict[str, float]] = {}
         self._lengths: dict[int, float] = {}
         self._total_length = 0.0
+        # The gate reads the same units' weights on every turn: kept until the index changes (a unit's
+        # weight depends on the scope's size and its document frequency).
+        self._weights: dict[str, float] = {}
+        self._own_weight: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self._units)
 
     def add(self, memory_id: int, texts: Iterable[str]) -> None:
         self.remove(memory_id)
+        self._changed()
         found: dict[str, float] = defaultdict(float)
         for text in texts:
             for unit, weight in units(text).items():
@@ -124,6 +134,7 @@ class CharIndex:
         found = self._units.pop(memory_id, None)
         if found is None:
             return
+        self._changed()
         self._total_length -= self._lengths.pop(memory_id, 0.0)
         for unit in found:
             postings = self._postings.get(unit)
@@ -132,6 +143,10 @@ class CharIndex:
                 if not postings:
                     del self._postings[unit]
 
+    def _changed(self) -> None:
+        self._weights.clear()
+        self._own_weight.clear()
+
     def idf(self, unit: str, size: int | None = None) -> float:
         size = len(self._units) if size is None else size
         df = len(self._postings.get(unit, ()))
@@ -139,8 +154,11 @@ class CharIndex:
 
     def evidence_weight(self, unit: str) -> float:
         """What a unit is worth to the gate: informative in the language and in this scope."""
-        size = max(len(self._units), GATE_MIN_SCOPE)
-        return unit_weight(unit) * self.idf(unit, size)
+        weight = self._weights.get(unit)
+        if weight is None:
+            size = max(len(self._units), GATE_MIN_SCOPE)
+            weight = self._weights[unit] = unit_weight(unit) * self.idf(unit, size)
+        return weight
 
     def share(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float],
               covered: Mapping[str, float] | None = None) -> float:
@@ -153,17 +171,37 @@ class CharIndex:
         own = self._units.get(memory_id)
         if not own:
             return 0.0
-        weights = {u: self.evidence_weight(u) for u in own}
-        shared_units = {u: q for u, q in query.items() if u in weights}
-        shared = sum(q * weights[u] for u, q in shared_units.items())
-        if shared <= 0:
+        weight = self.evidence_weight
+        shared_units = {u: q for u, q in query.items() if u in own}
+        of_memory = sum(q * weight(u) for u, q in shared_units.items())
+        if of_memory <= 0:
             return 0.0
         extra = {u: q for u, q in (covered or {}).items() if u not in shared_units}
-        shared += sum(q * self.evidence_weight(u) for u, q in extra.items())
+        shared = of_memory + sum(q * weight(u) for u, q in extra.items())
+        of_memory += sum(q * weight(u) for u, q in extra.items() if u in own)
         shared_units.update(extra)
-        asked = shared + sum(q * self.evidence_weight(u) for u, q in content.items() if u not in shared_units)
-        of_memory = sum(q * weights[u] for u, q in shared_units.items() if u in weights) / sum(weights.values())
-        return min(1.0, max(shared / asked, of_memory))
+        asked = shared + sum(q * weight(u) for u, q in content.items() if u not in shared_units)
+        total = self._own_weight.get(memory_id)
+        if total is None:
+            total = self._own_weight[memory_id] = sum(weight(u) for u in own)
+        return min(1.0, max(shared / asked, of_memory / total))
+
+    def coverage(self, memory_id: int, clauses: Iterable[Mapping[str, float]],
+                 covered: Mapping[str, float] | None = None) -> float:
+        """The largest share of one clause's content this memory holds (0..1): what the memory is about
+        must be something the user said in one breath, not words scattered over a long turn, nor only
+        the function words it shares ("什么" in "你说什么就是什么吧")."""
+        own = self._units.get(memory_id)
+        if not own:
+            return 0.0
+        covered = covered or {}
+        best = 0.0
+        for clause in clauses:
+            total = sum(self.evidence_weight(u) for u in clause)
+            if total > 0:
+                held = sum(self.evidence_weight(u) for u in clause if u in own or u in covered)
+                best = max(best, held / total)
+        return best
 
     def search(self, query: Mapping[str, float]) -> dict[int, float]:
         """BM25 for every memory sharing a unit with the query (query weights per unit)."""

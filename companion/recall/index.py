@@ -9,7 +9,10 @@ Two rankings of the same memories, fused by rank (reciprocal rank fusion):
   (退货 / 退换), still matches; English as stemmed words.
 Importance and recency adjust each ranking before fusion. Whether a memory is touched at all is the
 gate's call (``RecallFilter.min_match``): the share of the query's information the memory shares, or of
-the memory's own, whichever is larger, measured on the character units (see ``chars.Evidence``).
+the memory's own, whichever is larger, measured on the character units (``CharIndex.share``); and the
+memory must hold at least ``MIN_CLAUSE_COVERAGE`` of the content of one clause of the turn or its context
+(``CharIndex.coverage``), so that neither shared function words nor words scattered over a long turn
+carry it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ PREFILTER = 4 * FUSION_DEPTH
 # Calibrated on the public sets (BENCHMARKS.md, "Calibrating the gate"): at this share the bot injects
 # something on about 10% or fewer of the turns no memory is relevant to.
 DEFAULT_MIN_MATCH = 0.45
+# A touched memory must also hold at least this share of one clause's content (``CharIndex.coverage``).
+MIN_CLAUSE_COVERAGE = 0.3
 
 Tokenize = Callable[[str], list[str]]
 
@@ -86,6 +91,9 @@ def combined_score(relevance: float, importance: float, fresh: float) -> float:
     )
 
 
+MIN_FACTOR = combined_score(1.0, 0.0, 0.0)  # the most importance and recency can scale a score down
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     relevance: float
@@ -108,6 +116,9 @@ class ScopeIndex:
         self._total_length = 0.0
         self._idf_cache: dict[int, float] = {}
         self._idf_size = -1
+        # A turn's words come back as context on the next turns: their term lookups are kept until the
+        # index changes.
+        self._lookups: dict[str, dict[str, float]] = {}
         self._chars = CharIndex()
         for memory in memories:
             self.add(memory)
@@ -115,6 +126,7 @@ class ScopeIndex:
     def add(self, memory: Memory) -> None:
         """Index a new or changed memory (writes keep the cached index current without a reload)."""
         self.remove(memory.id)
+        self._lookups.clear()
         self.memories[memory.id] = memory
         self._events[event_key(memory.event)].add(memory.id)
         terms = self._memory_terms(memory)
@@ -140,6 +152,7 @@ class ScopeIndex:
         old = self.memories.pop(memory_id, None)
         if old is None:
             return
+        self._lookups.clear()
         self._events[event_key(old.event)].discard(memory_id)
         terms = self._terms.pop(memory_id, {})
         self._total_length -= self._lengths.pop(memory_id, 0.0)
@@ -160,7 +173,14 @@ class ScopeIndex:
         return [self.memories[mid] for mid in sorted(ids)]
 
     def _lookup(self, word: str) -> dict[str, float]:
-        """Memory terms matching one query word, with the quality of each match."""
+        """Memory terms matching one query word, with the quality of each match (callers must not change
+        the returned map: it is cached)."""
+        hits = self._lookups.get(word)
+        if hits is None:
+            hits = self._lookups[word] = self._find(word)
+        return hits
+
+    def _find(self, word: str) -> dict[str, float]:
         word = stem(word)
         hits: dict[str, float] = {}
         if self._postings.get(word):
@@ -267,8 +287,12 @@ class ScopeIndex:
     def _adjusted(self, scores: Mapping[int, float], now: datetime, cache: dict[int, float]) -> dict[int, float]:
         """Scores times importance and recency, for the candidates that can still reach the fused top:
         the factor lies within [0.64, 1], so the best few by raw score hold every one that can."""
-        if len(scores) > PREFILTER:
-            scores = dict(heapq.nlargest(PREFILTER, scores.items(), key=lambda item: item[1]))
+        if len(scores) > FUSION_DEPTH:
+            best = heapq.nlargest(PREFILTER, scores.items(), key=lambda item: item[1])
+            # A memory below the fusion depth's raw score times the lowest factor cannot overtake any of the
+            # best FUSION_DEPTH after adjustment: no need to compute its factor.
+            floor = best[FUSION_DEPTH - 1][1] * MIN_FACTOR
+            scores = {mid: score for mid, score in best if score >= floor}
         return {mid: score * self._factor(mid, now, cache) for mid, score in scores.items()}
 
     def _factor(self, mid: int, now: datetime, cache: dict[int, float]) -> float:
@@ -282,8 +306,14 @@ class ScopeIndex:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = self._chars.share(mid, query.units, query.content, self._covered(mid, query))
-        return match if match >= rules.min_match else None
+        covered = self._covered(mid, query)
+        match = self._chars.share(mid, query.units, query.content, covered)
+        if match < rules.min_match:
+            return None
+        clauses = query.clauses  # none for bare words: no clause is known
+        if rules.min_match > 0 and clauses and self._chars.coverage(mid, clauses, covered) < MIN_CLAUSE_COVERAGE:
+            return None
+        return match
 
 
     def _covered(self, mid: int, query: Query) -> dict[str, float]:

@@ -7,15 +7,19 @@ turn itself; a unit keeps the highest weight of any message it appears in.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from companion.recall.chars import units
+from companion.recall.chars import fold, units
 
 CURRENT_WEIGHT = 1.0
 # The last user turn, the one before it, ...: 1 / (1 + distance), so the current turn always leads.
 EARLIER_USER_TURNS = 2
 REPLY_WEIGHT = 0.4
+# Clause boundaries: sentence and clause punctuation, and 另外 ("besides"), which joins two questions.
+CLAUSE_BREAK = re.compile(r"[，。！？；：,.!?;:\n…~～]+|另外")
 
 Tokenize = Callable[[str], list[str]]
 
@@ -24,11 +28,13 @@ Tokenize = Callable[[str], list[str]]
 class Query:
     """Words for the word index and units for the character index, each with its weight (0..1].
     ``content`` holds the units of the content words alone: what the turn is about, for the gate
-    (pairs across two words, "我今" in 我今天, and function words are no information)."""
+    (pairs across two words, "我今" in 我今天, and function words are no information). ``clauses``: the
+    content units of each clause of each message read, for the gate's coverage rule."""
 
     words: dict[str, float] = field(default_factory=dict)
     units: dict[str, float] = field(default_factory=dict)
     content: dict[str, float] = field(default_factory=dict)
+    clauses: list[dict[str, float]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.words or self.units)
@@ -39,15 +45,31 @@ class Query:
         query = cls()
         for word in words:
             query.add(word, [word], CURRENT_WEIGHT)
+        query.clauses.clear()  # words alone tell no clauses: the coverage rule does not apply
         return query
 
     def add(self, text: str, words: Iterable[str], weight: float) -> None:
+        words = list(words)
         for word in words:
             self.words[word] = max(self.words.get(word, 0.0), weight)
             for unit in units(word):
                 self.content[unit] = max(self.content.get(unit, 0.0), weight)
         for unit in units(text):
             self.units[unit] = max(self.units.get(unit, 0.0), weight)
+        self.clauses.extend(clause_content(text, tuple(words)))
+
+
+@functools.lru_cache(maxsize=1024)
+def clause_content(text: str, words: tuple[str, ...]) -> tuple[dict[str, float], ...]:
+    """Each clause's content units: the message's content words that occur in it (jieba cuts at punctuation
+    anyway, so segmenting each clause again would find the same words). Cached, as a turn comes back as
+    context: callers must not change the maps."""
+    out = []
+    for clause in CLAUSE_BREAK.split(fold(text)):
+        found = {u: 1.0 for w in words if w in clause for u in units(w)}
+        if found:
+            out.append(found)
+    return tuple(out)
 
 
 def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:

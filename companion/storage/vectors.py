@@ -3,25 +3,32 @@
 Rows are keyed by the memory handle and tagged with the scope and the embedding model, so a scope's search
 never sees another scope's vectors and vectors of a replaced model are never compared with new ones. The
 vectors are L2-normalised float32 BLOBs; scoring is cosine similarity, by sqlite-vec's
-``vec_distance_cosine`` where the extension loads on this Python's SQLite, otherwise by a brute-force dot
-product in plain Python (a scope holds hundreds of memories, not millions). Both read the same table.
+``vec_distance_cosine`` where the extension loads, otherwise by one numpy matrix product over the scope's
+vectors (a scope holds hundreds of memories, not millions). Both read the same table.
 
-Every method is one short transaction on the store's own connection (``SQLiteStore.transaction``), so
+Where sqlite-vec loads: CPython's own ``sqlite3`` is often built without extension loading (this project's
+Python 3.11 has no ``enable_load_extension``). Then, if the optional ``sqlean.py`` or ``pysqlite3-binary``
+wheel is installed (``requirements-sqlite-vec.txt``), the store opens a second, read-only connection to the
+same file with that driver, loads sqlite-vec into it and scores there; WAL lets it read what the store's
+connection committed. The store itself keeps the standard driver (its errors are ``sqlite3.Error``; these
+drivers raise their own classes).
+
+Every write is one short transaction on the store's own connection (``SQLiteStore.transaction``), so
 vector writes never wait on an embedding call and do not look like another process's commits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import logging
-import math
-import operator
 import sqlite3
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
@@ -44,14 +51,16 @@ def unpack(blob: bytes) -> array[float]:
     return values
 
 
-# Python 3.12+ has a C dot product (several times faster); 3.11 sums the products.
-_SUMPROD: Callable[[Sequence[float], Sequence[float]], float] | None = getattr(math, "sumprod", None)
+def similarities(blobs: Sequence[bytes], query: Sequence[float]) -> list[float]:
+    """Dot products of stored float32 vectors (all of the query's length) with the query, as one matrix
+    product: numpy comes with pandas, and at 10,000 vectors of 1,024 dimensions a Python loop takes a
+    quarter of a second. Imported here, not at start-up: only semantic recall needs it."""
+    import numpy as np
 
-
-def dot(a: Sequence[float], b: Sequence[float]) -> float:
-    if _SUMPROD is not None:
-        return float(_SUMPROD(a, b))
-    return float(sum(map(operator.mul, a, b)))
+    if not blobs:
+        return []
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+    return [float(x) for x in matrix @ np.asarray(query, dtype=np.float32)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,29 +80,56 @@ ON CONFLICT(handle) DO UPDATE SET scope_key = excluded.scope_key, model = exclud
 """
 
 
+# Drivers with extension loading, tried in this order when the standard one has none.
+EXTENSION_DRIVERS = ("sqlean", "pysqlite3.dbapi2")
+
+
 class VectorStore:
-    def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False) -> None:
+    def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False,
+                 scorer: sqlite3.Connection | None = None, scorer_error: type[Exception] = sqlite3.Error) -> None:
         self._store = store
         self.sqlite_vec = sqlite_vec
+        # A separate read-only connection with sqlite-vec (see the module docstring). Used from worker
+        # threads one query at a time: no thread of its own, which would keep a process that never closes
+        # this store from exiting.
+        self._scorer = scorer
+        self._scorer_lock = asyncio.Lock()
+        self._scorer_error = scorer_error
+        self.driver = "sqlite3" if scorer is None else scorer_driver_name(scorer_error)
 
     @property
     def backend(self) -> str:
         return "sqlite-vec" if self.sqlite_vec else "python"
 
     @classmethod
-    async def open(cls, store: SQLiteStore, *, try_sqlite_vec: bool = True) -> VectorStore:
+    async def open(cls, store: SQLiteStore, *, try_sqlite_vec: bool = True,
+                   drivers: Sequence[str] = EXTENSION_DRIVERS) -> VectorStore:
         """A vector store on ``store``'s connection, with sqlite-vec loaded into it if this Python's
-        SQLite allows extensions (many builds do not: then scoring runs in Python, same results)."""
-        loaded = try_sqlite_vec and await cls._load_sqlite_vec(store)
-        if try_sqlite_vec and not loaded:
-            log.info("sqlite-vec is not available here; vector search runs in Python")
-        return cls(store, sqlite_vec=loaded)
+        SQLite allows extensions, else into a read-only connection of an optional driver that does
+        (``drivers``); with neither, scoring runs in Python (same results)."""
+        if not try_sqlite_vec:
+            return cls(store)
+        if await cls._load_sqlite_vec(store):
+            return cls(store, sqlite_vec=True)
+        for name in drivers:
+            opened = await _open_scorer(name, store.path)
+            if opened is not None:
+                log.info("vector search by sqlite-vec on a %s connection", name)
+                return cls(store, sqlite_vec=True, scorer=opened[0], scorer_error=opened[1])
+        log.info("sqlite-vec is not available here; vector search runs in Python")
+        return cls(store)
+
+    async def close(self) -> None:
+        """Close the scoring connection, if one was opened (the store's own connection is the store's)."""
+        if self._scorer is not None:
+            scorer, self._scorer = self._scorer, None
+            async with self._scorer_lock:
+                await asyncio.to_thread(scorer.close)
 
     @staticmethod
     async def _load_sqlite_vec(store: SQLiteStore) -> bool:
         try:
-            module = importlib.import_module("sqlite_vec")
-            path = str(module.loadable_path())
+            path = _sqlite_vec_path()
             async with store.transaction(write=False) as conn:
                 await conn.enable_load_extension(True)
                 try:
@@ -202,17 +238,71 @@ class VectorStore:
         if k <= 0:
             return []
         if self.sqlite_vec:
-            rows = await self._read(
-                "SELECT handle, 1.0 - vec_distance_cosine(vector, ?) AS similarity FROM memory_vectors "
-                "WHERE scope_key = ? AND model = ? AND dim = ? ORDER BY similarity DESC, handle LIMIT ?",
-                (pack(query), scope.key, model, len(query), k),
-            )
-            return [(int(h), float(s)) for h, s in rows]
+            sql = ("SELECT handle, 1.0 - vec_distance_cosine(vector, ?) AS similarity FROM memory_vectors "
+                   "WHERE scope_key = ? AND model = ? AND dim = ? ORDER BY similarity DESC, handle LIMIT ?")
+            params = (pack(query), scope.key, model, len(query), k)
+            if self._scorer is not None:
+                return await self._score(sql, params)
+            return [(int(h), float(s)) for h, s in await self._read(sql, params)]
         rows = await self._read(
             "SELECT handle, vector FROM memory_vectors WHERE scope_key = ? AND model = ? AND dim = ?",
             (scope.key, model, len(query)),
         )
-        scored = [(int(handle), dot(unpack(blob), query)) for handle, blob in rows]
+        scored = list(zip((int(h) for h, _ in rows), similarities([bytes(b) for _, b in rows], query), strict=True))
         scored.sort(key=lambda item: (-item[1], item[0]))
         return scored[:k]
 
+
+    async def _score(self, sql: str, params: tuple[object, ...]) -> list[tuple[int, float]]:
+        scorer = self._scorer
+        assert scorer is not None
+
+        def run() -> list[tuple[int, float]]:
+            return [(int(h), float(s)) for h, s in scorer.execute(sql, params).fetchall()]
+
+        try:
+            async with self._scorer_lock:
+                return await asyncio.to_thread(run)
+        except self._scorer_error as exc:
+            raise storage_error(sqlite3.Error(str(exc))) from exc
+
+
+def _sqlite_vec_path() -> str:
+    return str(importlib.import_module("sqlite_vec").loadable_path())
+
+
+def scorer_driver_name(error: type[Exception]) -> str:
+    return error.__module__.split(".")[0]
+
+
+async def _open_scorer(driver: str, path: object) -> tuple[sqlite3.Connection, type[Exception]] | None:
+    """A read-only connection of ``driver`` to the database file with sqlite-vec loaded, and the driver's
+    error class; None when the driver or sqlite-vec is missing or the file is not on disk."""
+    try:
+        module = importlib.import_module(driver)
+        extension = _sqlite_vec_path()
+    except (ImportError, AttributeError, OSError) as exc:
+        log.debug("no %s with sqlite-vec: %s", driver, exc)
+        return None
+    error: type[Exception] = module.Error
+    if not isinstance(path, Path) or not path.is_file():
+        return None  # an in-memory store has no file a second connection could read
+
+    def connect() -> sqlite3.Connection:
+        conn = module.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                              isolation_level=None)
+        try:
+            conn.enable_load_extension(True)
+            conn.load_extension(extension)
+            conn.enable_load_extension(False)
+            conn.execute("SELECT vec_version()")
+        except BaseException:
+            conn.close()
+            raise
+        return conn  # type: ignore[no-any-return]
+
+    try:
+        return await asyncio.to_thread(connect), error
+    except (error, OSError) as exc:
+        log.debug("sqlite-vec did not load on %s: %s", driver, exc)
+        return None
