@@ -91,7 +91,10 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
             if llm is not None:
                 llm.usage_sink = usage_sink(UsageLog(store))  # every call's tokens and latency, one table
             engine = await MemoryEngine.create(store, settings, keywords, llm)
-            yield Services(store, engine, llm)
+            try:
+                yield Services(store, engine, llm)
+            finally:
+                await engine.close()  # the dense retriever's backend and vector connection
         finally:
             await store.close()
     finally:

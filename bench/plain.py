@@ -1,8 +1,10 @@
 """The same work as the daily jobs done the plainest possible way, timed in the same run on the same data.
 
 Both read the nightly snapshot (taken before decay), so they see exactly the rows the engine's own jobs
-see. Decay: one plain ``UPDATE`` per table with the formula of ``core.rules.decay`` written inline, all in
-one transaction, through the ``sqlite3`` module (no cleanup, no event loop, no slices, no thread hops). Backup: the csv
+see. Decay: one plain ``UPDATE`` per table with the formula of ``core.rules.decay`` written inline, then one
+plain ``DELETE`` per table of the faded and expired rows (the cleanup without tombstones, duplicates or
+the exemptions), all in one transaction, through the ``sqlite3`` module (no event loop, no slices, no
+thread hops); the decay statements alone are timed too. Backup: the csv
 module alone writing every table's raw rows (``SELECT *``), one file per table, without formatting,
 header, fsync or rename. The ratio engine / plain says what the engine's extras cost.
 """
@@ -24,6 +26,8 @@ from companion.storage.decay_sql import DECAY
 # The engine's own decay statement is already the plain one (one inline UPDATE per table); what the
 # engine adds is the cleanup statement, the slices and the event loop.
 PLAIN_DECAY = DECAY
+PLAIN_CLEAN = (f'DELETE FROM "{{table}}" WHERE importance < {rules.CLEANUP_BELOW} '
+               "OR (expires_at IS NOT NULL AND expires_at <= :stamp)")
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
@@ -31,7 +35,8 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
 
 
 def plain_decay(snapshot: Path, workdir: Path, now: datetime) -> dict[str, float]:
-    """Seconds for one UPDATE per table on a copy of the snapshot, and the rows it changed."""
+    """Seconds for one UPDATE (decay) and one DELETE (cleanup) per table on a copy of the snapshot, the
+    UPDATEs' share, and the rows they changed."""
     copy = workdir / "plain-decay.sqlite3"
     shutil.copyfile(snapshot, copy)
     conn = sqlite3.connect(copy, isolation_level=None)
@@ -40,18 +45,24 @@ def plain_decay(snapshot: Path, workdir: Path, now: datetime) -> dict[str, float
         conn.execute("PRAGMA synchronous = NORMAL")
         params = {"now": int(now.timestamp()), "day_ago": to_db(now - rules.DAY)}
         tables = _tables(conn)
+        clean = {"stamp": to_db(now)}
         started = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
-        changed = 0
+        changed = removed = 0
+        decay_s = 0.0
         for table in tables:
+            mark = time.perf_counter()
             changed += conn.execute(PLAIN_DECAY.format(table=table), params).rowcount
+            decay_s += time.perf_counter() - mark
+            removed += conn.execute(PLAIN_CLEAN.format(table=table), clean).rowcount
         conn.execute("COMMIT")
         took = time.perf_counter() - started
     finally:
         conn.close()
     for leftover in workdir.glob("plain-decay.sqlite3*"):
         leftover.unlink()
-    return {"seconds": round(took, 2), "tables": len(tables), "decayed": changed}
+    return {"seconds": round(took, 2), "decay_only_s": round(decay_s, 2), "tables": len(tables), "decayed": changed,
+            "removed": removed}
 
 
 def plain_csv(snapshot: Path, workdir: Path) -> dict[str, float]:
