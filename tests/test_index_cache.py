@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from companion.core.models import MemoryDraft, Scope
+from companion.core.models import Memory, MemoryDraft, Scope
 from companion.engine.cache import IndexCache
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.inmemory import InMemoryStore
@@ -85,3 +85,27 @@ async def test_memories_added_to_a_loaded_index_count_toward_the_budget(store: I
     assert cache.cached(Scope(1)) is None and cache.held == 40
     cache.remove(Scope(5), ids[0])
     assert cache.held == 39
+
+
+async def test_a_write_merges_the_same_whether_or_not_the_index_is_loaded() -> None:
+    """A scope that is chatting dedups against its loaded index; one that is not, against its rows (no
+    index is built for it). Both must merge retold events alike."""
+    _KEYWORDS.load()
+    store = InMemoryStore()
+    engine = MemoryEngine(store, _KEYWORDS, EngineConfig(capacity=10_000))
+    batches = [
+        [MemoryDraft("我养了一只猫叫咪咪", ["猫", "咪咪"], 60.0), MemoryDraft("周末去爬山", ["爬山", "周末"], 50.0)],
+        [MemoryDraft("我养了一只猫叫咪咪。", ["猫"], 80.0), MemoryDraft("下周末又去爬山", ["爬山", "周末"], 40.0)],
+        [MemoryDraft("喜欢喝拿铁", ["拿铁", "咖啡"], 55.0), MemoryDraft("咖啡要拿铁", ["咖啡", "拿铁"], 70.0)],
+    ]
+    chatting, quiet = Scope(1), Scope(2)
+    for batch in batches:
+        await engine.recall(chatting, "猫 爬山 咖啡", NOW)  # loads the chatting scope's index
+        await engine.remember(chatting, [MemoryDraft(d.event, list(d.keywords), d.importance) for d in batch], NOW)
+        await engine.remember(quiet, [MemoryDraft(d.event, list(d.keywords), d.importance) for d in batch], NOW)
+
+    def shape(memories: list[Memory]) -> list[tuple[str, list[str], float]]:
+        return [(m.event, m.keywords, m.importance) for m in memories]
+
+    assert shape(await engine.memories(chatting)) == shape(await engine.memories(quiet))
+    assert len(await engine.memories(quiet)) == 3  # the cat and the hike were retold, the coffee merged

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -205,6 +206,30 @@ def _merge_drafts(old: MemoryDraft, new: MemoryDraft) -> MemoryDraft:
 def longer_validity(a: Validity, b: Validity) -> Validity:
     order = [Validity.DAYS_7, Validity.DAYS_30, Validity.PERMANENT]
     return max(a, b, key=order.index)
+
+
+class MergeCandidates:
+    """For each draft, the stored memories that could be the same event (same text, or at least two shared
+    keywords: what ``same_event`` needs), without building a recall index."""
+
+    def __init__(self, memories: Iterable[Memory]) -> None:
+        self._by_id: dict[int, Memory] = {}
+        self._by_key: dict[str, list[int]] = {}
+        self._by_word: dict[str, list[int]] = {}
+        for memory in memories:
+            self._by_id[memory.id] = memory
+            self._by_key.setdefault(event_key(memory.event), []).append(memory.id)
+            for word in set(memory.keywords):
+                self._by_word.setdefault(word, []).append(memory.id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def near(self, draft: MemoryDraft) -> list[Memory]:
+        ids = set(self._by_key.get(event_key(draft.event), ()))
+        shared = Counter(mid for word in set(draft.keywords) for mid in self._by_word.get(word, ()))
+        ids.update(mid for mid, count in shared.items() if count >= 2)
+        return [self._by_id[mid] for mid in sorted(ids)]
 
 
 @dataclass(slots=True)

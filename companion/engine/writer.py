@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from companion.core import tiers
-from companion.core.extraction import MergePlan, clean_keywords, fingerprint, plan_merge
+from companion.core.extraction import MergeCandidates, MergePlan, clean_keywords, fingerprint, plan_merge
 from companion.core.models import Memory, MemoryDraft, Scope, Status, Turn
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
@@ -61,9 +61,9 @@ class MemoryWriter:
     ) -> list[int]:
         prepared = [self.prepare(d) for d in drafts]
         async with self.lock(scope):
-            plan = await self._plan(scope, prepared, now)
+            plan, active = await self._plan(scope, prepared, now)
             ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
-            evicted = await self._settle(scope, plan, ids, now)
+            evicted = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
@@ -77,10 +77,10 @@ class MemoryWriter:
         """Store what an extraction learned from queued turns and consume those turns, in one transaction.
         The caller holds the scope's lock (it was held over the extraction)."""
         prepared = [self.prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
-        plan = await self._plan(scope, prepared, now)
+        plan, active = await self._plan(scope, prepared, now)
         up_to = max(t.id or 0 for t in turns)
         ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
-        evicted = await self._settle(scope, plan, ids, now)
+        evicted = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
@@ -91,17 +91,24 @@ class MemoryWriter:
         if self._dense is not None:
             await self._dense.sync(scope, now)
 
-    async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> MergePlan:
+    async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> tuple[MergePlan, int]:
         """Dedup each draft against only the rows that could match it (same event text or two shared
-        keywords, from the index): a batch checked against the union of every draft's candidates cost
-        drafts x union comparisons, seconds for a big batch of a big user."""
-        index = await self._cache.index(scope)
-        return plan_merge((), drafts, now, near=lambda draft: index.candidates(draft.event, draft.keywords))
+        keywords): a batch checked against the union of every draft's candidates cost drafts x union
+        comparisons, seconds for a big batch of a big user. From the recall index when the scope's is
+        loaded (it is chatting); otherwise from its rows, without building an index nobody may read (a
+        bulk load, an extraction or an operator's write for a user who is not chatting). Also returns how
+        many active memories the scope had."""
+        index = self._cache.cached(scope)
+        if index is not None:
+            near = plan_merge((), drafts, now, near=lambda draft: index.candidates(draft.event, draft.keywords))
+            return near, len(index.memories)
+        stored = MergeCandidates(await self._store.fetch_memories(scope))
+        return plan_merge((), drafts, now, near=stored.near), len(stored)
 
-    async def _settle(self, scope: Scope, plan: MergePlan, ids: Sequence[int], now: datetime) -> int:
+    async def _settle(self, scope: Scope, plan: MergePlan, ids: Sequence[int], active: int, now: datetime) -> int:
         await self._supersede(scope, plan.inserts, ids, now)
         await self._cache.add(scope, [*ids, *(m.id for m in plan.updates)])
-        return await self._enforce_capacity(scope, now)
+        return await self._enforce_capacity(scope, active + len(plan.inserts), now)
 
     async def _supersede(self, scope: Scope, drafts: Sequence[MemoryDraft], ids: Sequence[int], now: datetime) -> None:
         """New information that replaces old: the old memory stays, linked to the new one, never recalled."""
@@ -116,9 +123,10 @@ class MemoryWriter:
             for m in updates:
                 self._cache.remove(scope, m.id)
 
-    async def _enforce_capacity(self, scope: Scope, now: datetime) -> int:
-        # The index holds the scope's active memories: under capacity, no read of every row per write.
-        if len((await self._cache.index(scope)).memories) <= self._capacity:
+    async def _enforce_capacity(self, scope: Scope, at_most: int, now: datetime) -> int:
+        # ``at_most``: active memories before the write plus the new rows. Under capacity, no read of
+        # every row per write.
+        if at_most <= self._capacity:
             return 0
         victims = tiers.to_evict(await self._store.fetch_memories(scope), self._capacity, now)
         if victims:
