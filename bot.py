@@ -308,10 +308,15 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
     with dblock.hold(settings.db_path, "restore"):
         result = await restore(
-            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore")
+            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore"),
+            keep=settings.restore_keep_copies,
         )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
     print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
+    if result.pruned:
+        names = ", ".join(p.name for p in result.pruned)
+        print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
+              f"{settings.restore_keep_copies}): {names}")
     return 0
 
 
