@@ -100,6 +100,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
     from companion.chat.memory_tools import memory_tools
     from companion.chat.pipeline import ChatConfig, ChatService
+    from companion.chat.stopping import wind_down
 
     async with services(settings, need_llm=True) as parts:
         assert parts.llm is not None
@@ -115,7 +116,7 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
         try:
             yield chat, parts
         finally:
-            await chat.drain()
+            await wind_down(chat, None, (), settings.stop_timeout_seconds)
 
 
 def admin_service(settings: Settings, parts: Services, chat: ChatService | None = None) -> AdminService:
@@ -193,6 +194,7 @@ async def check_llm(llm: LLMClient, settings: Settings) -> None:
 
 
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.chat.stopping import wind_down
     from companion.ops import dblock, jobs, reviews
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
@@ -207,7 +209,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
             bot, dispatcher, buffer = build_bot(settings, chat, parts)
             scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
             reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
-            catching_up: asyncio.Task[None] | None = None
+            background: list[asyncio.Task[Any]] = []
             upgrading: asyncio.Task[int] | None = None
             try:
                 await check_telegram(bot, settings)
@@ -217,19 +219,20 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()
                 # Decay and a missed backup run beside polling: users are answered while they run.
-                catching_up = asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings))
+                background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings)))
                 # Memory tables left at an old version are upgraded in small batches, never at start-up.
                 upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
+                background.append(upgrading)
                 log.info("bot started; polling %s", settings.telegram_api_base)
                 await dispatcher.start_polling(bot, close_bot_session=False)
             finally:
                 if upgrading is not None:
-                    upgrading.cancel()
+                    upgrading.cancel()  # the table upgrade resumes at the next start
                 if scheduler.running:  # a start-up failure comes before the scheduler started
                     scheduler.shutdown(wait=False)
-                if catching_up is not None:
-                    await catching_up
-                await buffer.close()
+                # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned
+                # with their turns still queued (companion.chat.stopping).
+                await wind_down(chat, buffer, background, settings.stop_timeout_seconds)
                 await bot.session.close()
     log.info("bot stopped")
     return 0
