@@ -199,6 +199,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
+    from handlers.delivery import switch_off_blocked
     from handlers.groups import set_menus
     from handlers.memories import proactive_senders
 
@@ -208,7 +209,12 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
         async with companion(settings) as (chat, parts):
             bot, dispatcher, buffer = build_bot(settings, chat, parts)
             scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
-            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
+
+            async def blocked(scope: Scope) -> None:
+                await switch_off_blocked(chat, buffer, scope)
+
+            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
+                             *proactive_senders(bot, blocked))
             background: list[asyncio.Task[Any]] = []
             upgrading: asyncio.Task[int] | None = None
             try:

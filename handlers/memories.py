@@ -8,11 +8,11 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
-from aiogram.exceptions import TelegramAPIError, TelegramBadRequest
+from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramForbiddenError
 from aiogram.filters import Command, CommandObject, CommandStart
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
@@ -256,16 +256,23 @@ async def send_review(bot: Bot, chat_id: int, items: Sequence[tuple[Memory, Sugg
     await bot.send_message(chat_id, texts.review_message(items), reply_markup=keyboards.review(items))
 
 
+Blocked = Callable[[Scope], Awaitable[None]]
+
+
 def chat_of(scope: Scope) -> int:
     return scope.user_id if scope.chat_id is None else scope.chat_id
 
 
-def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
-    """The review and weekly senders the scheduler calls; False when the user cannot be reached."""
+def proactive_senders(bot: Bot, blocked: Blocked) -> tuple[ReviewSender, WeeklySender]:
+    """The review and weekly senders the scheduler calls; False when the user cannot be reached. A user
+    who blocked the bot (403) is handed to ``blocked``, which switches companion mode off for them."""
 
     async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
         try:
             await send_review(bot, chat_of(scope), items)
+        except TelegramForbiddenError:
+            await blocked(scope)
+            return False
         except TelegramAPIError as exc:
             log.info("review for %s not delivered: %s", scope.key, exc)
             return False
@@ -275,6 +282,9 @@ def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
         try:
             await bot.send_message(chat_of(scope), texts.weekly(week.learned, week.promoted, week.archived,
                                                                 week.evicted))
+        except TelegramForbiddenError:
+            await blocked(scope)
+            return False
         except TelegramAPIError as exc:
             log.info("weekly summary for %s not delivered: %s", scope.key, exc)
             return False
