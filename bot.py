@@ -295,13 +295,13 @@ def require_database(settings: Settings) -> None:
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
-    from companion.ops.backup import make_backup
+    from companion.ops.stoppable import stoppable_backup
     from companion.storage.sqlite import SQLiteStore
 
     require_database(settings)
     storage = await SQLiteStore.open(settings.db_path)
     try:
-        result = await make_backup(
+        result = await stoppable_backup(
             storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, _progress("backup")
         )
     finally:
