@@ -196,6 +196,7 @@ async def check_llm(llm: LLMClient, settings: Settings) -> None:
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from companion.chat.stopping import wind_down
     from companion.ops import dblock, jobs, reviews
+    from companion.ops.staging import remove_staging
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
@@ -206,6 +207,8 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     settings.require("telegram_bot_token", "llm_api_key")
     check_token_format(settings)
     with dblock.hold(settings.db_path, "the bot"):
+        if remove_staging(settings.db_path):
+            log.info("removed the half-built database of a restore that was killed")
         async with companion(settings) as (chat, parts):
             bot, dispatcher, buffer = build_bot(settings, chat, parts)
             scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)

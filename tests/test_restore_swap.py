@@ -16,8 +16,10 @@ import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Validity
 from companion.ops.restore import before_restore_copies, prune_before_restore, restore
+from companion.ops.staging import staging_path
 from companion.storage.sqlite import SQLiteStore
-from tests.stress.harness import integrity, memory_tables
+from tests.fakes import FakeLLM, FakeTelegram
+from tests.stress.harness import BotProcess, bot_env, db_path, integrity, memory_tables, started
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 OLD = Scope(11)
@@ -176,3 +178,28 @@ def test_prune_before_restore(tmp_path: Path, names: list[str], keep: int, left:
     prune_before_restore(db, keep)
     assert [p.name.removeprefix("memory.sqlite3.before-restore-") for p in before_restore_copies(db)] == left
     assert len(list(tmp_path.iterdir())) == 1 + 3 * len(left)
+
+
+async def test_a_killed_restores_staging_file_is_removed_by_the_next_restore(tmp_path: Path) -> None:
+    live, source = await prepare(tmp_path)
+    staging = staging_path(live)
+    for suffix in ("", "-wal", "-journal"):
+        Path(f"{staging}{suffix}").write_bytes(b"half-built")
+    result = await restore(source, live, NOW, force=True)
+    assert result.rows == len(NEW_EVENTS)
+    assert sorted(p.name for p in live.parent.iterdir() if p.name.startswith(".")) == []
+
+
+async def test_the_bot_removes_a_killed_restores_staging_file_at_start(tmp_path: Path) -> None:
+    async with FakeTelegram() as tg, FakeLLM() as llm:
+        env = bot_env(tg, llm, tmp_path)
+        staging = staging_path(db_path(tmp_path))
+        staging.parent.mkdir(parents=True)
+        staging.write_bytes(b"half-built")
+        Path(f"{staging}-wal").write_bytes(b"half-built")
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        code, _ = await bot.stop()
+    assert code == 0
+    assert not staging.exists() and not Path(f"{staging}-wal").exists()
+    assert "removed the half-built database of a restore that was killed" in bot.output

@@ -23,6 +23,7 @@ from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.models import Memory, Scope
 from companion.ops.backup import IN_PROGRESS
 from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
+from companion.ops.staging import remove_staging, staging_path
 from companion.storage.snapshot import checkpoint, open_snapshot
 from companion.storage.sqlite import SQLiteStore
 
@@ -146,9 +147,9 @@ async def restore(
         check_snapshot(source)
     if database_has_data(db_path) and not force:
         raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
-    staging = db_path.with_name(f".{db_path.name}.restoring")
+    staging = staging_path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
-    _remove_db(staging)
+    remove_staging(db_path)  # a killed restore's leftover
     try:
         if data is not None:
             scopes, rows = await _build(staging, data, now)
@@ -158,10 +159,10 @@ async def restore(
                 scopes, rows = reader.count()
         _settle(staging)
     except StorageError as exc:
-        _remove_db(staging)
+        remove_staging(db_path)
         raise RestoreError(f"restore failed, nothing changed: {exc}") from None
     except BaseException:
-        _remove_db(staging)
+        remove_staging(db_path)
         raise
     kept = _swap_in(staging, db_path, now)
     return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep))
@@ -251,8 +252,3 @@ def prune_before_restore(db_path: Path, keep: int) -> tuple[Path, ...]:
         for suffix in (*SIDE_FILES, ""):  # the main file last: a copy is never left without its WAL
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     return tuple(old)
-
-
-def _remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
