@@ -200,6 +200,12 @@ def memory_tables(db: Path) -> dict[str, list[str]]:
         conn.close()
 
 
+def queued_texts(db: Path) -> list[str]:
+    """The user text of every turn still queued for extraction."""
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT user_text FROM pending_turns")]
+
+
 def count_rows(db: Path, table: str) -> int:
     conn = sqlite3.connect(db)
     try:

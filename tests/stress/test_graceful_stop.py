@@ -5,7 +5,6 @@ database for the next start, and the process exits within 10 s."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.stress.harness import (
     half_written_backups,
     integrity,
     memory_tables,
+    queued_texts,
     record,
     started,
     user_line,
@@ -31,11 +31,6 @@ from tests.stress.harness import (
 pytestmark = pytest.mark.skipif(not FULL, reason="long proof: make stress")
 USER = 700_001
 LIMIT_S = 10.0
-
-
-def queued_texts(db: Path) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute("SELECT user_text FROM pending_turns")]
 
 
 def stored_tags(db: Path) -> set[str]:
