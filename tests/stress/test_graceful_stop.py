@@ -86,6 +86,22 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
         code, seconds = await bot.stop(within=30)
         figures["next_start"] = {"stored": sorted(stored_tags(db)), "still_queued": len(queued_texts(db))}
 
+        # During a reply the model would take 25 s over: the default STOP_TIMEOUT_SECONDS (8) abandons it,
+        # sends nothing and keeps the user's text queued for memory.
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        answers = len(tg.answers[USER])
+        model.delay = (25.0, 25.0)
+        tg.push_text(USER, user_line(USER, 5))
+        await llm.wait_for_requests(1, lambda b: not is_json_mode(b) and f"{USER}-5" in str(b), timeout=30)
+        await asyncio.sleep(1.0)
+        code, seconds = await bot.stop(within=40)
+        figures["during_slow_reply"] = {
+            "exit_code": code, "exit_s": round(seconds, 1), "reply_sent": len(tg.answers[USER]) > answers,
+            "turn_queued_for_memory": any(f"{USER}-5" in t for t in queued_texts(db)),
+        }
+        model.delay = (0.0, 0.0)
+
         # During a backup run from the command line.
         backup = await BotProcess(env, tmp_path, "backup").start()
         for _ in range(600):
@@ -102,4 +118,5 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
     assert not problems, figures
     assert reply["reply_sent"] or reply["turn_queued_for_memory"], figures
     assert figures["during_extraction"]["turns_kept_or_stored"] == "3/3", figures  # type: ignore[index]
+    assert figures["during_slow_reply"]["turn_queued_for_memory"], figures  # type: ignore[index]
     assert not figures["during_backup"]["half_written"], figures  # type: ignore[index]
