@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
@@ -106,6 +109,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
     from companion.chat.memory_tools import memory_tools
     from companion.chat.pipeline import ChatConfig, ChatService
+    from companion.chat.stopping import wind_down
 
     async with services(settings, need_llm=True) as parts:
         assert parts.llm is not None
@@ -121,7 +125,7 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
         try:
             yield chat, parts
         finally:
-            await chat.drain()
+            await wind_down(chat, None, (), settings.stop_timeout_seconds)
 
 
 def admin_service(settings: Settings, parts: Services, chat: ChatService | None = None) -> AdminService:
@@ -199,21 +203,31 @@ async def check_llm(llm: LLMClient, settings: Settings) -> None:
 
 
 async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.chat.stopping import wind_down
     from companion.ops import dblock, jobs, reviews
+    from companion.ops.staging import remove_staging
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
+    from handlers.delivery import switch_off_blocked
     from handlers.groups import set_menus
     from handlers.memories import proactive_senders
 
     settings.require("telegram_bot_token", "llm_api_key")
     check_token_format(settings)
     with dblock.hold(settings.db_path, "the bot"):
+        if remove_staging(settings.db_path):
+            log.info("removed the half-built database of a restore that was killed")
         async with companion(settings) as (chat, parts):
             bot, dispatcher, buffer = build_bot(settings, chat, parts)
             scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
-            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours, *proactive_senders(bot))
-            catching_up: asyncio.Task[None] | None = None
+
+            async def blocked(scope: Scope) -> None:
+                await switch_off_blocked(chat, buffer, scope)
+
+            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
+                             *proactive_senders(bot, blocked))
+            background: list[asyncio.Task[Any]] = []
             upgrading: asyncio.Task[int] | None = None
             try:
                 await check_telegram(bot, settings)
@@ -224,19 +238,20 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()
                 # Decay and a missed backup run beside polling: users are answered while they run.
-                catching_up = asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings))
+                background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings)))
                 # Memory tables left at an old version are upgraded in small batches, never at start-up.
                 upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
+                background.append(upgrading)
                 log.info("bot started; polling %s", settings.telegram_api_base)
                 await dispatcher.start_polling(bot, close_bot_session=False)
             finally:
                 if upgrading is not None:
-                    upgrading.cancel()
+                    upgrading.cancel()  # the table upgrade resumes at the next start
                 if scheduler.running:  # a start-up failure comes before the scheduler started
                     scheduler.shutdown(wait=False)
-                if catching_up is not None:
-                    await catching_up
-                await buffer.close()
+                # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned
+                # with their turns still queued (companion.chat.stopping).
+                await wind_down(chat, buffer, background, settings.stop_timeout_seconds)
                 await bot.session.close()
     log.info("bot stopped")
     return 0
@@ -293,13 +308,13 @@ def require_database(settings: Settings) -> None:
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
-    from companion.ops.backup import make_backup
+    from companion.ops.stoppable import stoppable_backup
     from companion.storage.sqlite import SQLiteStore
 
     require_database(settings)
     storage = await SQLiteStore.open(settings.db_path)
     try:
-        result = await make_backup(
+        result = await stoppable_backup(
             storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, _progress("backup")
         )
     finally:
@@ -315,10 +330,15 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
     with dblock.hold(settings.db_path, "restore"):
         result = await restore(
-            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore")
+            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore"),
+            keep=settings.restore_keep_copies,
         )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
     print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
+    if result.pruned:
+        names = ", ".join(p.name for p in result.pruned)
+        print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
+              f"{settings.restore_keep_copies}): {names}")
     return 0
 
 
@@ -480,5 +500,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def exit_now(code: int) -> None:
+    """Leave without tearing the interpreter down. Everything is closed by now (database, sessions, log
+    files); the teardown itself (freeing every module and cache: jieba's dictionary, pandas, aiogram's
+    types) took 4-6 s on a busy machine, and a stop (SIGTERM) must not wait for it. One collection still
+    runs, so an object left unclosed says so ("Unclosed client session") as it would at a normal exit."""
+    gc.collect()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

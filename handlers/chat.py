@@ -15,7 +15,7 @@ from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
 from handlers import keyboards
-from handlers.delivery import deliver, switch_off_blocked, typing
+from handlers.delivery import deliver, kept_if_abandoned, switch_off_blocked, typing
 from handlers.group_private import titled, to_private
 from handlers.scope import scope_of
 
@@ -45,7 +45,8 @@ async def answer_turn(
     """Answer one turn and return what was sent; in a group, as a reply to the addressing message."""
     markup = None
     try:
-        async with typing(bot, chat_id):
+        async with typing(bot, chat_id), kept_if_abandoned(chat, scope, text,
+                                                           remember=group is None or group.remember):
             reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:

@@ -25,7 +25,7 @@ from aiogram.types import InlineKeyboardMarkup, ReplyParameters
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatService
-from companion.core.models import Scope
+from companion.core.models import Scope, Turn
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,21 @@ async def deliver(
     except TelegramForbiddenError:
         return False
     return True
+
+
+@contextlib.asynccontextmanager
+async def kept_if_abandoned(
+    chat: ChatService, scope: Scope, text: str, *, remember: bool = True
+) -> AsyncIterator[None]:
+    """A reply cancelled because the bot is stopping (companion.chat.stopping) gets no answer, but what the
+    user said is queued for memory, so the next start extracts it."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        if remember:
+            await chat.engine.note_turn(scope, Turn(user=text, reply=None, at=chat.clock()))
+            log.info("reply for %s abandoned at stop; the turn is queued for memory", scope.key)
+        raise
 
 
 async def switch_off_blocked(chat: ChatService, buffer: MessageBuffer, scope: Scope) -> None:

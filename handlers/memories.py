@@ -8,11 +8,11 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
-from aiogram.exceptions import TelegramAPIError, TelegramBadRequest
+from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramForbiddenError
 from aiogram.filters import Command, CommandObject, CommandStart
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
@@ -285,15 +285,28 @@ async def group_header(bot: Bot, chat_id: int) -> str:
     return f"「{title or gt.SOME_GROUP}」\n"
 
 
-def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
+Blocked = Callable[[Scope], Awaitable[None]]
+
+
+def proactive_senders(bot: Bot, blocked: Blocked) -> tuple[ReviewSender, WeeklySender]:
     """The review and weekly senders the scheduler calls; False when the user cannot be reached. A group's
     memories go to the user's private chat, never to the group; a user who never opened a private chat
-    is skipped (and stays due)."""
+    is skipped (and stays due). A user who blocked the bot (403 in their private chat, for their private
+    memories) is handed to ``blocked``, which switches companion mode off for them."""
+
+    async def forbidden(scope: Scope, exc: TelegramForbiddenError) -> None:
+        if scope.chat_id is None:
+            await blocked(scope)
+        else:  # no private chat with this group member: their group's companion mode stays as it is
+            log.info("proactive message for %s not delivered: %s", scope.key, exc)
 
     async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
         try:
             header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
             await send_review(bot, scope.user_id, items, scope, header)
+        except TelegramForbiddenError as exc:
+            await forbidden(scope, exc)
+            return False
         except TelegramAPIError as exc:
             log.info("review for %s not delivered: %s", scope.key, exc)
             return False
@@ -304,6 +317,9 @@ def proactive_senders(bot: Bot) -> tuple[ReviewSender, WeeklySender]:
             header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
             await bot.send_message(scope.user_id, header + texts.weekly(week.learned, week.promoted, week.archived,
                                                                         week.evicted))
+        except TelegramForbiddenError as exc:
+            await forbidden(scope, exc)
+            return False
         except TelegramAPIError as exc:
             log.info("weekly summary for %s not delivered: %s", scope.key, exc)
             return False

@@ -107,13 +107,19 @@ async def test_group_reviews_and_weekly_go_private_or_wait(tmp_path: Path) -> No
         [handle] = await g.engine.remember(scope, [MemoryDraft("在学吉他 甲三", ["吉他"], 60.0,
                                                                validity=Validity.DAYS_7)], now)
         await g.engine.set_note(scope, reviews.WEEKLY, "on")
-        review, weekly = proactive_senders(g.bot)
+        switched_off: list[Scope] = []
+
+        async def blocked(scope: Scope) -> None:
+            switched_off.append(scope)
+
+        review, weekly = proactive_senders(g.bot, blocked)
         later, hours = now + timedelta(days=8), (0, 24)
         g.tg.clear()
         # No private chat yet: nothing is sent anywhere (never to the group) and the review stays due.
         assert await reviews.review_round(g.engine, later, g.settings.tz, hours, review) == 0
         assert await reviews.weekly_round(g.engine, later, weekly) == 0
         assert g.tg.sent_messages() == []
+        assert switched_off == []  # no private chat is not a blocked bot: the group's companion mode stays
 
         await g.private(A, "/start")
         assert await reviews.review_round(g.engine, later, g.settings.tz, hours, review) == 1

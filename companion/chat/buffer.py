@@ -87,10 +87,15 @@ class MessageBuffer:
                 self._running.pop(task, None)
 
     async def close(self) -> None:
-        """Flush everything still waiting (shutdown must not lose messages), then wait for running flushes."""
+        """Flush everything still waiting (shutdown must not lose messages), every key at once, then wait
+        for running flushes. Cancelling it cancels them: a stop that cannot wait abandons the replies, and
+        each flush callback is responsible for keeping what its text said (handlers queue it for memory)."""
         for key, entry in list(self._pending.items()):
             if entry.timer is not None:
                 entry.timer.cancel()
-            await self._flush(key, entry)
+            entry.timer = asyncio.create_task(self._flush(key, entry))
+        # Let each flush start and register as running: a task cancelled before its first step never runs
+        # its callback, and the text would be lost without a trace.
+        await asyncio.sleep(0)
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

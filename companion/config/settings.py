@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     timezone: str = "Asia/Shanghai"
     admin_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
     log_level: str = "INFO"
+    stop_timeout_seconds: float = Field(default=8.0, gt=0, le=60)
 
     quiet_seconds: float = Field(default=2.0, ge=0)
     history_turns: int = Field(default=10, ge=1, le=100)
@@ -62,6 +63,7 @@ class Settings(BaseSettings):
     decay_time: time = time(3, 0)
     backup_time: time = time(3, 30)
     backup_keep_days: int = Field(default=30, ge=1)
+    restore_keep_copies: int = Field(default=3, ge=0)
     console_user_id: int = Field(default=1, ge=1)
     memory_capacity: int = Field(default=200, ge=10, le=100_000)
     index_cache_mb: int = Field(default=128, ge=8)

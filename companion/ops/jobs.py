@@ -16,7 +16,8 @@ from apscheduler.triggers.cron import CronTrigger
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
-from companion.ops.backup import SNAPSHOT_NAME, BackupResult, make_backup
+from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
+from companion.ops.stoppable import stoppable_backup
 from companion.storage.sqlite import SQLiteStore
 from memory import DecayReport, MemoryEngine
 
@@ -46,9 +47,8 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
 
 
 async def run_backup(store: SQLiteStore, settings: Settings, now: datetime | None = None) -> BackupResult:
-    return await make_backup(
-        store, Path(settings.backup_dir), now or utcnow(), settings.tz, settings.backup_keep_days
-    )
+    return await stoppable_backup(store, Path(settings.backup_dir), now or utcnow(), settings.tz,
+                                  settings.backup_keep_days)
 
 
 async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
@@ -79,9 +79,12 @@ def build_scheduler(engine: MemoryEngine, store: SQLiteStore, settings: Settings
 
 
 def newest_backup_day(backup_dir: Path) -> date | None:
-    """The newest ``YYYY-MM-DD`` folder that holds a finished snapshot; other folders are not backups."""
+    """The newest ``YYYY-MM-DD`` folder that holds a finished backup; other folders are not backups, nor is
+    a day whose run was cut short (still marked in progress: the catch-up must run again)."""
     days = []
     for child in backup_dir.glob(f"*/{SNAPSHOT_NAME}"):
+        if (child.parent / IN_PROGRESS).exists():
+            continue
         try:
             days.append(date.fromisoformat(child.parent.name))
         except ValueError:

@@ -2,7 +2,9 @@
 
 Everything is read and checked before anything is written. The new database is built beside the live
 one and renamed into place; a database that held data is kept as ``*.before-restore-<time>``, so a
-restore never destroys what was there.
+restore never destroys what was there. The swap is crash-safe: the live file is hard-linked (or copied)
+to its kept name first and then replaced by the new one in a single rename, so a crash at any moment
+leaves a whole database in place. The newest ``keep`` kept copies stay; older ones are pruned.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.models import Memory, Scope
 from companion.ops.backup import IN_PROGRESS
 from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
+from companion.ops.staging import remove_staging, staging_path
 from companion.storage.snapshot import checkpoint, open_snapshot
 from companion.storage.sqlite import SQLiteStore
 
 Progress = Callable[[int, int], None]
+
+
+BEFORE_RESTORE = ".before-restore-"
+SIDE_FILES = ("-wal", "-shm")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,7 @@ class RestoreResult:
     scopes: int
     rows: int
     kept_old: Path | None
+    pruned: tuple[Path, ...] = ()  # older before-restore copies removed (beyond ``keep``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +131,11 @@ def database_has_data(db_path: Path) -> bool:
 
 
 async def restore(
-    source: Path, db_path: Path, now: datetime, *, force: bool = False, progress: Progress | None = None
+    source: Path, db_path: Path, now: datetime, *, force: bool = False, progress: Progress | None = None,
+    keep: int = 3,
 ) -> RestoreResult:
+    """Replace the database at ``db_path`` (the caller holds its lock, companion.ops.dblock) with the
+    backup at ``source``; the newest ``keep`` before-restore copies are kept."""
     if not source.exists():
         raise RestoreError(f"{source} does not exist")
     for marked in (source, source.parent):
@@ -136,9 +147,9 @@ async def restore(
         check_snapshot(source)
     if database_has_data(db_path) and not force:
         raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
-    staging = db_path.with_name(f".{db_path.name}.restoring")
+    staging = staging_path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
-    _remove_db(staging)
+    remove_staging(db_path)  # a killed restore's leftover
     try:
         if data is not None:
             scopes, rows = await _build(staging, data, now)
@@ -146,14 +157,15 @@ async def restore(
             shutil.copyfile(source, staging)
             with open_snapshot(staging) as reader:
                 scopes, rows = reader.count()
+        _settle(staging)
     except StorageError as exc:
-        _remove_db(staging)
+        remove_staging(db_path)
         raise RestoreError(f"restore failed, nothing changed: {exc}") from None
     except BaseException:
-        _remove_db(staging)
+        remove_staging(db_path)
         raise
     kept = _swap_in(staging, db_path, now)
-    return RestoreResult(scopes, rows, kept)
+    return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep))
 
 
 async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> tuple[int, int]:
@@ -167,25 +179,76 @@ async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> tuple[in
 
 
 def _swap_in(staging: Path, db_path: Path, now: datetime) -> Path | None:
-    """Move the live database aside, then rename the new one in. The live one is checkpointed first so
-    the kept file alone holds every commit; any -wal/-shm left still travel with it."""
+    """Put the staged database in place of the live one; return where the live one is kept.
+
+    Each step leaves a whole database at ``db_path``: the live file is checkpointed (its WAL folded in and
+    truncated), linked to the kept name with its side files, its now empty side files removed (a stale WAL
+    would be replayed onto the new file), and only then replaced by the staged file in one rename."""
     kept: Path | None = None
     if db_path.exists():
         with contextlib.suppress(StorageError):
             checkpoint(db_path)  # a damaged file is kept as it is, side files and all
-        kept = db_path.with_name(f"{db_path.name}.before-restore-{now.strftime('%Y%m%dT%H%M%S')}")
-        os.replace(db_path, kept)
-    for suffix in ("-wal", "-shm"):
-        side = Path(f"{db_path}{suffix}")
-        if side.exists():
-            if kept is not None:
-                os.replace(side, f"{kept}{suffix}")
-            else:
-                side.unlink()
+        kept = _kept_name(db_path, now)
+        for suffix in ("", *SIDE_FILES):
+            live = Path(f"{db_path}{suffix}")
+            if live.exists():
+                _link_or_copy(live, Path(f"{kept}{suffix}"))
+        _fsync(db_path.parent)
+    for suffix in SIDE_FILES:
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     os.replace(staging, db_path)
+    _fsync(db_path.parent)
     return kept
 
 
-def _remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+def _settle(staging: Path) -> None:
+    """The staged file alone must hold the whole database before it is renamed in: fold and drop its WAL."""
+    checkpoint(staging)
+    for suffix in SIDE_FILES:
+        Path(f"{staging}{suffix}").unlink(missing_ok=True)
+    _fsync(staging)
+
+
+def _kept_name(db_path: Path, now: datetime) -> Path:
+    base = db_path.with_name(f"{db_path.name}{BEFORE_RESTORE}{now.strftime('%Y%m%dT%H%M%S')}")
+    kept, n = base, 1
+    while kept.exists():  # two restores within a second must not overwrite the first kept copy
+        n += 1
+        kept = base.with_name(f"{base.name}-{n}")
+    return kept
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link costs nothing and cannot be half-written; a file system without links gets a synced copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        partial = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(source, partial)
+        _fsync(partial)
+        os.replace(partial, target)
+
+
+def _fsync(path: Path) -> None:
+    """A file's data, or a folder's entries (a rename is durable once its folder is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def before_restore_copies(db_path: Path) -> list[Path]:
+    """The kept databases of earlier restores, oldest first (their names sort by time)."""
+    prefix = f"{db_path.name}{BEFORE_RESTORE}"
+    return sorted(p for p in db_path.parent.glob(f"{prefix}*") if not p.name.endswith(SIDE_FILES))
+
+
+def prune_before_restore(db_path: Path, keep: int) -> tuple[Path, ...]:
+    """Remove all but the newest ``keep`` before-restore copies, each with its -wal/-shm."""
+    copies = before_restore_copies(db_path)
+    old = copies[: max(len(copies) - keep, 0)]
+    for path in old:
+        for suffix in (*SIDE_FILES, ""):  # the main file last: a copy is never left without its WAL
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return tuple(old)

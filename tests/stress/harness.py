@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from companion.ops.backup import IN_PROGRESS
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import Answer, request_text
 from tests.scripted import EXTRACT_MARK, PROFILE_MARK
@@ -199,6 +200,12 @@ def memory_tables(db: Path) -> dict[str, list[str]]:
         conn.close()
 
 
+def queued_texts(db: Path) -> list[str]:
+    """The user text of every turn still queued for extraction."""
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT user_text FROM pending_turns")]
+
+
 def count_rows(db: Path, table: str) -> int:
     conn = sqlite3.connect(db)
     try:
@@ -208,10 +215,12 @@ def count_rows(db: Path, table: str) -> int:
 
 
 def half_written_backups(backup_dir: Path) -> list[str]:
-    """Backup folders that look finished but are not: a snapshot that does not open cleanly, a temporary
-    file left behind, or fewer CSV files than the snapshot has scopes with memories."""
+    """Backup folders that look finished (no in-progress marker) but are not: a snapshot that does not
+    open cleanly, a temporary file left behind, or fewer CSV files than the snapshot has scopes with memories."""
     problems: list[str] = []
     for folder in sorted(p for p in backup_dir.glob("*") if p.is_dir()) if backup_dir.exists() else []:
+        if (folder / IN_PROGRESS).exists():
+            continue  # marked unfinished: restore refuses it and the next start backs up again
         snapshot = folder / "memory.sqlite3"
         leftovers = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
         if leftovers:

@@ -5,12 +5,15 @@ database for the next start, and the process exits within 10 s."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from bench.botdriver import CountingTelegram
+from companion.core.models import MemoryDraft, Scope
+from companion.core.timeutil import utcnow
+from companion.ops.backup import IN_PROGRESS
+from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM
 from tests.fakes.llm import is_json_mode
 from tests.stress.harness import (
@@ -23,6 +26,7 @@ from tests.stress.harness import (
     half_written_backups,
     integrity,
     memory_tables,
+    queued_texts,
     record,
     started,
     user_line,
@@ -31,11 +35,17 @@ from tests.stress.harness import (
 pytestmark = pytest.mark.skipif(not FULL, reason="long proof: make stress")
 USER = 700_001
 LIMIT_S = 10.0
+BACKUP_USERS = 1500
 
 
-def queued_texts(db: Path) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute("SELECT user_text FROM pending_turns")]
+async def seed_users(db: Path, users: int) -> None:
+    """Users with one memory each, written while no bot runs, so a backup has that many files to write."""
+    store = await SQLiteStore.open(db)
+    try:
+        for uid in range(1, users + 1):
+            await store.apply_changes(Scope(uid), utcnow(), [MemoryDraft(f"用户{uid}喜欢散步", ["散步"], 60.0)])
+    finally:
+        await store.close()
 
 
 def stored_tags(db: Path) -> set[str]:
@@ -91,15 +101,40 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
         code, seconds = await bot.stop(within=30)
         figures["next_start"] = {"stored": sorted(stored_tags(db)), "still_queued": len(queued_texts(db))}
 
-        # During a backup run from the command line.
+        # During a reply the model would take 25 s over: the default STOP_TIMEOUT_SECONDS (8) abandons it,
+        # sends nothing and keeps the user's text queued for memory.
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await started(tg, bot)
+        answers = len(tg.answers[USER])
+        model.delay = (25.0, 25.0)
+        tg.push_text(USER, user_line(USER, 5))
+        await llm.wait_for_requests(1, lambda b: not is_json_mode(b) and f"{USER}-5" in str(b), timeout=30)
+        await asyncio.sleep(1.0)
+        code, seconds = await bot.stop(within=40)
+        figures["during_slow_reply"] = {
+            "exit_code": code, "exit_s": round(seconds, 1), "reply_sent": len(tg.answers[USER]) > answers,
+            "turn_queued_for_memory": any(f"{USER}-5" in t for t in queued_texts(db)),
+        }
+        model.delay = (0.0, 0.0)
+
+        # During a backup run from the command line: enough users that the export takes a while, and the
+        # signal sent once this run has put its in-progress marker down (earlier runs' files do not count).
+        await seed_users(db, BACKUP_USERS)
         backup = await BotProcess(env, tmp_path, "backup").start()
-        for _ in range(600):
-            if list((tmp_path / "backups").glob("*/.*.tmp")) or list((tmp_path / "backups").glob("*/*.csv")):
+        landed = "before the backup began"
+        for _ in range(6000):
+            if list((tmp_path / "backups").glob(f"*/{IN_PROGRESS}")):
+                landed = "inside the backup"
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.005)
         code, seconds = await backup.stop(within=30)
-        figures["during_backup"] = {"exit_code": code, "exit_s": round(seconds, 1),
-                                    "half_written": half_written_backups(tmp_path / "backups")}
+        day = max(p for p in (tmp_path / "backups").iterdir() if p.is_dir())
+        figures["during_backup"] = {
+            "exit_code": code, "exit_s": round(seconds, 1), "signal_landed": landed,
+            "csv_files_of_users": f"{len(list(day.glob('*.csv')))}/{BACKUP_USERS + 1}",
+            "left_marked_unfinished": (day / IN_PROGRESS).exists(),
+            "half_written": half_written_backups(tmp_path / "backups"),
+        }
     record("graceful_stop", figures)
     problems = [name for name, part in figures.items() if isinstance(part, dict) and part.get("exit_s", 0) > LIMIT_S]
     reply = figures["during_reply"]
@@ -107,4 +142,5 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
     assert not problems, figures
     assert reply["reply_sent"] or reply["turn_queued_for_memory"], figures
     assert figures["during_extraction"]["turns_kept_or_stored"] == "3/3", figures  # type: ignore[index]
+    assert figures["during_slow_reply"]["turn_queued_for_memory"], figures  # type: ignore[index]
     assert not figures["during_backup"]["half_written"], figures  # type: ignore[index]

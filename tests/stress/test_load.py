@@ -20,6 +20,7 @@ from tests.stress.harness import (
     integrity,
     memory_tables,
     percentile,
+    queued_texts,
     record,
     scale,
     started,
@@ -71,6 +72,10 @@ async def test_many_users_every_message_answered_once_in_own_scope(tmp_path: Pat
     stray = [(table, event) for table, events in tables.items() for event in events
              for uid, _ in TAG.findall(event) if table != f"mem_u{uid}"]
     stored = sum(len(events) for events in tables.values())
+    # A stop abandons extractions still waiting after STOP_TIMEOUT_SECONDS: their turns stay queued.
+    kept = {f"{u}-{n}" for events in tables.values() for e in events for u, n in TAG.findall(e)}
+    queued = {f"{u}-{n}" for text in queued_texts(db_path(tmp_path)) for u, n in TAG.findall(text)}
+    said = {f"{uid}-{n}" for uid in ids for n in range(messages)}
     check = integrity(db_path(tmp_path))
     figures = {
         "users": users, "messages_per_user": messages, "messages": users * messages,
@@ -80,6 +85,8 @@ async def test_many_users_every_message_answered_once_in_own_scope(tmp_path: Pat
         "latency_ms": {"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
                        "p99": percentile(latencies, 0.99), "max": percentile(latencies, 1.0)},
         "llm_calls": dict(model.calls), "memories_stored": stored, "memories_in_wrong_scope": len(stray),
+        "turns_still_queued_at_stop": len(queued - kept),
+        "said_but_neither_stored_nor_queued": len(said - kept - queued),
         "integrity_check": check, "exit_code": code, "stop_seconds": round(stop_s, 1),
     }
     record("load", figures)
@@ -87,5 +94,6 @@ async def test_many_users_every_message_answered_once_in_own_scope(tmp_path: Pat
     assert figures["messages_sent"] == users * messages, "the run hit STRESS_LOAD_DEADLINE_S before the end"
     assert not stray, stray[:5]
     assert stored > 0, "extraction never stored anything"
+    assert not said - kept - queued, sorted(said - kept - queued)[:5]
     assert check == "ok"
     assert code == 0, bot.output[-3000:]

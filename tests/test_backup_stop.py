@@ -1,0 +1,76 @@
+"""A backup stopped half-way (SIGTERM during the nightly job, the start-up catch-up or ``bot.py backup``)
+stops writing: its export thread gives up at the next file instead of writing every CSV while the process
+waits for it to exit (asyncio.run joins its worker threads), and the day folder keeps its in-progress
+marker, so restore refuses it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, date, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from companion.core.errors import RestoreError
+from companion.core.models import Scope, Turn
+from companion.ops import backup, jobs
+from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME
+from companion.ops.restore import restore
+from companion.ops.stoppable import stoppable_backup
+from companion.storage.sqlite import SQLiteStore
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+USERS = 120
+PER_FILE_S = 0.03  # a slow disk: the export alone would take USERS x this
+
+
+def files_in(folder: Path) -> int:
+    return sum(1 for p in folder.iterdir() if p.name.endswith((".csv", ".csv.tmp"))) if folder.exists() else 0
+
+
+async def test_a_cancelled_backup_stops_writing_and_stays_marked_unfinished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SQLiteStore.open(tmp_path / "memory.sqlite3")
+    for uid in range(1, USERS + 1):
+        await store.add_turn(Scope(uid), Turn(user="你好", reply=None, at=NOW))
+    write_csv = backup.write_csv
+
+    def slow_write(path: Path, rows: object) -> int:
+        time.sleep(PER_FILE_S)
+        return write_csv(path, rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backup, "write_csv", slow_write)
+    folder = tmp_path / "backups" / "2026-11-23"
+    try:
+        task = asyncio.create_task(stoppable_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 30))
+        for _ in range(500):
+            if files_in(folder) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(5 * PER_FILE_S)  # the file being written when the stop came is finished
+        settled = files_in(folder)
+        await asyncio.sleep(20 * PER_FILE_S)
+        assert files_in(folder) == settled, "the export thread kept writing after the backup was stopped"
+        assert settled < USERS / 2
+        assert (folder / IN_PROGRESS).exists()
+        with pytest.raises(RestoreError, match="unfinished"):
+            await restore(folder, tmp_path / "restored.sqlite3", NOW)
+    finally:
+        await store.close()
+
+
+def test_a_day_cut_short_is_not_counted_as_backed_up(tmp_path: Path) -> None:
+    """The start-up catch-up must run again after a backup was killed or stopped: a folder still marked in
+    progress holds a snapshot, but it is not a backup."""
+    for day, finished in (("2026-11-21", True), ("2026-11-22", False)):
+        (tmp_path / day).mkdir()
+        (tmp_path / day / SNAPSHOT_NAME).write_bytes(b"")
+        if not finished:
+            (tmp_path / day / IN_PROGRESS).write_text("started\n")
+    assert jobs.newest_backup_day(tmp_path) == date(2026, 11, 21)

@@ -1,0 +1,53 @@
+"""A user who blocked the bot is found out by a proactive message too: a 403 on the review or the weekly
+summary switches companion mode off for them (like a 403 on a reply), with one INFO line and no
+traceback, so the next rounds write to them no more. Through the fake Telegram server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+
+from companion.core.models import MemoryDraft, Scope, Validity
+from companion.ops import reviews
+from handlers.delivery import switch_off_blocked
+from handlers.memories import proactive_senders
+from tests.support import USER, Live
+
+
+@pytest.mark.parametrize("which", ["review", "weekly"])
+async def test_a_403_on_a_proactive_message_switches_the_user_off(
+    live: Live, caplog: pytest.LogCaptureFixture, which: str
+) -> None:
+    scope, now = Scope(USER), live.rig.clock()
+    await live.say("/start_aiGF", 1)
+    await live.rig.engine.remember(scope, [MemoryDraft("在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)], now)
+    await live.rig.engine.set_note(scope, reviews.WEEKLY, "on")
+    later = now + timedelta(days=7)
+
+    async def blocked(scope: Scope) -> None:
+        await switch_off_blocked(live.rig.chat, live.buffer, scope)
+
+    async with live.bot() as bot:
+        send_review, send_weekly = proactive_senders(bot, blocked)
+        live.tg.fail_next("sendMessage", 1, status=403)
+        with caplog.at_level(logging.INFO):
+            if which == "review":
+                sent = await reviews.review_round(live.rig.engine, later, live.rig.settings.tz, (0, 24), send_review)
+            else:
+                sent = await reviews.weekly_round(live.rig.engine, later, send_weekly)
+            await asyncio.sleep(0.2)
+        assert sent == 0
+        assert not live.rig.chat.is_active(scope)
+        assert scope not in await live.rig.engine.active_scopes(), "the flag must survive a restart"
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        assert [r.getMessage() for r in caplog.records if scope.key in r.getMessage()] == [
+            f"user {scope.key} blocked the bot; companion mode switched off"
+        ]
+        # The next rounds skip the user: nothing more is sent to them.
+        calls = len(live.tg.calls)
+        assert await reviews.review_round(live.rig.engine, later, live.rig.settings.tz, (0, 24), send_review) == 0
+        assert await reviews.weekly_round(live.rig.engine, later, send_weekly) == 0
+        assert [name for name, _ in live.tg.calls[calls:]] == []
