@@ -54,7 +54,8 @@ def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
     return count
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """A file's data, or a folder's entries (a rename is durable once its folder is synced)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -69,7 +70,7 @@ def publish(written: Sequence[tuple[Path, Path]]) -> None:
     if not written:
         return
     with ThreadPoolExecutor(FSYNC_THREADS) as pool:
-        list(pool.map(_fsync, [tmp for tmp, _ in written]))
+        list(pool.map(fsync, [tmp for tmp, _ in written]))
     for tmp, path in written:
         os.replace(tmp, path)
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.models import Memory, Scope
-from companion.ops.backup import IN_PROGRESS
+from companion.ops.backup import IN_PROGRESS, fsync
 from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
 from companion.ops.staging import remove_staging, staging_path
 from companion.storage.snapshot import checkpoint, open_snapshot
@@ -193,11 +193,11 @@ def _swap_in(staging: Path, db_path: Path, now: datetime) -> Path | None:
             live = Path(f"{db_path}{suffix}")
             if live.exists():
                 _link_or_copy(live, Path(f"{kept}{suffix}"))
-        _fsync(db_path.parent)
+        fsync(db_path.parent)
     for suffix in SIDE_FILES:
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     os.replace(staging, db_path)
-    _fsync(db_path.parent)
+    fsync(db_path.parent)
     return kept
 
 
@@ -206,7 +206,7 @@ def _settle(staging: Path) -> None:
     checkpoint(staging)
     for suffix in SIDE_FILES:
         Path(f"{staging}{suffix}").unlink(missing_ok=True)
-    _fsync(staging)
+    fsync(staging)
 
 
 def _kept_name(db_path: Path, now: datetime) -> Path:
@@ -225,17 +225,8 @@ def _link_or_copy(source: Path, target: Path) -> None:
     except OSError:
         partial = target.with_name(f".{target.name}.tmp")
         shutil.copyfile(source, partial)
-        _fsync(partial)
+        fsync(partial)
         os.replace(partial, target)
-
-
-def _fsync(path: Path) -> None:
-    """A file's data, or a folder's entries (a rename is durable once its folder is synced)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def before_restore_copies(db_path: Path) -> list[Path]:
