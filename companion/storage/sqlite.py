@@ -28,7 +28,7 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
+from companion.storage import chatmove, decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.rows import (
     INSERT_MEMORY,
@@ -508,38 +508,16 @@ class SQLiteStore:
         for old in olds:
             async with self._tx() as conn:
                 await self._move_scope(conn, old, Scope(old.user_id, new_chat_id), now)
-                await self._move_meta(conn, moved_suffixes([old], old_chat_id, new_chat_id)[:1])
+                await chatmove.move_meta(conn, moved_suffixes([old], old_chat_id, new_chat_id)[:1])
             self._versions.pop(old.key, None)
         async with self._tx() as conn:
-            await self._move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
+            await chatmove.move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
         return olds
 
-    @staticmethod
-    async def _move_meta(conn: aiosqlite.Connection, endings: Sequence[tuple[str, str]]) -> None:
-        """Small-state keys change their ending; a key the new side already has keeps its value."""
-        for old_end, new_end in endings:
-            size = len(old_end)
-            await conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT substr(key, 1, length(key) - ?) || ?, "
-                               "value FROM meta WHERE substr(key, -?) = ?", (size, new_end, size, old_end))
-            await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
-
     async def _move_scope(self, conn: aiosqlite.Connection, old: Scope, new: Scope, now: datetime) -> None:
-        """Rows are copied rather than the table renamed: the new scope may exist already (written to
-        before the move was seen), and its index keeps the name of its own table."""
         await self._ensure_scope(conn, old, now)  # both tables at the current version: the same columns
         await self._ensure_scope(conn, new, now)
-        cursor = await conn.execute(f'PRAGMA table_info("{new.table}")')
-        columns = ", ".join(f'"{row[1]}"' for row in await cursor.fetchall())
-        await conn.execute(f'INSERT INTO "{new.table}" ({columns}) SELECT {columns} FROM "{old.table}"')
-        await conn.execute(f'DROP TABLE "{old.table}"')
-        await conn.execute("UPDATE scopes SET active = max(active, (SELECT active FROM scopes WHERE key = ?)) "
-                           "WHERE key = ?", (old.key, new.key))
-        for table in ("memory_handles", "pending_turns", "short_term", "memory_vectors"):
-            await conn.execute(f"UPDATE {table} SET scope_key = ? WHERE scope_key = ?", (new.key, old.key))
-        await conn.execute("UPDATE OR IGNORE profiles SET scope_key = ?, dirty = 1 WHERE scope_key = ?",
-                           (new.key, old.key))
-        await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (old.key,))
-        await conn.execute("DELETE FROM scopes WHERE key = ?", (old.key,))
+        await chatmove.move_scope(conn, old, new)
         self._pending_versions.pop(old.key, None)
 
     async def snapshot(self, target: Path) -> None:

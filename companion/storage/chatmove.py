@@ -1,0 +1,39 @@
+"""SQLite statements that move one group member's scope to the group's new chat id (a group upgraded to a
+supergroup), inside the caller's transaction. ``SQLiteStore.move_chat`` decides what moves and when."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aiosqlite
+
+from companion.core.models import Scope
+
+SCOPED_TABLES = ("memory_handles", "pending_turns", "short_term", "memory_vectors")
+
+
+async def move_meta(conn: aiosqlite.Connection, endings: Sequence[tuple[str, str]]) -> None:
+    """Small-state keys change their ending; a key the new side already has keeps its value."""
+    for old_end, new_end in endings:
+        size = len(old_end)
+        await conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT substr(key, 1, length(key) - ?) || ?, "
+                           "value FROM meta WHERE substr(key, -?) = ?", (size, new_end, size, old_end))
+        await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
+
+
+async def move_scope(conn: aiosqlite.Connection, old: Scope, new: Scope) -> None:
+    """Both tables exist at the current version. Rows are copied rather than the table renamed: the new
+    scope may exist already (written to before the move was seen), and its index keeps the name of its
+    own table."""
+    cursor = await conn.execute(f'PRAGMA table_info("{new.table}")')
+    columns = ", ".join(f'"{row[1]}"' for row in await cursor.fetchall())
+    await conn.execute(f'INSERT INTO "{new.table}" ({columns}) SELECT {columns} FROM "{old.table}"')
+    await conn.execute(f'DROP TABLE "{old.table}"')
+    await conn.execute("UPDATE scopes SET active = max(active, (SELECT active FROM scopes WHERE key = ?)) "
+                       "WHERE key = ?", (old.key, new.key))
+    for table in SCOPED_TABLES:
+        await conn.execute(f"UPDATE {table} SET scope_key = ? WHERE scope_key = ?", (new.key, old.key))
+    await conn.execute("UPDATE OR IGNORE profiles SET scope_key = ?, dirty = 1 WHERE scope_key = ?",
+                       (new.key, old.key))
+    await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (old.key,))
+    await conn.execute("DELETE FROM scopes WHERE key = ?", (old.key,))
