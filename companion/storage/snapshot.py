@@ -65,6 +65,23 @@ def open_snapshot(path: Path) -> Iterator[SnapshotReader]:
         conn.close()
 
 
+# A copy made by the backup API inherits WAL mode; a standalone file must not need -wal/-shm beside it
+# (a read-only reader would leave them behind in the backup folder).
+STANDALONE = "PRAGMA journal_mode = DELETE"
+
+
+def make_standalone(path: Path) -> None:
+    """Switch a snapshot taken with ``standalone=False`` to a rollback journal."""
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute(STANDALONE)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot finish the snapshot {path.name}: {exc}") from None
+
+
 def checkpoint(path: Path) -> None:
     """Fold a database's WAL into the main file, so the file alone holds every commit (before it is moved)."""
     try:
