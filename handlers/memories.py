@@ -300,30 +300,31 @@ def proactive_senders(bot: Bot, blocked: Blocked) -> tuple[ReviewSender, WeeklyS
         else:  # no private chat with this group member: their group's companion mode stays as it is
             log.info("proactive message for %s not delivered: %s", scope.key, exc)
 
-    async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
+    async def delivered(scope: Scope, what: str, send: Callable[[str], Awaitable[object]]) -> bool:
         try:
             header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
-            await send_review(bot, scope.user_id, items, scope, header)
+            await send(header)
         except TelegramForbiddenError as exc:
             await forbidden(scope, exc)
             return False
         except TelegramAPIError as exc:
-            log.info("review for %s not delivered: %s", scope.key, exc)
+            log.info("%s for %s not delivered: %s", what, scope.key, exc)
             return False
         return True
 
+    async def review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
+        async def send(header: str) -> None:
+            await send_review(bot, scope.user_id, items, scope, header)
+
+        return await delivered(scope, "review", send)
+
     async def weekly(scope: Scope, week: WeekSummary) -> bool:
-        try:
-            header = "" if scope.chat_id is None else await group_header(bot, scope.chat_id)
-            await bot.send_message(scope.user_id, header + texts.weekly(week.learned, week.promoted, week.archived,
-                                                                        week.evicted))
-        except TelegramForbiddenError as exc:
-            await forbidden(scope, exc)
-            return False
-        except TelegramAPIError as exc:
-            log.info("weekly summary for %s not delivered: %s", scope.key, exc)
-            return False
-        return True
+        text = texts.weekly(week.learned, week.promoted, week.archived, week.evicted)
+
+        async def send(header: str) -> None:
+            await bot.send_message(scope.user_id, header + text)
+
+        return await delivered(scope, "weekly summary", send)
 
     return review, weekly
 
