@@ -90,9 +90,7 @@ async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[st
         settings = _settings(root, config)
         report: dict[str, Any] = {"config": asdict(config), "targets": TARGETS}
         if config.isolate:
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(1) as pool:
-                report["build"] = await asyncio.to_thread(pool.apply, _build_in_child, (root, config))
+            report["build"] = await _in_child(_build_in_child, root, config)
         else:
             report["build"] = await _build_db(root, config)
         report["rows"] = {"memories": report["build"]["rows"], "users": config.users, "per_user": config.per_user,
@@ -105,9 +103,9 @@ async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[st
         return report
 
 
-async def _in_child(work: Callable[..., dict[str, float]], *args: Any) -> dict[str, float]:
-    """The plain way, in a process of its own: its SQLite connection (~50 MB of parsed schema at 10,000
-    tables) and buffers must not count in the bot process's peak memory."""
+async def _in_child(work: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Work that must not count in the bot process's peak memory (the loader's caches; the plain way's
+    SQLite connection, ~50 MB of parsed schema at 10,000 tables), in a process of its own."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return await asyncio.to_thread(pool.apply, work, args)
 
