@@ -14,6 +14,7 @@ from importlib import resources
 import jieba
 
 from companion.core.text import MAX_KEYWORD_CHARS, normalize_text
+from companion.recall.dictionary import CompactTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +25,13 @@ KEYWORD_CACHE = 4096
 
 
 class KeywordExtractor:
-    """Segments text into content words. ``load()`` is slow (jieba builds its prefix dict, ~1 s): the
-    engine starts it in a thread at start-up and the first use waits for what is left of it."""
+    """Segments text into content words with jieba's segmentation over a compact copy of its dictionary
+    (``dictionary.CompactTokenizer``: ~3 MB instead of ~60). ``load()`` takes ~0.1 s (~1 s the first
+    time, when the dictionary is built and cached): the engine starts it in a thread at start-up and the
+    first use waits for what is left of it."""
 
     def __init__(self) -> None:
-        self._tokenizer = jieba.Tokenizer()
+        self._tokenizer = CompactTokenizer()
         self._stopwords: frozenset[str] = frozenset()
         self._loaded = False
         self._lock = threading.Lock()
