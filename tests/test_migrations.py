@@ -11,6 +11,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
+from companion.core.errors import StorageError
 from companion.core.models import Origin, Scope, Status, Tier, Validity
 from companion.storage import migrations
 from companion.storage.migrations import CORE, MEMORIES, Migration, MigrationSet
@@ -181,3 +182,101 @@ async def test_start_up_reads_no_memory_table(tmp_path: Path) -> None:
         assert versions(path)["u3"] == 2
     finally:
         await store.close()
+
+
+# What step 0004 left: the v3 columns with their CHECK constraints and DEFAULTs, on one line.
+V4_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + " ".join(migrations.V3_COLUMNS.split())
+
+
+def table_sql(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {str(n): str(s) for n, s in conn.execute(
+            "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name GLOB 'mem_u*'")}
+    finally:
+        conn.close()
+
+
+async def make_v4_database(path: Path, users: int) -> list[Scope]:
+    """Tables as the 0004 release created them, each with one memory."""
+    store = await SQLiteStore.open(path)
+    scopes = [Scope(n) for n in range(1, users + 1)]
+    try:
+        async with store.transaction() as conn:
+            for scope in scopes:
+                await conn.execute("INSERT INTO scopes (key, user_id, table_version, created_at) VALUES (?, ?, 4, 'x')",
+                                   (scope.key, scope.user_id))
+                await conn.execute(V4_TABLE.format(table=scope.table))
+    finally:
+        await store.close()
+    store = await SQLiteStore.open(path)
+    try:
+        for scope in scopes:
+            # The store upgrades a table it writes to: write through plain SQL instead, as the old code did.
+            async with store.transaction() as conn:
+                await conn.execute(
+                    f'INSERT INTO "{scope.table}" (id, event, keywords, importance, created_at, validity, updated_at, '
+                    "type, origin, last_decay_at, tier) VALUES (?, ?, '猫', 70, '2025-12-20T02:00:00Z', '30d', "
+                    "'2025-12-20T02:00:00Z', 'event', 'extracted', '2025-12-21T02:00:00Z', 'medium')",
+                    (scope.user_id * 10, f"用户{scope.user_id}养了一只猫"))
+    finally:
+        await store.close()
+    return scopes
+
+
+async def test_old_tables_lose_their_checks_and_defaults_in_one_batch(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite3"
+    scopes = await make_v4_database(path, 120)
+    assert all("CHECK" in sql and "DEFAULT" in sql for sql in table_sql(path).values())
+    store = await SQLiteStore.open(path)
+    try:
+        assert await store.upgrade_stale(limit=50) == 0  # all 120 in one batch: the rewrite is per call
+        for scope in scopes:
+            memories = await store.fetch_memories(scope)
+            assert [(m.id, m.event, m.keywords) for m in memories] == [
+                (scope.user_id * 10, f"用户{scope.user_id}养了一只猫", ["猫"])]
+    finally:
+        await store.close()
+    sqls = table_sql(path)
+    assert sqls == {s.table: migrations.CURRENT_TABLE.format(table=s.table).replace(" IF NOT EXISTS", "")
+                    for s in scopes}
+    assert versions(path) == {s.key: migrations.CURRENT_TABLE_VERSION for s in scopes}
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()
+
+
+async def test_a_touched_old_table_is_rewritten_on_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite3"
+    scopes = await make_v4_database(path, 3)
+    store = await SQLiteStore.open(path)
+    try:
+        assert len(await store.fetch_memories(scopes[1])) == 1
+    finally:
+        await store.close()
+    sqls = table_sql(path)
+    assert "CHECK" not in sqls[scopes[1].table] and "CHECK" in sqls[scopes[0].table]
+    assert versions(path)[scopes[1].key] == migrations.CURRENT_TABLE_VERSION
+    assert versions(path)[scopes[0].key] == 4
+
+
+async def test_a_table_with_unexpected_columns_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite3"
+    scopes = await make_v4_database(path, 3)
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f'ALTER TABLE "{scopes[2].table}" ADD COLUMN note TEXT')  # not a column the code knows
+        conn.commit()
+    finally:
+        conn.close()
+    before = table_sql(path)
+    store = await SQLiteStore.open(path)
+    try:
+        with pytest.raises(StorageError, match="expected columns"):
+            await store.upgrade_stale()
+    finally:
+        await store.close()
+    assert table_sql(path) == before  # the whole batch rolled back: nothing half-rewritten
+    assert set(versions(path).values()) == {4}

@@ -8,21 +8,29 @@ time does not grow with the number of users. Its progress is ``scopes.table_vers
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiosqlite
 
+from companion.core.errors import StorageError
+
 Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
+# (connection, tables): one call for many tables, for a step whose cost is per call, not per table.
+ManyRunner = Callable[[aiosqlite.Connection, Sequence[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """A step: an SQL script (``{table}`` stands for a memory table's name) or a coroutine."""
+    """A step: an SQL script (``{table}`` stands for a memory table's name) or a coroutine, for one table
+    at a time, or ``run_many`` for any number of tables in one call."""
 
     name: str
     script: str = ""
     run: Runner | None = None
+    run_many: ManyRunner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +164,64 @@ V3_COLUMNS = """(
 V3_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + V3_COLUMNS + """;
     CREATE INDEX IF NOT EXISTS "{table}_event" ON "{table}" (event)
 """
-# The table as the steps leave it now: v3 without the text index (0004). New tables are created from this
-# in one statement (SQLite re-parses its schema after every ALTER TABLE: ~300 ms for a new user at 10,000
-# tables), on one line: SQLite keeps the text as written and reads all of it at every start.
-# A step that adds a column gives this its own column list; ``tests/test_migrations.py`` checks it equals
-# what the steps build.
-CURRENT_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + " ".join(V3_COLUMNS.split())
+# The table as the steps leave it now: v3 without the text index (0004), without CHECK constraints and
+# DEFAULTs (0005). New tables are created from this in one statement (SQLite re-parses its schema after
+# every ALTER TABLE: ~300 ms for a new user at 10,000 tables), on one line: SQLite keeps the text as
+# written and reads all of it at every start. A step that adds a column gives this its own column list;
+# ``tests/test_migrations.py`` checks it equals what the steps build.
+LEAN_COLUMNS = (
+    "(id INTEGER PRIMARY KEY, event TEXT NOT NULL, keywords TEXT NOT NULL, importance REAL NOT NULL, "
+    "created_at TEXT NOT NULL, validity TEXT NOT NULL, last_mentioned_at TEXT, updated_at TEXT NOT NULL, "
+    "expires_at TEXT, type TEXT NOT NULL, origin TEXT NOT NULL, mention_count INTEGER NOT NULL, "
+    "last_decay_at TEXT NOT NULL, terms TEXT NOT NULL, status TEXT NOT NULL, tier TEXT NOT NULL, review_at TEXT, "
+    "last_accessed_at TEXT, access_count INTEGER NOT NULL, pinned INTEGER NOT NULL, source_chat_id INTEGER, "
+    "source_message_id INTEGER, source_at TEXT, superseded_by INTEGER, status_reason TEXT NOT NULL, "
+    "fingerprint TEXT NOT NULL)"
+)
+CURRENT_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + LEAN_COLUMNS
+_LEAN_SQL = 'CREATE TABLE "{table}" ' + LEAN_COLUMNS  # as SQLite stores it (without IF NOT EXISTS)
+
+
+def _shape(sql: str) -> list[tuple[object, ...]]:
+    """Columns as the file stores them (name, type, not null, key), defaults and constraints aside."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(sql.format(table="t"))
+        return [(c[1], c[2], c[3], c[5]) for c in conn.execute('PRAGMA table_info("t")')]
+    finally:
+        conn.close()
+
+
+async def _lean_table_sql(conn: aiosqlite.Connection, tables: Sequence[str]) -> None:
+    """v5: the tables' SQL without CHECK constraints and DEFAULTs. Neither changes how rows are stored,
+    so the stored SQL is rewritten in place (SQLite's documented procedure for such changes, "ALTER TABLE",
+    section 7) instead of copying every row; after checking that each table stores exactly the columns
+    the new SQL declares. One call for many tables: SQLite re-reads the whole schema once per rewrite."""
+    if not tables:
+        return
+    wanted = set(tables)
+    expected = _shape(_LEAN_SQL)
+    cursor = await conn.execute(
+        "SELECT m.rowid, m.name, p.name, p.type, p.\"notnull\", p.pk FROM sqlite_schema AS m, "
+        "pragma_table_info(m.name) AS p WHERE m.type = 'table' AND m.name IN (SELECT value FROM json_each(?)) "
+        "ORDER BY m.rowid, p.cid", (json.dumps(list(wanted)),))
+    shapes: dict[str, tuple[int, list[tuple[object, ...]]]] = {}
+    for rowid, table, *column in await cursor.fetchall():
+        shapes.setdefault(table, (int(rowid), []))[1].append(tuple(column))
+    for table in tables:
+        if table not in shapes or shapes[table][1] != expected:
+            raise StorageError(f"memory table {table} does not have the expected columns; not upgraded")
+    cursor = await conn.execute("PRAGMA schema_version")
+    row = await cursor.fetchone()
+    version = int(row[0]) if row else 0
+    await conn.execute("PRAGMA writable_schema = ON")
+    try:
+        await conn.executemany("UPDATE sqlite_schema SET sql = ? WHERE rowid = ?",
+                               [(_LEAN_SQL.format(table=table), shapes[table][0]) for table in tables])
+        # Every connection (this one too) re-reads the schema when the version moves.
+        await conn.execute(f"PRAGMA schema_version = {version + 1}")
+    finally:
+        await conn.execute("PRAGMA writable_schema = OFF")
 
 
 async def _handles_and_lifecycle(conn: aiosqlite.Connection, key: str, table: str) -> None:
@@ -221,6 +281,10 @@ MEMORIES = MigrationSet("memories", (
     Migration("0004_drop_event_index", """
     DROP INDEX IF EXISTS "{table}_event"
     """),
+    # SQLite keeps every table's parsed schema in each connection: at 10,000 users the CHECK constraints
+    # and DEFAULTs were 32 of its 50 MB. They guard nothing the code does not: the row codecs validate
+    # every value and every INSERT names every column (``rows.INSERT_MEMORY``).
+    Migration("0005_lean_table_sql", run_many=_lean_table_sql),
 ))
 CURRENT_TABLE_VERSION = len(MEMORIES.steps)
 LIFECYCLE_VERSION = MEMORIES.names.index("0003_handles_and_lifecycle") + 1  # tables with ``status``
@@ -234,11 +298,30 @@ async def create_memory_table(conn: aiosqlite.Connection, key: str, table: str) 
 
 async def upgrade_memory_table(conn: aiosqlite.Connection, key: str, table: str, version: int) -> int:
     """Run the per-scope steps after ``version`` on one table; returns the new version."""
-    for step in MEMORIES.steps[version:]:
-        if step.run is not None:
-            await step.run(conn, key, table)
-        else:
-            await run_script(conn, step.script.format(table=table))
-    if version < CURRENT_TABLE_VERSION:
-        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (CURRENT_TABLE_VERSION, key))
+    await upgrade_memory_tables(conn, [(key, table, version)])
     return CURRENT_TABLE_VERSION
+
+
+async def upgrade_memory_tables(conn: aiosqlite.Connection, tables: Sequence[tuple[str, str, int]]) -> None:
+    """Bring tables (scope key, table, version) to the current version, in step order; a ``run_many``
+    step runs once for all the tables it is due on."""
+    for number, step in enumerate(MEMORIES.steps):
+        due = [(key, table) for key, table, version in tables if version <= number]
+        if not due:
+            continue
+        if step.run_many is not None:
+            await step.run_many(conn, [table for _, table in due])
+            continue
+        for key, table in due:
+            if step.run is not None:
+                await step.run(conn, key, table)
+            else:
+                await run_script(conn, step.script.format(table=table))
+    upgraded = [(CURRENT_TABLE_VERSION, key) for key, _, version in tables if version < CURRENT_TABLE_VERSION]
+    await conn.executemany("UPDATE scopes SET table_version = ? WHERE key = ?", upgraded)
+
+
+def bulk_from(version: int) -> bool:
+    """Whether every step after ``version`` runs for many tables in one call (then any number of tables
+    at that version upgrade in one short transaction)."""
+    return all(step.run_many is not None for step in MEMORIES.steps[version:])

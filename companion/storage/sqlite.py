@@ -211,13 +211,16 @@ class SQLiteStore:
 
     async def upgrade_stale(self, limit: int = 50) -> int:
         """Upgrade up to ``limit`` memory tables left at an old version; returns how many remain. For a
-        background task: each batch is one short transaction."""
-        stale = [k for k, v in self._versions.items() if v < migrations.CURRENT_TABLE_VERSION]
-        if stale[:limit]:
+        background task: each batch is one short transaction. Tables whose remaining steps run for many
+        tables at once (``migrations.bulk_from``) all go in one batch, however many."""
+        stale = [(k, v) for k, v in self._versions.items() if v < migrations.CURRENT_TABLE_VERSION]
+        bulk = [(k, v) for k, v in stale if migrations.bulk_from(v)]
+        batch = bulk or stale[:limit]
+        if batch:
             async with self._tx() as conn:
-                for key in stale[:limit]:
-                    await self._ensure_scope(conn, Scope.from_key(key), utcnow())
-        return max(0, len(stale) - limit)
+                await migrations.upgrade_memory_tables(conn, [(k, Scope.from_key(k).table, v) for k, v in batch])
+                self._pending_versions.update((k, migrations.CURRENT_TABLE_VERSION) for k, _ in batch)
+        return len(stale) - len(batch)
 
     async def ensure_scope(self, scope: Scope, now: datetime) -> None:
         if self._version(scope) == migrations.CURRENT_TABLE_VERSION:
