@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     restore_keep_copies: int = Field(default=3, ge=0)
     console_user_id: int = Field(default=1, ge=1)
     memory_capacity: int = Field(default=200, ge=10, le=100_000)
-    index_cache_mb: int = Field(default=128, ge=8)
+    index_cache_mb: int = Field(default=48, ge=8)
     review_hours: tuple[int, int] = (9, 21)
     review_unanswered_days: float = Field(default=3.0, gt=0)
     idle_summary_minutes: float = Field(default=5.0, gt=0)

@@ -19,10 +19,11 @@ from companion.recall.index import ScopeIndex, Tokenize
 from companion.storage.base import MemoryStore
 
 # What one cached memory costs (its Memory object, word and character postings), measured with
-# tracemalloc on synthetic users: 11.2 KB per memory at 10 memories a user, 7.5 KB at 100, 0.8 KB at
-# 10,000 (postings shared). The budget is set in MB (``INDEX_CACHE_MB``) and counted in memories.
-BYTES_PER_MEMORY = 8 * 1024
-DEFAULT_CACHE_MEMORIES = 128 * 2**20 // BYTES_PER_MEMORY
+# tracemalloc on the scale bench's users: 4.0 KB per memory at 100 memories a user, 4.2 KB at 1,835
+# (units and words interned, postings as lists; 8.5 and 8.2 KB before). Counted as 4.5 KB, for the small
+# users' fixed part. The budget is set in MB (``INDEX_CACHE_MB``) and counted in memories.
+BYTES_PER_MEMORY = 4608
+DEFAULT_CACHE_MEMORIES = 48 * 2**20 // BYTES_PER_MEMORY
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
 RECENT_WINDOW = timedelta(days=1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,7 @@ MAX_DF_SHARE = 0.1
 MIN_SCOPE_FOR_DF_CUT = 200
 GATE_MIN_SCOPE = 50
 
+_FREQUENCIES: dict[float, float] = {}
 _RUNS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+|[a-z0-9]+(?:'[a-z]+)?")
 # Function characters that say nothing about a topic on their own; a pair with one of them still counts
 # ("花呢", "王同" carry 花 and 王), a pair of two does not ("我的", "了吗").
@@ -83,14 +85,16 @@ def units(text: str) -> dict[str, float]:
             if len(word) >= 2 and word not in ENGLISH_STOPWORDS and not word.isdigit():
                 out[stem(word)] += WORD_WEIGHT
             continue
+        # Interned: every cached index holds these units, and the same few thousand characters and pairs
+        # recur across all users (one string each instead of one per memory that has it).
         for char in run:
             if char not in STOP_CHARS:
-                out[char] += UNIGRAM_WEIGHT
+                out[sys.intern(char)] += UNIGRAM_WEIGHT
         for i in range(len(run) - 1):
             pair = run[i : i + 2]
             if pair[0] not in STOP_CHARS or pair[1] not in STOP_CHARS:
-                out[pair] += BIGRAM_WEIGHT
-    return dict(out)
+                out[sys.intern(pair)] += BIGRAM_WEIGHT
+    return {unit: _FREQUENCIES.setdefault(weight, weight) for unit, weight in out.items()}
 
 
 def unit_weight(unit: str) -> float:
@@ -104,7 +108,9 @@ class CharIndex:
     """Units of one scope's memories. ``add`` and ``remove`` keep it current without a rebuild."""
 
     def __init__(self) -> None:
-        self._postings: dict[str, dict[int, float]] = defaultdict(dict)
+        # unit -> the memories holding it; a unit's frequency in a memory is in ``_units`` (a list per
+        # unit costs a third of a dict, and most units of a scope are in one or two of its memories).
+        self._postings: dict[str, list[int]] = defaultdict(list)
         self._units: dict[int, dict[str, float]] = {}
         self._lengths: dict[int, float] = {}
         self._total_length = 0.0
@@ -119,16 +125,18 @@ class CharIndex:
     def add(self, memory_id: int, texts: Iterable[str]) -> None:
         self.remove(memory_id)
         self._changed()
-        found: dict[str, float] = defaultdict(float)
+        summed: dict[str, float] = defaultdict(float)
         for text in texts:
             for unit, weight in units(text).items():
-                found[unit] += weight
+                summed[unit] += weight
+        # Frequencies are a few multiples of 0.5: one float object each, not one per unit of every memory.
+        found = {unit: _FREQUENCIES.setdefault(tf, tf) for unit, tf in summed.items()}
         self._units[memory_id] = found
         length = sum(found.values())
         self._lengths[memory_id] = length
         self._total_length += length
-        for unit, tf in found.items():
-            self._postings[unit][memory_id] = tf
+        for unit in found:
+            self._postings[unit].append(memory_id)
 
     def remove(self, memory_id: int) -> None:
         found = self._units.pop(memory_id, None)
@@ -139,7 +147,7 @@ class CharIndex:
         for unit in found:
             postings = self._postings.get(unit)
             if postings is not None:
-                postings.pop(memory_id, None)
+                postings.remove(memory_id)
                 if not postings:
                     del self._postings[unit]
 
@@ -210,13 +218,15 @@ class CharIndex:
             return {}
         average = self._total_length / size or 1.0
         cut = size * MAX_DF_SHARE if size >= MIN_SCOPE_FOR_DF_CUT else size + 1
+        held = self._units
         score: dict[int, float] = defaultdict(float)
         for unit, q in query.items():
             postings = self._postings.get(unit)
             if not postings or len(postings) > cut:
                 continue
             idf = q * self.idf(unit)
-            for mid, tf in postings.items():
+            for mid in postings:
+                tf = held[mid][unit]
                 norm = 1 - BM25_B + BM25_B * self._lengths[mid] / average
                 score[mid] += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * norm)
         return dict(score)

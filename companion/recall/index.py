@@ -109,10 +109,12 @@ class ScopeIndex:
         self.memories: dict[int, Memory] = {}
         self._terms: dict[int, dict[str, float]] = {}
         self._lengths: dict[int, float] = {}
-        self._postings: dict[str, set[int]] = defaultdict(set)
-        self._fragments: dict[str, set[str]] = defaultdict(set)
-        self._keywords: dict[str, set[int]] = defaultdict(set)
-        self._events: dict[str, set[int]] = defaultdict(set)
+        # Lists, not sets: a scope holds thousands of these and most have one or two members (a set of
+        # one costs 216 bytes, a list of one 64). Each member is added once (``add`` removes first).
+        self._postings: dict[str, list[int]] = defaultdict(list)
+        self._fragments: dict[str, list[str]] = defaultdict(list)
+        self._keywords: dict[str, list[int]] = defaultdict(list)
+        self._events: dict[str, list[int]] = defaultdict(list)
         self._total_length = 0.0
         self._idf_cache: dict[int, float] = {}
         self._idf_size = -1
@@ -128,7 +130,7 @@ class ScopeIndex:
         self.remove(memory.id)
         self._lookups.clear()
         self.memories[memory.id] = memory
-        self._events[event_key(memory.event)].add(memory.id)
+        self._events[event_key(memory.event)].append(memory.id)
         terms = self._memory_terms(memory)
         self._terms[memory.id] = terms
         self._lengths[memory.id] = sum(terms.values())
@@ -136,10 +138,10 @@ class ScopeIndex:
         for term in terms:
             if term not in self._postings and not term.isascii():
                 for fragment in _fragments(term):
-                    self._fragments[fragment].add(term)
-            self._postings[term].add(memory.id)
-        for keyword in memory.keywords:
-            self._keywords[keyword].add(memory.id)
+                    self._fragments[fragment].append(term)
+            self._postings[term].append(memory.id)
+        for keyword in dict.fromkeys(memory.keywords):
+            self._keywords[keyword].append(memory.id)
         self._chars.add(memory.id, [memory.event, *memory.keywords])
 
     def _memory_terms(self, memory: Memory) -> dict[str, float]:
@@ -153,13 +155,13 @@ class ScopeIndex:
         if old is None:
             return
         self._lookups.clear()
-        self._events[event_key(old.event)].discard(memory_id)
+        _drop(self._events, event_key(old.event), memory_id)
         terms = self._terms.pop(memory_id, {})
         self._total_length -= self._lengths.pop(memory_id, 0.0)
         for term in terms:
-            self._postings[term].discard(memory_id)
-        for keyword in old.keywords:
-            self._keywords[keyword].discard(memory_id)
+            self._postings[term].remove(memory_id)  # kept when empty: its fragments stay registered
+        for keyword in dict.fromkeys(old.keywords):
+            _drop(self._keywords, keyword, memory_id)
         self._chars.remove(memory_id)
 
     def candidates(self, event: str, keywords: Iterable[str]) -> list[Memory]:
@@ -336,6 +338,14 @@ def fuse(rankings: Iterable[Mapping[int, float]], depth: int = FUSION_DEPTH) -> 
         for rank, (mid, _) in enumerate(best, start=1):
             fused[mid] += 1.0 / (RRF_K + rank)
     return sorted(fused.items(), key=lambda item: (-item[1], -item[0]))
+
+
+def _drop(lists: dict[str, list[int]], key: str, memory_id: int) -> None:
+    members = lists.get(key)
+    if members is not None and memory_id in members:
+        members.remove(memory_id)
+        if not members:
+            del lists[key]
 
 
 def _fragments(word: str) -> set[str]:

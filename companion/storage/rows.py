@@ -9,6 +9,7 @@ it belongs in backups). ``tests/test_store_contract.py`` fails when ``Memory`` a
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -65,8 +66,9 @@ OPT_INT = _opt(INT)
 BOOL = Codec(int, bool)
 IMPORTANCE = Codec(clamp_importance, float)
 # Keywords never contain a comma (``normalize_keyword`` strips separators); terms are single words.
-COMMA_LIST = Codec(lambda v: ",".join(v), lambda v: [k for k in str(v).split(",") if k])
-SPACE_LIST = Codec(lambda v: " ".join(v), lambda v: str(v or "").split())
+# Interned: the same words recur across memories and users, and every cached recall index holds them.
+COMMA_LIST = Codec(lambda v: ",".join(v), lambda v: [sys.intern(k) for k in str(v).split(",") if k])
+SPACE_LIST = Codec(lambda v: " ".join(v), lambda v: [sys.intern(w) for w in str(v or "").split()])
 
 MEMORY_CODECS: Mapping[str, Codec] = {
     "id": INT,
