@@ -6,7 +6,12 @@ reader can replay the file once and every system sees exactly what existed at qu
 Optional query fields (older files without them read as before): ``context``, the user's previous
 turns, oldest first, and ``reply``, the companion's last reply, which the engine reads as recent
 context; ``"relevant": []`` marks a turn no stored memory is relevant to (counted for the
-false-injection rate, never for hit@k).
+false-injection rate, never for hit@k). Two more, for telling real negatives from turns that only look like
+ones (``bench.recall``): ``about``, on a negative turn, the user's own memory ids the dataset annotates the
+turn as being about (DuLeMon tags the user utterances that state a persona fact); ``subjects``, on a memory or
+a query, what the dataset's own schema says it is about (MemDaily: the relation, place or item kind, event
+name), so that a question asked of another user whose memories share a subject is not counted as a clean
+negative.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class MemoryLine:
     keywords: tuple[str, ...] | None = None
     importance: int | None = None
     validity: Validity | None = None
+    subjects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,8 @@ class QueryLine:
     relevant: tuple[str, ...]
     context: tuple[str, ...] = ()
     reply: str | None = None
+    about: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
 
     @property
     def negative(self) -> bool:
@@ -74,6 +82,10 @@ def to_json(line: DatasetLine) -> dict[str, Any]:
             query["context"] = list(line.context)
         if line.reply is not None:
             query["reply"] = line.reply
+        if line.about:
+            query["about"] = list(line.about)
+        if line.subjects:
+            query["subjects"] = list(line.subjects)
         return query
     out: dict[str, Any] = {"kind": "memory", **common}
     if line.keywords is not None:
@@ -82,6 +94,8 @@ def to_json(line: DatasetLine) -> dict[str, Any]:
         out["importance"] = line.importance
     if line.validity is not None:
         out["validity"] = line.validity
+    if line.subjects:
+        out["subjects"] = list(line.subjects)
     return out
 
 
@@ -98,8 +112,10 @@ def from_json(obj: object) -> DatasetLine:
     except ValueError as exc:
         raise ValueError(f"field 'time': {exc}") from exc
     if kind == "query":
-        return QueryLine(user, ident, time, text, _relevant(obj), _context(obj), _reply(obj))
-    return MemoryLine(user, ident, time, text, _keywords(obj), _importance(obj), _validity(obj))
+        return QueryLine(user, ident, time, text, _relevant(obj), _context(obj), _reply(obj),
+                         _strings(obj, "about"), _strings(obj, "subjects"))
+    return MemoryLine(user, ident, time, text, _keywords(obj), _importance(obj), _validity(obj),
+                      _strings(obj, "subjects"))
 
 
 def _text(obj: dict[str, Any], name: str) -> str:
@@ -127,6 +143,16 @@ def _context(obj: dict[str, Any]) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError("field 'context' must be a list of strings")
+    return tuple(value)
+
+
+def _strings(obj: dict[str, Any], name: str) -> tuple[str, ...]:
+    """An optional list of non-empty strings (absent: empty)."""
+    value = obj.get(name)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"field {name!r} must be a list of non-empty strings")
     return tuple(value)
 
 

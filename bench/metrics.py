@@ -145,15 +145,27 @@ class InjectionCounts:
         total = self.false_injection
         if total is not None:
             out["false injection"] = total
-        apart = self.rate(OTHER_APART)
-        if apart is not None:  # a subset of the other-user turns, reported apart, not in the total
-            out[f"false injection, {OTHER_APART}"] = apart
-            out[f"{OTHER_APART} turns"] = self.turns[OTHER_APART]
+        for kind in SUBSET_KINDS:  # subsets of the kinds above, reported apart, not in the total
+            apart = self.rate(kind)
+            if apart is not None:
+                out[f"false injection, {kind}"] = apart
+                out[f"{kind} turns"] = self.turns[kind]
+        clean_turns = sum(self.turns.get(kind, 0) for kind in CLEAN_KINDS)
+        if clean_turns:
+            out["false injection, clean"] = round(
+                sum(self.injected.get(kind, 0) for kind in CLEAN_KINDS) / clean_turns, 4)
         return out
 
 
 NEGATIVE_KINDS = ("negative", "other user")
 OTHER_APART = "other user, names apart"
+# The negatives that are negatives by a rule read from the data set, not the engine (``bench.recall``):
+# chit-chat the data set does not annotate as stating a stored fact; other-user turns whose other scope
+# neither names the question's own thing nor shares a schema subject with it.
+CHAT_CLEAN = "negative, not about a stored memory"
+OTHER_CLEAN = "other user, subjects apart"
+SUBSET_KINDS = (OTHER_APART, CHAT_CLEAN, OTHER_CLEAN)
+CLEAN_KINDS = (CHAT_CLEAN, OTHER_CLEAN)
 
 
 def _mean(values: Sequence[float]) -> float:

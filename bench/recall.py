@@ -9,8 +9,13 @@ False injection: how often the bot, with its real gate, per-turn limit and impor
 anything on a turn no stored memory is relevant to. Two kinds of such turns: the dataset's own negative
 turns (DuLeMon's utterances the bot answered without a persona) and every question asked of a
 *different* user's memories (from half the list away on, the first user sharing no memory text with the
-asker: see ``partners``). The same replay also counts how often the gated bot injects a gold memory on a positive
-turn ("gated hit"), the price the gate exacts.
+asker: see ``partners``). Each kind also has a subset of negatives that are negatives by a rule read
+from the data set alone: chit-chat the data set does not annotate as the user stating a stored fact
+(``about``), and other-user turns whose other scope neither names the question's own thing
+(``names_the_same_thing``) nor holds a memory sharing a subject with it (``subjects``, from the data
+set's schema; a data set that annotates subjects certifies only the questions it found one for). The
+same replay also counts how often the gated bot injects a gold memory on a positive turn ("gated hit"),
+the price the gate exacts.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from bench.bm25 import ScopedBM25
 from bench.dataset import DatasetLine, MemoryLine, QueryLine
-from bench.metrics import OTHER_APART, InjectionCounts, MetricsAccumulator, Summary
+from bench.metrics import CHAT_CLEAN, OTHER_APART, OTHER_CLEAN, InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.recall.chars import units
@@ -164,12 +169,14 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     results = MetricsAccumulator(ks)
     questions: list[QueryLine] = []
     texts: dict[str, set[str]] = {}
+    subjects: dict[str, set[str]] = {}
     by_id: dict[tuple[str, str], str] = {}
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         scope = Scope(number)
         if isinstance(line, MemoryLine):
             texts.setdefault(line.user, set()).add(line.text)
+            subjects.setdefault(line.user, set()).update(line.subjects)
             by_id[(line.user, line.id)] = line.text
             written = await engine.remember(scope, [draft_for(line)], now=line.time)
             notes["memories"] += 1
@@ -181,6 +188,8 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
         if injections is not None:
             injected = rows.expand(number, await _recall(engine, scope, line, bot=True), 10**6)
             injections.add("negative" if line.negative else "positive", injected, line.relevant)
+            if line.negative and not line.about:
+                injections.add(CHAT_CLEAN, injected, ())
         if line.negative:
             continue
         questions.append(line)
@@ -193,11 +202,16 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
     if injections is not None:
         partner = partners(list(scopes), texts)
 
+        annotated = any(line.subjects for line in questions)
+
         def named_there(line: QueryLine) -> bool:
             gold = [by_id[(line.user, r)] for r in line.relevant if (line.user, r) in by_id]
             return names_the_same_thing(line.text, gold, texts.get(partner[line.user], ()))
 
-        await _other_user_turns(engine, scopes, questions, injections, partner, named_there)
+        def subject_there(line: QueryLine) -> bool:
+            return shares_subject(line.subjects, subjects.get(partner[line.user], set()), annotated)
+
+        await _other_user_turns(engine, scopes, questions, injections, partner, named_there, subject_there)
     return results
 
 
@@ -249,20 +263,33 @@ def names_the_same_thing(question: str, gold: Iterable[str], other: Iterable[str
     return bool(named) and any(named & _names(t) for t in other)
 
 
+def shares_subject(asked: Iterable[str], there: Iterable[str], annotated: bool) -> bool:
+    """Whether the other scope may hold a memory about what the question asks: it shares one of the
+    question's subjects, or the data set annotates subjects (``annotated``) and found none for this question,
+    so it cannot certify the turn as a negative."""
+    asked = set(asked)
+    return bool(asked & set(there)) if asked else annotated
+
+
 async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
                             injections: InjectionCounts, partner: Mapping[str, str],
-                            named_there: Callable[[QueryLine], bool]) -> None:
+                            named_there: Callable[[QueryLine], bool],
+                            subject_there: Callable[[QueryLine], bool] | None = None) -> None:
     """Each question asked of the memories of a different user (``partners``): nothing there is relevant.
     The turns whose other scope does not name the question's own thing are also counted on their own
-    (``OTHER_APART``): the cleanest negatives."""
+    (``OTHER_APART``), and those that moreover share no subject with it (``OTHER_CLEAN``): the negatives
+    certified by the data set."""
     if not partner:
         return
     for line in questions:
         other = partner[line.user]
         injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
-        injections.add("other user", [str(row) for row in injected], ())
+        rows = [str(row) for row in injected]
+        injections.add("other user", rows, ())
         if not named_there(line):
-            injections.add(OTHER_APART, [str(row) for row in injected], ())
+            injections.add(OTHER_APART, rows, ())
+            if subject_there is None or not subject_there(line):
+                injections.add(OTHER_CLEAN, rows, ())
 
 
 LATENCY_NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -6,7 +6,11 @@ A query is each bot turn tagged with a persona id; its text is the single user u
 it, because that is what the bot's recall gets at reply time (one incoming message), with the recent
 context the bot also has: the user's earlier turns (``context``) and the bot's previous reply
 (``reply``). A bot turn without a tag used no persona: the user utterance before it becomes a negative
-turn (``relevant: []``), real chit-chat for the false-injection rate.
+turn (``relevant: []``), real chit-chat for the false-injection rate. DuLeMon also tags *user* utterances
+with the persona they state ("Usr: 才上三年级……\tU3"): a negative turn whose utterance states one of the
+user's stored persona sentences carries that id in ``about`` (the user restating their own fact is correct
+recall, not a false injection); a tag naming a persona the user never said (``user_no_said_persona``, not
+stored) does not count.
 DuLeMon has no timestamps: every session starts at the same synthetic moment.
 """
 
@@ -79,6 +83,7 @@ def _session_lines(index: int, session: dict[str, Any], stats: ConvertStats) -> 
             memory_ids.add(tag)
             yield MemoryLine(user, f"{index}:{tag}", SESSION_START, text)
     previous_user: str | None = None
+    previous_tags: tuple[str, ...] = ()
     earlier: list[str] = []
     last_reply: str | None = None
     for position, line in enumerate(session.get("conversation", [])):
@@ -87,12 +92,16 @@ def _session_lines(index: int, session: dict[str, Any], stats: ConvertStats) -> 
             if previous_user:
                 earlier.append(previous_user)
             previous_user = turn.text
+            previous_tags = tuple(f"{index}:{tag}" for tag in _tags(turn.tag) if tag in memory_ids)
             continue
         when = SESSION_START + timedelta(minutes=position + 1)
         reply, last_reply = last_reply, turn.text
         if turn.tag is None:
             if previous_user:
-                yield QueryLine(user, f"{index}:t{position}", when, previous_user, (), tuple(earlier), reply)
+                if previous_tags:
+                    stats.note("chit-chat turns stating a stored persona (about)", 1)
+                yield QueryLine(user, f"{index}:t{position}", when, previous_user, (), tuple(earlier), reply,
+                                previous_tags)
             continue
         if turn.tag not in memory_ids:
             stats.drop("tag names a persona the user never said")
@@ -101,6 +110,11 @@ def _session_lines(index: int, session: dict[str, Any], stats: ConvertStats) -> 
         else:
             yield QueryLine(user, f"{index}:t{position}", when, previous_user, (f"{index}:{turn.tag}",),
                             tuple(earlier), reply)
+
+
+def _tags(tag: str | None) -> list[str]:
+    """A turn's persona tags: "U3", or several ("U1,U2")."""
+    return [t for t in re.split(r"[,\s，]+", tag or "") if t]
 
 
 def convert_dulemon(src: Path, stats: ConvertStats, limit: int | None = None) -> Iterator[DatasetLine]:

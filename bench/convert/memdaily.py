@@ -2,7 +2,8 @@
 
 Each trajectory's messages are its memories (``<tid>:<mid>``); its question is a query whose gold is
 ``target_step_id``. Distractors (``d:<n>``) are merged in by time so that neither recency nor file
-position gives the real messages away.
+position gives the real messages away. When the data set's schema (``meta_profile.csv``) sits beside the
+messages, every memory and question also carries its ``subjects`` (``bench.convert.subjects``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import random
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 from bench.convert.common import ConvertStats
 from bench.convert.distractors import DistractorPool
 from bench.convert.dulemon import read_sessions, session_sentences
+from bench.convert.subjects import Schema
 from bench.dataset import DEFAULT_TZ, DatasetLine, MemoryLine, QueryLine
 
 _TIME = re.compile(r"\s*(\d{4})年(\d{1,2})月(\d{1,2})日(?:\s*周.)?\s*(\d{1,2}):(\d{2})\s*")
@@ -85,8 +88,12 @@ def _interleave(messages: list[MemoryLine], distractors: list[MemoryLine]) -> It
     yield from pending
 
 
+def _with_subjects(line: MemoryLine, schema: Schema | None) -> MemoryLine:
+    return replace(line, subjects=tuple(sorted(schema.subjects(line.text)))) if schema else line
+
+
 def _query(stem: str, trajectory: dict[str, Any], question: dict[str, Any], messages: list[MemoryLine],
-           stats: ConvertStats) -> QueryLine | None:
+           stats: ConvertStats, schema: Schema | None = None) -> QueryLine | None:
     tid = trajectory["tid"]
     known = {m.id for m in messages}
     targets = list(dict.fromkeys(f"{tid}:{mid}" for mid in question.get("target_step_id") or []))
@@ -103,27 +110,32 @@ def _query(stem: str, trajectory: dict[str, Any], question: dict[str, Any], mess
         stats.note("question times moved after the last message", 1)
         when = after_last
     user = f"{stem}:{tid}"
-    return QueryLine(user, f"{tid}:q{question['qid']}", when, question["question"], tuple(relevant))
+    subjects: tuple[str, ...] = ()
+    if schema:
+        subjects = tuple(sorted(schema.of_question(m.text for m in messages if m.id in relevant)))
+        stats.note("questions with a schema subject", bool(subjects))
+    return QueryLine(user, f"{tid}:q{question['qid']}", when, question["question"], tuple(relevant),
+                     subjects=subjects)
 
 
 def convert_trajectory(stem: str, trajectory: dict[str, Any], pool: DistractorPool, min_candidates: int,
-                       seed: int, stats: ConvertStats) -> Iterator[DatasetLine]:
+                       seed: int, stats: ConvertStats, schema: Schema | None = None) -> Iterator[DatasetLine]:
     tid = trajectory["tid"]
     user = f"{stem}:{tid}"
-    messages = [MemoryLine(user, f"{tid}:{m['mid']}", parse_memdaily_time(m["time"]), m["message"])
-                for m in trajectory["message_list"]]
+    messages = [_with_subjects(MemoryLine(user, f"{tid}:{m['mid']}", parse_memdaily_time(m["time"]), m["message"]),
+                               schema) for m in trajectory["message_list"]]
     if not messages:
         stats.drop("trajectory without messages", len(trajectory.get("question_list", [])))
         return
-    queries = [q for q in (_query(stem, trajectory, question, messages, stats)
+    queries = [q for q in (_query(stem, trajectory, question, messages, stats, schema)
                            for question in trajectory.get("question_list", [])) if q is not None]
     if not queries:
         return
     first_query = min(q.time for q in queries)
     need = max(0, min_candidates - len(messages))
     start = min(m.time for m in messages) - DISTRACTOR_LEAD
-    distractors = _distractors(user, need, start, first_query - QUERY_DELAY, [m.text for m in messages],
-                               pool, seed)
+    distractors = [_with_subjects(d, schema) for d in _distractors(
+        user, need, start, first_query - QUERY_DELAY, [m.text for m in messages], pool, seed)]
     stats.note("distractors added", len(distractors))
     yield from _interleave(messages, distractors)
     yield from sorted(queries, key=lambda q: q.time)
@@ -133,9 +145,11 @@ def convert_memdaily(src: Path, stats: ConvertStats, *, min_candidates: int = 10
                      limit: int | None = None, pattern: str = "*.json",
                      dulemon: Path | None = None) -> Iterator[DatasetLine]:
     pool = build_pool(dulemon, stats)
+    schema = Schema.find(src)
+    stats.note("schema (meta_profile.csv) found", schema is not None)
     for path in source_files(src, pattern):
         trajectories = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(trajectories, list):
             raise ValueError(f"{path}: expected a JSON list of trajectories")
         for trajectory in trajectories[:limit]:
-            yield from convert_trajectory(path.stem, trajectory, pool, min_candidates, seed, stats)
+            yield from convert_trajectory(path.stem, trajectory, pool, min_candidates, seed, stats, schema)
