@@ -9,13 +9,14 @@ time does not grow with the number of users. Its progress is ``scopes.table_vers
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiosqlite
 
-from companion.core.errors import StorageError
+log = logging.getLogger(__name__)
 
 Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
 # (connection, tables): one call for many tables, for a step whose cost is per call, not per table.
@@ -208,9 +209,13 @@ async def _lean_table_sql(conn: aiosqlite.Connection, tables: Sequence[str]) -> 
     shapes: dict[str, tuple[int, list[tuple[object, ...]]]] = {}
     for rowid, table, *column in await cursor.fetchall():
         shapes.setdefault(table, (int(rowid), []))[1].append(tuple(column))
-    for table in tables:
-        if table not in shapes or shapes[table][1] != expected:
-            raise StorageError(f"memory table {table} does not have the expected columns; not upgraded")
+    odd = [table for table in tables if table not in shapes or shapes[table][1] != expected]
+    if odd:  # changed by hand? Its SQL stays as it is: the code still reads it, it only costs memory
+        log.warning("%d memory table(s) have other columns than expected, SQL left as it is: %s", len(odd),
+                    ", ".join(odd[:5]))
+    tables = [table for table in tables if table not in odd]
+    if not tables:
+        return
     cursor = await conn.execute("PRAGMA schema_version")
     row = await cursor.fetchone()
     version = int(row[0]) if row else 0

@@ -196,9 +196,23 @@ class SQLiteStore:
             version = int(row[0]) if row else 0
         if version == 0:
             await migrations.create_memory_table(conn, scope.key, scope.table)
+        elif migrations.bulk_from(version):
+            # Its steps cost one call however many tables: take every table they are due on now, or a
+            # loop over scopes (decay, backup) would pay that call once per table.
+            await self._upgrade(conn, [(scope.key, version), *self._bulk_stale(exclude=scope.key)])
+            return
         else:
             await migrations.upgrade_memory_table(conn, scope.key, scope.table, version)
         self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+
+    def _bulk_stale(self, exclude: str | None = None) -> list[tuple[str, int]]:
+        return [(k, v) for k, v in self._versions.items()
+                if k != exclude and k not in self._pending_versions and v < migrations.CURRENT_TABLE_VERSION
+                and migrations.bulk_from(v)]
+
+    async def _upgrade(self, conn: aiosqlite.Connection, tables: Sequence[tuple[str, int]]) -> None:
+        await migrations.upgrade_memory_tables(conn, [(k, Scope.from_key(k).table, v) for k, v in tables])
+        self._pending_versions.update((k, migrations.CURRENT_TABLE_VERSION) for k, _ in tables)
 
     async def _readable(self, scope: Scope) -> bool:
         """Whether the scope has a table to read; a stale one is upgraded first (its own write)."""
@@ -215,12 +229,10 @@ class SQLiteStore:
         background task: each batch is one short transaction. Tables whose remaining steps run for many
         tables at once (``migrations.bulk_from``) all go in one batch, however many."""
         stale = [(k, v) for k, v in self._versions.items() if v < migrations.CURRENT_TABLE_VERSION]
-        bulk = [(k, v) for k, v in stale if migrations.bulk_from(v)]
-        batch = bulk or stale[:limit]
+        batch = self._bulk_stale() or stale[:limit]
         if batch:
             async with self._tx() as conn:
-                await migrations.upgrade_memory_tables(conn, [(k, Scope.from_key(k).table, v) for k, v in batch])
-                self._pending_versions.update((k, migrations.CURRENT_TABLE_VERSION) for k, _ in batch)
+                await self._upgrade(conn, batch)
         return len(stale) - len(batch)
 
     async def ensure_scope(self, scope: Scope, now: datetime) -> None:
