@@ -3,6 +3,7 @@ profiles, decay through SQL functions, and a locked database."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -29,6 +30,7 @@ from companion.core.models import (
     Turn,
     Validity,
 )
+from companion.storage import decay_sql
 from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -425,6 +427,32 @@ async def test_decay_skips_unknown_scopes_and_leaves_others_alone(storage: SQLit
     [bob] = await storage.fetch_memories(BOB)
     assert alice.importance == 80.0
     assert bob.importance == pytest.approx(80 * 0.95**2)
+
+
+async def test_a_failing_decay_slice_changes_nothing_and_the_store_goes_on(storage: SQLiteStore) -> None:
+    await storage.import_rows(ALICE, [stored(1, 80.0, Validity.DAYS_30, NOW - 2 * DAY)], NOW)
+    await storage.import_rows(BOB, [stored(2, 80.0, Validity.DAYS_30, NOW - 2 * DAY)], NOW)
+    async with storage.transaction() as conn:
+        await conn.execute(f'DROP TABLE "{BOB.table}"')  # broken behind the store's back
+    with pytest.raises(StorageError):
+        await storage.decay_and_clean([BOB, ALICE], NOW)
+    [alice] = await storage.fetch_memories(ALICE)
+    assert alice.importance == 80.0  # the decay stopped at the broken table
+    assert await storage.decay_and_clean([ALICE], NOW) == (1, 0)  # no transaction left open
+
+
+@pytest.mark.parametrize("key", ["u1'; DROP TABLE scopes; --", "x1", "u", "cn5_", "u1 "])
+def test_a_decay_script_takes_only_scope_keys(key: str) -> None:
+    with pytest.raises(ValueError, match="scope key"):
+        decay_sql.slice_script(0, [(key, "mem_u1")], NOW)
+
+
+def test_a_decay_script_inlines_only_numbers_and_stored_times() -> None:
+    script = decay_sql.slice_script(3, [("u1", "mem_u1"), ("cn100_u2", "mem_cn100_u2")], NOW)
+    assert not re.search(r":(now|day_ago|stamp|week_ago)\b", script)  # every parameter inlined
+    assert script.startswith("BEGIN IMMEDIATE;") and script.endswith("COMMIT;")
+    with pytest.raises(ValueError, match="stored time"):
+        decay_sql._literal("2025-01-01'); DROP TABLE scopes; --")
 
 
 # ---- a locked database -----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
 CACHE_KIB = 12 * 1024
 # Decay and cleanup commit at least this often, so a turn never waits longer than this for the lock.
 DECAY_SLICE_S = 0.01
+MAX_DECAY_SLICE = 200
 
 
 def storage_error(exc: sqlite3.Error) -> StorageError:
@@ -400,25 +401,36 @@ class SQLiteStore:
     # ---- decay and cleanup -----------------------------------------------------------------------
 
     async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
-        """Slices of tables, each one short transaction (``DECAY_SLICE_S``), the lock and the event loop
-        free between them so chats go on. Each slice is durable on its own and every row decays by whole
-        days since its own anchor: a run cut short and run again redoes nothing and misses nothing."""
-        decayed = removed = 0
+        """Slices of tables, each one short transaction sent as one script (``decay_sql.slice_script``)
+        and sized to take about ``DECAY_SLICE_S``, the lock and the event loop free between them so chats
+        go on. Each slice is durable on its own and every row decays by whole days since its own anchor: a
+        run cut short and run again redoes nothing and misses nothing."""
         todo = deque(s for s in scopes if self._version(s) is not None)
+        size = 1
+        number = 0
+        async with self._lock:
+            await self._script(decay_sql.START)
         while todo:
-            async with self._tx() as conn:
-                deadline = time.perf_counter() + DECAY_SLICE_S
-                while todo:  # at least one table per slice, however slow
-                    scope = todo.popleft()
-                    await self._ensure_scope(conn, scope, now)
-                    d, r = await decay_sql.decay_table(conn, scope.table, now)
-                    decayed, removed = decayed + d, removed + r
-                    if r:
-                        await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
-                    if time.perf_counter() >= deadline:
-                        break
+            part = [todo.popleft() for _ in range(min(size, len(todo)))]
+            for scope in part:
+                await self.ensure_scope(scope, now)  # an old table is upgraded first (a no-op when current)
+            started = time.perf_counter()
+            async with self._lock:
+                await self._script(decay_sql.slice_script(number, [(s.key, s.table) for s in part], now))
+            took = time.perf_counter() - started
+            number += 1
+            size = max(1, min(MAX_DECAY_SLICE, int(len(part) * DECAY_SLICE_S / max(took, 1e-4))))
             await asyncio.sleep(0)
-        return decayed, removed
+        rows = await self._select(decay_sql.TOTALS)
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
+    async def _script(self, script: str) -> None:
+        """A script that opens and commits its own transaction, under the caller's hold of the lock."""
+        try:
+            await self._conn.executescript(script)
+        except sqlite3.Error as exc:
+            await self._rollback()  # a failed statement leaves the script's transaction open
+            raise storage_error(exc) from exc
 
     async def get_meta(self, key: str) -> str | None:
         rows = await self._select("SELECT value FROM meta WHERE key = ?", (key,))
