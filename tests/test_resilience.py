@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-import companion.storage.sqlite as storage_module
+import companion.storage.connection as connection_module
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import jobs
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 async def test_locked_database_during_a_turn(
     fake_llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_module, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(connection_module, "BUSY_TIMEOUT_MS", 100)
     opened = await open_rig(fake_llm, make_settings(tmp_path))
     try:
         await opened.engine.remember(ME, [MemoryDraft("2025-12-20 感冒了", ["感冒"], 80, Validity.DAYS_30)],

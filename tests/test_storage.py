@@ -14,7 +14,7 @@ from typing import cast
 
 import pytest
 
-import companion.storage.sqlite as storage_module
+import companion.storage.connection as connection_module
 from companion.core import rules
 from companion.core.errors import DatabaseBusyError, InvalidScopeError, StorageError
 from companion.core.models import (
@@ -459,7 +459,7 @@ def test_a_decay_script_inlines_only_numbers_and_stored_times() -> None:
 
 
 async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(storage_module, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(connection_module, "BUSY_TIMEOUT_MS", 100)
     storage = await SQLiteStore.open(db_path)
     other = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
     try:

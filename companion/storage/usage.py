@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from companion.core.errors import StorageError
 from companion.core.timeutil import to_db
+from companion.storage.connection import storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 
 if TYPE_CHECKING:  # a run-time import would be circular: sqlite -> migrations -> usage
@@ -89,7 +89,7 @@ class UsageLog:
                      row.cache_hit_tokens, row.cache_miss_tokens, row.latency_ms, int(row.ok), row.tool_calls),
                 )
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
         """Calls since ``since`` by local day and purpose, oldest day first. Days are cut at ``offset``
@@ -106,13 +106,8 @@ class UsageLog:
                 )
                 rows = await cursor.fetchall()
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise storage_error(exc) from exc
         return [UsageCell(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                           round(float(r[8]), 1), int(r[9])) for r in rows]
 
 
-
-def _storage_error(exc: sqlite3.Error) -> StorageError:
-    from companion.storage.sqlite import storage_error  # here, not at the top: circular at import time
-
-    return storage_error(exc)

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
-from companion.storage.sqlite import SQLiteStore, storage_error
+from companion.storage.connection import storage_error
+from companion.storage.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,216 @@
+"""The SQLite connection under the store: opening, the process-wide lock, short transactions, and each
+scope's memory table brought to the current version (registered, created, or upgraded through
+``migrations``) before it is used. ``sqlite.SQLiteStore`` builds the records' reads and writes on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+import aiosqlite
+
+from companion.core.errors import DatabaseBusyError, StorageError
+from companion.core.models import Scope
+from companion.core.timeutil import to_db, utcnow
+from companion.storage import decay_sql, migrations
+
+BUSY_TIMEOUT_MS = 5000
+# The schema of 10,000 scopes takes ~10 MB of pages; SQLite scans it on every CREATE TABLE (a new user's
+# first write), and with the default 2 MB cache that scan reads from the OS each time (~8 ms instead of
+# ~2). The cache fills to its bound when the nightly backup reads every page: it counts in peak memory.
+CACHE_KIB = 12 * 1024
+
+
+def storage_error(exc: sqlite3.Error) -> StorageError:
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return DatabaseBusyError(f"database is locked: {exc}")
+    return StorageError(f"database error: {exc}")
+
+
+class Connection:
+    """One long-lived aiosqlite connection in WAL mode; every use is one short transaction behind a lock."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self._lock = asyncio.Lock()
+        # Scope key -> memory table version, for every registered scope (one small query at open).
+        self._versions: dict[str, int] = {}
+        # Changes made inside the open transaction: kept only once it commits, because a rollback takes
+        # the CREATE TABLE (or upgrade) with it and a stale entry would make every later query fail.
+        self._pending_versions: dict[str, int] = {}
+        self.path = path
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: Path, *, create: bool = True) -> Self:
+        """Open (and with ``create``, create) the database. ``create=False`` is for read-only tools: a
+        missing file is a StorageError, never a new empty database."""
+        if not create and not path.is_file():
+            raise StorageError(f"no database at {path}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = await aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot open the database at {path}: {exc}") from exc
+        store = cls(conn, path)
+        try:
+            await store._setup()
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _setup(self) -> None:
+        try:
+            await self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await self._conn.execute("PRAGMA journal_mode = WAL")
+            await self._conn.execute("PRAGMA synchronous = NORMAL")
+            await self._conn.execute("PRAGMA foreign_keys = ON")
+            await self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            await decay_sql.ensure_math(self._conn)
+            async with self.transaction() as conn:
+                await migrations.migrate_shared(conn, to_db(utcnow()))
+                cursor = await conn.execute("SELECT key, table_version FROM scopes")
+                self._versions = {str(k): int(v) for k, v in await cursor.fetchall()}
+        except sqlite3.DatabaseError as exc:
+            raise storage_error(exc) from exc
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    @asynccontextmanager
+    async def transaction(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
+        """A transaction behind the process-wide lock; commit on success, roll back on any error.
+
+        Writes take the write lock up front (BEGIN IMMEDIATE) so they fail fast instead of deadlocking
+        mid-way; reads use a deferred BEGIN, which WAL lets through while another process writes."""
+        async with self._lock:
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+            self._pending_versions.clear()
+            try:
+                yield self._conn
+            except BaseException:
+                self._pending_versions.clear()
+                await self._rollback()
+                raise
+            try:
+                await self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._pending_versions.clear()
+                await self._rollback()
+                raise storage_error(exc) from exc
+            self._versions.update(self._pending_versions)
+            self._pending_versions.clear()
+
+    async def _rollback(self) -> None:
+        # SQLite rolls back by itself on some errors (disk full, I/O); a second ROLLBACK would then fail
+        # with "no transaction is active" and hide the error that matters.
+        if self._conn.in_transaction:
+            await self._conn.execute("ROLLBACK")
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
+        try:
+            async with self.transaction(write=write) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+
+    async def _select(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """One statement on its own (SQLite's autocommit: it reads one consistent snapshot). One trip to
+        the connection's thread instead of four (BEGIN, the statement, its fetch, COMMIT): each trip hands
+        the GIL over and back, ~0.1-0.3 ms, which a reply's few reads would otherwise pay every turn."""
+        async with self._lock:
+            try:
+                return list(await self._conn.execute_fetchall(sql, params))
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def data_version(self) -> int:
+        rows = await self._select("PRAGMA data_version")
+        return int(rows[0][0]) if rows else 0
+
+    # ---- scopes and their tables -----------------------------------------------------------------
+
+    def _version(self, scope: Scope) -> int | None:
+        key = scope.key
+        return self._pending_versions.get(key, self._versions.get(key))
+
+    async def _ensure_scope(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> None:
+        """Register the scope and bring its table to the current version, inside ``conn``'s transaction."""
+        version = self._version(scope)
+        if version == migrations.CURRENT_TABLE_VERSION:
+            return
+        if version is None:
+            await conn.execute(
+                "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at) VALUES (?, ?, ?, ?)",
+                (scope.key, scope.user_id, scope.chat_id, to_db(now)),
+            )
+            cursor = await conn.execute("SELECT table_version FROM scopes WHERE key = ?", (scope.key,))
+            row = await cursor.fetchone()
+            version = int(row[0]) if row else 0
+        if version == 0:
+            await migrations.create_memory_table(conn, scope.key, scope.table)
+        elif migrations.bulk_from(version):
+            # Its steps cost one call however many tables: take every table they are due on now, or a
+            # loop over scopes (decay, backup) would pay that call once per table.
+            await self._upgrade(conn, [(scope.key, version), *self._bulk_stale(exclude=scope.key)])
+            return
+        else:
+            await migrations.upgrade_memory_table(conn, scope.key, scope.table, version)
+        self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+
+    def _bulk_stale(self, exclude: str | None = None) -> list[tuple[str, int]]:
+        return [(k, v) for k, v in self._versions.items()
+                if k != exclude and k not in self._pending_versions and v < migrations.CURRENT_TABLE_VERSION
+                and migrations.bulk_from(v)]
+
+    async def _upgrade(self, conn: aiosqlite.Connection, tables: Sequence[tuple[str, int]]) -> None:
+        await migrations.upgrade_memory_tables(conn, [(k, Scope.from_key(k).table, v) for k, v in tables])
+        self._pending_versions.update((k, migrations.CURRENT_TABLE_VERSION) for k, _ in tables)
+
+    async def _readable(self, scope: Scope) -> bool:
+        """Whether the scope has a table to read; a stale one is upgraded first (its own write)."""
+        version = self._version(scope)
+        if version is None:
+            return False
+        if version < migrations.CURRENT_TABLE_VERSION:
+            async with self._tx() as conn:
+                await self._ensure_scope(conn, scope, utcnow())
+        return True
+
+    async def upgrade_stale(self, limit: int = 50) -> int:
+        """Upgrade up to ``limit`` memory tables left at an old version; returns how many remain. For a
+        background task: each batch is one short transaction. Tables whose remaining steps run for many
+        tables at once (``migrations.bulk_from``) all go in one batch, however many."""
+        stale = [(k, v) for k, v in self._versions.items() if v < migrations.CURRENT_TABLE_VERSION]
+        batch = self._bulk_stale() or stale[:limit]
+        if batch:
+            async with self._tx() as conn:
+                await self._upgrade(conn, batch)
+        return len(stale) - len(batch)
+
+    async def ensure_scope(self, scope: Scope, now: datetime) -> None:
+        if self._version(scope) == migrations.CURRENT_TABLE_VERSION:
+            return
+        async with self._tx() as conn:
+            await self._ensure_scope(conn, scope, now)
+
+    async def _script(self, script: str) -> None:
+        """A script that opens and commits its own transaction, under the caller's hold of the lock."""
+        try:
+            await self._conn.executescript(script)
+        except sqlite3.Error as exc:
+            await self._rollback()  # a failed statement leaves the script's transaction open
+            raise storage_error(exc) from exc
