@@ -222,6 +222,7 @@ async def _measure(
     report["rss_mb_after_recall"] = peak_rss_mb()
     report["size"] = _sizes(settings.db_path)
     report["backup"] = await _backup(store, settings, root, report["rows"]["memories"])
+    report["rss_mb_after_backup"] = peak_rss_mb()
     snapshot = next(settings.backup_dir.glob(f"*/{SNAPSHOT_NAME}"))
     report["decay"] = await _decay(engine, sampled, rng, report["rows"]["memories"])
     report["rss_mb_peak"] = peak_rss_mb()  # the bot's work ends here; the plain runs go in a child process
@@ -332,10 +333,11 @@ async def _backup(store: SQLiteStore, settings: Settings, root: Path, rows: int)
     with elapsed() as took:
         result = await make_backup(store, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
     spare = root / "snapshot-only.sqlite3"
-    with elapsed() as snap:
-        await store.snapshot(spare)
+    with elapsed() as snap:  # the copy alone, as the backup takes it (its journal switch is export work)
+        await store.snapshot(spare, standalone=False)
     snapshot_mb = spare.stat().st_size / 2**20
-    spare.unlink()
+    for leftover in root.glob("snapshot-only.sqlite3*"):
+        leftover.unlink()
     plain = await _in_child(plain_csv, result.folder / SNAPSHOT_NAME, root)
     plain_total = snap[0] + plain["seconds"]
     return {"seconds": round(took[0], 2), "snapshot_s": round(snap[0], 2), "snapshot_mb": round(snapshot_mb, 3),

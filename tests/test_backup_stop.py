@@ -5,6 +5,7 @@ waits for it, and the day folder keeps its in-progress marker, so restore refuse
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -12,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.errors import BackupError, RestoreError
-from companion.core.models import Scope, Turn
+from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
 from companion.ops import backup, jobs
 from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME
 from companion.ops.restore import restore
@@ -91,3 +92,34 @@ def test_the_export_process_reports_every_file_and_finishes_the_snapshot(tmp_pat
     assert files == 3 and seen == [(1, 3), (2, 3), (3, 3)]
     assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["u1.csv", "u2.csv", "u3.csv"]
     assert not list(tmp_path.glob(f"{SNAPSHOT_NAME}-*"))  # made standalone: no -wal/-shm beside it
+
+
+def _record(seen: list[tuple[int, int]], done: int, total: int) -> None:
+    seen.append((done, total))
+
+
+def test_several_export_processes_write_the_same_files_as_one(tmp_path: Path) -> None:
+    async def build(path: Path) -> Path:
+        store = await SQLiteStore.open(path / "memory.sqlite3")
+        try:
+            for uid in range(1, 8):
+                await store.apply_changes(Scope(uid), NOW, inserts=[
+                    MemoryDraft(event=f"用户{uid}喜欢=猫", keywords=["猫"], importance=70.0, validity=Validity.DAYS_30,
+                                type=MemoryType.PREFERENCE)])
+            await store.snapshot(path / SNAPSHOT_NAME, standalone=False)
+        finally:
+            await store.close()
+        return path / SNAPSHOT_NAME
+
+    outputs = []
+    for workers in (1, 3):
+        folder = tmp_path / f"w{workers}"
+        folder.mkdir()
+        snapshot = asyncio.run(build(folder))
+        seen: list[tuple[int, int]] = []
+        record = functools.partial(_record, seen)
+        assert backup.export_in_worker(snapshot, folder, ZoneInfo("Asia/Shanghai"), NOW, record,
+                                       workers=workers) == (7, 7)
+        assert [done for done, _ in seen] == list(range(1, 8)) and {total for _, total in seen} == {7}
+        outputs.append({p.name: p.read_bytes() for p in folder.glob("*.csv")})
+    assert len(outputs[0]) == 7 and outputs[0] == outputs[1]

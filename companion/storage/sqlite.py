@@ -361,7 +361,7 @@ class SQLiteStore(Connection):
     async def snapshot(self, target: Path, *, standalone: bool = True) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions.
         ``standalone=False`` leaves the copy in WAL mode for ``snapshot.make_standalone`` elsewhere: the
-        switch parses the whole schema (~50 MB at 10,000 users), which the nightly backup does in its
+        switch parses the whole schema (~17 MB at 10,000 users), which the nightly backup does in its
         export process rather than in the bot's."""
         target.unlink(missing_ok=True)
         async with self._lock:
