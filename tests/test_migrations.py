@@ -148,7 +148,7 @@ async def test_a_new_table_equals_one_built_by_every_step(tmp_path: Path) -> Non
         await migrations.migrate_shared(conn, "2025-12-23T04:00:00Z")
         for key in ("u1", "u2"):
             await conn.execute("INSERT INTO scopes (key, user_id, created_at) VALUES (?, 1, 'x')", (key,))
-        await migrations.create_memory_table(conn, "u1", "mem_u1")
+        await migrations.create_memory_table(conn, "mem_u1", key="u1")
         await migrations.upgrade_memory_table(conn, "u2", "mem_u2", 0)
         shapes = []
         for table in ("mem_u1", "mem_u2"):

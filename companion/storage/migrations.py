@@ -295,10 +295,12 @@ CURRENT_TABLE_VERSION = len(MEMORIES.steps)
 LIFECYCLE_VERSION = MEMORIES.names.index("0003_handles_and_lifecycle") + 1  # tables with ``status``
 
 
-async def create_memory_table(conn: aiosqlite.Connection, key: str, table: str) -> None:
-    """A new scope's table, at the current version in one statement."""
+async def create_memory_table(conn: aiosqlite.Connection, table: str, *, key: str | None = None) -> None:
+    """A new scope's table, at the current version in one statement; with ``key``, that version is also
+    recorded on the scope's row (one registered without it)."""
     await run_script(conn, CURRENT_TABLE.format(table=table))
-    await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (CURRENT_TABLE_VERSION, key))
+    if key is not None:
+        await conn.execute("UPDATE scopes SET table_version = ? WHERE key = ?", (CURRENT_TABLE_VERSION, key))
 
 
 async def upgrade_memory_table(conn: aiosqlite.Connection, key: str, table: str, version: int) -> int:
