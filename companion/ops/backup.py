@@ -128,6 +128,13 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
     """One export process: (the first) finish the snapshot and tell how many files there will be, then
     write its part of the CSV files; progress and the result go to ``out``."""
     index = part[0]
+    parent = os.getppid()
+
+    def report(done: int, _: int) -> None:
+        if os.getppid() != parent:  # the bot was killed: nobody will finish this backup, stop writing
+            raise BackupError("the bot process is gone")
+        out.send(("progress", index, done))
+
     try:
         with contextlib.suppress(OSError):  # below the bot, whose chats must not wait for the backup
             os.nice(WORKER_NICE)
@@ -135,8 +142,7 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
             make_standalone(snapshot)
             with open_snapshot(snapshot) as reader:
                 out.send(("ready", len(reader.scopes())))
-        files, rows = export_csv(snapshot, folder, tz, now,
-                                 lambda done, _: out.send(("progress", index, done)), part)
+        files, rows = export_csv(snapshot, folder, tz, now, report, part)
         out.send(("done", index, files, rows))
     except Exception as exc:  # the edge of the process: the parent raises it as a BackupError
         out.send(("error", index, f"{type(exc).__name__}: {exc}"))
