@@ -123,3 +123,22 @@ def test_several_export_processes_write_the_same_files_as_one(tmp_path: Path) ->
         assert [done for done, _ in seen] == list(range(1, 8)) and {total for _, total in seen} == {7}
         outputs.append({p.name: p.read_bytes() for p in folder.glob("*.csv")})
     assert len(outputs[0]) == 7 and outputs[0] == outputs[1]
+
+
+async def test_two_backups_of_one_day_take_turns(tmp_path: Path) -> None:
+    """The operator's ``backup`` while the bot makes its own: both write the same day's files, so the
+    second waits for the first instead of interleaving with it."""
+    store = await SQLiteStore.open(tmp_path / "data" / "memory.sqlite3")
+    try:
+        for uid in range(1, 6):
+            await store.apply_changes(Scope(uid), NOW, inserts=[
+                MemoryDraft(event=f"用户{uid}养了猫", keywords=["猫"], importance=70.0)])
+        first, second = await asyncio.gather(
+            backup.make_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7),
+            backup.make_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7))
+    finally:
+        await store.close()
+    assert (first.folder, first.files, second.files) == (second.folder, 5, 5)
+    assert not (first.folder / IN_PROGRESS).exists()
+    expected = [SNAPSHOT_NAME, *(f"u{n}.csv" for n in range(1, 6))]
+    assert sorted(p.name for p in first.folder.iterdir()) == sorted(expected)

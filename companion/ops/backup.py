@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import fcntl
 import multiprocessing
 import os
 import re
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
@@ -34,6 +35,7 @@ from companion.storage.sqlite import SQLiteStore
 
 SNAPSHOT_NAME = "memory.sqlite3"
 IN_PROGRESS = ".backup-in-progress"
+LOCK_POLL_S = 0.2
 _DAY_FOLDER = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 Progress = Callable[[int, int], None]
@@ -210,7 +212,35 @@ async def make_backup(
     store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
     progress: Progress | None = None,
 ) -> BackupResult:
-    """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days."""
+    """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days. One
+    backup of a day at a time: a second (the operator's ``backup`` while the bot makes its own) waits for
+    the first, as both would write the same files."""
+    folder = backup_dir / local_date(now, tz)
+    folder.mkdir(parents=True, exist_ok=True)
+    async with _one_at_a_time(folder):
+        return await _make_backup(store, backup_dir, now, tz, keep_days, progress)
+
+
+@contextlib.asynccontextmanager
+async def _one_at_a_time(folder: Path) -> AsyncIterator[None]:
+    # flock on the day's folder itself: no lock file among the backups, and the operating system releases
+    # it when the holder dies, even by kill -9.
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(LOCK_POLL_S)  # polled, not blocked in a thread: a stop can cancel the wait
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+async def _make_backup(
+    store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
+) -> BackupResult:
     folder = backup_dir / local_date(now, tz)
     tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
     marker = folder / IN_PROGRESS
