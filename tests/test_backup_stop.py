@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
+import threading
 from datetime import UTC, date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -142,3 +144,24 @@ async def test_two_backups_of_one_day_take_turns(tmp_path: Path) -> None:
     assert not (first.folder / IN_PROGRESS).exists()
     expected = [SNAPSHOT_NAME, *(f"u{n}.csv" for n in range(1, 6))]
     assert sorted(p.name for p in first.folder.iterdir()) == sorted(expected)
+
+
+def test_a_stop_reaches_the_export_before_any_file_is_written(tmp_path: Path) -> None:
+    """Stopped while its processes still start (no file written yet, so no progress to raise from): the
+    export gives up at its next look at the stop and kills them."""
+    async def build() -> Path:
+        store = await SQLiteStore.open(tmp_path / "memory.sqlite3")
+        try:
+            await store.add_turn(Scope(1), Turn(user="你好", reply=None, at=NOW))
+            await store.snapshot(tmp_path / SNAPSHOT_NAME, standalone=False)
+        finally:
+            await store.close()
+        return tmp_path / SNAPSHOT_NAME
+
+    snapshot = asyncio.run(build())
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(backup.BackupStopped):
+        backup.export_in_worker(snapshot, tmp_path, ZoneInfo("Asia/Shanghai"), NOW, stop=stop)
+    assert multiprocessing.active_children() == []
+    assert not list(tmp_path.glob("*.csv"))

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ WORKER_EXIT_S = 10.0
 WORKER_POLL_S = 0.5
 MAX_WORKERS = 4  # CSV export processes (one per core up to this); the snapshot is read, never written
 WORKER_NICE = 10
+
+
+class BackupStopped(BackupError):
+    """The process is stopping: the export gives up at once, its processes are killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +159,13 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
 
 def export_in_worker(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
-    workers: int | None = None,
+    workers: int | None = None, stop: threading.Event | None = None,
 ) -> tuple[int, int]:
     """``export_csv`` in processes of their own, one per core up to ``MAX_WORKERS`` (or ``workers``), at
     a lower priority than the bot, with ``progress`` called here as files are written. When ``progress``
-    raises (the backup was stopped) or anything else goes wrong, every process is killed at once.
-    Blocking: run it in a thread. Returns (files, rows)."""
+    raises, ``stop`` is set (the backup was stopped: noticed within ``WORKER_POLL_S``, even while the
+    processes start) or anything else goes wrong, every process is killed at once. Blocking: run it in a
+    thread. Returns (files, rows)."""
     count = max(1, workers if workers is not None else min(os.cpu_count() or 1, MAX_WORKERS))
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
@@ -177,6 +183,8 @@ def export_in_worker(
     try:
         start(0)  # it makes the snapshot standalone first; the others start once it has
         while len(results) < count:
+            if stop is not None and stop.is_set():
+                raise BackupStopped("backup stopped before every file was written")
             if not receive.poll(WORKER_POLL_S):
                 if not any(worker.is_alive() for worker in processes):
                     codes = ", ".join(str(worker.exitcode) for worker in processes)
@@ -210,7 +218,7 @@ def export_in_worker(
 
 async def make_backup(
     store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
-    progress: Progress | None = None,
+    progress: Progress | None = None, stop: threading.Event | None = None,
 ) -> BackupResult:
     """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days. One
     backup of a day at a time: a second (the operator's ``backup`` while the bot makes its own) waits for
@@ -218,7 +226,7 @@ async def make_backup(
     folder = backup_dir / local_date(now, tz)
     folder.mkdir(parents=True, exist_ok=True)
     async with _one_at_a_time(folder):
-        return await _make_backup(store, backup_dir, now, tz, keep_days, progress)
+        return await _make_backup(store, backup_dir, now, tz, keep_days, progress, stop)
 
 
 @contextlib.asynccontextmanager
@@ -240,6 +248,7 @@ async def _one_at_a_time(folder: Path) -> AsyncIterator[None]:
 
 async def _make_backup(
     store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
+    stop: threading.Event | None,
 ) -> BackupResult:
     folder = backup_dir / local_date(now, tz)
     tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
@@ -254,7 +263,8 @@ async def _make_backup(
         marker.write_text(f"started {now.isoformat()}\n", encoding="utf-8")
         await store.snapshot(tmp_snapshot, standalone=False)
         os.replace(tmp_snapshot, folder / SNAPSHOT_NAME)
-        files, rows = await asyncio.to_thread(export_in_worker, folder / SNAPSHOT_NAME, folder, tz, now, progress)
+        files, rows = await asyncio.to_thread(export_in_worker, folder / SNAPSHOT_NAME, folder, tz, now, progress,
+                                              None, stop)
         marker.unlink()
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
     except (OSError, sqlite3.Error, StorageError) as exc:

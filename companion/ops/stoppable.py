@@ -10,13 +10,10 @@ import threading
 from datetime import datetime, tzinfo
 from pathlib import Path
 
-from companion.core.errors import BackupError
-from companion.ops.backup import BackupResult, Progress, make_backup
+from companion.ops.backup import BackupResult, BackupStopped, Progress, make_backup
 from companion.storage.sqlite import SQLiteStore
 
-
-class BackupStopped(BackupError):
-    """The process is stopping: the export thread gives up at the next file."""
+__all__ = ["BackupStopped", "stoppable_backup"]
 
 
 async def stoppable_backup(
@@ -36,7 +33,7 @@ async def stoppable_backup(
             progress(done, total)
 
     try:
-        return await make_backup(store, backup_dir, now, tz, keep_days, report)
+        return await make_backup(store, backup_dir, now, tz, keep_days, report, stop)
     except asyncio.CancelledError:
         stop.set()
         raise
