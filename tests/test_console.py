@@ -78,12 +78,19 @@ async def test_ctrl_d_leaves_at_once(rig: Rig) -> None:
     assert rig.llm.chat_requests() == []
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_ctrl_c_ends_piped_console_without_waiting_for_a_line(fake_llm: FakeLLM, tmp_path: Path) -> None:
     env = clean_env() | {"LLM_API_KEY": "sk-console", "LLM_BASE_URL": fake_llm.base_url,
                          "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        # As a terminal starts it: a shell's background job (`make test &`) ignores SIGINT, and an
+        # ignored signal is inherited, so Python would never see the Ctrl-C this test sends.
+        preexec_fn=_sigint_default,
     )
     assert proc.stdout is not None
     while texts.GREETING_NEW.encode() not in await asyncio.wait_for(proc.stdout.readline(), 90):
@@ -92,7 +99,7 @@ async def test_ctrl_c_ends_piped_console_without_waiting_for_a_line(fake_llm: Fa
     # Waiting for a line would never end; the bound only has to allow the stop's own wind-down
     # (STOP_TIMEOUT_SECONDS, 8 s by default) on a loaded machine.
     try:
-        await asyncio.wait_for(proc.wait(), 40)
+        await asyncio.wait_for(proc.wait(), 20)
     except TimeoutError:
         proc.kill()
         _, err = await proc.communicate()
