@@ -93,14 +93,6 @@ def publish(written: Sequence[tuple[Path, Path]]) -> None:
         os.replace(tmp, path)
 
 
-def atomic_write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
-    """Write header and rows under a temporary name, fsync, rename; returns the rows written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    count = write_csv(tmp, rows)
-    publish([(tmp, path)])
-    return count
-
-
 def export_csv(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     part: tuple[int, int] = (0, 1),

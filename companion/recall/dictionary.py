@@ -44,7 +44,6 @@ class _Frequencies:
         self.counts = counts
         self.added: dict[str, int] = {}  # words set at run time, 0 = deleted (or a bare prefix)
         self.added_prefixes: set[str] = set()  # every prefix of an added word, for the DAG walk
-        self.max_word = max((len(word) for word in trie.iterkeys()), default=1)
         # What the trie says of the text read at a position: the words it starts with and whether longer
         # words start with it. A dict lookup is ~20x cheaper than a trie call (~1 us) and text repeats
         # its heads (two or three characters) far more than its words; bounded, as text brings new ones.
@@ -90,9 +89,6 @@ class _Frequencies:
     def __setitem__(self, word: str, freq: int) -> None:
         self.added[word] = freq
         self.added_prefixes.update(word[: n + 1] for n in range(len(word)))
-
-    def __len__(self) -> int:
-        return len(self.trie) + len(self.added)
 
 
 class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba ships no types

@@ -26,7 +26,7 @@ KEYWORD_CACHE = 4096
 
 class KeywordExtractor:
     """Segments text into content words with jieba's segmentation over a compact copy of its dictionary
-    (``dictionary.CompactTokenizer``: ~3 MB instead of ~60). ``load()`` takes ~0.1 s (~1 s the first
+    (``dictionary.CompactTokenizer``: ~3 MB instead of ~60). ``load()`` takes ~0.01 s (~1 s the first
     time, when the dictionary is built and cached): the engine starts it in a thread at start-up and the
     first use waits for what is left of it."""
 

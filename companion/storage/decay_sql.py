@@ -73,17 +73,6 @@ def _params(now: datetime) -> dict[str, int | str]:
             "week_ago": to_db(now - rules.MENTION_WINDOW)}
 
 
-async def decay_table(conn: aiosqlite.Connection, table: str, now: datetime) -> tuple[int, int]:
-    """Decay and clean one table inside the caller's transaction; returns (rows decayed, rows removed).
-
-    ``table`` is always ``Scope.table`` (validated integers). Running twice on one day changes nothing."""
-    params = _params(now)
-    cursor = await conn.execute(DECAY.format(table=table), {k: params[k] for k in ("now", "day_ago")})
-    decayed = max(cursor.rowcount, 0)
-    cursor = await conn.execute(CLEAN.format(table=table), {k: params[k] for k in ("stamp", "week_ago")})
-    return decayed, max(cursor.rowcount, 0)
-
-
 # ---- many tables in one trip ---------------------------------------------------------------------
 # A statement sent through aiosqlite costs a trip to its thread and back (~90 us); two per table were 2 of
 # the 7 s of a decay over 10,000 tables. A slice of tables goes as one script instead: its own
