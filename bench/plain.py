@@ -21,6 +21,7 @@ from pathlib import Path
 from companion.core import rules
 from companion.core.models import Scope
 from companion.core.timeutil import to_db
+from companion.storage import spares
 from companion.storage.decay_sql import DECAY
 
 # The engine's own decay statement is already the plain one (one inline UPDATE per table); what the
@@ -31,7 +32,8 @@ PLAIN_CLEAN = (f'DELETE FROM "{{table}}" WHERE importance < {rules.CLEANUP_BELOW
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
-    return [Scope.from_key(str(k)).table for (k,) in conn.execute("SELECT key FROM scopes ORDER BY key")]
+    rows = conn.execute("SELECT key, table_id FROM scopes ORDER BY key")
+    return [spares.table_name(Scope.from_key(str(k)).key, t) for k, t in rows]
 
 
 def plain_decay(snapshot: Path, workdir: Path, now: datetime) -> dict[str, float]:

@@ -4,6 +4,7 @@ FakeLLM, and the chat service on top. The fixtures built from them live in ``con
 from __future__ import annotations
 
 import random
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,12 +20,19 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
 from companion.recall.keywords import KeywordExtractor
+from companion.storage import spares
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.telegram import JSONDict
 
 _EXTRACTOR = KeywordExtractor()
+
+
+def table_of(conn: sqlite3.Connection, key: str) -> str | None:
+    """A registered scope's memory table as the file records it (it may have taken a spare), or None."""
+    row = conn.execute("SELECT table_id FROM scopes WHERE key = ?", (key,)).fetchone()
+    return None if row is None else spares.table_name(key, row[0])
 
 
 @dataclass

@@ -79,12 +79,14 @@ async def test_scale_runs_tiny(tmp_path: Path) -> None:
         assert report[key]["cold"]["n"] >= 1
     assert report["write_big"]["n"] == 10
     assert report["write_new_user"]["n"] == NEW_USERS and report["write_new_user"]["p50"] > 0
+    assert report["write_new_user"]["took_spare"] == NEW_USERS  # 50 ms apart: every one finds a spare
+    assert report["write_new_user_burst"]["n"] == NEW_USERS
     assert report["startup"]["seconds"] > 0 and report["startup"]["active_scopes"] == 20
     decay, backup = report["decay"], report["backup"]
-    assert decay["scopes"] == 21 + NEW_USERS and decay["decayed"] > 0 and decay["seconds"] > 0
+    assert decay["scopes"] == 21 + 2 * NEW_USERS and decay["decayed"] > 0 and decay["seconds"] > 0
     assert decay["during"]["turn_ms"]["n"] >= 1 and decay["during"]["remember_ms"]["n"] >= 1
-    assert decay["plain"]["tables"] == 21 + NEW_USERS and decay["plain"]["decayed"] > 0 and decay["plain_ratio"] > 0
-    assert backup["files"] == 21 + NEW_USERS and backup["rows"] > 0 and backup["seconds"] > 0
+    assert decay["plain"]["tables"] == 21 + 2 * NEW_USERS and decay["plain"]["decayed"] > 0 and decay["plain_ratio"] > 0
+    assert backup["files"] == 21 + 2 * NEW_USERS and backup["rows"] > 0 and backup["seconds"] > 0
     assert backup["plain"]["files"] == backup["files"] and backup["plain_ratio"] > 0
     assert len(report["build"]["seconds_per_slice"]) == 10
     assert report["size"]["db_mb"] + report["size"]["wal_mb"] > 0 and report["rss_mb_peak"] > 0

@@ -18,6 +18,7 @@ from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import request_text
 from tests.process import ROOT, bot_env
 from tests.scripted import ScriptedBrain, is_extraction
+from tests.support import table_of
 
 A, B = 7001, 7002
 G1, G2 = -1007001, -1007002
@@ -47,9 +48,10 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
 def memories_of(db: Path, key: str) -> list[str]:
     conn = sqlite3.connect(db)
     try:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (f"mem_{key}",)).fetchall():
+        table = table_of(conn, key)
+        if table is None:
             return []
-        return [str(r[0]) for r in conn.execute(f'SELECT event FROM "mem_{key}" WHERE status = \'active\'')]
+        return [str(r[0]) for r in conn.execute(f'SELECT event FROM "{table}" WHERE status = \'active\'')]
     finally:
         conn.close()
 

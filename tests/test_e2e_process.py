@@ -14,6 +14,7 @@ from companion.chat import texts
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, clean_env, run_cli, start_bot
 from tests.scripted import COLD, ScriptedBrain, is_extraction, model_context
+from tests.support import table_of
 
 USER = 5001
 
@@ -104,8 +105,8 @@ async def wait_for_rows(tmp: Path, count: int) -> None:
     for _ in range(200):
         conn = sqlite3.connect(db)
         try:
-            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name = ?", (f"mem_u{USER}",))]
-            rows = conn.execute(f'SELECT count(*) FROM "mem_u{USER}"').fetchone()[0] if tables else 0
+            table = table_of(conn, f"u{USER}")
+            rows = conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] if table else 0
         finally:
             conn.close()
         if rows >= count:

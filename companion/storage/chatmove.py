@@ -21,14 +21,14 @@ async def move_meta(conn: aiosqlite.Connection, endings: Sequence[tuple[str, str
         await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
 
 
-async def move_scope(conn: aiosqlite.Connection, old: Scope, new: Scope) -> None:
+async def move_scope(conn: aiosqlite.Connection, old: Scope, new: Scope, old_table: str, new_table: str) -> None:
     """Both tables exist at the current version. Rows are copied rather than the table renamed: the new
     scope may exist already (written to before the move was seen), and its index keeps the name of its
     own table."""
-    cursor = await conn.execute(f'PRAGMA table_info("{new.table}")')
+    cursor = await conn.execute(f'PRAGMA table_info("{new_table}")')
     columns = ", ".join(f'"{row[1]}"' for row in await cursor.fetchall())
-    await conn.execute(f'INSERT INTO "{new.table}" ({columns}) SELECT {columns} FROM "{old.table}"')
-    await conn.execute(f'DROP TABLE "{old.table}"')
+    await conn.execute(f'INSERT INTO "{new_table}" ({columns}) SELECT {columns} FROM "{old_table}"')
+    await conn.execute(f'DROP TABLE "{old_table}"')
     await conn.execute("UPDATE scopes SET active = max(active, (SELECT active FROM scopes WHERE key = ?)) "
                        "WHERE key = ?", (old.key, new.key))
     for table in SCOPED_TABLES:

@@ -1,11 +1,13 @@
 """The SQLite connection under the store: opening, the process-wide lock, short transactions, and each
-scope's memory table brought to the current version (registered, created, or upgraded through
-``migrations``) before it is used. ``sqlite.SQLiteStore`` builds the records' reads and writes on it.
+scope's memory table brought to the current version (registered, taken from the spares or created, or
+upgraded through ``migrations``) before it is used. ``sqlite.SQLiteStore`` builds the records' reads and
+writes on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -18,7 +20,9 @@ import aiosqlite
 from companion.core.errors import DatabaseBusyError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import decay_sql, migrations
+from companion.storage import decay_sql, migrations, spares
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 # The schema of 10,000 scopes takes ~10 MB of pages; SQLite scans it on every CREATE TABLE (a new user's
@@ -37,7 +41,7 @@ def storage_error(exc: sqlite3.Error) -> StorageError:
 class Connection:
     """One long-lived aiosqlite connection in WAL mode; every use is one short transaction behind a lock."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, spare_tables: int = spares.SPARE_TABLES) -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
         # Scope key -> memory table version, for every registered scope (one small query at open).
@@ -45,14 +49,23 @@ class Connection:
         # Changes made inside the open transaction: kept only once it commits, because a rollback takes
         # the CREATE TABLE (or upgrade) with it and a stale entry would make every later query fail.
         self._pending_versions: dict[str, int] = {}
+        # Scope key -> table id, for scopes that took a spare table (the others have ``Scope.table``).
+        self._table_ids: dict[str, int] = {}
+        self._pending_table_ids: dict[str, int] = {}
+        self._spare_target = spare_tables
+        self._spares: list[int] = []  # spare table ids ready to take (refreshed by each refill)
+        self._spares_wanted = False  # a new scope arrived in the open transaction: refill after it commits
+        self._refill: asyncio.Task[None] | None = None
+        self._closing = False
         self.path = path
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: Path, *, create: bool = True) -> Self:
+    async def open(cls, path: Path, *, create: bool = True, spare_tables: int = spares.SPARE_TABLES) -> Self:
         """Open (and with ``create``, create) the database. ``create=False`` is for read-only tools: a
-        missing file is a StorageError, never a new empty database."""
+        missing file is a StorageError, never a new empty database. ``spare_tables``: how many empty memory
+        tables to keep ready for new scopes (made in the background after a new scope arrives)."""
         if not create and not path.is_file():
             raise StorageError(f"no database at {path}")
         try:
@@ -60,7 +73,7 @@ class Connection:
             conn = await aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open the database at {path}: {exc}") from exc
-        store = cls(conn, path)
+        store = cls(conn, path, spare_tables)
         try:
             await store._setup()
         except BaseException:
@@ -78,12 +91,19 @@ class Connection:
             await decay_sql.ensure_math(self._conn)
             async with self.transaction() as conn:
                 await migrations.migrate_shared(conn, to_db(utcnow()))
-                cursor = await conn.execute("SELECT key, table_version FROM scopes")
-                self._versions = {str(k): int(v) for k, v in await cursor.fetchall()}
+                cursor = await conn.execute("SELECT key, table_version, table_id FROM scopes")
+                for key, version, table_id in await cursor.fetchall():
+                    self._versions[str(key)] = int(version)
+                    if table_id is not None:
+                        self._table_ids[str(key)] = int(table_id)
+                self._spares = await spares.listed(conn)
         except sqlite3.DatabaseError as exc:
             raise storage_error(exc) from exc
 
     async def close(self) -> None:
+        self._closing = True
+        if self._refill is not None:
+            await asyncio.gather(self._refill, return_exceptions=True)  # it stops after its current table
         await self._conn.close()
 
     @asynccontextmanager
@@ -97,21 +117,30 @@ class Connection:
                 await self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
-            self._pending_versions.clear()
+            self._forget_pending()
             try:
                 yield self._conn
             except BaseException:
-                self._pending_versions.clear()
+                self._forget_pending()
                 await self._rollback()
                 raise
             try:
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._pending_versions.clear()
+                self._forget_pending()
                 await self._rollback()
                 raise storage_error(exc) from exc
             self._versions.update(self._pending_versions)
-            self._pending_versions.clear()
+            self._table_ids.update(self._pending_table_ids)
+            wanted = self._spares_wanted
+            self._forget_pending()
+        if wanted:
+            self._fill_spares_soon()
+
+    def _forget_pending(self) -> None:
+        self._pending_versions.clear()
+        self._pending_table_ids.clear()
+        self._spares_wanted = False
 
     async def _rollback(self) -> None:
         # SQLite rolls back by itself on some errors (disk full, I/O); a second ROLLBACK would then fail
@@ -147,36 +176,80 @@ class Connection:
         key = scope.key
         return self._pending_versions.get(key, self._versions.get(key))
 
+    def memory_table(self, scope: Scope) -> str:
+        """The name of the scope's memory table (whether it exists yet or not)."""
+        return self._table_of(scope.key)
+
+    def _table_of(self, key: str) -> str:
+        table_id = self._pending_table_ids.get(key, self._table_ids.get(key))
+        return spares.table_name(key, table_id)
+
     async def _ensure_scope(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> None:
         """Register the scope and bring its table to the current version, inside ``conn``'s transaction."""
         version = self._version(scope)
         if version == migrations.CURRENT_TABLE_VERSION:
             return
         if version is None:
-            # A new scope is registered at the version its table is created at, in this transaction: two
-            # trips to the database thread fewer on a new user's first write than insert, read, update.
-            cursor = await conn.execute(
-                "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at, table_version) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (scope.key, scope.user_id, scope.chat_id, to_db(now), migrations.CURRENT_TABLE_VERSION),
-            )
-            if cursor.rowcount == 1:
-                await migrations.create_memory_table(conn, scope.table)
-                self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+            if await self._register(conn, scope, now):
                 return
-            cursor = await conn.execute("SELECT table_version FROM scopes WHERE key = ?", (scope.key,))
+            cursor = await conn.execute("SELECT table_version, table_id FROM scopes WHERE key = ?", (scope.key,))
             row = await cursor.fetchone()  # registered by another process meanwhile
             version = int(row[0]) if row else 0
+            if row is not None and row[1] is not None:
+                self._pending_table_ids[scope.key] = int(row[1])
         if version == 0:
-            await migrations.create_memory_table(conn, scope.table, key=scope.key)
+            await migrations.create_memory_table(conn, self._table_of(scope.key), key=scope.key)
         elif migrations.bulk_from(version):
             # Its steps cost one call however many tables: take every table they are due on now, or a
             # loop over scopes (decay, backup) would pay that call once per table.
             await self._upgrade(conn, [(scope.key, version), *self._bulk_stale(exclude=scope.key)])
             return
         else:
-            await migrations.upgrade_memory_table(conn, scope.key, scope.table, version)
+            await migrations.upgrade_memory_table(conn, scope.key, self._table_of(scope.key), version)
         self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+
+    async def _register(self, conn: aiosqlite.Connection, scope: Scope, now: datetime) -> bool:
+        """Register a new scope with a table at the current version: a spare one if there is one (two
+        short statements), else a new one. False if another process registered it meanwhile."""
+        table_id = self._spares.pop(0) if self._spares else None
+        if table_id is not None and not await spares.take(conn, table_id):
+            table_id = None  # another process took it; the next refill reads the list afresh
+        cursor = await conn.execute(
+            "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at, table_version, table_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (scope.key, scope.user_id, scope.chat_id, to_db(now), migrations.CURRENT_TABLE_VERSION, table_id),
+        )
+        if cursor.rowcount != 1:
+            if table_id is not None:
+                await spares.give_back(conn, table_id)
+                self._spares.insert(0, table_id)
+            return False
+        if table_id is None:
+            await migrations.create_memory_table(conn, scope.table)
+        else:
+            self._pending_table_ids[scope.key] = table_id
+        self._pending_versions[scope.key] = migrations.CURRENT_TABLE_VERSION
+        self._spares_wanted = True
+        return True
+
+    def _fill_spares_soon(self) -> None:
+        if self._spare_target > 0 and not self._closing and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.get_running_loop().create_task(self._fill_spares(), name="spare-tables")
+
+    async def _fill_spares(self) -> None:
+        """Make spare tables up to the target, one short transaction each, so a turn waits at most for
+        one ``CREATE TABLE``. A failure costs only speed (new scopes create their own tables): one line."""
+        try:
+            async with self._tx() as conn:
+                await spares.drop_stale(conn)
+                self._spares = await spares.listed(conn)
+            while len(self._spares) < self._spare_target and not self._closing:
+                async with self._tx() as conn:
+                    table_id = await spares.make(conn)
+                self._spares.append(table_id)
+                await asyncio.sleep(0)
+        except StorageError as exc:
+            log.warning("spare memory tables not made: %s", exc)
 
     def _bulk_stale(self, exclude: str | None = None) -> list[tuple[str, int]]:
         return [(k, v) for k, v in self._versions.items()
@@ -184,7 +257,7 @@ class Connection:
                 and migrations.bulk_from(v)]
 
     async def _upgrade(self, conn: aiosqlite.Connection, tables: Sequence[tuple[str, int]]) -> None:
-        await migrations.upgrade_memory_tables(conn, [(k, Scope.from_key(k).table, v) for k, v in tables])
+        await migrations.upgrade_memory_tables(conn, [(k, self._table_of(k), v) for k, v in tables])
         self._pending_versions.update((k, migrations.CURRENT_TABLE_VERSION) for k, _ in tables)
 
     async def _readable(self, scope: Scope) -> bool:

@@ -94,6 +94,10 @@ CORE = MigrationSet("core", (
     ALTER TABLE pending_turns ADD COLUMN chat_id INTEGER;
     ALTER TABLE pending_turns ADD COLUMN message_id INTEGER
     """),
+    # The spare table a scope took (``spares``); NULL: its table is ``mem_<key>``.
+    Migration("0004_scope_table_id", """
+    ALTER TABLE scopes ADD COLUMN table_id INTEGER
+    """),
 ))
 SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
 

@@ -13,23 +13,34 @@ from pathlib import Path
 
 from companion.core.errors import InvalidScopeError, StorageError
 from companion.core.models import Scope
-from companion.storage import migrations
+from companion.storage import migrations, spares
 
 
 class SnapshotReader:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._tables: dict[str, str] | None = None
 
     def scopes(self) -> list[tuple[Scope, int]]:
         """Every registered scope with its memory table version, in key order."""
         rows = self._conn.execute("SELECT key, table_version FROM scopes ORDER BY key").fetchall()
         return [(Scope.from_key(str(k)), int(v)) for k, v in rows]
 
+    def _table(self, scope: Scope) -> str:
+        if self._tables is None:
+            # Snapshots from before spare tables have no ``table_id``: every table is ``mem_<key>``.
+            columns = {str(row[1]) for row in self._conn.execute("PRAGMA table_info(scopes)")}
+            rows = []
+            if "table_id" in columns:
+                rows = self._conn.execute("SELECT key, table_id FROM scopes WHERE table_id IS NOT NULL").fetchall()
+            self._tables = {str(k): spares.table_name(str(k), int(t)) for k, t in rows}
+        return self._tables.get(scope.key, scope.table)
+
     def rows(self, scope: Scope, expressions: Sequence[str]) -> Iterator[tuple[object, ...]]:
         """The scope's memories, one tuple of ``expressions`` (SQL over the memory columns) per row, by id.
         ``expressions`` come from code (``ops.csvformat``), never from input."""
         select = ", ".join(expressions)
-        yield from self._conn.execute(f'SELECT {select} FROM "{scope.table}" ORDER BY id')
+        yield from self._conn.execute(f'SELECT {select} FROM "{self._table(scope)}" ORDER BY id')
 
     def count(self) -> tuple[int, int]:
         """(scopes, memories) of the snapshot; every registered scope must have a readable table."""
@@ -37,7 +48,7 @@ class SnapshotReader:
         rows = 0
         for scope, version in scopes:
             where = " WHERE status = 'active'" if version >= migrations.LIFECYCLE_VERSION else ""
-            found = self._conn.execute(f'SELECT count(*) FROM "{scope.table}"{where}').fetchone()
+            found = self._conn.execute(f'SELECT count(*) FROM "{self._table(scope)}"{where}').fetchone()
             rows += int(found[0])
         return len(scopes), rows
 

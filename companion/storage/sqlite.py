@@ -1,10 +1,11 @@
 """The SQLite store: one long-lived aiosqlite connection, WAL, explicit short transactions behind a lock.
 
-Memories live in one table per scope (``mem_u<user>``, ``mem_c<n|p><chat>_u<user>``), named only from
-validated integers (see ``Scope``); their ids come from the database-wide ``memory_handles`` table, so a
-handle names one memory and its owner. Shared tables hold the scope registry, profiles, the turns waiting
-for extraction and small state. Schema changes are named migrations (``migrations.py``); a memory table is
-upgraded when its scope is touched or by ``upgrade_stale`` in the background, never all at start-up.
+Memories live in one table per scope (``mem_u<user>``, ``mem_c<n|p><chat>_u<user>``, or ``mem_t<n>`` when
+the scope took a spare table, see ``spares``), named only from validated integers (see ``Scope``); their
+ids come from the database-wide ``memory_handles`` table, so a handle names one memory and its owner.
+Shared tables hold the scope registry, profiles, the turns waiting for extraction and small state. Schema
+changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
+by ``upgrade_stale`` in the background, never all at start-up.
 Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``.
 """
 
@@ -78,17 +79,18 @@ class SQLiteStore(Connection):
         if not statuses or not await self._readable(scope):
             return []
         values = sorted(s.value for s in statuses)
+        table = self.memory_table(scope)
         rows = await self._select(
-            f'SELECT {SELECT_MEMORY} FROM "{scope.table}" WHERE status IN ({_marks(values)}) ORDER BY id', values
+            f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status IN ({_marks(values)}) ORDER BY id', values
         )
         return [row_to_memory(row) for row in rows]
 
     async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
         if not ids or not await self._readable(scope):
             return []
-        rows = await self._select(
-            f'SELECT {SELECT_MEMORY} FROM "{scope.table}" WHERE id IN ({_marks(ids)}) ORDER BY id', tuple(ids)
-        )
+        table = self.memory_table(scope)
+        rows = await self._select(f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE id IN ({_marks(ids)}) ORDER BY id',
+                                  tuple(ids))
         return [row_to_memory(row) for row in rows]
 
     async def owner_of(self, handle: int) -> Scope | None:
@@ -116,7 +118,7 @@ class SQLiteStore(Connection):
             return []
         ids = await self._new_handles(conn, scope, len(drafts))
         rows = [memory_to_row(new_memory(draft, mid, now)) for draft, mid in zip(drafts, ids, strict=True)]
-        await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', rows)
+        await conn.executemany(f'INSERT INTO "{self.memory_table(scope)}" {INSERT_MEMORY}', rows)
         return ids
 
     async def _new_handles(self, conn: aiosqlite.Connection, scope: Scope, count: int) -> list[int]:
@@ -136,9 +138,9 @@ class SQLiteStore(Connection):
 
     async def _update(self, conn: aiosqlite.Connection, scope: Scope, memories: Sequence[Memory]) -> None:
         if memories:
-            await conn.executemany(
-                f'UPDATE "{scope.table}" SET {UPDATE_MEMORY} WHERE id = ?', [memory_update_params(m) for m in memories]
-            )
+            table = self.memory_table(scope)
+            await conn.executemany(f'UPDATE "{table}" SET {UPDATE_MEMORY} WHERE id = ?',
+                                   [memory_update_params(m) for m in memories])
 
     async def _tombstone(
         self, conn: aiosqlite.Connection, scope: Scope, ids: Sequence[int], now: datetime, reason: str
@@ -146,13 +148,14 @@ class SQLiteStore(Connection):
         """Forget: the text and keywords go at once; handle, time, reason and a one-way fingerprint stay."""
         if not ids:
             return 0
+        table = self.memory_table(scope)
         cursor = await conn.execute(
-            f'SELECT id, event FROM "{scope.table}" WHERE id IN ({_marks(ids)}) AND status != ?',
+            f'SELECT id, event FROM "{table}" WHERE id IN ({_marks(ids)}) AND status != ?',
             (*ids, Status.FORGOTTEN.value),
         )
         found = list(await cursor.fetchall())
         await conn.executemany(
-            f'UPDATE "{scope.table}" SET event = \'\', keywords = \'\', terms = \'\', status = ?, status_reason = ?, '
+            f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', status = ?, status_reason = ?, '
             "fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
             [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
         )
@@ -163,8 +166,9 @@ class SQLiteStore(Connection):
             return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
+            table = self.memory_table(scope)
             await conn.executemany(
-                f'UPDATE "{scope.table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?',
+                f'UPDATE "{table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?',
                 [(to_db(now), mid) for mid in ids],
             )
 
@@ -175,7 +179,7 @@ class SQLiteStore(Connection):
             await self.ensure_scope(scope, now)
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
         await self._select(
-            f'UPDATE "{scope.table}" SET last_accessed_at = ?, access_count = access_count + 1 '
+            f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
             f"WHERE id IN ({_marks(ids)})", (to_db(now), *ids),
         )
 
@@ -200,14 +204,15 @@ class SQLiteStore(Connection):
             else:
                 handles = await self._new_handles(conn, scope, len(memories))
                 memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
-            await conn.executemany(f'INSERT INTO "{scope.table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
+            table = self.memory_table(scope)
+            await conn.executemany(f'INSERT INTO "{table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
         return [m.id for m in memories]
 
     async def count_memories(self) -> int:
         total = 0
         async with self._tx(write=False) as conn:
             for key, version in sorted(self._versions.items()):
-                table = Scope.from_key(key).table
+                table = self._table_of(key)
                 # A table not upgraded yet has no status column; all of its rows are active.
                 where = " WHERE status = 'active'" if version >= migrations.LIFECYCLE_VERSION else ""
                 cursor = await conn.execute(f'SELECT count(*) FROM "{table}"{where}')
@@ -233,7 +238,7 @@ class SQLiteStore(Connection):
                 await self.ensure_scope(scope, now)  # an old table is upgraded first (a no-op when current)
             started = time.perf_counter()
             async with self._lock:
-                await self._script(decay_sql.slice_script(number, [(s.key, s.table) for s in part], now))
+                await self._script(decay_sql.slice_script(number, [(s.key, self.memory_table(s)) for s in part], now))
             took = time.perf_counter() - started
             number += 1
             size = max(1, min(MAX_DECAY_SLICE, int(len(part) * DECAY_SLICE_S / max(took, 1e-4))))
@@ -348,6 +353,7 @@ class SQLiteStore(Connection):
                 await self._move_scope(conn, old, Scope(old.user_id, new_chat_id), now)
                 await chatmove.move_meta(conn, moved_suffixes([old], old_chat_id, new_chat_id)[:1])
             self._versions.pop(old.key, None)
+            self._table_ids.pop(old.key, None)
         async with self._tx() as conn:
             await chatmove.move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
         return olds
@@ -355,8 +361,9 @@ class SQLiteStore(Connection):
     async def _move_scope(self, conn: aiosqlite.Connection, old: Scope, new: Scope, now: datetime) -> None:
         await self._ensure_scope(conn, old, now)  # both tables at the current version: the same columns
         await self._ensure_scope(conn, new, now)
-        await chatmove.move_scope(conn, old, new)
+        await chatmove.move_scope(conn, old, new, self.memory_table(old), self.memory_table(new))
         self._pending_versions.pop(old.key, None)
+        self._pending_table_ids.pop(old.key, None)
 
     async def snapshot(self, target: Path, *, standalone: bool = True) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions.

@@ -156,7 +156,7 @@ class VectorStore:
         try:
             async with self._store.transaction() as conn:
                 before = conn.total_changes
-                await conn.executemany(_UPSERT.format(table=scope.table), params)
+                await conn.executemany(_UPSERT.format(table=self._store.memory_table(scope)), params)
                 return conn.total_changes - before
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
@@ -180,7 +180,7 @@ class VectorStore:
         removed = 0
         # Only scopes holding vectors: they have a memory table (a scope never written has none).
         for key in await self._scope_keys(scope):
-            table = Scope.from_key(key).table
+            table = self._store.memory_table(Scope.from_key(key))
             try:
                 async with self._store.transaction() as conn:
                     cursor = await conn.execute(
