@@ -212,10 +212,11 @@ class MemoryEngine:
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
         earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
+        allowed: Collection[int] | None = None,
     ) -> list[Recalled]:
         """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
         lifts it (benchmarks), as ``min_importance=0`` lifts the floor, ``min_match=0`` the gate and
-        ``cooldown=None`` the cooldown.
+        ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
         join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
         words = self._query_words
@@ -232,6 +233,7 @@ class MemoryEngine:
             cooldown_turns=self.config.recall_cooldown_turns,
             turn=turn,
             cooldown=cooldown,
+            allowed=allowed,
         )
         ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
         return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
@@ -244,14 +246,14 @@ class MemoryEngine:
         allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
     ) -> MemoryContext:
         keywords = self._query_words(text)
+        standing = await self._cache.standing(scope, now)
+        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile);
+        # the gate then weighs the best few of those, as ``recall`` does everywhere (and as measured).
         recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords, limit=None,
-                              earlier=earlier, reply=reply)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
+                              earlier=earlier, reply=reply, allowed=standing.recallable)
             if allow_recall else []
         )
-        standing = await self._cache.standing(scope, now)
-        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile).
-        recalled = [r for r in recalled if r.memory.id in standing.recallable][: self.config.recall_max]
         if recalled:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)

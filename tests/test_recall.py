@@ -171,6 +171,19 @@ def test_limit(limit: int | None, count: int) -> None:
     assert found == [4, 3, 2, 1][:count]
 
 
+@pytest.mark.parametrize(("allowed", "limit", "expected"), [
+    (None, 2, [8, 7]),
+    ({2}, 2, [2]),  # the six better ones may not be recalled: they take no place in the gate's depth
+    ({2, 5, 7}, 2, [7, 5]),
+    ({2, 5, 7}, None, [7, 5, 2]),
+    (set(), 2, []),
+])
+def test_only_allowed_memories_are_gated(allowed: set[int] | None, limit: int | None, expected: list[int]) -> None:
+    index = ScopeIndex([mem(i, ["奶茶"], 60 + i) for i in range(1, 9)])
+    rules = RecallFilter(limit=limit, min_importance=0.0, min_match=0.0, allowed=allowed)
+    assert ids(index, ["奶茶"], rules) == expected
+
+
 def test_recall_filter_defaults() -> None:
     rules = RecallFilter()
     assert (rules.limit, rules.min_importance, rules.min_match, rules.cooldown_turns) == (2, 50.0, 0.45, 5)

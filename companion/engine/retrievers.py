@@ -237,7 +237,7 @@ class DenseRetriever:
         dense = [
             h for h in similar
             if h in found and found[h].is_active and found[h].importance >= rules.min_importance
-            and not found[h].is_expired(now) and not rules.cooling(h)
+            and not found[h].is_expired(now) and not rules.cooling(h) and rules.allows(h)
         ]
         if not dense:
             return list(lexical[: rules.limit])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -66,6 +66,12 @@ class RecallFilter:
     cooldown_turns: int = 5
     turn: int = 0
     cooldown: Mapping[int, int] | None = None
+    # Memories that may be recalled at all (the reply's tiers); None: every one. The others are passed
+    # over without taking a place in the gate's depth.
+    allowed: Collection[int] | None = None
+
+    def allows(self, memory_id: int) -> bool:
+        return self.allowed is None or memory_id in self.allowed
 
     def cooling(self, memory_id: int) -> bool:
         if not self.cooldown or self.cooldown_turns <= 0:
@@ -278,9 +284,13 @@ class ScopeIndex:
             rankings.append(self._adjusted(self._chars.search(query.units), now, factors))
         fused = fuse(rankings)
         results: list[Recalled] = []
-        for position, (mid, score) in enumerate(fused):
+        position = 0
+        for mid, score in fused:
+            if not rules.allows(mid):
+                continue
             if rules.limit is not None and (len(results) >= rules.limit or position >= GATE_DEPTH):
                 break
+            position += 1
             match = self._admitted(mid, query, now, rules)
             if match is not None:
                 results.append(Recalled(memory=self.memories[mid], score=score, match=match))
