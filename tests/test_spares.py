@@ -226,3 +226,29 @@ async def test_a_group_move_carries_a_member_whose_table_was_a_spare(store: SQLi
     assert taken not in table_names(db)  # the old table went with the move
     assert [m.event for m in await store.fetch_memories(new)] == ["群里说在学钢琴"]
     assert await store.fetch_memories(old) == []
+
+
+async def test_a_spare_made_meanwhile_by_another_process_is_not_made_twice(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = store.path
+    dave = Scope(404)
+    await store.apply_changes(ALICE, NOW, inserts=[draft("爱吃火锅")])
+    ready = await spares_ready(db)  # the store expects to make max(ready) + 1 next
+    clash = max(ready) + 1
+    conn = sqlite3.connect(db)  # another process makes that one first
+    conn.executescript(spares.make_script(clash))
+    conn.close()
+    await store.apply_changes(BOB, NOW, inserts=[draft("养了一只猫")])  # takes one; the refill clashes
+    for _ in range(200):
+        if "spare memory tables not made" in caplog.text:
+            break
+        await asyncio.sleep(0.01)
+    assert "spare memory tables not made" in caplog.text
+    await store.apply_changes(CAROL, NOW, inserts=[draft("在学钢琴")])
+    await store.apply_changes(dave, NOW, inserts=[draft("下周搬家")])  # the refill read the list afresh
+    await spares_ready(db, spares.SPARE_TABLES)
+    tables = [table(db, scope) for scope in (ALICE, BOB, CAROL, dave)]
+    assert len(set(tables)) == 4  # no two scopes share a table
+    for scope, event in ((BOB, "养了一只猫"), (CAROL, "在学钢琴"), (dave, "下周搬家")):
+        assert [m.event for m in await store.fetch_memories(scope)] == [event]

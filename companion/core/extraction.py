@@ -179,7 +179,9 @@ def dedupe_drafts(drafts: Sequence[MemoryDraft]) -> list[MemoryDraft]:
     by_key: dict[str, list[int]] = {}
     by_word: dict[str, list[int]] = {}
     for draft in drafts:
-        near = {*by_key.get(event_key(draft.event), ()), *(i for w in set(draft.keywords) for i in by_word.get(w, ()))}
+        # ``same_event`` needs the same text or two shared keywords: a draft sharing one word is no candidate.
+        shared = Counter(i for w in set(draft.keywords) for i in by_word.get(w, ()))
+        near = {*by_key.get(event_key(draft.event), ()), *(i for i, n in shared.items() if n >= 2)}
         twin = next((i for i in sorted(near)
                      if same_event(kept[i].event, kept[i].keywords, draft.event, draft.keywords)), None)
         if twin is None:

@@ -117,6 +117,7 @@ class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba ships no
         self.check_initialized()
         freq: _Frequencies = self.FREQ
         added = freq.added
+        added_heads = freq.added_prefixes
         starts = freq.starts
         size = len(sentence)
         dag = _Dag()
@@ -141,7 +142,7 @@ class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba ships no
                     end = k + length - 1
                     ends.append(end)
                     logs[k * size + end] = log(count)
-            if added:
+            if sentence[k] in added_heads:  # an added word starts here (the trie's ends are in order)
                 ends = self._added_ends(sentence, k, ends, logs)
             dag[k] = ends or [k]
         return dag
@@ -172,7 +173,12 @@ class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba ships no
         logtotal = log(self.total)
         for idx in range(size - 1, -1, -1):
             base = idx * size
-            route[idx] = max((logs.get(base + x, 0.0) - logtotal + route[x + 1][0], x) for x in dag[idx])
+            ends = dag[idx]
+            if len(ends) == 1:  # most positions: no generator and max() for one candidate
+                x = ends[0]
+                route[idx] = (logs.get(base + x, 0.0) - logtotal + route[x + 1][0], x)
+            else:
+                route[idx] = max((logs.get(base + x, 0.0) - logtotal + route[x + 1][0], x) for x in ends)
 
 
 class _Dag(dict[int, list[int]]):

@@ -58,7 +58,9 @@ class Connection:
         self._table_ids: dict[str, int] = {}
         self._pending_table_ids: dict[str, int] = {}
         self._spare_target = spare_tables
-        self._spares: list[int] = []  # spare table ids ready to take (refreshed by each refill)
+        self._spares: list[int] = []  # spare table ids ready to take
+        self._next_spare = 1
+        self._spares_unsure = True  # read the list afresh (and drop old spares) before the next refill
         self._spares_wanted = False  # a new scope arrived in the open transaction: refill after it commits
         self._refill: asyncio.Task[None] | None = None
         self._closing = False
@@ -108,7 +110,7 @@ class Connection:
                     self._versions[str(key)] = int(version)
                     if table_id is not None:
                         self._table_ids[str(key)] = int(table_id)
-                self._spares = await spares.listed(conn)
+                self._spares, self._next_spare = await spares.listed(conn)
         except sqlite3.DatabaseError as exc:
             raise storage_error(exc) from exc
 
@@ -234,6 +236,7 @@ class Connection:
         table_id = self._spares.pop(0) if self._spares else None
         if table_id is not None and not await spares.take(conn, table_id):
             table_id = None  # another process took it; the next refill reads the list afresh
+            self._spares_unsure = True
         cursor = await conn.execute(
             "INSERT OR IGNORE INTO scopes (key, user_id, chat_id, created_at, table_version, table_id) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -260,15 +263,18 @@ class Connection:
         """Make spare tables up to the target, one short transaction each, so a turn waits at most for
         one ``CREATE TABLE``. A failure costs only speed (new scopes create their own tables): one line."""
         try:
-            async with self._tx() as conn:
-                await spares.drop_stale(conn)
-                self._spares = await spares.listed(conn)
-            while len(self._spares) < self._spare_target and not self._closing:
+            if self._spares_unsure:  # once per process, and after a surprise: otherwise one trip per spare
                 async with self._tx() as conn:
-                    table_id = await spares.make(conn)
-                self._spares.append(table_id)
-                await asyncio.sleep(0)
+                    await spares.drop_stale(conn)
+                    self._spares, self._next_spare = await spares.listed(conn)
+                self._spares_unsure = False
+            while len(self._spares) < self._spare_target and not self._closing:
+                async with self._lock:
+                    await self._script(spares.make_script(self._next_spare))
+                self._spares.append(self._next_spare)
+                self._next_spare += 1
         except StorageError as exc:
+            self._spares_unsure = True
             log.warning("spare memory tables not made: %s", exc)
 
     def _bulk_stale(self, exclude: str | None = None) -> list[tuple[str, int]]:

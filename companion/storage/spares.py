@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import aiosqlite
 
-from companion.core.errors import StorageError
-from companion.storage.migrations import CURRENT_TABLE_VERSION, Migration, MigrationSet, create_memory_table, register
+from companion.storage.migrations import CURRENT_TABLE, CURRENT_TABLE_VERSION, Migration, MigrationSet, register
 
 SPARES = MigrationSet("spares", (
     # AUTOINCREMENT: an id handed out is never reused, so a new spare never takes a used table's name.
@@ -35,10 +34,21 @@ def table_name(key: str, table_id: int | None) -> str:
     return f"mem_{key}" if table_id is None else spare_name(table_id)
 
 
-async def listed(conn: aiosqlite.Connection) -> list[int]:
-    """Spares ready at the current version, oldest first."""
+async def listed(conn: aiosqlite.Connection) -> tuple[list[int], int]:
+    """Spares ready at the current version, oldest first, and the id the next one will have."""
     cursor = await conn.execute("SELECT id FROM spare_tables WHERE version = ? ORDER BY id", (CURRENT_TABLE_VERSION,))
-    return [int(row[0]) for row in await cursor.fetchall()]
+    ready = [int(row[0]) for row in await cursor.fetchall()]
+    cursor = await conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spare_tables'")
+    row = await cursor.fetchone()
+    return ready, max([int(row[0]) if row else 0, *ready]) + 1
+
+
+def make_script(table_id: int) -> str:
+    """One new spare as one script with its own transaction: one trip to the database thread, where the
+    ``CREATE TABLE`` (milliseconds at thousands of scopes) runs while the event loop does other work.
+    ``table_id`` is an integer the caller computed (``listed``): a literal, never input."""
+    return (f"BEGIN IMMEDIATE; INSERT INTO spare_tables (id, version) VALUES ({int(table_id)}, "
+            f"{CURRENT_TABLE_VERSION}); {CURRENT_TABLE.format(table=spare_name(table_id))}; COMMIT;")
 
 
 async def drop_stale(conn: aiosqlite.Connection) -> int:
@@ -49,16 +59,6 @@ async def drop_stale(conn: aiosqlite.Connection) -> int:
         await conn.execute(f'DROP TABLE IF EXISTS "{spare_name(table_id)}"')
         await conn.execute("DELETE FROM spare_tables WHERE id = ?", (table_id,))
     return len(stale)
-
-
-async def make(conn: aiosqlite.Connection) -> int:
-    """One new spare; returns its id."""
-    cursor = await conn.execute("INSERT INTO spare_tables (version) VALUES (?)", (CURRENT_TABLE_VERSION,))
-    table_id = cursor.lastrowid
-    if table_id is None:  # pragma: no cover - SQLite always reports the row an INSERT made
-        raise StorageError("spare table row without an id")
-    await create_memory_table(conn, spare_name(table_id))
-    return int(table_id)
 
 
 async def take(conn: aiosqlite.Connection, table_id: int) -> bool:
