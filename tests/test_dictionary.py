@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from importlib import resources
@@ -16,7 +17,9 @@ from hypothesis import strategies as st
 
 from bench import script_zh, synth
 from companion.recall import dictionary
+from companion.recall import keywords as keywords_module
 from companion.recall.dictionary import CompactTokenizer, build_dictionary, load_dictionary
+from companion.recall.keywords import KeywordExtractor
 
 ADDED = ("王同学", "种花", "花生酱过敏", "布丁", "DeepSeek")
 
@@ -124,3 +127,29 @@ def test_an_unwritable_cache_costs_only_a_warning(tmp_path: Path, caplog: pytest
     trie, _, total = load_dictionary(missing)
     assert len(trie) > 300_000 and total > 0
     assert "cannot cache the word dictionary" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def extractor() -> KeywordExtractor:
+    made = KeywordExtractor()
+    made.load()
+    return made
+
+
+_DATES = st.builds(lambda y, m, d, gap: f"{y}-{m}-{d}{gap}", st.integers(1000, 9999), st.integers(1, 12),
+                   st.integers(1, 31), st.sampled_from(["", " ", "  ", "\t", " \u3000", "\n"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_DATES, st.lists(st.one_of(_WORDS, _CHARS), max_size=20))
+def test_a_leading_date_is_skipped_without_changing_the_words(
+    extractor: KeywordExtractor, date: str, pieces: list[str]
+) -> None:
+    text = date + "".join(pieces)
+    shortcut = extractor.tokens(text)
+    kept = keywords_module._LEADING_DATE
+    keywords_module._LEADING_DATE = re.compile(r"(?!)")  # never matches: the whole text is cut
+    try:
+        assert shortcut == extractor.tokens(text)
+    finally:
+        keywords_module._LEADING_DATE = kept

@@ -9,10 +9,11 @@ it belongs in backups). ``tests/test_store_contract.py`` fails when ``Memory`` a
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -20,7 +21,6 @@ from companion.core.models import DynamicTrait, Memory, MemoryType, Origin, Prof
 from companion.core.rules import clamp_importance
 from companion.core.timeutil import from_db, to_db
 
-_STORED_UTC = "%Y-%m-%dT%H:%M:%SZ"  # ``timeutil.to_db``'s form
 STORED_LEN = len("2025-01-01T00:00:00Z")
 
 
@@ -54,13 +54,11 @@ def _load_time(value: Any) -> datetime:
     return from_db(text)
 
 
-def _dump_time(moment: datetime) -> str:
-    return moment.strftime(_STORED_UTC) if moment.tzinfo is UTC else to_db(moment)
 
 
 INT = Codec(int, int)
 TEXT = Codec(lambda v: v, str)  # None stays None, so NOT NULL still guards the column
-TIME = Codec(_dump_time, _load_time)
+TIME = Codec(to_db, _load_time)  # to_db remembers recent moments: a batch stamps rows alike
 OPT_TIME = _opt(TIME)
 OPT_INT = _opt(INT)
 BOOL = Codec(int, bool)
@@ -104,13 +102,18 @@ INSERT_MEMORY = f"({SELECT_MEMORY}) VALUES ({', '.join('?' for _ in MEMORY_COLUM
 UPDATE_MEMORY = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
 
 
-_DUMPS = tuple((name, codec.dump) for name, codec in MEMORY_CODECS.items())
+_DUMPS = tuple(codec.dump for codec in MEMORY_CODECS.values())
+_FIELDS = operator.attrgetter(*MEMORY_CODECS)
 _LOADS = tuple(codec.load for codec in MEMORY_CODECS.values())
 
 
 def memory_to_row(memory: Memory) -> tuple[object, ...]:
     """Values in ``MEMORY_COLUMNS`` order."""
-    return tuple(dump(getattr(memory, name)) for name, dump in _DUMPS)
+    return tuple(map(_call, _DUMPS, _FIELDS(memory)))
+
+
+def _call(dump: Callable[[Any], object], value: object) -> object:
+    return dump(value)
 
 
 def memory_update_params(memory: Memory) -> tuple[object, ...]:
