@@ -23,15 +23,16 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Only what every command needs is imported here; aiogram, openai, jieba and pandas take seconds to
 # import, so each command imports its own parts inside its function (``--help`` answers at once).
 from companion.core.errors import CompanionError, ConfigError
+from companion.ops.assembly import Services, admin_service, services
+from companion.ops.commands import OPERATOR_COMMANDS, Command
 from companion.ops.dblock import DatabaseInUseError
 
 if TYPE_CHECKING:
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
     from companion.config.settings import Settings
     from companion.core.models import Scope
     from companion.llm.client import LLMClient
-    from companion.ops.admin import AdminService
-    from companion.storage.sqlite import SQLiteStore
-    from memory import MemoryEngine
 
 log = logging.getLogger("bot")
 
@@ -55,54 +53,6 @@ PROJECT_DIR = Path(__file__).resolve().parent
 
 class StartupError(CompanionError):
     """The bot cannot start: Telegram or the LLM refused it or cannot be reached (exit code 2)."""
-
-
-def build_llm(settings: Settings) -> LLMClient:
-    from companion.llm.client import LLMClient
-
-    settings.require("llm_api_key")
-    assert settings.llm_api_key is not None
-    return LLMClient(
-        api_key=settings.llm_api_key.get_secret_value(), base_url=settings.llm_base_url,
-        model=settings.llm_model, timeout=settings.llm_timeout_seconds, max_retries=settings.llm_max_retries,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Services:
-    store: SQLiteStore
-    engine: MemoryEngine
-    llm: LLMClient | None
-
-
-@asynccontextmanager
-async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
-    """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
-    from companion.ops.admin import usage_sink
-    from companion.recall.keywords import KeywordExtractor
-    from companion.storage.sqlite import SQLiteStore
-    from companion.storage.usage import UsageLog
-    from memory import MemoryEngine
-
-    llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
-    keywords = KeywordExtractor()
-    if need_llm:
-        keywords.preload()  # the chat needs the dictionaries: load them while the database opens
-    try:
-        store = await SQLiteStore.open(settings.db_path)
-        try:
-            if llm is not None:
-                llm.usage_sink = usage_sink(UsageLog(store))  # every call's tokens and latency, one table
-            engine = await MemoryEngine.create(store, settings, keywords, llm)
-            try:
-                yield Services(store, engine, llm)
-            finally:
-                await engine.close()  # the dense retriever's backend and vector connection
-        finally:
-            await store.close()
-    finally:
-        if llm is not None:
-            await llm.close()
 
 
 @asynccontextmanager
@@ -128,14 +78,6 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
             await wind_down(chat, None, (), settings.stop_timeout_seconds)
 
 
-def admin_service(settings: Settings, parts: Services, chat: ChatService | None = None) -> AdminService:
-    from companion.ops.admin import AdminService
-    from companion.storage.usage import UsageLog
-
-    return AdminService(parts.engine, parts.store, UsageLog(parts.store), settings.tz,
-                        forget=chat.forget if chat is not None else None)
-
-
 def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[Bot, Dispatcher, MessageBuffer]:
     """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
     from aiogram import Bot, Dispatcher
@@ -153,7 +95,7 @@ def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[B
     session.middleware(RetryAfterMiddleware())
     bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            admin=admin_service(settings, parts, chat), groups=GroupSettings(parts.store),
+                            admin=admin_service(settings, parts, chat.forget), groups=GroupSettings(parts.store),
                             rooms=Rooms())
     dispatcher.include_router(build_router())
     return bot, dispatcher, buffer
@@ -290,154 +232,7 @@ def logs_to_file(path: Path) -> Iterator[None]:
         handler.close()
 
 
-def _progress(label: str) -> Callable[[int, int], None]:
-    def report(done: int, total: int) -> None:
-        if done == total or done % max(total // 20, 1) == 0:
-            print(f"\r{label}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
-
-    return report
-
-
-def require_database(settings: Settings) -> None:
-    """Commands that read or maintain the database never create one (an empty one would hide the mistake)."""
-    if not settings.db_path.is_file():
-        raise ConfigError(
-            f"no database at {settings.db_path}; check DATA_DIR (relative paths count from {PROJECT_DIR})"
-        )
-
-
-async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.core.timeutil import utcnow
-    from companion.ops.stoppable import stoppable_backup
-    from companion.storage.sqlite import SQLiteStore
-
-    require_database(settings)
-    storage = await SQLiteStore.open(settings.db_path)
-    try:
-        result = await stoppable_backup(
-            storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, _progress("backup")
-        )
-    finally:
-        await storage.close()
-    print(f"backup written to {result.folder}: {result.files} users, {result.rows} memories")
-    return 0
-
-
-async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.core.timeutil import utcnow
-    from companion.ops import dblock
-    from companion.ops.restore import restore
-
-    with dblock.hold(settings.db_path, "restore"):
-        result = await restore(
-            args.path, settings.db_path, utcnow(), force=args.force, progress=_progress("restore"),
-            keep=settings.restore_keep_copies,
-        )
-    kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
-    print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
-    if result.pruned:
-        names = ", ".join(p.name for p in result.pruned)
-        print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
-              f"{settings.restore_keep_copies}): {names}")
-    return 0
-
-
-async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.core.models import Scope
-    from companion.ops.table import memories_table
-    from companion.storage.sqlite import SQLiteStore
-
-    require_database(settings)
-    storage = await SQLiteStore.open(settings.db_path)
-    try:
-        memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
-    finally:
-        await storage.close()
-    print(memories_table(memories, settings.tz) if memories else f"no memories for user {args.user_id}")
-    return 0
-
-
-async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import dblock, jobs
-
-    require_database(settings)
-    with dblock.hold(settings.db_path, "decay"):
-        async with services(settings, need_llm=False) as parts:
-            report = await jobs.run_decay(parts.engine)
-    print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
-    return 0
-
-
-async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
-    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
-    from tqdm import tqdm
-
-    from companion.ops import dblock
-
-    if settings.embedding_backend is None:
-        raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
-                          "(or EMBEDDING_LOCAL_MODEL); see .env.example")
-    require_database(settings)
-    with dblock.hold(settings.db_path, "reindex"):
-        async with services(settings, need_llm=False) as parts:
-            dense = parts.engine.dense
-            if dense is None:
-                raise ConfigError("semantic recall could not start; see the log above")
-            with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
-                def progress(done: int, total: int) -> None:
-                    bar.total = total
-                    bar.update(done - bar.n)
-
-                written = await dense.reindex(force=args.force, progress=progress)
-    print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
-    return 0
-
-
-async def run_users(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli
-
-    require_database(settings)
-    async with services(settings, need_llm=False) as parts:
-        print(await admin_cli.users(admin_service(settings, parts), settings.tz))
-    return 0
-
-
-async def run_forget(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli, dblock
-
-    require_database(settings)
-    with dblock.hold(settings.db_path, "forget"):
-        async with services(settings, need_llm=False) as parts:
-            print(await admin_cli.forget(admin_service(settings, parts), args.user_id,
-                                         None if args.all else args.handle))
-    return 0
-
-
-async def run_export(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.core.timeutil import utcnow
-    from companion.ops import admin_cli
-
-    require_database(settings)
-    out = args.out or settings.backup_dir / f"export_{utcnow().astimezone(settings.tz):%Y%m%d_%H%M%S}.csv"
-    async with services(settings, need_llm=False) as parts:
-        print(await admin_cli.export(admin_service(settings, parts), out, args.user, args.keyword))
-    return 0
-
-
-async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli
-
-    require_database(settings)
-    async with services(settings, need_llm=False) as parts:
-        print(await admin_cli.stats(admin_service(settings, parts)))
-    return 0
-
-
-COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
-    "run": run_bot, "console": run_console_mode, "backup": run_backup, "restore": run_restore,
-    "memories": run_memories, "decay": run_decay, "users": run_users, "forget": run_forget,
-    "export": run_export, "stats": run_stats, "reindex": run_reindex,
-}
+COMMANDS: dict[str, Command] = {"run": run_bot, "console": run_console_mode, **OPERATOR_COMMANDS}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -11,8 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.chat.layout import history_excess
 from companion.chat.persona import render_reference, render_system_prompt, with_reference
-from companion.chat.pipeline import ChatConfig, ChatService, history_excess
+from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.llm.tools import Tool, ToolError, ToolFactory
 from memory import MemoryContext, MemoryEngine

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import bot
 from companion.config.settings import Settings
 from companion.core.errors import ConfigError
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.engine.retrievers import DenseRetriever, document
 from companion.llm.embeddings import EmbeddingError
+from companion.ops import commands
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
@@ -280,11 +280,12 @@ async def test_reindex_command(setup: Setup, capsys: pytest.CaptureFixture[str])
     await setup.engine.remember(ME, [dog(), interview()], NOW)
     await setup.engine.close()
     # Vectors of an earlier model are dropped; the current model's are rebuilt.
-    assert await bot.run_reindex(setup.settings, argparse.Namespace(force=True)) == 0
+    assert await commands.run_reindex(setup.settings, argparse.Namespace(force=True)) == 0
     out = capsys.readouterr()
     assert "2 vectors written" in out.out
     with pytest.raises(ConfigError, match="EMBEDDING_BASE_URL"):
-        await bot.run_reindex(make_settings(setup.settings.data_dir.parent / "other"), argparse.Namespace(force=False))
+        await commands.run_reindex(make_settings(setup.settings.data_dir.parent / "other"),
+                                   argparse.Namespace(force=False))
     setup.engine = await MemoryEngine.open(setup.settings, KEYWORDS)
 
 

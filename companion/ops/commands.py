@@ -1,0 +1,167 @@
+"""The operator commands of ``python bot.py`` that need nothing above the engine: backup, restore,
+memories, decay, reindex, users, forget, export, stats. ``bot.py`` parses the command line and adds the
+Telegram bot and the console. Heavy libraries are imported inside each command, so ``--help`` answers
+at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from companion.core.errors import ConfigError
+from companion.ops.assembly import admin_service, services
+
+if TYPE_CHECKING:
+    from companion.config.settings import Settings
+
+
+def require_database(settings: Settings) -> None:
+    """Commands that read or maintain the database never create one (an empty one would hide the mistake)."""
+    if not settings.db_path.is_file():
+        raise ConfigError(f"no database at {settings.db_path}; check DATA_DIR (relative paths count from the "
+                          "project folder)")
+
+
+def progress_line(label: str) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        if done == total or done % max(total // 20, 1) == 0:
+            print(f"\r{label}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+    return report
+
+
+async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.timeutil import utcnow
+    from companion.ops.stoppable import stoppable_backup
+    from companion.storage.sqlite import SQLiteStore
+
+    require_database(settings)
+    storage = await SQLiteStore.open(settings.db_path)
+    try:
+        result = await stoppable_backup(
+            storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress_line("backup")
+        )
+    finally:
+        await storage.close()
+    print(f"backup written to {result.folder}: {result.files} users, {result.rows} memories")
+    return 0
+
+
+async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.timeutil import utcnow
+    from companion.ops import dblock
+    from companion.ops.restore import restore
+
+    with dblock.hold(settings.db_path, "restore"):
+        result = await restore(
+            args.path, settings.db_path, utcnow(), force=args.force, progress=progress_line("restore"),
+            keep=settings.restore_keep_copies,
+        )
+    kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
+    print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
+    if result.pruned:
+        names = ", ".join(p.name for p in result.pruned)
+        print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
+              f"{settings.restore_keep_copies}): {names}")
+    return 0
+
+
+async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.models import Scope
+    from companion.ops.table import memories_table
+    from companion.storage.sqlite import SQLiteStore
+
+    require_database(settings)
+    storage = await SQLiteStore.open(settings.db_path)
+    try:
+        memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
+    finally:
+        await storage.close()
+    print(memories_table(memories, settings.tz) if memories else f"no memories for user {args.user_id}")
+    return 0
+
+
+async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import dblock, jobs
+
+    require_database(settings)
+    with dblock.hold(settings.db_path, "decay"):
+        async with services(settings, need_llm=False) as parts:
+            report = await jobs.run_decay(parts.engine)
+    print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
+    return 0
+
+
+async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
+    from tqdm import tqdm
+
+    from companion.ops import dblock
+
+    if settings.embedding_backend is None:
+        raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
+                          "(or EMBEDDING_LOCAL_MODEL); see .env.example")
+    require_database(settings)
+    with dblock.hold(settings.db_path, "reindex"):
+        async with services(settings, need_llm=False) as parts:
+            dense = parts.engine.dense
+            if dense is None:
+                raise ConfigError("semantic recall could not start; see the log above")
+            with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
+                def progress(done: int, total: int) -> None:
+                    bar.total = total
+                    bar.update(done - bar.n)
+
+                written = await dense.reindex(force=args.force, progress=progress)
+    print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
+    return 0
+
+
+async def run_users(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.users(admin_service(settings, parts), settings.tz))
+    return 0
+
+
+async def run_forget(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli, dblock
+
+    require_database(settings)
+    with dblock.hold(settings.db_path, "forget"):
+        async with services(settings, need_llm=False) as parts:
+            print(await admin_cli.forget(admin_service(settings, parts), args.user_id,
+                                         None if args.all else args.handle))
+    return 0
+
+
+async def run_export(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.timeutil import utcnow
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    out = args.out or settings.backup_dir / f"export_{utcnow().astimezone(settings.tz):%Y%m%d_%H%M%S}.csv"
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.export(admin_service(settings, parts), out, args.user, args.keyword))
+    return 0
+
+
+async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.ops import admin_cli
+
+    require_database(settings)
+    async with services(settings, need_llm=False) as parts:
+        print(await admin_cli.stats(admin_service(settings, parts)))
+    return 0
+
+
+Command = Callable[["Settings", argparse.Namespace], Coroutine[Any, Any, int]]
+OPERATOR_COMMANDS: dict[str, Command] = {
+    "backup": run_backup, "restore": run_restore, "memories": run_memories, "decay": run_decay,
+    "users": run_users, "forget": run_forget, "export": run_export, "stats": run_stats, "reindex": run_reindex,
+}
