@@ -319,8 +319,8 @@ async def _new_users(
     engine: MemoryEngine, store: SQLiteStore, rng: random.Random, *, first: int, pause: float
 ) -> dict[str, float]:
     """A new user's first memory while every other table exists: it takes a spare table (made in the
-    background after the last new user) when new users come ``pause`` seconds apart, and runs its own
-    ``CREATE TABLE`` when they come back to back faster than the spares refill (``pause=0``)."""
+    background after the last new user). Back to back (``pause=0``) each also waits for the spare being
+    made for the one before, or runs its own ``CREATE TABLE`` when the spares run out."""
     watch = Stopwatch()
     for n in range(NEW_USERS):
         await asyncio.sleep(pause)
@@ -406,7 +406,7 @@ def format_scale(report: dict[str, Any]) -> str:
             ("write (remember), typical user", report["write_typical"]),
             ("write (remember), big user", report["write_big"]),
             ("first write of a new user (takes a spare table)", report["write_new_user"]),
-            ("first write, new users back to back (own CREATE TABLE)", report["write_new_user_burst"]),
+            ("first write, new users back to back (behind the refill)", report["write_new_user_burst"]),
             ("turn while decay runs", decay["during"]["turn_ms"]),
             ("remember while decay runs", decay["during"]["remember_ms"]))
     for label, lat in rows:
