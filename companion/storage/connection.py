@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 ITER_CHUNK_SIZE = 64  # aiosqlite's default
-# The schema of 10,000 scopes takes ~10 MB of pages; SQLite scans it on every CREATE TABLE (a new user's
-# first write), and with the default 2 MB cache that scan reads from the OS each time (~8 ms instead of
-# ~2). The cache fills to its bound when the nightly backup reads every page: it counts in peak memory.
+# The schema of 10,000 scopes takes ~10 MB of pages; SQLite scans it on every CREATE TABLE (a spare table
+# being made, or a new user's first write when none is ready), and with the default 2 MB cache that scan
+# reads from the OS each time (~8 ms instead of ~2). The cache fills to its bound when the nightly backup
+# reads every page: it counts in peak memory.
 CACHE_KIB = 12 * 1024
 
 
@@ -260,8 +261,9 @@ class Connection:
             self._refill = asyncio.get_running_loop().create_task(self._fill_spares(), name="spare-tables")
 
     async def _fill_spares(self) -> None:
-        """Make spare tables up to the target, one short transaction each, so a turn waits at most for
-        one ``CREATE TABLE``. A failure costs only speed (new scopes create their own tables): one line."""
+        """Make spare tables up to the target, one short transaction (and one trip to the database
+        thread) each, so a turn waits at most for one ``CREATE TABLE``. A failure costs only speed (new
+        scopes create their own tables): one warning line, and the next refill reads the list afresh."""
         try:
             if self._spares_unsure:  # once per process, and after a surprise: otherwise one trip per spare
                 async with self._tx() as conn:

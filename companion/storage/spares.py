@@ -4,8 +4,8 @@ scope's first write takes one instead of running ``CREATE TABLE`` while its user
 Why: SQLite reads a new table's schema entry back by scanning the whole schema, ~1 ms per 1,000 scopes
 (2.5-4.7 ms of a new user's 6-8 ms first write at 10,000 users). A taken spare is named ``mem_t<id>``
 (validated integers only, like every memory table) and recorded on the scope's row (``scopes.table_id``);
-a scope without one has ``mem_<scope key>``. The statements here run inside the caller's transaction;
-``Connection`` decides when.
+a scope without one has ``mem_<scope key>``. The statements here run inside the caller's transaction,
+except ``make_script``, a transaction of its own; ``Connection`` decides when.
 """
 
 from __future__ import annotations
