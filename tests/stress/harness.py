@@ -26,6 +26,7 @@ from companion.ops.backup import IN_PROGRESS
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import Answer, request_text
 from tests.scripted import EXTRACT_MARK, PROFILE_MARK
+from tests.support import table_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "stress.json"
@@ -190,12 +191,13 @@ def integrity(db: Path) -> str:
 
 
 def memory_tables(db: Path) -> dict[str, list[str]]:
-    """Every memory table's live (non-tombstoned) events, by table name."""
+    """Every registered scope's live (non-tombstoned) events, by scope key (``u42``, ``cn100_u42``); the
+    table may be ``mem_<key>`` or a spare the scope took (``scopes.table_id``)."""
     conn = sqlite3.connect(db)
     try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'mem\\_%' "
-                                            "ESCAPE '\\'")]
-        return {name: [r[0] for r in conn.execute(f'SELECT event FROM "{name}" WHERE event != \'\'')] for name in names}
+        tables = {str(key): table_of(conn, str(key)) for (key,) in conn.execute("SELECT key FROM scopes")}
+        return {key: [r[0] for r in conn.execute(f'SELECT event FROM "{table}" WHERE event != \'\'')]
+                for key, table in tables.items() if table is not None}
     finally:
         conn.close()
 

@@ -38,7 +38,7 @@ MODES = ("extraction", "decay", "backup", "restore")
 def committed(db: Path) -> set[tuple[str, str]]:
     if not db.exists():
         return set()
-    return {(table, event) for table, events in memory_tables(db).items() for event in events}
+    return {(key, event) for key, events in memory_tables(db).items() for event in events}
 
 
 def half_done_restore(db: Path) -> list[str]:

@@ -69,8 +69,8 @@ async def test_many_users_every_message_answered_once_in_own_scope(tmp_path: Pat
     doubled = sum(len(tg.answers[uid]) > messages + 1 for uid in ids)
     failed = sum(text in FAILURES for uid in ids for _, text in tg.answers[uid][1:])
     tables = memory_tables(db_path(tmp_path))
-    stray = [(table, event) for table, events in tables.items() for event in events
-             for uid, _ in TAG.findall(event) if table != f"mem_u{uid}"]
+    stray = [(key, event) for key, events in tables.items() for event in events
+             for uid, _ in TAG.findall(event) if key != f"u{uid}"]
     stored = sum(len(events) for events in tables.values())
     # A stop abandons extractions still waiting after STOP_TIMEOUT_SECONDS: their turns stay queued.
     kept = {f"{u}-{n}" for events in tables.values() for e in events for u, n in TAG.findall(e)}

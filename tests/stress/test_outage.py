@@ -52,18 +52,21 @@ class FlakyLLM(FakeLLM):
     def __init__(self) -> None:
         super().__init__()
         self.down = False
-        self.attempts: list[tuple[float, str, str]] = []  # (time, request digest, fault or "ok")
+        # (time, request digest, fault or "ok", the SDK's count of this request's retries so far)
+        self.attempts: list[tuple[float, str, str, int | None]] = []
         self._next = 0
 
     async def _completions(self, request: web.Request) -> web.Response:
         raw = await request.read()
         digest = hashlib.sha1(raw).hexdigest()
+        retry = request.headers.get("x-stainless-retry-count")
+        retries = int(retry) if retry is not None and retry.isdigit() else None
         if not self.down:
-            self.attempts.append((time.monotonic(), digest, "ok"))
+            self.attempts.append((time.monotonic(), digest, "ok", retries))
             return await super()._completions(request)
         fault = FAULTS[self._next % len(FAULTS)]
         self._next += 1
-        self.attempts.append((time.monotonic(), digest, fault))
+        self.attempts.append((time.monotonic(), digest, fault, retries))
         body: dict[str, Any] = json.loads(raw)
         if fault == "500":
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=500)
@@ -82,18 +85,20 @@ class FlakyLLM(FakeLLM):
         })
 
 
-def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
-    """Attempts with the same request body less than ``CALL_GAP_S`` apart are one call and its retries (the
-    SDK waits at most about a second here: Retry-After 1, or 0.5-1 s of backoff, after a 1 s timeout); the
-    same turns extracted again later are a new call."""
-    by_body: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for at, digest, fault in attempts:
-        by_body[digest].append((at, fault))
-    calls: list[list[tuple[float, str]]] = []
+def retry_report(attempts: list[tuple[float, str, str, int | None]]) -> dict[str, Any]:
+    """Attempts grouped into calls by the SDK's own count of a request's retries (its
+    ``x-stainless-retry-count`` header, 0 on a call's first attempt): the same queued turns extracted
+    again, or a profile asked for again, send the same body as a new call, however soon. Without the header,
+    attempts with the same body less than ``CALL_GAP_S`` apart count as one call (the SDK waits at most
+    about a second here: Retry-After 1, or 0.5-1 s of backoff, after a 1 s timeout)."""
+    by_body: dict[str, list[tuple[float, str, int | None]]] = defaultdict(list)
+    for at, digest, fault, retries in attempts:
+        by_body[digest].append((at, fault, retries))
+    calls: list[list[tuple[float, str, int | None]]] = []
     for series in by_body.values():
         current = [series[0]]
         for prev, item in itertools.pairwise(series):
-            if item[0] - prev[0] > CALL_GAP_S:
+            if item[2] == 0 if item[2] is not None else item[0] - prev[0] > CALL_GAP_S:
                 calls.append(current)
                 current = []
             current.append(item)
@@ -108,7 +113,7 @@ def retry_report(attempts: list[tuple[float, str, str]]) -> dict[str, Any]:
         "retry_gap_s": {"min": round(min((g for g, _ in gaps), default=0), 2),
                         "max": round(max((g for g, _ in gaps), default=0), 2)},
         "retried_before_retry_after": early_after_429, "retried_without_backoff": too_fast,
-        "over_limit_examples": [[(round(at - c[0][0], 2), fault) for at, fault in c] for c in over[:3]],
+        "over_limit_examples": [[(round(at - c[0][0], 2), fault, n) for at, fault, n in c] for c in over[:3]],
     }
 
 
@@ -162,8 +167,8 @@ async def test_llm_outage_every_message_answered_nothing_lost(tmp_path: Path) ->
     unanswered = sum(max(sent[uid] - counts[uid], 0) for uid in ids)
     doubled = sum(max(counts[uid] - sent[uid], 0) for uid in ids)
     unfriendly = [t for t in outage_answers if not t.strip() or "Error" in t or "Traceback" in t]
-    stored = Counter(f"{u}-{m}" for table, events in memory_tables(db_path(tmp_path)).items()
-                     for event in events for u, m in TAG.findall(event) if table == f"mem_u{u}")
+    stored = Counter(f"{u}-{m}" for key, events in memory_tables(db_path(tmp_path)).items()
+                     for event in events for u, m in TAG.findall(event) if key == f"u{u}")
     with sqlite3.connect(db_path(tmp_path)) as conn:
         waiting = " ".join(r[0] for r in conn.execute("SELECT user_text FROM pending_turns"))
     queued = {f"{u}-{m}" for u, m in TAG.findall(waiting)}
@@ -173,7 +178,7 @@ async def test_llm_outage_every_message_answered_nothing_lost(tmp_path: Path) ->
         "users": users, "outage_s": outage_s, "messages": len(said), "unanswered": unanswered,
         "extra_answers": doubled, "unfriendly_answers": len(unfriendly),
         "apology_answers_during_outage": sum(t == texts.LLM_DOWN for t in outage_answers),
-        "faults_served": dict(Counter(f for _, _, f in llm.attempts)), **retry_report(llm.attempts),
+        "faults_served": dict(Counter(f for _, _, f, _ in llm.attempts)), **retry_report(llm.attempts),
         "memories_expected": len(said), "memories_lost": len(lost),
         "turns_still_queued": len(queued), "memories_duplicated": len(duplicated),
         "integrity_check": integrity(db_path(tmp_path)), "exit_code": code,
