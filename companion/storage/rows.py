@@ -54,8 +54,6 @@ def _load_time(value: Any) -> datetime:
     return from_db(text)
 
 
-
-
 INT = Codec(int, int)
 TEXT = Codec(lambda v: v, str)  # None stays None, so NOT NULL still guards the column
 TIME = Codec(to_db, _load_time)  # to_db remembers recent moments: a batch stamps rows alike
