@@ -46,7 +46,7 @@ from companion.engine.types import (
     Standing,
 )
 from companion.engine.upkeep import Upkeep
-from companion.engine.writer import MemoryWriter
+from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.recall.index import RecallFilter, mentions
 from companion.recall.keywords import KeywordExtractor
@@ -60,6 +60,7 @@ __all__ = [
     "Consolidation",
     "DecayReport",
     "EngineConfig",
+    "Forgetting",
     "MemoryContext",
     "MemoryEngine",
     "MemoryStats",
@@ -199,6 +200,13 @@ class MemoryEngine:
         context). The text goes at once, everywhere: table, index, profile, vectors, short-term memory
         and the queued turns that told it (so a later extraction cannot bring it back); a content-free
         tombstone stays."""
+        return (await self._writer.forget(scope, ids, reason)).memories
+
+    async def forget_told(
+        self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
+    ) -> Forgetting:
+        """``forget_memories``, also returning the keys of the turns the memories came from (dropped from
+        the queue and the persisted short-term context), so the chat layer drops them from its own."""
         return await self._writer.forget(scope, ids, reason)
 
     async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
@@ -281,20 +289,31 @@ class MemoryEngine:
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
         """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
         async with self.lock(scope):
-            turns = await self._store.pending_turns(scope, self.config.extract_max_turns)
+            queued = await self._store.pending_turns(scope, self.config.extract_max_turns)
+            turns = await self._unforgotten(scope, queued)
             if not turns:
                 return Consolidation(0, 0, 0)
             known = await related(self._store, scope, await self.recall(
                 scope, " ".join(t.user for t in turns), utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None))
             drafts, today_events = await self._learner.extract(turns, known, now)
+            batch = [t.key for t in turns if t.key]
             for event in today_events:
-                await self._short.add_event(scope, event, turns[-1].at)
+                await self._short.add_event(scope, event, turns[-1].at, batch)
             plan = await self._writer.absorb(scope, turns, drafts, now)
         await self.set_note(scope, LAST_EXTRACTION, to_db(now))
         await self._writer.embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))
         return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
+
+    async def _unforgotten(self, scope: Scope, turns: list[Turn]) -> list[Turn]:
+        """The queued turns but any a forgotten memory came from (queued after the forget: a tool's save
+        and forget in one reply), which leave the queue unread."""
+        told = await self._store.forgotten_turns(scope, [t.key for t in turns if t.key])
+        if not told:
+            return turns
+        await self._store.drop_turns(scope, [t.id for t in turns if t.key in told and t.id is not None])
+        return [t for t in turns if t.key not in told]
 
     # ---- profile ---------------------------------------------------------------------------------
 
@@ -316,7 +335,7 @@ class MemoryEngine:
 
     async def save_explicit(
         self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
-        source_chat_id: int | None = None, source_message_id: int | None = None,
+        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
     ) -> Memory:
         """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
         core preference long-term, important information medium-term, the rest short-term). Works
@@ -324,6 +343,7 @@ class MemoryEngine:
         draft = await self._learner.judge(text, now)
         draft.origin, draft.source_at = origin, now
         draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
+        draft.source_turns = tuple(source_turns)
         return await self.save_draft(scope, draft, now)
 
     async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
@@ -407,14 +427,19 @@ class MemoryEngine:
         draft = await self._learner.summary(turns, now)
         if draft is None:
             return None
+        draft.source_turns = tuple(t.key for t in turns if t.key)
+        if await self._store.forgotten_turns(scope, draft.source_turns):
+            return None  # something it sums up was forgotten while the model wrote it
         [handle, *_] = await self.remember(scope, [draft], now)
         return await self.get(scope, handle)
 
     # ---- short-term memory: kept in the database, so a restart forgets nothing -------------------
 
-    async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
-        """Keep a finished exchange as short-term memory (the newest 200 stay)."""
-        await self._short.record_turn(scope, user, reply, at, recalled=recalled)
+    async def record_turn(
+        self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool, key: str | None = None
+    ) -> None:
+        """Keep a finished exchange as short-term memory (the newest 200 stay); ``key``: the turn's key."""
+        await self._short.record_turn(scope, user, reply, at, recalled=recalled, key=key)
 
     async def recent_turns(self, scope: Scope, limit: int) -> list[ShortItem]:
         return await self._short.turns(scope, limit)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from datetime import datetime, time, tzinfo
 from typing import Annotated, Any
 
@@ -46,6 +47,10 @@ FORGET_CANDIDATES = 5
 LIST_LIMIT = 20
 BOUNDS = ResultBounds(max_items=LIST_LIMIT, max_string=200, max_chars=3000)
 NOT_FOUND = "no memory with handle {handle} among this user's memories"
+# The key of the turn being answered (``Turn.key``), set by the pipeline around the reply's tool loop: a
+# memory the model saves in its own words still knows the turn that told it, so forgetting it drops that
+# turn from the queue and the short-term context.
+SOURCE_TURN: ContextVar[str | None] = ContextVar("source_turn", default=None)
 
 
 def view(memory: Memory, tz: tzinfo) -> dict[str, Any]:
@@ -86,8 +91,10 @@ def memory_tools(
                 importance: 0-100; health and safety >= 80, passing moods < 30.
             """
             now = clock()
+            told = SOURCE_TURN.get()
             draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
-                                validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now)
+                                validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,
+                                source_turns=(told,) if told else ())
             memory = await engine.save_draft(scope, draft, now)
             return {"saved": view(memory, tz)}
 

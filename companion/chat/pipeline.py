@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
 from companion.chat.group import GroupTurn
 from companion.chat.layout import history_excess, reply_messages
+from companion.chat.memory_tools import SOURCE_TURN
 from companion.chat.persona import render_reference
 from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
@@ -74,9 +76,23 @@ class ChatConfig:
         )
 
 
+class Told(NamedTuple):
+    """One turn of the in-process short-term context, with its key (``Turn.key``) so forgetting what it
+    told drops it whatever its words."""
+
+    user: str
+    reply: str | None
+    key: str | None = None
+
+
+def new_turn_key() -> str:
+    """Random and content-free: it names a turn in the queue, the short-term context and provenance."""
+    return secrets.token_hex(8)
+
+
 @dataclass(slots=True)
 class Session:
-    history: deque[tuple[str, str | None]]
+    history: deque[Told]
     extract_at: int
     turn: int = 0
     since_extraction: int = 0
@@ -90,6 +106,10 @@ class Session:
     message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered
     summarised_turn: int = 0
     restored: bool = False  # the persisted short-term turns were loaded into ``history``
+    answering: str | None = None  # the key of the turn being answered
+    # Keys of turns forgotten while they were being answered (a tool's save and forget in one reply, or
+    # "forget everything" pressed meanwhile): they are neither kept nor queued when the answer comes.
+    dropped: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +208,16 @@ class ChatService:
         async with session.lock:
             await self._restore_context(scope, session)
             session.message = (chat_id, message_id)
-            steered = await self._steer(scope, session, text) if remember else None
-            if steered is not None:
-                return steered
-            # Review lists are private matters: raised in private chats only.
-            opening = await self._opening(scope, session) if group is None else None
-            answer = await self._reply(scope, session, text, group)
+            session.answering = new_turn_key()
+            try:
+                steered = await self._steer(scope, session, text) if remember else None
+                if steered is not None:
+                    return steered
+                # Review lists are private matters: raised in private chats only.
+                opening = await self._opening(scope, session) if group is None else None
+                answer = await self._reply(scope, session, text, group)
+            finally:
+                session.answering = None
         if remember:
             self._schedule_summary(scope, session)
         text = texts.plain(answer.text)
@@ -210,22 +234,23 @@ class ChatService:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
             return
         if not session.history:
-            session.history.extend((item.user, item.reply) for item in kept)
+            session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None) for item in kept)
             session.summarised_turn = len(session.history)
 
     async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
-        previous = session.history[-1][0] if session.history else None
+        previous = session.history[-1] if session.history else None
         chat_id, message_id = session.message
+        told = [key for key in (previous.key if previous else None, session.answering) if key]
         try:
-            outcome = await steer(self.engine, scope, session.steer, text, previous, self.clock(),
-                                  chat_id=chat_id, message_id=message_id)
+            outcome = await steer(self.engine, scope, session.steer, text, previous.user if previous else None,
+                                  self.clock(), chat_id=chat_id, message_id=message_id, turns=told)
         except StorageError as exc:
             log.warning("memory unavailable for %s while steering: %s", scope.key, exc)
             return Reply(texts.SAVE_FAILED, ok=False)
         if outcome is None:
             return None
         if outcome.saved is not None:
-            self._record(session, text, outcome.text)
+            self._record(session, text, outcome.text, session.answering)
         return Reply(outcome.text, ok=True, saved=outcome.saved, to_forget=outcome.to_forget)
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
@@ -245,14 +270,29 @@ class ChatService:
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None) -> int:
         """Forget (all when ``ids`` is None); the turns that told it leave the short-term context too,
-        so the next reply call no longer carries it."""
-        gone = await self.engine.forget_memories(scope, ids)
+        so the next reply call (and a conversation summary) no longer carries it. Everything forgotten
+        takes the whole context, and the turn being answered, with it."""
+        done = await self.engine.forget_told(scope, ids)
         session = self._sessions.get(scope)
-        if session is not None and gone:
-            kept = scrub(list(session.history), gone)  # the engine scrubbed the persisted copy already
+        if session is None:
+            return len(done.memories)
+        # The engine dropped the persisted copies already (queue and short-term, in its transaction).
+        if ids is None:
+            session.history.clear()
+            session.summarised_turn = 0
+            if session.answering is not None:
+                session.dropped.add(session.answering)
+            idle = self._idle.pop(scope, None)
+            if idle is not None:
+                idle.cancel()
+        elif done.memories or done.turn_keys:
+            if session.answering in done.turn_keys:
+                session.dropped.add(session.answering)
+            kept = [t for t in scrub(list(session.history), done.memories) if t.key not in done.turn_keys]
+            session.summarised_turn = min(session.summarised_turn, len(kept))
             session.history.clear()
             session.history.extend(kept)
-        return len(gone)
+        return len(done.memories)
 
     def begin_edit(self, scope: Scope, handle: int) -> None:
         """The user's next message becomes the new text of this memory."""
@@ -285,7 +325,8 @@ class ChatService:
         task.add_done_callback(lambda t: self._idle.pop(scope, None) if self._idle.get(scope) is t else None)
 
     async def _summarise(self, scope: Scope, session: Session) -> Memory | None:
-        turns = [Turn(user=u, reply=r, at=self.clock()) for u, r in list(session.history)[session.summarised_turn:]]
+        turns = [Turn(user=t.user, reply=t.reply, at=self.clock(), key=t.key)
+                 for t in list(session.history)[session.summarised_turn:]]
         if len(turns) < SUMMARY_MIN_TURNS:
             return None
         session.summarised_turn = len(session.history)
@@ -303,8 +344,8 @@ class ChatService:
             context = await (group.context(self.engine, scope, text, now) if group is not None else
                              self.engine.build_context(
                                  scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
-                                 earlier=[user for user, _ in session.history],
-                                 reply=session.history[-1][1] if session.history else None,
+                                 earlier=[t.user for t in session.history],
+                                 reply=session.history[-1].reply if session.history else None,
                              ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
@@ -318,9 +359,12 @@ class ChatService:
         reference = render_reference(context, now, self.config.tz)
         if group is not None:
             reference = group.within(reference)
-        messages = reply_messages(session.history, text, reference, with_tools=bool(toolset))
+        messages = reply_messages([(t.user, t.reply) for t in session.history], text, reference,
+                                  with_tools=bool(toolset))
         answer: str | None
         tool_calls = 0
+        key = session.answering
+        told = SOURCE_TURN.set(key)  # a memory a tool saves knows this turn told it
         try:
             result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
                                          limits=self.config.tool_limits)
@@ -328,13 +372,18 @@ class ChatService:
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
-        self._record(session, text, answer)
+        finally:
+            SOURCE_TURN.reset(told)
+        keep = key is None or key not in session.dropped
+        session.dropped.discard(key or "")
+        if keep:
+            self._record(session, text, answer, key)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         try:
-            if group is None or group.remember:
-                await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids))
+            if keep and (group is None or group.remember):
+                await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids), key=key)
                 await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
-                                                      message_id=session.message[1]))
+                                                      message_id=session.message[1], key=key))
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
         except StorageError as exc:
             log.warning("could not record the turn for %s: %s", scope.key, exc)
@@ -345,9 +394,9 @@ class ChatService:
             self._after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
 
-    def _record(self, session: Session, text: str, answer: str | None) -> None:
+    def _record(self, session: Session, text: str, answer: str | None, key: str | None = None) -> None:
         """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
-        session.history.append((text, answer))
+        session.history.append(Told(text, answer, key))
         excess = history_excess(len(session.history), self.config.history_turns)
         for _ in range(excess):
             session.history.popleft()

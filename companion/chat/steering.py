@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from companion.chat import texts
 from companion.chat.intents import Kind, read_intent, read_review_answer
@@ -20,6 +21,7 @@ from companion.core.models import Memory, Scope
 from memory import MemoryEngine
 
 FORGET_MATCHES = 5
+H = TypeVar("H", bound=tuple[Any, ...])
 
 
 @dataclass(slots=True)
@@ -40,9 +42,10 @@ class Outcome:
 
 async def steer(
     engine: MemoryEngine, scope: Scope, state: SteeringState, text: str, previous: str | None, now: datetime,
-    *, chat_id: int | None = None, message_id: int | None = None,
+    *, chat_id: int | None = None, message_id: int | None = None, turns: Sequence[str] = (),
 ) -> Outcome | None:
-    """Handle the message if it steers memory; None means it is ordinary talk."""
+    """Handle the message if it steers memory; None means it is ordinary talk. ``turns``: the keys of the
+    previous turn and this one, which a save came from."""
     if state.editing is not None:
         handle, state.editing = state.editing, None
         try:
@@ -72,7 +75,8 @@ async def steer(
             return Outcome(texts.nothing_found(intent.text))
         return Outcome(texts.confirm_forget(found), to_forget=tuple(found))
     memory = await engine.save_explicit(scope, intent_text, now, source_chat_id=chat_id,
-                                        source_message_id=message_id)
+                                        source_message_id=message_id,
+                                        source_turns=turns if intent.kind is Kind.SAVE_PREVIOUS else turns[-1:])
     return Outcome(texts.receipt(memory), saved=memory)
 
 
@@ -97,6 +101,7 @@ async def opening_reviews(engine: MemoryEngine, scope: Scope, state: SteeringSta
     return texts.pending_reviews(state.review)
 
 
-def scrub(history: Sequence[tuple[str, str | None]], forgotten: Sequence[Memory]) -> list[tuple[str, str | None]]:
-    """Short-term context without the turns that told what was just forgotten."""
-    return [(u, r) for u, r in history if not any(tells(u, m) or (r and tells(r, m)) for m in forgotten)]
+def scrub(history: Sequence[H], forgotten: Sequence[Memory]) -> list[H]:
+    """Short-term context (turns whose first two items are the user's words and the reply) without the
+    turns whose words tell what was just forgotten."""
+    return [t for t in history if not any(tells(t[0], m) or (t[1] and tells(t[1], m)) for m in forgotten)]

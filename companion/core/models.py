@@ -132,6 +132,9 @@ class MemoryDraft:
     source_message_id: int | None = None
     source_at: datetime | None = None
     supersedes: int | None = None  # the handle of the memory this new information replaces
+    # Keys of the conversation turns that told it (``Turn.key``): forgetting it drops exactly those turns
+    # from the extraction queue and the short-term context, whatever their words.
+    source_turns: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -194,6 +197,9 @@ class Turn:
     id: int | None = None
     chat_id: int | None = None
     message_id: int | None = None
+    # The turn's key: random, content-free, the same in the queue, the short-term context and the
+    # provenance of every memory it told (``MemoryDraft.source_turns``). None: a turn without one.
+    key: str | None = None
 
 
 @dataclass(slots=True)
@@ -224,3 +230,6 @@ class ShortItem:
     reply: str | None
     at: datetime
     recalled: bool = False
+    # The keys of the turns it holds or came from (``Turn.key``): a turn's own, or for an event every
+    # turn of the extraction batch that told it.
+    keys: tuple[str, ...] = ()

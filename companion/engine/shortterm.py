@@ -16,6 +16,7 @@ from companion.storage.base import MemoryStore
 SHORT_TURNS_KEPT = 200
 TODAY_EVENTS_KEPT = 30
 EVENT_CACHE_SCOPES = 4096
+QUEUE_SCANNED = 10_000
 
 
 class ShortTermBook:
@@ -25,12 +26,16 @@ class ShortTermBook:
         # Each reply reads today's events: kept per scope (least recently used out), changed only here.
         self._events: OrderedDict[Scope, list[ShortItem]] = OrderedDict()
 
-    async def record_turn(self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool) -> None:
-        await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled)
+    async def record_turn(
+        self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool, key: str | None = None
+    ) -> None:
+        await self._store.add_short(scope, ShortKind.TURN, user, reply, at, keep=SHORT_TURNS_KEPT, recalled=recalled,
+                                    keys=() if key is None else (key,))
 
-    async def add_event(self, scope: Scope, event: str, at: datetime) -> None:
+    async def add_event(self, scope: Scope, event: str, at: datetime, keys: Sequence[str] = ()) -> None:
+        """``keys``: the turns that told it (an extraction batch's), so forgetting what they told drops it."""
         self._events.pop(scope, None)
-        await self._store.add_short(scope, ShortKind.EVENT, event, None, at, keep=TODAY_EVENTS_KEPT)
+        await self._store.add_short(scope, ShortKind.EVENT, event, None, at, keep=TODAY_EVENTS_KEPT, keys=keys)
 
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
@@ -64,15 +69,15 @@ class ShortTermBook:
     def drop_cached(self, scope: Scope) -> None:
         self._events.pop(scope, None)
 
-    async def drop_telling(self, scope: Scope, forgotten: Sequence[Memory]) -> None:
-        """Drop the kept turns and events that told what was just forgotten, and the turns still queued
-        for extraction that told it (so a later extraction cannot bring it back)."""
+    async def telling(self, scope: Scope, forgotten: Sequence[Memory]) -> tuple[list[int], list[int]]:
+        """The kept items and the queued turns whose words tell what is about to be forgotten: (short-term
+        item ids, queued turn ids). The turns a memory came from go by their keys, whatever the words
+        (``MemoryStore.forget_everywhere``); this adds retellings of memories without provenance."""
+        if not forgotten:
+            return [], []
         kept = [*await self.turns(scope), *await self.events(scope)]
-        telling = [item.id for item in kept
-                   if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)]
-        if telling:
-            self._events.pop(scope, None)
-            await self._store.drop_short(scope, telling)
-        queued = await self._store.pending_turns(scope, 10_000)
-        await self._store.drop_turns(scope, [t.id for t in queued
-                                             if t.id is not None and any(tells(t.user, m) for m in forgotten)])
+        short = [item.id for item in kept
+                 if any(tells(item.user, m) or (item.reply and tells(item.reply, m)) for m in forgotten)]
+        queued = [t.id for t in await self._store.pending_turns(scope, QUEUE_SCANNED)
+                  if t.id is not None and any(tells(t.user, m) for m in forgotten)]
+        return short, queued

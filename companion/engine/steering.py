@@ -142,7 +142,7 @@ class Curator:
             return await self.archive(scope, handle, now)
         if action is tiers.Action.FORGET:
             memory = await self.get(scope, handle)  # owner check before anything changes
-            gone = await self._writer.forget(scope, [handle], "user")
+            gone = (await self._writer.forget(scope, [handle], "user")).memories
             return gone[0] if gone else memory
         return await self.keep(scope, handle, now)
 

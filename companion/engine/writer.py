@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from companion.core import tiers
@@ -26,6 +26,14 @@ from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS, MemoryStore
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Forgetting:
+    """What one forget took: the memories as they were, and the keys of the turns they came from."""
+
+    memories: list[Memory]
+    turn_keys: frozenset[str]
 
 MAX_TERMS = 64
 
@@ -62,7 +70,8 @@ class MemoryWriter:
         prepared = [self.prepare(d) for d in drafts]
         async with self.lock(scope):
             plan, active = await self._plan(scope, prepared, now)
-            ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates)
+            ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates,
+                                                  sources=_sources(prepared))
             evicted = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
@@ -79,7 +88,8 @@ class MemoryWriter:
         prepared = [self.prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
         plan, active = await self._plan(scope, prepared, now)
         up_to = max(t.id or 0 for t in turns)
-        ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates)
+        ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates,
+                                              sources=[t.key for t in turns if t.key])
         evicted = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
@@ -157,23 +167,30 @@ class MemoryWriter:
         await self.embed(scope, memory.updated_at)  # an edit changes what the vector must say
         return memory
 
-    async def forget(self, scope: Scope, ids: Iterable[int] | None, reason: str) -> list[Memory]:
-        """Forget and return what was forgotten (as it was, so the chat layer can scrub its short-term
-        context). The text goes at once, everywhere: table, index, profile, short-term memory and the
-        queued turns that told it; a content-free tombstone stays."""
+    async def forget(self, scope: Scope, ids: Iterable[int] | None, reason: str) -> Forgetting:
+        """Forget and return what was forgotten (as it was) and the keys of the turns it came from, so
+        the chat layer can scrub its in-process context. The text goes at once, everywhere, in one store
+        transaction: table (a content-free tombstone stays), profile, the short-term items and queued
+        turns it came from or that tell it; with ``ids=None`` every queued turn and short-term item of
+        the scope too. Then the index, the cached profile and the vectors."""
         wanted_ids = None if ids is None else set(ids)
         async with self.lock(scope):
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
             wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids]
-            await self._store.apply_changes(scope, utcnow(), forget=[m.id for m in wanted], reason=reason)
-            if wanted:
-                # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
-                await self._store.delete_profile(scope)
-                if reason == "user":
-                    await self._short.drop_telling(scope, wanted)
+            keys: set[str] = set()
+            if wanted or wanted_ids is None:
+                short, queued = await self._short.telling(scope, wanted) if wanted_ids is not None else ([], [])
+                keys = await self._store.forget_everywhere(
+                    scope, None if wanted_ids is None else [m.id for m in wanted], utcnow(), reason,
+                    queued=queued, short=short)
+                self._short.drop_cached(scope)
         self._cache.invalidate(scope)
         self._forgotten_prints.pop(scope, None)
         self._profiles.invalidate(scope)
         if wanted and self._dense is not None:
             await self._dense.prune(scope)  # the forgotten memories' vectors
-        return wanted
+        return Forgetting(wanted, frozenset(keys))
+
+
+def _sources(drafts: Sequence[MemoryDraft]) -> list[str]:
+    return list(dict.fromkeys(key for draft in drafts for key in draft.source_turns))

@@ -43,10 +43,26 @@ class MemoryStore(Protocol):
 
     async def apply_changes(
         self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
-        forget: Iterable[int] = (), reason: str = "user",
+        forget: Iterable[int] = (), reason: str = "user", sources: Sequence[str] = (),
     ) -> list[int]:
         """Insert, update and forget memories of one scope atomically; returns the new handles. Forgetting
-        leaves a content-free tombstone. Any change marks the scope's profile stale."""
+        leaves a content-free tombstone. Any change marks the scope's profile stale. ``sources``: the keys
+        of the turns every inserted and updated memory came from (``Turn.key``)."""
+        ...
+
+    async def forget_everywhere(
+        self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
+        queued: Sequence[int] = (), short: Sequence[int] = (),
+    ) -> set[str]:
+        """Forget memories (every one of the scope with ``ids=None``) and whatever could bring them back,
+        all or nothing: content-free tombstones, the profile, the queued turns and the short-term items
+        the memories came from (by turn key, whatever their words) and those named by id in ``queued``
+        and ``short``; with ``ids=None`` every queued turn and short-term item of the scope. A scope never
+        seen creates nothing. Returns the keys of the turns the memories came from."""
+        ...
+
+    async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
+        """Those of ``keys`` that a memory the user asked to forget came from."""
         ...
 
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None: ...
@@ -82,8 +98,10 @@ class MemoryStore(Protocol):
 
     async def consume_turns(
         self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
+        sources: Sequence[str] = (),
     ) -> list[int]:
-        """Write extracted memories and drop the turns they came from, atomically."""
+        """Write extracted memories and drop the turns they came from, atomically; ``sources`` as in
+        ``apply_changes``."""
         ...
 
     async def clear_turns(self, scope: Scope) -> None: ...
@@ -91,9 +109,10 @@ class MemoryStore(Protocol):
     # ---- short-term memory (turns and today's events, kept across restarts) ----
     async def add_short(
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
-        recalled: bool = False,
+        recalled: bool = False, keys: Sequence[str] = (),
     ) -> None:
-        """Append one item; only the newest ``keep`` of its kind stay."""
+        """Append one item (``keys``: the turns it holds or came from); only the newest ``keep`` of its
+        kind stay."""
         ...
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:

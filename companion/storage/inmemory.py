@@ -28,6 +28,7 @@ class InMemoryStore:
         self._next_turn = 1
         self._short: dict[Scope, list[ShortItem]] = {}
         self._next_short = 1
+        self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
 
     async def close(self) -> None:
         return None
@@ -68,13 +69,15 @@ class InMemoryStore:
 
     async def apply_changes(
         self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
-        forget: Iterable[int] = (), reason: str = "user",
+        forget: Iterable[int] = (), reason: str = "user", sources: Sequence[str] = (),
     ) -> list[int]:
         rows = self._ensure(scope)
         ids = self._insert(scope, inserts, now)
         for memory in updates:
             if memory.id in rows:
                 rows[memory.id] = replace(memory, importance=rules.clamp_importance(memory.importance))
+        for mid in [*ids, *(m.id for m in updates if m.id in rows)]:
+            self._sources.setdefault(mid, set()).update(k for k in sources if k)
         gone = 0
         for mid in set(forget):
             found = rows.get(mid)
@@ -109,6 +112,35 @@ class InMemoryStore:
             if mid in rows:
                 rows[mid].last_accessed_at = now
                 rows[mid].access_count += 1
+
+    async def forget_everywhere(
+        self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
+        queued: Sequence[int] = (), short: Sequence[int] = (),
+    ) -> set[str]:
+        rows = self._memories.get(scope, {})
+        wanted = sorted(rows if ids is None else {i for i in ids if i in rows})
+        keys = {k for mid in wanted for k in self._sources.get(mid, ())}
+        # Checked before anything changes: the call is all or nothing, as the SQLite store's transaction.
+        stones = {mid: _tombstone(rows[mid], now, reason, fingerprint(rows[mid].event))
+                  for mid in wanted if rows[mid].status is not Status.FORGOTTEN}
+        if ids is None:
+            self._turns.pop(scope, None)
+            self._short.pop(scope, None)
+        else:
+            gone_turns, gone_short = set(queued), set(short)
+            self._turns[scope] = [t for t in self._turns.get(scope, [])
+                                  if t.id not in gone_turns and (t.key is None or t.key not in keys)]
+            self._short[scope] = [r for r in self._short.get(scope, [])
+                                  if r.id not in gone_short and not keys.intersection(r.keys)]
+        rows.update(stones)
+        if stones or ids is None:
+            self._profiles.pop(scope, None)
+        return keys
+
+    async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
+        rows = self._memories.get(scope, {})
+        stones = [mid for mid, m in rows.items() if m.status is Status.FORGOTTEN and m.status_reason == "user"]
+        return {k for mid in stones for k in self._sources.get(mid, ())} & set(keys)
 
     async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
         gone = set(ids)
@@ -185,8 +217,9 @@ class InMemoryStore:
 
     async def consume_turns(
         self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
+        sources: Sequence[str] = (),
     ) -> list[int]:
-        ids = await self.apply_changes(scope, now, inserts, updates)
+        ids = await self.apply_changes(scope, now, inserts, updates, sources=sources)
         self._turns[scope] = [t for t in self._turns.get(scope, []) if (t.id or 0) > up_to_id]
         return ids
 
@@ -196,10 +229,10 @@ class InMemoryStore:
     # ---- short-term memory ----
     async def add_short(
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
-        recalled: bool = False,
+        recalled: bool = False, keys: Sequence[str] = (),
     ) -> None:
         rows = self._short.setdefault(scope, [])
-        rows.append(ShortItem(self._next_short, kind, user, reply, at, recalled))
+        rows.append(ShortItem(self._next_short, kind, user, reply, at, recalled, tuple(keys)))
         self._next_short += 1
         mine = [r for r in rows if r.kind is kind]
         drop = {r.id for r in mine[: max(0, len(mine) - keep)]}

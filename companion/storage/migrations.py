@@ -98,6 +98,19 @@ CORE = MigrationSet("core", (
     Migration("0004_scope_table_id", """
     ALTER TABLE scopes ADD COLUMN table_id INTEGER
     """),
+    # Provenance for forgetting: a queued turn's random key, and the turns each memory came from (by
+    # handle, which names its scope; content-free, so a tombstone keeps them). Forgetting a memory drops
+    # exactly its turns from the queue and the short-term context; extraction skips a queued turn that a
+    # forgotten memory came from.
+    Migration("0005_turn_provenance", """
+    ALTER TABLE pending_turns ADD COLUMN turn_key TEXT;
+    CREATE TABLE memory_sources (
+        memory_id INTEGER NOT NULL,
+        turn_key TEXT NOT NULL,
+        PRIMARY KEY (memory_id, turn_key)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_sources_turn ON memory_sources (turn_key)
+    """),
 ))
 SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
 

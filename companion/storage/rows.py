@@ -146,21 +146,38 @@ def row_to_profile(row: Sequence[object]) -> tuple[Profile, bool]:
     return Profile(core=str(core), dynamic=traits, built_at=from_db(str(built_at))), bool(dirty)
 
 
-TURN_COLUMNS = "id, user_text, reply_text, created_at, chat_id, message_id"
+TURN_COLUMNS = "id, user_text, reply_text, created_at, chat_id, message_id, turn_key"
 
 
 def turn_to_row(turn: Turn) -> tuple[object, ...]:
     """Values for every column of ``TURN_COLUMNS`` but ``id``."""
-    return turn.user, turn.reply, to_db(turn.at), turn.chat_id, turn.message_id
+    return turn.user, turn.reply, to_db(turn.at), turn.chat_id, turn.message_id, turn.key
 
 
 def row_to_turn(row: Sequence[object]) -> Turn:
-    mid, user, reply, at, chat_id, message_id = row
+    mid, user, reply, at, chat_id, message_id, key = row
     return Turn(
         user=str(user), reply=None if reply is None else str(reply), at=from_db(str(at)),
         id=int(mid),  # type: ignore[call-overload]
-        chat_id=OPT_INT.load(chat_id), message_id=OPT_INT.load(message_id),
+        chat_id=OPT_INT.load(chat_id), message_id=OPT_INT.load(message_id), key=None if key is None else str(key),
     )
+
+
+# ---- provenance: the turns a memory came from (``memory_sources``) ---------------------------------
+
+
+def source_rows(ids: Sequence[int], keys: Sequence[str]) -> list[tuple[int, str]]:
+    """Rows of ``memory_sources``: every memory written by one call came from the same turns."""
+    return [(mid, key) for mid in ids for key in dict.fromkeys(keys) if key]
+
+
+def dump_keys(keys: Sequence[str]) -> str | None:
+    """Turn keys in one column (``short_term.turn_keys``); keys are hex, never contain a space."""
+    return " ".join(keys) or None
+
+
+def load_keys(value: object) -> tuple[str, ...]:
+    return tuple(str(value).split()) if value else ()
 
 
 def maybe_db(moment: datetime | None) -> str | None:

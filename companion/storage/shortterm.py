@@ -4,7 +4,7 @@ late). Owns its table and its migration set; ``SQLiteStore`` exposes it through 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 import aiosqlite
@@ -12,6 +12,7 @@ import aiosqlite
 from companion.core.models import ShortItem, ShortKind
 from companion.core.timeutil import from_db, to_db
 from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.rows import dump_keys, load_keys
 
 SHORT_TERM = MigrationSet("short_term", (
     Migration("0001_short_term", """
@@ -26,17 +27,22 @@ SHORT_TERM = MigrationSet("short_term", (
     );
     CREATE INDEX short_term_scope ON short_term (scope_key, kind, id)
     """),
+    # The keys of the turns an item holds or came from (space-separated), so forgetting a memory drops
+    # exactly the items its turns told, whatever their words.
+    Migration("0002_turn_keys", """
+    ALTER TABLE short_term ADD COLUMN turn_keys TEXT
+    """),
 ))
 register(SHORT_TERM)
 
 
 async def add(conn: aiosqlite.Connection, key: str, kind: ShortKind, user: str, reply: str | None, at: datetime,
-              recalled: bool, keep: int) -> None:
+              recalled: bool, keep: int, turn_keys: Sequence[str] = ()) -> None:
     """Append one item and drop the oldest beyond ``keep`` of that kind, in the caller's transaction."""
     await conn.execute(
-        "INSERT INTO short_term (scope_key, kind, user_text, reply_text, recalled, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (key, kind.value, user, reply, int(recalled), to_db(at)),
+        "INSERT INTO short_term (scope_key, kind, user_text, reply_text, recalled, created_at, turn_keys) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (key, kind.value, user, reply, int(recalled), to_db(at), dump_keys(turn_keys)),
     )
     await conn.execute(
         "DELETE FROM short_term WHERE scope_key = ? AND kind = ? AND id NOT IN "
@@ -48,13 +54,24 @@ async def add(conn: aiosqlite.Connection, key: str, kind: ShortKind, user: str, 
 async def items(conn: aiosqlite.Connection, key: str, kind: ShortKind, limit: int) -> list[ShortItem]:
     """The newest ``limit`` items of a kind, oldest first."""
     cursor = await conn.execute(
-        "SELECT id, user_text, reply_text, recalled, created_at FROM short_term WHERE scope_key = ? AND kind = ? "
-        "ORDER BY id DESC LIMIT ?",
+        "SELECT id, user_text, reply_text, recalled, created_at, turn_keys FROM short_term "
+        "WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?",
         (key, kind.value, limit),
     )
     rows = await cursor.fetchall()
-    return [ShortItem(int(r[0]), kind, str(r[1]), None if r[2] is None else str(r[2]), from_db(str(r[4])), bool(r[3]))
+    return [ShortItem(int(r[0]), kind, str(r[1]), None if r[2] is None else str(r[2]), from_db(str(r[4])), bool(r[3]),
+                      load_keys(r[5]))
             for r in reversed(list(rows))]
+
+
+async def told_by(conn: aiosqlite.Connection, key: str, turn_keys: Collection[str]) -> list[int]:
+    """The scope's items that hold or came from any of these turns."""
+    if not turn_keys:
+        return []
+    cursor = await conn.execute("SELECT id, turn_keys FROM short_term WHERE scope_key = ? AND turn_keys IS NOT NULL",
+                                (key,))
+    wanted = set(turn_keys)
+    return [int(r[0]) for r in await cursor.fetchall() if wanted.intersection(load_keys(r[1]))]
 
 
 async def delete(conn: aiosqlite.Connection, key: str, ids: Sequence[int] | None, kind: ShortKind | None) -> None:

@@ -12,6 +12,7 @@ Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections import deque
@@ -42,6 +43,7 @@ from companion.storage.rows import (
     row_to_memory,
     row_to_profile,
     row_to_turn,
+    source_rows,
     turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
@@ -99,13 +101,14 @@ class SQLiteStore(Connection):
 
     async def apply_changes(
         self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
-        forget: Iterable[int] = (), reason: str = "user",
+        forget: Iterable[int] = (), reason: str = "user", sources: Sequence[str] = (),
     ) -> list[int]:
         forget_ids = sorted(set(forget))
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             ids = await self._insert(conn, scope, inserts, now)
             await self._update(conn, scope, updates)
+            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
             gone = await self._tombstone(conn, scope, forget_ids, now, reason)
             if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
@@ -120,6 +123,12 @@ class SQLiteStore(Connection):
         rows = [memory_to_row(new_memory(draft, mid, now)) for draft, mid in zip(drafts, ids, strict=True)]
         await conn.executemany(f'INSERT INTO "{self.memory_table(scope)}" {INSERT_MEMORY}', rows)
         return ids
+
+    @staticmethod
+    async def _add_sources(conn: aiosqlite.Connection, ids: Sequence[int], sources: Sequence[str]) -> None:
+        rows = source_rows(ids, sources)
+        if rows:
+            await conn.executemany("INSERT OR IGNORE INTO memory_sources (memory_id, turn_key) VALUES (?, ?)", rows)
 
     async def _new_handles(self, conn: aiosqlite.Connection, scope: Scope, count: int) -> list[int]:
         """``count`` fresh handles in a few statements (one per row was a thread hop each: bulk writes
@@ -182,6 +191,60 @@ class SQLiteStore(Connection):
             f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
             f"WHERE id IN ({_marks(ids)})", (to_db(now), *ids),
         )
+
+    async def forget_everywhere(
+        self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
+        queued: Sequence[int] = (), short: Sequence[int] = (),
+    ) -> set[str]:
+        """One transaction: tombstones, the profile, the queued turns and short-term items that told them
+        (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None`` everything of
+        the scope. A scope never seen creates nothing."""
+        async with self._tx() as conn:
+            known = self._version(scope) is not None
+            if known:
+                await self._ensure_scope(conn, scope, now)
+            table = self.memory_table(scope)
+            if ids is None and known:
+                cursor = await conn.execute(f'SELECT id FROM "{table}" WHERE status != ?', (Status.FORGOTTEN.value,))
+                ids = [int(row[0]) for row in await cursor.fetchall()]
+            wanted = sorted(set(ids or ())) if known else []
+            keys = await self._sources_of(conn, wanted)
+            if ids is None:
+                await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
+                await shortterm.delete(conn, scope.key, None, None)
+            else:
+                cursor = await conn.execute(
+                    "SELECT id FROM pending_turns WHERE scope_key = ? AND turn_key IN (SELECT value FROM json_each(?))",
+                    (scope.key, json.dumps(sorted(keys))))
+                drop = {*queued, *(int(row[0]) for row in await cursor.fetchall())}
+                await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
+                                       [(scope.key, i) for i in sorted(drop)])
+                told = {*short, *await shortterm.told_by(conn, scope.key, keys)}
+                await shortterm.delete(conn, scope.key, sorted(told), None)
+            if await self._tombstone(conn, scope, wanted, now, reason) or ids is None:
+                # The profile may quote what was forgotten: it goes now and is rebuilt without it.
+                await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
+        return keys
+
+    @staticmethod
+    async def _sources_of(conn: aiosqlite.Connection, ids: Sequence[int]) -> set[str]:
+        keys: set[str] = set()
+        for start in range(0, len(ids), HANDLES_PER_STATEMENT):
+            part = ids[start:start + HANDLES_PER_STATEMENT]
+            cursor = await conn.execute(
+                f"SELECT turn_key FROM memory_sources WHERE memory_id IN ({_marks(part)})", tuple(part))
+            keys.update(str(row[0]) for row in await cursor.fetchall())
+        return keys
+
+    async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
+        wanted = sorted(k for k in keys if k)
+        if not wanted or not await self._readable(scope):
+            return set()
+        rows = await self._select(
+            f'SELECT s.turn_key FROM memory_sources AS s JOIN "{self.memory_table(scope)}" AS m ON m.id = s.memory_id '
+            "WHERE s.turn_key IN (SELECT value FROM json_each(?)) AND m.status = ? AND m.status_reason = 'user'",
+            (json.dumps(wanted), Status.FORGOTTEN.value))
+        return {str(row[0]) for row in rows}
 
     async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
         if ids:
@@ -263,8 +326,8 @@ class SQLiteStore(Connection):
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, turn.at)
             cursor = await conn.execute(
-                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
+                "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (scope.key, *turn_to_row(turn)),
             )
         return int(cursor.lastrowid or 0)
@@ -285,11 +348,13 @@ class SQLiteStore(Connection):
 
     async def consume_turns(
         self, scope: Scope, up_to_id: int, now: datetime, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
+        sources: Sequence[str] = (),
     ) -> list[int]:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             ids = await self._insert(conn, scope, inserts, now)
             await self._update(conn, scope, updates)
+            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ? AND id <= ?", (scope.key, up_to_id))
             if ids or updates:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
@@ -303,10 +368,10 @@ class SQLiteStore(Connection):
 
     async def add_short(
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
-        recalled: bool = False,
+        recalled: bool = False, keys: Sequence[str] = (),
     ) -> None:
         async with self._tx() as conn:
-            await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep)
+            await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep, keys)
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
         async with self._tx(write=False) as conn:
