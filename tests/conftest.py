@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import random
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings, Rooms
+from companion.chat.memory_tools import memory_tools
+from companion.chat.pipeline import ChatConfig, ChatService
+from companion.core.models import Scope
 from handlers import build_router
 from handlers.commands import bot_commands
 from handlers.delivery import RetryAfterMiddleware
@@ -59,3 +63,21 @@ async def live(tmp_path: Path) -> AsyncIterator[Live]:
             await buffer.close()
             await bot.session.close()
             await close_rig(rig)
+
+
+@pytest.fixture
+async def tool_chat(rig: Rig) -> AsyncIterator[ChatService]:
+    """A chat service on the rig with the memory tools on, wired as ``bot.py`` wires them: the tool's
+    forgetting goes through the service, so it leaves the in-process context too."""
+    service: ChatService
+
+    async def forget(scope: Scope, handles: Iterable[int]) -> int:
+        return await service.forget(scope, handles)
+
+    service = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock,
+                          rng=random.Random(1), tools=memory_tools(rig.engine, forget=forget, clock=rig.clock))
+    await service.load()
+    try:
+        yield service
+    finally:
+        await service.drain()

@@ -199,17 +199,18 @@ class SQLiteStore(Connection):
         """One transaction: tombstones, the profile, the queued turns and short-term items that told them
         (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None`` everything of
         the scope. A scope never seen creates nothing."""
+        everything = ids is None
         async with self._tx() as conn:
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
             table = self.memory_table(scope)
-            if ids is None and known:
+            if everything and known:
                 cursor = await conn.execute(f'SELECT id FROM "{table}" WHERE status != ?', (Status.FORGOTTEN.value,))
                 ids = [int(row[0]) for row in await cursor.fetchall()]
             wanted = sorted(set(ids or ())) if known else []
             keys = await self._sources_of(conn, wanted)
-            if ids is None:
+            if everything:
                 await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
                 await shortterm.delete(conn, scope.key, None, None)
             else:
@@ -221,7 +222,7 @@ class SQLiteStore(Connection):
                                        [(scope.key, i) for i in sorted(drop)])
                 told = {*short, *await shortterm.told_by(conn, scope.key, keys)}
                 await shortterm.delete(conn, scope.key, sorted(told), None)
-            if await self._tombstone(conn, scope, wanted, now, reason) or ids is None:
+            if await self._tombstone(conn, scope, wanted, now, reason) or everything:
                 # The profile may quote what was forgotten: it goes now and is rebuilt without it.
                 await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
         return keys

@@ -1,0 +1,160 @@
+"""Forgetting sticks: a memory knows the turns it came from, and forgetting it drops exactly those turns
+from the extraction queue and from the short-term context (persisted and in-process), whatever their
+words; "forget everything" drops every queued turn and the whole short-term context. Driven through the
+chat pipeline with the real openai SDK against the fake model, on a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from companion.chat import texts
+from companion.chat.pipeline import ChatService
+from companion.core.models import Scope, Status
+from companion.storage.base import EVERY_STATUS
+from tests.fakes import FakeLLM
+from tests.fakes.llm import JSONDict, request_text
+from tests.support import USER, Live, Rig
+
+ALICE = Scope(1001)
+EXTRACT = "你负责从用户和聊天伙伴的对话里提取"
+SMALL_TALK = "今天天气还不错"
+
+# (what the user said, what the model saved in its own words, what an extraction would learn again)
+TOLD_IN_OTHER_WORDS = [
+    ("老板今天跟我说明天不用来上班了", "用户失业了，被公司辞退", "用户被裁员，目前没有工作"),
+    ("我跟他彻底掰了，以后不会再联系", "用户和男朋友分手了", "用户和恋人断了联系"),
+    ("医生说我是小三阳，要定期复查", "用户确诊乙肝", "用户是乙肝病毒携带者，需要定期复查"),
+]
+
+
+def relearning(llm: FakeLLM, told: str, learned: str) -> None:
+    """The fake model learns ``learned`` from any extraction that reads ``told``, nothing otherwise."""
+    item = {"event": learned, "keywords": ["记忆"], "importance": 90, "type": "fact", "validity": "permanent"}
+
+    def answer(body: JSONDict) -> str:
+        text = request_text(body)
+        if EXTRACT in text and told in text:
+            return json.dumps({"memories": [item]}, ensure_ascii=False)
+        return '{"memories": []}'
+
+    llm.set_json_reply(answer)
+
+
+def extraction_prompts(llm: FakeLLM) -> list[str]:
+    return [t for t in (request_text(r) for r in llm.json_requests()) if EXTRACT in t]
+
+
+async def next_extraction(rig: Rig, chat: ChatService) -> str:
+    """One more ordinary turn, then an extraction: the prompt it sent to the model."""
+    rig.llm.clear()
+    rig.llm.queue_chat("嗯嗯")
+    assert (await chat.reply(ALICE, SMALL_TALK)).ok
+    await rig.engine.consolidate(ALICE, rig.clock())
+    [prompt] = extraction_prompts(rig.llm)
+    return prompt
+
+
+async def assert_gone_everywhere(rig: Rig, chat: ChatService, told: str, learned: str) -> None:
+    prompt = await next_extraction(rig, chat)
+    assert SMALL_TALK in prompt and told not in prompt
+    events = [m.event for m in await rig.engine.memories(ALICE, EVERY_STATUS)]
+    assert not any(learned in e or told in e for e in events)
+    # Neither the reply call after the forget nor the persisted short-term context carries the turn.
+    [reply_call] = rig.llm.chat_requests()
+    assert told not in json.dumps(reply_call["messages"], ensure_ascii=False)
+    assert told not in [t.user for t in await rig.engine.recent_turns(ALICE, 200)]
+    assert await rig.engine.pending_turns(ALICE, 100) == []
+
+
+@pytest.mark.parametrize(("told", "saved", "learned"), TOLD_IN_OTHER_WORDS)
+async def test_forgetting_a_tool_save_drops_the_turn_it_came_from(
+    rig: Rig, tool_chat: ChatService, told: str, saved: str, learned: str
+) -> None:
+    relearning(rig.llm, told, learned)
+    rig.llm.queue_tool_calls(("save_memory", {"content": saved, "type": "fact", "tier": "long", "importance": 90}))
+    rig.llm.queue_chat("抱抱你，我在。")
+    assert (await tool_chat.reply(ALICE, told)).ok
+    await tool_chat.drain()
+    [memory] = await rig.engine.memories(ALICE)
+    assert memory.event == saved and [t.user for t in await rig.engine.pending_turns(ALICE, 10)] == [told]
+
+    assert await tool_chat.forget(ALICE, [memory.id]) == 1
+    await assert_gone_everywhere(rig, tool_chat, told, learned)
+    [stone] = await rig.engine.memories(ALICE, {Status.FORGOTTEN})
+    assert (stone.id, stone.event, stone.keywords) == (memory.id, "", [])  # content-free
+
+
+async def test_a_save_and_forget_in_one_reply_never_queues_the_turn(rig: Rig, tool_chat: ChatService) -> None:
+    told, saved, learned = TOLD_IN_OTHER_WORDS[0]
+    relearning(rig.llm, told, learned)
+    rig.llm.queue_tool_calls(("save_memory", {"content": saved, "type": "fact", "tier": "long", "importance": 90}))
+    rig.llm.queue_tool_calls(("forget_memory", {"description": "辞退"}))
+    rig.llm.queue_chat("好，这件事我不记了。")
+    assert (await tool_chat.reply(ALICE, told)).ok
+    assert rig.llm.tool_results(rig.llm.chat_requests()[-1])[-1]["forgotten"] == 1
+    await tool_chat.drain()
+    assert await rig.engine.pending_turns(ALICE, 10) == []
+    await assert_gone_everywhere(rig, tool_chat, told, learned)
+
+
+async def test_forgetting_an_explicit_save_of_the_turn_before_drops_both_turns(
+    rig: Rig, tool_chat: ChatService
+) -> None:
+    told, _, learned = TOLD_IN_OTHER_WORDS[2]
+    relearning(rig.llm, told, learned)
+    rig.llm.queue_chat("别担心，按时复查就好。")
+    assert (await tool_chat.reply(ALICE, told)).ok
+    # "这个很重要" saves the turn before, in the model's words.
+    rig.llm.queue_json(json.dumps({"event": "用户确诊乙肝", "keywords": ["乙肝"], "type": "fact",
+                                   "importance": 90, "core": True}, ensure_ascii=False))
+    reply = await tool_chat.reply(ALICE, "这个很重要")
+    assert reply.saved is not None and reply.saved.event == "用户确诊乙肝"
+    assert await tool_chat.forget(ALICE, [reply.saved.id]) == 1
+    await assert_gone_everywhere(rig, tool_chat, told, learned)
+
+
+async def test_forget_all_right_after_telling_something_never_learns_it(rig: Rig, tool_chat: ChatService) -> None:
+    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    relearning(rig.llm, told, learned)
+    rig.llm.queue_chat("好可爱！")
+    assert (await tool_chat.reply(ALICE, told)).ok
+    rig.llm.queue_chat("哈哈")
+    assert (await tool_chat.reply(ALICE, "它特别黏人")).ok  # a conversation a summary would sum up
+    await tool_chat.drain()
+    assert len(await rig.engine.pending_turns(ALICE, 10)) == 2
+
+    await tool_chat.forget(ALICE, None)
+    assert await rig.engine.pending_turns(ALICE, 10) == []
+    assert await rig.engine.recent_turns(ALICE, 200) == []
+    await assert_gone_everywhere(rig, tool_chat, told, learned)
+    # A conversation summary at /reset has nothing of it either.
+    rig.llm.clear()
+    await tool_chat.reset(ALICE)
+    assert not any("咪咪" in request_text(r) for r in rig.llm.requests)
+
+
+async def test_forget_all_through_telegram_drops_the_queued_turn(live: Live) -> None:
+    scope = Scope(USER)
+    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    await live.say("/start_aiGF", 1)
+    live.llm.queue_json(json.dumps({"event": "喜欢奶茶", "keywords": ["奶茶"], "type": "preference",
+                                    "importance": 60}, ensure_ascii=False))
+    await live.say("记住：我喜欢奶茶", 2)
+    relearning(live.llm, told, learned)
+    live.llm.queue_chat("好可爱！")
+    await live.say(told, 3)
+    assert await live.say("/forget all", 4) == texts.confirm_forget_all(1)
+    await live.press(USER, live.tg.sent_messages(USER)[-1], "确定", 1)
+    await live.tg.wait_for_edit(USER, int(live.tg.sent_messages(USER)[-1]["message_id"]), "忘掉")
+    assert await live.rig.engine.pending_turns(scope, 10) == []
+
+    live.llm.clear()
+    live.llm.queue_chat("辛苦啦")
+    await live.say(SMALL_TALK, 5)
+    await live.rig.engine.consolidate(scope, live.rig.clock())
+    [prompt] = extraction_prompts(live.llm)
+    assert SMALL_TALK in prompt and told not in prompt
+    assert await live.rig.engine.memories(scope) == []
+    assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.chat_requests())
