@@ -119,6 +119,75 @@ async def test_turn_queue_and_consume(store: MemoryStore) -> None:
     assert [m.event for m in await store.fetch_memories(ALICE)] == ["提取的"]
 
 
+async def told(store: MemoryStore, scope: Scope, text: str, key: str) -> None:
+    """One turn, queued and kept as short-term context, under its key."""
+    await store.add_turn(scope, Turn(user=text, reply="嗯", at=NOW, key=key))
+    await store.add_short(scope, ShortKind.TURN, text, "嗯", NOW, keep=200, keys=(key,))
+
+
+async def test_forget_everywhere_drops_exactly_the_turns_a_memory_came_from(store: MemoryStore) -> None:
+    await told(store, ALICE, "老板说明天不用来了", "k1")
+    await told(store, ALICE, "晚饭吃了面", "k2")
+    await store.add_short(ALICE, ShortKind.EVENT, "被通知不用上班", None, NOW, keep=30, keys=("k1", "k2"))
+    [laid_off] = await store.apply_changes(ALICE, NOW, inserts=[draft("用户失业了")], sources=["k1"])
+    [noodles] = await store.apply_changes(ALICE, NOW, inserts=[draft("晚饭吃面")], sources=["k2"])
+    # A retelling merged into a memory adds its turn to the memory's sources.
+    [merged] = await store.fetch_by_ids(ALICE, [laid_off])
+    await store.apply_changes(ALICE, NOW, updates=[dataclasses.replace(merged, importance=80.0)], sources=["k3"])
+    await told(store, ALICE, "就是被辞退了", "k3")
+    await store.save_profile(ALICE, Profile(core="用户失业了"), NOW)
+    assert await store.forgotten_turns(ALICE, ["k1", "k2", "k3"]) == set()
+
+    assert await store.forget_everywhere(ALICE, [laid_off], NOW + DAY) == {"k1", "k3"}
+    assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["晚饭吃了面"]
+    assert [i.user for i in await store.short_items(ALICE, ShortKind.TURN, 10)] == ["晚饭吃了面"]
+    assert await store.short_items(ALICE, ShortKind.EVENT, 10) == []  # the batch that told it
+    assert await store.load_profile(ALICE) is None
+    [stone] = await store.fetch_by_ids(ALICE, [laid_off])
+    assert (stone.status, stone.event, stone.keywords) == (Status.FORGOTTEN, "", [])
+    assert [m.id for m in await store.fetch_memories(ALICE)] == [noodles]
+    # The tombstone keeps only the turns' random keys: enough to refuse them later, nothing they said.
+    assert await store.forgotten_turns(ALICE, ["k1", "k2", "k3", "k9"]) == {"k1", "k3"}
+    assert await store.forgotten_turns(BOB, ["k1"]) == set()
+
+
+async def test_forget_everywhere_also_drops_items_named_by_id(store: MemoryStore) -> None:
+    await told(store, ALICE, "旧的一句", "k1")
+    await told(store, ALICE, "另一句", "k2")
+    [h] = await store.apply_changes(ALICE, NOW, inserts=[draft("没有来源的记忆")])
+    [first, _] = await store.pending_turns(ALICE, 10)
+    [item, _] = await store.short_items(ALICE, ShortKind.TURN, 10)
+    assert await store.forget_everywhere(ALICE, [h], NOW, queued=[first.id or 0], short=[item.id]) == set()
+    assert [t.user for t in await store.pending_turns(ALICE, 10)] == ["另一句"]
+    assert [i.user for i in await store.short_items(ALICE, ShortKind.TURN, 10)] == ["另一句"]
+
+
+async def test_forget_everything_empties_the_queue_and_short_term(store: MemoryStore) -> None:
+    await told(store, ALICE, "我养了一只猫", "k1")
+    await store.add_short(ALICE, ShortKind.EVENT, "喂了猫", None, NOW, keep=30)
+    await told(store, BOB, "鲍勃的话", "k2")
+    [h] = await store.apply_changes(ALICE, NOW, inserts=[draft("喜欢奶茶")])
+    await store.save_profile(ALICE, Profile(core="喜欢奶茶"), NOW)
+    await store.forget_everywhere(ALICE, None, NOW)
+    assert await store.fetch_memories(ALICE) == [] and len(await store.fetch_by_ids(ALICE, [h])) == 1
+    assert await store.pending_turns(ALICE, 10) == []
+    assert await store.short_items(ALICE, ShortKind.TURN, 10) == []
+    assert await store.short_items(ALICE, ShortKind.EVENT, 10) == []
+    assert await store.load_profile(ALICE) is None
+    # Nothing of another scope moves.
+    assert [t.user for t in await store.pending_turns(BOB, 10)] == ["鲍勃的话"]
+    assert [i.user for i in await store.short_items(BOB, ShortKind.TURN, 10)] == ["鲍勃的话"]
+
+
+async def test_forget_everywhere_in_a_scope_never_seen_creates_nothing(store: MemoryStore) -> None:
+    await store.apply_changes(ALICE, NOW, inserts=[draft("甲")])
+    before = await store.scopes()
+    assert await store.forget_everywhere(Scope(999), [1, 2], NOW) == set()
+    assert await store.forget_everywhere(Scope(999), None, NOW) == set()
+    assert await store.scopes() == before
+    assert len(await store.fetch_memories(ALICE)) == 1
+
+
 async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> None:
     old_a, old_b, new_a, other = Scope(101, -5), Scope(202, -5), Scope(101, -1000000000005), Scope(101, -6)
     [ha] = await store.apply_changes(old_a, NOW, inserts=[draft("老群甲")])
