@@ -4,8 +4,8 @@ was, and a process killed in the middle of a forget never restarts with the fact
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,9 +97,10 @@ async def test_a_process_killed_mid_forget_never_keeps_the_fact_in_its_profile(t
         conn.execute("CREATE TRIGGER crash_here BEFORE DELETE ON profiles BEGIN SELECT crash(); END")
 
     script = CRASHING_FORGET.format(code=CRASH_EXIT, user=SCOPE.user_id)
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(handle)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == CRASH_EXIT, done.stdout + done.stderr
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, str(tmp_path), str(handle), cwd=ROOT,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    output, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == CRASH_EXIT, output.decode(errors="replace")
 
     with sqlite3.connect(settings.db_path) as conn:
         conn.execute("DROP TRIGGER crash_here")
