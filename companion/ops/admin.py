@@ -25,7 +25,7 @@ from companion.storage.usage import UsageCell, UsageLog, UsageRow
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]
-Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
+Forget = Callable[[Scope, Iterable[int] | None], Awaitable[int]]
 REPORT_DAYS = 7
 HISTOGRAM = ((0, 20), (20, 40), (40, 60), (60, 80), (80, 101))
 DEFAULT_IMPORTANCE = 60.0
@@ -183,7 +183,7 @@ class AdminService:
         return await self.engine.edit(scope, handle, content, self.clock(), importance=importance)
 
     async def _drop(self, scope: Scope, handles: Iterable[int] | None) -> int:
-        if self._forget is not None and handles is not None:
+        if self._forget is not None:  # the chat service's: the in-process context forgets too
             return await self._forget(scope, handles)
         return await self.engine.forget(scope, handles)
 
