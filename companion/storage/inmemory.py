@@ -118,11 +118,11 @@ class InMemoryStore:
         queued: Sequence[int] = (), short: Sequence[int] = (),
     ) -> set[str]:
         rows = self._memories.get(scope, {})
-        wanted = sorted(rows if ids is None else {i for i in ids if i in rows})
+        wanted = sorted(mid for mid in (rows if ids is None else set(ids))
+                        if mid in rows and rows[mid].status is not Status.FORGOTTEN)
         keys = {k for mid in wanted for k in self._sources.get(mid, ())}
         # Checked before anything changes: the call is all or nothing, as the SQLite store's transaction.
-        stones = {mid: _tombstone(rows[mid], now, reason, fingerprint(rows[mid].event))
-                  for mid in wanted if rows[mid].status is not Status.FORGOTTEN}
+        stones = {mid: _tombstone(rows[mid], now, reason, fingerprint(rows[mid].event)) for mid in wanted}
         if ids is None:
             self._turns.pop(scope, None)
             self._short.pop(scope, None)

@@ -196,19 +196,21 @@ class SQLiteStore(Connection):
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
         queued: Sequence[int] = (), short: Sequence[int] = (),
     ) -> set[str]:
-        """One transaction: tombstones, the profile, the queued turns and short-term items that told them
-        (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None`` everything of
-        the scope. A scope never seen creates nothing."""
+        """One transaction: tombstones, the profile, the vectors, the queued turns and short-term items
+        that told them (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None``
+        everything of the scope. A scope never seen creates nothing."""
         everything = ids is None
         async with self._tx() as conn:
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
-            table = self.memory_table(scope)
-            if everything and known:
-                cursor = await conn.execute(f'SELECT id FROM "{table}" WHERE status != ?', (Status.FORGOTTEN.value,))
-                ids = [int(row[0]) for row in await cursor.fetchall()]
-            wanted = sorted(set(ids or ())) if known else []
+            wanted: list[int] = []
+            if known:  # what is not forgotten yet, of all or of ``ids``
+                cursor = await conn.execute(
+                    f'SELECT id FROM "{self.memory_table(scope)}" WHERE status != ? AND (? OR id IN '
+                    "(SELECT value FROM json_each(?))) ORDER BY id",
+                    (Status.FORGOTTEN.value, int(everything), json.dumps(sorted(set(ids or ())))))
+                wanted = [int(row[0]) for row in await cursor.fetchall()]
             keys = await self._sources_of(conn, wanted)
             if everything:
                 await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
@@ -225,6 +227,8 @@ class SQLiteStore(Connection):
             if await self._tombstone(conn, scope, wanted, now, reason) or everything:
                 # The profile may quote what was forgotten: it goes now and is rebuilt without it.
                 await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
+            await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
+                                   [(scope.key, mid) for mid in wanted])
         return keys
 
     @staticmethod
