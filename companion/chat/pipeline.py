@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
-from typing import Any, NamedTuple
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
@@ -27,7 +26,8 @@ from companion.chat.group import GroupTurn
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.memory_tools import SOURCE_TURN
 from companion.chat.persona import render_reference
-from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
+from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
+from companion.chat.steering import opening_reviews, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
@@ -40,7 +40,6 @@ from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
-INJECTION_WINDOW = 10
 NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
 NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
 REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
@@ -74,42 +73,6 @@ class ChatConfig:
             idle_summary_seconds=settings.idle_summary_minutes * 60,
             tools_enabled=settings.llm_tools_enabled,
         )
-
-
-class Told(NamedTuple):
-    """One turn of the in-process short-term context, with its key (``Turn.key``) so forgetting what it
-    told drops it whatever its words."""
-
-    user: str
-    reply: str | None
-    key: str | None = None
-
-
-def new_turn_key() -> str:
-    """Random and content-free: it names a turn in the queue, the short-term context and provenance."""
-    return secrets.token_hex(8)
-
-
-@dataclass(slots=True)
-class Session:
-    history: deque[Told]
-    extract_at: int
-    turn: int = 0
-    since_extraction: int = 0
-    cooldown: dict[int, int] = field(default_factory=dict)
-    injections: deque[bool] = field(default_factory=lambda: deque(maxlen=INJECTION_WINDOW))
-    news_turns: dict[str, int] = field(default_factory=dict)
-    news_waiting: bool = False
-    last_extraction_turn: int | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    steer: SteeringState = field(default_factory=SteeringState)
-    message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered
-    summarised_turn: int = 0
-    restored: bool = False  # the persisted short-term turns were loaded into ``history``
-    answering: str | None = None  # the key of the turn being answered
-    # Keys of turns forgotten while they were being answered (a tool's save and forget in one reply, or
-    # "forget everything" pressed meanwhile): they are neither kept nor queued when the answer comes.
-    dropped: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +150,9 @@ class ChatService:
         bot); it is queued for memory like any turn, so nothing said in companion mode is lost."""
         # Flip the flag before any await: a message handled concurrently must already see "off".
         self._active.discard(scope)
-        self._sessions.pop(scope, None)
+        session = self._sessions.pop(scope, None)
+        if session is not None:
+            await self._queue_waiting(scope, session)
         now = self.clock()
         for text in unanswered:
             await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
@@ -278,20 +243,12 @@ class ChatService:
             return len(done.memories)
         # The engine dropped the persisted copies already (queue and short-term, in its transaction).
         if ids is None:
-            session.history.clear()
-            session.summarised_turn = 0
-            if session.answering is not None:
-                session.dropped.add(session.answering)
+            session.forget_everything()
             idle = self._idle.pop(scope, None)
             if idle is not None:
                 idle.cancel()
-        elif done.memories or done.turn_keys:
-            if session.answering in done.turn_keys:
-                session.dropped.add(session.answering)
-            kept = [t for t in scrub(list(session.history), done.memories) if t.key not in done.turn_keys]
-            session.summarised_turn = min(session.summarised_turn, len(kept))
-            session.history.clear()
-            session.history.extend(kept)
+        else:
+            session.forget(done.memories, done.turn_keys)
         return len(done.memories)
 
     def begin_edit(self, scope: Scope, handle: int) -> None:
@@ -379,11 +336,10 @@ class ChatService:
         if keep:
             self._record(session, text, answer, key)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
+        if keep and (group is None or group.remember):
+            await self._keep_turn(scope, session, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
+                                                       message_id=session.message[1], key=key), bool(recalled_ids))
         try:
-            if keep and (group is None or group.remember):
-                await self.engine.record_turn(scope, text, answer, now, recalled=bool(recalled_ids), key=key)
-                await self.engine.note_turn(scope, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
-                                                      message_id=session.message[1], key=key))
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
         except StorageError as exc:
             log.warning("could not record the turn for %s: %s", scope.key, exc)
@@ -393,6 +349,28 @@ class ChatService:
         if group is None or group.remember:
             self._after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
+
+    async def _keep_turn(self, scope: Scope, session: Session, turn: Turn, recalled: bool) -> None:
+        """Keep a turn as short-term context and queue it for learning. A turn the database cannot take (a
+        full disk) waits in the session and is queued, in order, with the next turn it can take."""
+        try:
+            await self.engine.record_turn(scope, turn.user, turn.reply, turn.at, recalled=recalled, key=turn.key)
+        except StorageError as exc:
+            log.warning("could not keep the turn of %s as short-term context: %s", scope.key, exc)
+        if len(session.unqueued) == session.unqueued.maxlen:
+            log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
+        session.unqueued.append(turn)
+        await self._queue_waiting(scope, session)
+
+    async def _queue_waiting(self, scope: Scope, session: Session) -> None:
+        while session.unqueued:
+            try:
+                await self.engine.note_turn(scope, session.unqueued[0])
+            except StorageError as exc:
+                log.warning("%d turn(s) of %s wait to be queued for learning: %s", len(session.unqueued), scope.key,
+                            exc)
+                return
+            session.unqueued.popleft()
 
     def _record(self, session: Session, text: str, answer: str | None, key: str | None = None) -> None:
         """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
