@@ -6,12 +6,15 @@ chat pipeline with the real openai SDK against the fake model, on a real SQLite 
 from __future__ import annotations
 
 import json
+import random
+from datetime import timedelta
 
 import pytest
 
 from companion.chat import texts
-from companion.chat.pipeline import ChatService
+from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Scope, Status
+from companion.core.timeutil import to_db
 from companion.storage.base import EVERY_STATUS
 from tests.fakes import FakeLLM
 from tests.fakes.llm import JSONDict, request_text
@@ -158,3 +161,32 @@ async def test_forget_all_through_telegram_drops_the_queued_turn(live: Live) -> 
     assert SMALL_TALK in prompt and told not in prompt
     assert await live.rig.engine.memories(scope) == []
     assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.chat_requests())
+
+
+async def test_forgetting_in_a_review_answer_drops_the_turn_from_the_restored_context(
+    rig: Rig, tool_chat: ChatService
+) -> None:
+    told, saved, learned = TOLD_IN_OTHER_WORDS[1]
+    relearning(rig.llm, told, learned)
+    await tool_chat.start(ALICE)
+    rig.llm.queue_tool_calls(("save_memory", {"content": saved, "type": "fact", "tier": "medium", "importance": 70}))
+    rig.llm.queue_chat("抱抱。")
+    assert (await tool_chat.reply(ALICE, told)).ok
+    await tool_chat.drain()
+    # A restart: the next conversation restores the short-term turns and opens with the review left unanswered.
+    rig.clock.advance(days=40)
+    await rig.engine.set_note(ALICE, "review_sent", to_db(rig.clock() - timedelta(days=4)))
+    restarted = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock,
+                            rng=random.Random(1))
+    await restarted.load()
+    rig.llm.queue_chat("回来啦")
+    assert (await restarted.reply(ALICE, "我回来啦")).text.startswith("有1条记忆待处理")
+    assert "已忘掉" in (await restarted.reply(ALICE, "第一个删除")).text
+    assert [m.status for m in await rig.engine.memories(ALICE, EVERY_STATUS)] == [Status.FORGOTTEN]
+    rig.llm.clear()
+    rig.llm.queue_chat("嗯嗯")
+    assert (await restarted.reply(ALICE, SMALL_TALK)).ok
+    [reply_call] = rig.llm.chat_requests()
+    assert told not in json.dumps(reply_call["messages"], ensure_ascii=False)
+    await restarted.drain()
+    assert told not in [t.user for t in await rig.engine.pending_turns(ALICE, 10)]

@@ -214,6 +214,8 @@ class ChatService:
             return Reply(texts.SAVE_FAILED, ok=False)
         if outcome is None:
             return None
+        for done in outcome.forgotten:
+            session.forget(done.memories, done.turn_keys)
         if outcome.saved is not None:
             self._record(session, text, outcome.text, session.answering)
         return Reply(outcome.text, ok=True, saved=outcome.saved, to_forget=outcome.to_forget)

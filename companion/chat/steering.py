@@ -18,7 +18,7 @@ from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import tells
 from companion.core.models import Memory, Scope
-from memory import MemoryEngine
+from memory import Forgetting, MemoryEngine
 
 FORGET_MATCHES = 5
 H = TypeVar("H", bound=tuple[Any, ...])
@@ -38,6 +38,7 @@ class Outcome:
     text: str
     saved: Memory | None = None  # a receipt: handlers add fine / edit / forget buttons
     to_forget: tuple[Memory, ...] = ()  # candidates: handlers ask for a confirmation
+    forgotten: tuple[Forgetting, ...] = ()  # forgotten here: the session drops the turns they came from
 
 
 async def steer(
@@ -57,9 +58,10 @@ async def steer(
         answer = read_review_answer(text, [s.action for _, s in state.review])
         if answer is not None:
             pending, state.review = state.review, []
-            lines = [await _apply(engine, scope, memory, action, now) for (memory, _), action in zip(pending, answer,
-                                                                                                   strict=True)]
-            return Outcome("\n".join(lines))
+            forgotten: list[Forgetting] = []
+            lines = [await _apply(engine, scope, memory, action, now, forgotten)
+                     for (memory, _), action in zip(pending, answer, strict=True)]
+            return Outcome("\n".join(lines), forgotten=tuple(forgotten))
     intent = read_intent(text)
     if intent is None:
         return None
@@ -80,9 +82,14 @@ async def steer(
     return Outcome(texts.receipt(memory), saved=memory)
 
 
-async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime) -> str:
+async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime,
+                 forgotten: list[Forgetting]) -> str:
     try:
-        after = await engine.review(scope, memory.id, action, now)
+        if action is tiers.Action.FORGET:
+            after = await engine.get(scope, memory.id)  # owner check before anything changes
+            forgotten.append(await engine.forget_told(scope, [memory.id]))
+        else:
+            after = await engine.review(scope, memory.id, action, now)
     except (MemoryNotFoundError, NotYourMemoryError):
         return texts.MEMORY_GONE
     return texts.review_done(after, action)
