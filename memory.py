@@ -289,8 +289,11 @@ class MemoryEngine:
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
         """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
         async with self.lock(scope):
-            queued = await self._store.pending_turns(scope, self.config.extract_max_turns)
-            turns = await self._unforgotten(scope, queued)
+            while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
+                queued = await self._store.pending_turns(scope, self.config.extract_max_turns)
+                turns = await self._unforgotten(scope, queued)
+                if turns or not queued:
+                    break
             if not turns:
                 return Consolidation(0, 0, 0)
             known = await related(self._store, scope, await self.recall(

@@ -13,7 +13,7 @@ import pytest
 
 from companion.chat import texts
 from companion.chat.pipeline import ChatConfig, ChatService
-from companion.core.models import Scope, Status
+from companion.core.models import MemoryDraft, MemoryType, Scope, Status, Turn
 from companion.core.timeutil import to_db
 from companion.storage.base import EVERY_STATUS
 from tests.fakes import FakeLLM
@@ -190,3 +190,21 @@ async def test_forgetting_in_a_review_answer_drops_the_turn_from_the_restored_co
     assert told not in json.dumps(reply_call["messages"], ensure_ascii=False)
     await restarted.drain()
     assert told not in [t.user for t in await rig.engine.pending_turns(ALICE, 10)]
+
+
+async def test_extraction_never_reads_a_turn_a_forgotten_memory_came_from(rig: Rig) -> None:
+    told, saved, learned = TOLD_IN_OTHER_WORDS[0]
+    relearning(rig.llm, told, learned)
+    now = rig.clock()
+    draft = MemoryDraft(event=saved, keywords=[], importance=90.0, type=MemoryType.FACT, source_turns=("k1",))
+    memory = await rig.engine.save_draft(ALICE, draft, now)
+    assert await rig.engine.forget(ALICE, [memory.id]) == 1
+    # The turn reaches the queue only after the forget (a reply still being answered, another process).
+    for _ in range(rig.engine.extract_batch):
+        await rig.store.add_turn(ALICE, Turn(user=told, reply="嗯", at=now, key="k1"))
+    await rig.store.add_turn(ALICE, Turn(user=SMALL_TALK, reply="嗯", at=now, key="k2"))
+    assert (await rig.engine.consolidate(ALICE, now)).turns == 1
+    [prompt] = extraction_prompts(rig.llm)
+    assert SMALL_TALK in prompt and told not in prompt
+    assert await rig.engine.pending_turns(ALICE, 100) == []
+    assert await rig.engine.memories(ALICE) == []

@@ -27,6 +27,8 @@ from companion.storage.base import EVERY_STATUS, MemoryStore
 
 log = logging.getLogger(__name__)
 
+MAX_TERMS = 64
+
 
 @dataclass(frozen=True, slots=True)
 class Forgetting:
@@ -34,8 +36,6 @@ class Forgetting:
 
     memories: list[Memory]
     turn_keys: frozenset[str]
-
-MAX_TERMS = 64
 
 
 class MemoryWriter:
