@@ -22,7 +22,7 @@ PAGE_SIZE = 5
 class MemoryCB(CallbackData, prefix="m"):
     """A button on one memory: receipts, /memories pages."""
 
-    action: str  # ok, edit, forget, promote, archive, restore
+    action: str  # ok, edit, forget, promote, archive, restore, undo (a receipt's reworded save)
     handle: int
     page: int = 0
 
@@ -77,9 +77,12 @@ class StartCB(CallbackData, prefix="s"):
     action: str  # on
 
 
-def receipt(memory: Memory) -> InlineKeyboardMarkup:
+def receipt(memory: Memory, *, undo: bool = False) -> InlineKeyboardMarkup:
+    """``undo``: the save replaced the memory's words; the button puts them back."""
     kb = InlineKeyboardBuilder()
     kb.button(text="👌 好的", callback_data=MemoryCB(action="ok", handle=memory.id))
+    if undo:
+        kb.button(text="↩️ 撤销", callback_data=MemoryCB(action="undo", handle=memory.id))
     kb.button(text="✏️ 修改", callback_data=MemoryCB(action="edit", handle=memory.id))
     kb.button(text="🗑 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id))
     return kb.as_markup()

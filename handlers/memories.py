@@ -20,7 +20,7 @@ from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
-from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
@@ -91,6 +91,11 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             await query.message.edit_reply_markup(reply_markup=None)
             await query.answer("好的")
             return
+        if callback_data.action == "undo":
+            memory = await engine.undo_rewording(scope, handle, now)
+            await query.answer("已撤销")
+            await _edit(query.message, texts.undone(memory), keyboards.receipt(memory))
+            return
         if callback_data.action == "edit":
             chat.begin_edit(scope, handle)
             await query.answer()
@@ -117,8 +122,12 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     except MemoryNotFoundError:
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
+    except NothingToUndoError:
+        await query.answer(texts.NOTHING_TO_UNDO, show_alert=True)
+        return
     await query.answer(note[:190])
-    if callback_data.action == "forget" and query.message.text and query.message.text.startswith(("记住了", "改好了")):
+    receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
+    if callback_data.action == "forget" and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
     text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == "restore", now)

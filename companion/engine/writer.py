@@ -14,8 +14,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from companion.core import tiers
+from companion.core.errors import NothingToUndoError
 from companion.core.extraction import MergeCandidates, MergePlan, clean_keywords, fingerprint, plan_merge
-from companion.core.models import Memory, MemoryDraft, Scope, Status, Turn
+from companion.core.models import REWORDED, Memory, MemoryDraft, Scope, Status, Turn
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
@@ -59,6 +60,13 @@ class MemoryWriter:
     async def remember(
         self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime, *, embed: bool = True
     ) -> list[int]:
+        ids, _ = await self.remember_planned(scope, drafts, now, embed=embed)
+        return ids
+
+    async def remember_planned(
+        self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime, *, embed: bool = True
+    ) -> tuple[list[int], MergePlan]:
+        """``remember``, with the merge plan (what each updated row was before)."""
         prepared = [self.prepare(d) for d in drafts]
         async with self.lock(scope):
             plan, active = await self._plan(scope, prepared, now)
@@ -69,7 +77,7 @@ class MemoryWriter:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         if embed:
             await self.embed(scope, now)
-        return [*ids, *(m.id for m in plan.updates)]
+        return [*ids, *(m.id for m in plan.updates)], plan
 
     async def absorb(
         self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime
@@ -107,6 +115,7 @@ class MemoryWriter:
 
     async def _settle(self, scope: Scope, plan: MergePlan, ids: Sequence[int], active: int, now: datetime) -> int:
         await self._supersede(scope, plan.inserts, ids, now)
+        await self._keep_wording(scope, plan, now)
         await self._cache.add(scope, [*ids, *(m.id for m in plan.updates)])
         return await self._enforce_capacity(scope, active + len(plan.inserts), now)
 
@@ -122,6 +131,36 @@ class MemoryWriter:
             await self._store.apply_changes(scope, now, updates=updates)
             for m in updates:
                 self._cache.remove(scope, m.id)
+
+    async def _keep_wording(self, scope: Scope, plan: MergePlan, now: datetime) -> None:
+        """A retelling in other words rewrites its row; the words it replaced stay as a superseded copy
+        linked to the row, so ``/why`` shows them and an undo can put them back."""
+        copies = [replace(before, status=Status.SUPERSEDED, superseded_by=after.id, status_reason=REWORDED,
+                          updated_at=now) for before, after in plan.reworded()]
+        if copies:
+            await self._store.import_rows(scope, copies, now, keep_ids=False)
+
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime) -> Memory:
+        """Put back the words a retelling replaced (the newest kept copy of the row ``handle``); the copy
+        goes. Raises NothingToUndoError when the row has no replaced words (or is no longer active)."""
+        async with self.lock(scope):
+            everything = await self._store.fetch_memories(scope, {Status.ACTIVE, Status.SUPERSEDED})
+            live = next((m for m in everything if m.id == handle and m.is_active), None)
+            copies = [m for m in everything if m.superseded_by == handle and m.status_reason == REWORDED]
+            if live is None or not copies:
+                raise NothingToUndoError(f"memory {handle} has no earlier wording")
+            old = max(copies, key=lambda m: m.id)
+            restored = replace(
+                live, event=old.event, keywords=old.keywords, terms=old.terms, importance=old.importance,
+                validity=old.validity, type=old.type, tier=old.tier, expires_at=old.expires_at,
+                review_at=old.review_at, updated_at=now,
+            )
+            await self._store.apply_changes(scope, now, updates=[restored], forget=[old.id], reason="undone")
+            self._cache.remove(scope, handle)
+            await self._cache.add(scope, [handle])
+        self._profiles.invalidate(scope)
+        await self.embed(scope, now)
+        return restored
 
     async def _enforce_capacity(self, scope: Scope, at_most: int, now: datetime) -> int:
         # ``at_most``: active memories before the write plus the new rows. Under capacity, no read of
@@ -164,7 +203,9 @@ class MemoryWriter:
         wanted_ids = None if ids is None else set(ids)
         async with self.lock(scope):
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
-            wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids]
+            # A memory's earlier wordings go with it.
+            wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids
+                      or (m.status_reason == REWORDED and m.superseded_by in wanted_ids)]
             await self._store.apply_changes(scope, utcnow(), forget=[m.id for m in wanted], reason=reason)
             if wanted:
                 # The profile may quote what was just forgotten: withdraw it now, rebuild on the next turn.
