@@ -56,11 +56,15 @@ DAY, NUMBER, NAME, NEGATION = Difference.DAY, Difference.NUMBER, Difference.NAME
         ("我喜欢猫", "我讨厌猫", NEGATION),
         ("我不太喜欢吃辣", "我喜欢吃辣", NEGATION),
         ("我一点辣都不吃", "我不吃辣", None),
-        ("这家店的面不错", "这家店的面很好吃", None),  # 不错 denies nothing
+        ("这家店的面不错", "这家店的面很好吃，不错", None),  # 不错 denies nothing
         # true retellings
         ("我对花生过敏", "我花生过敏", None),
         ("我对花生过敏", "对花生过敏，吃了会起疹子", None),
-        ("我在北京工作", "我在北京上班", None),
+        # one word swapped for another: kept apart, even when it might be a paraphrase
+        ("我养了一只猫", "我养了一只狗", Difference.WORD),
+        ("老板张总脾气很差", "老板刘总脾气很差", NAME),
+        ("我在北京工作", "我在北京上班", Difference.WORD),
+        ("回复我时别用表情", "回复我的时候别用表情", None),  # words added around the same words
     ],
 )
 def test_difference(a: str, b: str, expected: Difference | None) -> None:

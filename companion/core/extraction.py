@@ -174,11 +174,19 @@ def told_alike(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords
     return len(shared) >= 2 and keyword_overlap(a_keywords, b_keywords) >= DUPLICATE_KEYWORD_OVERLAP
 
 
+def extends(a_keywords: Sequence[str], b_keywords: Sequence[str]) -> bool:
+    """One telling's keywords (two or more) all in the other's: the same thing with details added."""
+    set_a, set_b = set(a_keywords), set(b_keywords)
+    return min(len(set_a), len(set_b)) >= 2 and (set_a <= set_b or set_b <= set_a)
+
+
 def same_event(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords: Sequence[str]) -> bool:
-    """The same fact retold: told alike, and no day, number, name or negation tells them apart."""
+    """The same fact retold: told alike (or retold with details added), and no day, number, name, negation
+    or swapped word tells them apart (``sameness.difference``)."""
     if event_key(a_event) == event_key(b_event):
         return True
-    return told_alike(a_event, a_keywords, b_event, b_keywords) and difference(a_event, b_event) is None
+    alike = told_alike(a_event, a_keywords, b_event, b_keywords) or extends(a_keywords, b_keywords)
+    return alike and difference(a_event, b_event) is None
 
 
 def dedupe_drafts(drafts: Sequence[MemoryDraft]) -> list[MemoryDraft]:

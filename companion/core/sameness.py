@@ -24,6 +24,7 @@ class Difference(StrEnum):
     NUMBER = "number"
     NAME = "name"
     NEGATION = "negation"
+    WORD = "word"  # one word swapped for another in the same place ("养了一只猫"/"养了一只狗")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Markers:
     persons: frozenset[str]
     negated: frozenset[str]  # the first character of each negated word ("不喜欢" -> "喜")
     plain: frozenset[str]  # characters said without a negation
+    rest: str  # the words without punctuation, with days, persons and numbers masked
 
 
 _DATE_PREFIX = re.compile(r"^\s*\d{4}-\d{1,2}-\d{1,2}\s*")  # the day an extraction learned it, not the fact's
@@ -72,6 +74,7 @@ _SURNAMES = set(
     "姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
     "明红丽华芳美强伟军杰")
 _NAME = re.compile(r"([小老阿])([\u4e00-\u9fff])")
+_TITLED = re.compile(r"([\u4e00-\u9fff])(总|哥|姐|老师|医生|经理|阿姨|叔叔|大夫|律师|教授)")
 _NOT_NAME_AFTER_A = set("姨婆公里胶拉富尔根联森斯")
 _CALLED = re.compile(r"(?:叫做|叫作|名字是|名叫|叫)(?![我你他她它])([\u4e00-\u9fffA-Za-z]{1,3}?)"
                      r"(?=[的了吧呢啊呀是和跟，。,.!！?？、；;\s]|$)")
@@ -85,9 +88,11 @@ _NOT_NEGATIONS = re.compile("不错|不过|不少|不断|不久|不管|不然|�
                             "忍不住|不得不|不停|不住|受不了|不仅|不光|不但|不如|不禁|别的|别人|特别|区别|分别|告别|性别|级别|"
                             "类别|未来")
 _NEGATOR = re.compile("从来没有|从来不|从没|从不|没有|不再|无法|别|没|不|甭|未")
-_SOFTENERS = "太再怎很是大会能想要"  # "不太喜欢": the denied word is the one after the softener
+_SOFTENERS = "太再怎很是大会能想要用必"  # "不太喜欢": the denied word is the one after the softener
 _OPPOSITES = (("喜欢", "讨厌"), ("爱吃", "讨厌"), ("爱", "恨"))
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+_WORDS_ONLY = re.compile(r"[\W_]+", re.UNICODE)
+MAX_SWAPPED = 3
 
 
 def core_text(event: str) -> str:
@@ -127,6 +132,7 @@ def markers(event: str) -> Markers:
         prefix, char = match.groups()
         if char in _SURNAMES or (prefix == "阿" and char not in _NOT_NAME_AFTER_A and char not in _CN_DIGITS):
             names.add(prefix + char)
+    names.update(m.group(0) for m in _TITLED.finditer(text) if m.group(1) in _SURNAMES)
 
     numbers: set[str] = set()
     clean = _NOT_NUMBERS.sub("·", text)
@@ -145,8 +151,9 @@ def markers(event: str) -> Markers:
     for yes, no in _OPPOSITES:
         if no in text:
             negated.add(yes[0])
+    rest = _WORDS_ONLY.sub("", _NUMBER.sub("·", clean))
     return Markers(frozenset(days), frozenset(numbers), frozenset(names), frozenset(persons), frozenset(negated),
-                   frozenset(plain))
+                   frozenset(plain), rest)
 
 
 def _negations(text: str) -> tuple[set[str], set[str]]:
@@ -206,4 +213,21 @@ def difference(a_event: str, b_event: str) -> Difference | None:
         return Difference.NAME
     if (a.negated & b.plain) - b.negated or (b.negated & a.plain) - a.negated:
         return Difference.NEGATION
+    if _swapped(a.rest, b.rest):
+        return Difference.WORD
     return None
+
+
+def _swapped(a: str, b: str) -> bool:
+    """The same sentence with one short word replaced by another: a retelling adds or drops words, it does
+    not swap one ("我养了一只猫"/"我养了一只狗", "老板张总"/"老板刘总")."""
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    left, right = a[start:len(a) - end], b[start:len(b) - end]
+    if start + end < 2 or not left or not right or len(left) > MAX_SWAPPED or len(right) > MAX_SWAPPED:
+        return False  # no sentence around them to share (two different words), or more than one word
+    return left not in right and right not in left
