@@ -76,7 +76,8 @@ def read_pairs(path: Path) -> list[Pair]:
             continue
         try:
             row = json.loads(line)
-            pair = Pair(str(row["a"]), str(row["b"]), bool(row["same"]), str(row["kind"]), str(row.get("split", "tuning")))
+            pair = Pair(str(row["a"]), str(row["b"]), bool(row["same"]), str(row["kind"]),
+                        str(row.get("split", "tuning")))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise DatasetError(f"{path} line {number}: not a pair ({exc})") from None
         pairs.append(pair)
