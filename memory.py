@@ -346,17 +346,17 @@ class MemoryEngine:
         same fact retold merges into its row, which rises to the draft's tier if that is higher; told in
         other words, the result names the words it replaced (``undo_rewording`` puts them back). A
         different fact, however alike, is a memory of its own."""
-        [handle, *_], plan = await self._writer.remember_planned(scope, [draft], now)
-        memory = await self.get(scope, handle)
+        written = await self._writer.write_drafts(scope, [draft], now)
+        memory = await self.get(scope, written.ids[0])
         if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
             memory = await self._writer.write(scope, tiers.move_to_tier(memory, draft.tier, now))
-        replaced = next((before for before, after in plan.reworded() if after.id == handle), None)
-        return Saved(memory, replaced)
+        return Saved(memory, written.earlier.get(memory.id))
 
-    async def undo_rewording(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        """Put back the words a save or an extraction replaced in this memory (owner-checked); raises
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
+        """Put back the words a save or an extraction replaced in this memory (owner-checked): those kept
+        as ``copy`` (``Saved.replaced.id``) when given, which must be its latest change. Raises
         NothingToUndoError when there are none."""
-        return await self._curator.undo_rewording(scope, handle, now)
+        return await self._curator.undo_rewording(scope, handle, now, copy)
 
     # The user's steering, documented where it is done (``companion.engine.steering.Curator``).
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from companion.chat import texts
+from companion.core.errors import NothingToUndoError, NotYourMemoryError
 from companion.core.models import REWORDED, Scope, Status, Turn
 from tests.support import USER, Live, Rig
 
@@ -107,3 +110,22 @@ async def test_extraction_keeps_two_facts_apart_and_why_shows_a_rewording(rig: R
     assert events == ["2025-12-23 周四晚上要练吉他", "2025-12-23 对花生过敏，吃了会起疹子", "周二晚上要练吉他"]
     story = await engine.why(scope, peanut.id)
     assert [(m.event, m.status_reason) for m in story.replaced] == [("我对花生过敏", REWORDED)]
+
+
+async def test_an_older_receipts_undo_does_not_undo_a_later_change(rig: Rig) -> None:
+    engine, now, scope = rig.engine, rig.clock(), Scope(USER)
+    saved = []
+    for words in ("我对花生过敏", "我花生过敏", "我对花生过敏，吃了会起疹子"):
+        rig.llm.set_json_reply(judged(words, ["花生", "过敏"], "fact"))
+        saved.append(await engine.save_said(scope, words, now))
+    first, second = saved[1].replaced, saved[2].replaced
+    assert first is not None and second is not None
+    assert (first.event, second.event) == ("我对花生过敏", "我花生过敏")
+    handle = saved[2].memory.id
+    with pytest.raises(NothingToUndoError):
+        await engine.undo_rewording(scope, handle, now, first.id)  # the first receipt: a later change came
+    assert (await engine.undo_rewording(scope, handle, now, second.id)).event == "我花生过敏"
+    assert (await engine.undo_rewording(scope, handle, now, first.id)).event == "我对花生过敏"
+    assert [m.event for m in await engine.memories(scope, {Status.ACTIVE, Status.SUPERSEDED})] == ["我对花生过敏"]
+    with pytest.raises(NotYourMemoryError):
+        await engine.undo_rewording(Scope(USER + 1), handle, now)

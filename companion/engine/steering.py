@@ -58,9 +58,9 @@ class Curator:
         return await self._writer.write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
                                                 terms=draft.terms, updated_at=now))
 
-    async def undo_rewording(self, scope: Scope, handle: int, now: datetime) -> Memory:
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
         await self.get(scope, handle)  # owner check before anything changes
-        return await self._writer.undo_rewording(scope, handle, now)
+        return await self._writer.undo_rewording(scope, handle, now, copy)
 
     async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
         return await self._writer.write(scope, tiers.move_to_tier(await self.get(scope, handle), tier, now))
