@@ -65,6 +65,7 @@ DAY, NUMBER, NAME, NEGATION = Difference.DAY, Difference.NUMBER, Difference.NAME
         ("老板张总脾气很差", "老板刘总脾气很差", NAME),
         ("我在北京工作", "我在北京上班", Difference.WORD),
         ("回复我时别用表情", "回复我的时候别用表情", None),  # words added around the same words
+        ("喜欢喝拿铁", "咖啡要拿铁", None),  # too little shared to be one sentence with a word swapped
     ],
 )
 def test_difference(a: str, b: str, expected: Difference | None) -> None:

@@ -228,6 +228,8 @@ def _swapped(a: str, b: str) -> bool:
     while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
         end += 1
     left, right = a[start:len(a) - end], b[start:len(b) - end]
-    if start + end < 2 or not left or not right or len(left) > MAX_SWAPPED or len(right) > MAX_SWAPPED:
-        return False  # no sentence around them to share (two different words), or more than one word
+    if not left or not right or len(left) > MAX_SWAPPED or len(right) > MAX_SWAPPED:
+        return False  # words added or dropped, or more than one word changed
+    if start + end < max(2, len(left) + 1, len(right) + 1):
+        return False  # too little sentence around them to call it the same one
     return left not in right and right not in left
