@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from companion.core.extraction import dedupe_drafts, plan_merge, same_event, told_alike
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
@@ -137,3 +139,13 @@ def test_a_retelling_in_the_same_words_is_no_rewording() -> None:
 def test_one_extraction_keeps_two_facts_apart() -> None:
     drafts = [MemoryDraft(f"第{i}个测试记忆：今天天气不错", ["测试", "记忆", "天气"], 50.0) for i in (1, 2, 3)]
     assert len(dedupe_drafts(drafts)) == 3
+
+
+ALPHABET = "周二四末一两十百第个点半号月不没别叫小老王李我妈今明晚上下午每猫喜欢讨厌，。:.-/0123٣１🎉"
+TEXTS = st.text(alphabet=st.sampled_from(list(ALPHABET)), max_size=24)
+
+
+@given(TEXTS, TEXTS)
+def test_difference_never_fails_and_is_symmetric(a: str, b: str) -> None:
+    assert difference(a, b) is difference(b, a)
+    assert difference(a, a) is None
