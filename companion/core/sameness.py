@@ -65,7 +65,7 @@ _CLOCK = re.compile(r"(\d{1,2})[:：](\d{2})")
 _NOT_NUMBERS = re.compile(
     "一直|一起|一样|一些|一下子|一下|一点点|一点儿|一定|一般|一切|一向|一旦|一边|一面|一会儿|一会|一阵|万一|唯一|"
     "统一|一致|一再|一心|一同|一路|一辈子|一生|十分|万分|百分百|一模一样|乱七八糟|一口气|一块儿")
-_UNIT = "个只条头匹位名件张本次遍回天日号周月年岁点分秒块元斤公里米层楼杯瓶碗顿节倍人口家小时钟"
+_UNIT = "个只条头匹位名件张本次遍回天日号周月年岁点分秒块元斤公里米层楼杯瓶碗顿节倍人口家小时钟"  # 小: 小时
 _NUMBER = re.compile(rf"(第)?(\d+(?:\.\d+)?|{_CN}+)(点半|[{_UNIT}]?)")
 _UNITS = {"只": "个", "条": "个", "头": "个", "匹": "个", "位": "个", "名": "个", "件": "个", "张": "个", "本": "个",
           "块": "元", "日": "天", "号": "天", "遍": "次", "回": "次", "钟": "点", "小": "时"}
@@ -74,7 +74,7 @@ _SURNAMES = set(
     "姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
     "明红丽华芳美强伟军杰")
 _NAME = re.compile(r"([小老阿])([\u4e00-\u9fff])")
-_TITLED = re.compile(r"([\u4e00-\u9fff])(总|哥|姐|老师|医生|经理|阿姨|叔叔|大夫|律师|教授)")
+_TITLED = re.compile(r"([\u4e00-\u9fff])(总|哥|姐|医生|经理|大夫|律师|教授)")  # 张总; 老师 is a person
 _NOT_NAME_AFTER_A = set("姨婆公里胶拉富尔根联森斯")
 _CALLED = re.compile(r"(?:叫做|叫作|名字是|名叫|叫)(?![我你他她它])([\u4e00-\u9fffA-Za-z]{1,3}?)"
                      r"(?=[的了吧呢啊呀是和跟，。,.!！?？、；;\s]|$)")
@@ -104,6 +104,8 @@ def core_text(event: str) -> str:
 
 @lru_cache(maxsize=16_384)
 def markers(event: str) -> Markers:
+    """Days, then persons and names, then numbers are read and masked in turn, so "周三" is a day and not
+    the number 3, and "我妈" a person and not a name."""
     text = core_text(event)
     days: set[str] = set()
     for match in _WEEKDAY.finditer(text):
