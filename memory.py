@@ -41,6 +41,7 @@ from companion.engine.types import (
     MemoryContext,
     MemoryStats,
     Provenance,
+    Saved,
     ShortStats,
     ShortTerm,
     Standing,
@@ -65,6 +66,7 @@ __all__ = [
     "MemoryEngine",
     "MemoryStats",
     "Provenance",
+    "Saved",
     "ShortStats",
     "ShortTerm",
     "Standing",
@@ -340,6 +342,15 @@ class MemoryEngine:
         self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
         source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
     ) -> Memory:
+        """Remember what the user asked to remember (``save_said``) and return the stored memory."""
+        saved = await self.save_said(scope, text, now, origin=origin, source_chat_id=source_chat_id,
+                                     source_message_id=source_message_id, source_turns=source_turns)
+        return saved.memory
+
+    async def save_said(
+        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
+        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
+    ) -> Saved:
         """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
         core preference long-term, important information medium-term, the rest short-term). Works
         without the model: the words are kept as they are."""
@@ -347,16 +358,28 @@ class MemoryEngine:
         draft.origin, draft.source_at = origin, now
         draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
         draft.source_turns = tuple(source_turns)
-        return await self.save_draft(scope, draft, now)
+        return await self.save(scope, draft, now)
 
     async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
-        """Store one memory already judged (by the user's words, a model's tool call or an operator) and
-        return it; a retold memory merges into its row, which rises to the draft's tier if that is higher."""
-        [handle, *_] = await self.remember(scope, [draft], now)
-        memory = await self.get(scope, handle)
+        """``save`` and return the stored memory."""
+        return (await self.save(scope, draft, now)).memory
+
+    async def save(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Saved:
+        """Store one memory already judged (by the user's words, a model's tool call or an operator). The
+        same fact retold merges into its row, which rises to the draft's tier if that is higher; told in
+        other words, the result names the words it replaced (``undo_rewording`` puts them back). A
+        different fact, however alike, is a memory of its own."""
+        written = await self._writer.write_drafts(scope, [draft], now)
+        memory = await self.get(scope, written.ids[0])
         if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
             memory = await self._writer.write(scope, tiers.move_to_tier(memory, draft.tier, now))
-        return memory
+        return Saved(memory, written.earlier.get(memory.id))
+
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
+        """Put back the words a save or an extraction replaced in this memory (owner-checked): those kept
+        as ``copy`` (``Saved.replaced.id``) when given, which must be its latest change. Raises
+        NothingToUndoError when there are none."""
+        return await self._curator.undo_rewording(scope, handle, now, copy)
 
     # The user's steering, documented where it is done (``companion.engine.steering.Curator``).
 

@@ -1,4 +1,4 @@
-"""``python -m bench convert|recall|scale|bot|cost|plots ...``.
+"""``python -m bench convert|recall|merge|scale|bot|cost|plots ...``.
 
 The scale, bot and cost benchmarks are imported only when asked for: they pull in aiogram, the fake
 servers and the bot's composition root, which ``recall`` does not need.
@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
                         help="calibrate the gate: gated hit and false injection at each minimum share, "
                              "e.g. 0.2,0.3,0.4")
+    merge = commands.add_parser("merge", help="precision and recall of 'same fact' for the old and new merge rules")
+    merge.add_argument("pairs", type=Path, nargs="?", default=None, help="pairs (default bench/data/merge_pairs.jsonl)")
+    merge.add_argument("--json", type=Path, help="also write the results here")
     latency = commands.add_parser("recall-latency", help="recall p50/p95 per turn for one user of N memories")
     latency.add_argument("--sizes", type=parse_ks, default=(100, 10_000), help="memories, e.g. 100,10000")
     latency.add_argument("--turns", type=_positive, default=2000)
@@ -307,6 +310,21 @@ def run_cost_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_merge_command(args: argparse.Namespace) -> int:
+    from bench.merge import DEFAULT_PAIRS, KEYWORDS, format_scores, read_pairs, score, splits
+
+    extractor = KeywordExtractor()
+    extractor.load()
+    report: dict[str, Any] = {}
+    for name, pairs in splits(read_pairs(args.pairs or DEFAULT_PAIRS)).items():
+        scores = score(pairs, lambda text: extractor.keywords(text, limit=KEYWORDS))
+        print(format_scores(scores, pairs, f"{name}: "))
+        report[name] = {"pairs": len(pairs), **{rule: s.summary() for rule, s in scores.items()}}
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
 def run_plots(args: argparse.Namespace) -> int:
     from bench.plots import draw_all
 
@@ -315,7 +333,8 @@ def run_plots(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"convert": run_convert, "recall": run_recall, "recall-latency": run_latency_command,
+COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_command,
+            "recall-latency": run_latency_command,
             "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots}
 

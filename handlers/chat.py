@@ -50,7 +50,7 @@ async def answer_turn(
             reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:
-            markup = keyboards.receipt(reply.saved)
+            markup = keyboards.receipt(reply.saved, reply.replaced)
         elif reply.to_forget and group is not None:
             # "忘掉我说的…" in a group: the matches are listed privately, the buttons naming this group's scope.
             sent = await to_private(bot, scope.user_id, titled(group.title, answer),

@@ -27,6 +27,13 @@ class MemoryCB(CallbackData, prefix="m"):
     page: int = 0
 
 
+class UndoCB(CallbackData, prefix="u"):
+    """A receipt's undo: the memory, and the kept copy of the words the save replaced."""
+
+    handle: int
+    earlier: int  # the handle of the kept copy
+
+
 class PageCB(CallbackData, prefix="p"):
     page: int
     query: str = ""
@@ -77,9 +84,12 @@ class StartCB(CallbackData, prefix="s"):
     action: str  # on
 
 
-def receipt(memory: Memory) -> InlineKeyboardMarkup:
+def receipt(memory: Memory, replaced: Memory | None = None) -> InlineKeyboardMarkup:
+    """``replaced``: the kept copy of the words the save replaced; a button puts them back."""
     kb = InlineKeyboardBuilder()
     kb.button(text="👌 好的", callback_data=MemoryCB(action="ok", handle=memory.id))
+    if replaced is not None:
+        kb.button(text="↩️ 撤销", callback_data=UndoCB(handle=memory.id, earlier=replaced.id))
     kb.button(text="✏️ 修改", callback_data=MemoryCB(action="edit", handle=memory.id))
     kb.button(text="🗑 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id))
     return kb.as_markup()

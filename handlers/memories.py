@@ -20,13 +20,23 @@ from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
-from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, Scope, Status, Tier
+from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
+from companion.core.models import REWORDED, Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
 from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
 from handlers import keyboards
-from handlers.keyboards import PAGE_SIZE, ForgetCB, GroupForgetCB, GroupReviewCB, MemoryCB, PageCB, ReviewCB, StartCB
+from handlers.keyboards import (
+    PAGE_SIZE,
+    ForgetCB,
+    GroupForgetCB,
+    GroupReviewCB,
+    MemoryCB,
+    PageCB,
+    ReviewCB,
+    StartCB,
+    UndoCB,
+)
 from handlers.scope import scope_of, scope_of_callback
 from memory import MemoryEngine
 
@@ -118,11 +128,30 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
     await query.answer(note[:190])
-    if callback_data.action == "forget" and query.message.text and query.message.text.startswith(("记住了", "改好了")):
+    receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
+    if callback_data.action == "forget" and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
     text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == "restore", now)
     await _edit(query.message, f"{note}\n\n{text}", markup)
+
+
+async def on_undo(query: CallbackQuery, callback_data: UndoCB, engine: MemoryEngine) -> None:
+    """A receipt's undo: the memory gets back the words the save replaced."""
+    scope = scope_of_callback(query)
+    if scope is None or not isinstance(query.message, Message):
+        await query.answer()
+        return
+    try:
+        memory = await engine.undo_rewording(scope, callback_data.handle, utcnow(), callback_data.earlier)
+    except NotYourMemoryError:
+        await query.answer(texts.NOT_YOURS, show_alert=True)
+        return
+    except (MemoryNotFoundError, NothingToUndoError):
+        await query.answer(texts.NOTHING_TO_UNDO, show_alert=True)
+        return
+    await query.answer("已撤销")
+    await _edit(query.message, texts.undone(memory), keyboards.receipt(memory))
 
 
 # ---- /forget ---------------------------------------------------------------------------------------
@@ -132,7 +161,8 @@ async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[
     if not args:
         return "用法：/forget 关键词，或 /forget all 忘掉全部。", None
     if args.lower() in {"all", "全部"}:
-        count = len(await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
+        count = sum(m.status_reason != REWORDED  # a memory's earlier words are part of it, not one more
+                    for m in await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
         if not count:
             return texts.NO_MEMORIES, None
         return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
@@ -392,6 +422,7 @@ def build() -> Router:
     router.message.register(weekly_command, Command("weekly"))
     router.message.register(start_command, CommandStart())
     router.callback_query.register(on_memory_button, MemoryCB.filter())
+    router.callback_query.register(on_undo, UndoCB.filter())
     router.callback_query.register(on_page, PageCB.filter())
     router.callback_query.register(on_forget, ForgetCB.filter())
     router.callback_query.register(on_forget, GroupForgetCB.filter())

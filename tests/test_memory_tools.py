@@ -53,6 +53,20 @@ async def snapshot(rig: Rig, scope: Scope) -> list[dict[str, Any]]:
     return [asdict(m) for m in await rig.engine.memories(scope, EVERY_STATUS)]
 
 
+async def test_save_memory_keeps_different_facts_apart_and_names_replaced_words(rig: Rig, chat: ChatService) -> None:
+    await remember(rig, ALICE, "周二晚上要练吉他")
+    peanut = await remember(rig, ALICE, "我对花生过敏")
+    rig.llm.queue_tool_calls(("save_memory", {"content": "周四晚上要练吉他"}),
+                             ("save_memory", {"content": "我花生过敏，吃了会起疹子", "type": "fact"}))
+    rig.llm.queue_chat("好的，记下了。")
+    await chat.reply(ALICE, "周四晚上也要练吉他，对了我花生过敏，吃了会起疹子")
+    thursday, retold = results(rig)
+    assert "replaced_words" not in thursday
+    assert retold["saved"]["handle"] == peanut.id and retold["replaced_words"] == "我对花生过敏"
+    assert sorted(m.event for m in await rig.engine.memories(ALICE)) == [
+        "周二晚上要练吉他", "周四晚上要练吉他", "我花生过敏，吃了会起疹子"]
+
+
 async def test_save_memory_stores_what_the_model_judged(rig: Rig, chat: ChatService) -> None:
     rig.llm.queue_tool_calls(("save_memory", {"content": "对花生过敏", "type": "fact", "tier": "long",
                                               "importance": 90}))

@@ -95,8 +95,10 @@ def memory_tools(
             draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,
                                 source_turns=(told,) if told else ())
-            memory = await engine.save_draft(scope, draft, now)
-            return {"saved": view(memory, tz)}
+            saved = await engine.save(scope, draft, now)
+            if saved.replaced is not None:  # the same fact in other words: say what it said before
+                return {"saved": view(saved.memory, tz), "replaced_words": saved.replaced.event}
+            return {"saved": view(saved.memory, tz)}
 
         async def search_memories(query: Query, tiers: TierList = None, types: TypeList = None,
                                   since: Since = None, limit: Limit = 5) -> dict[str, Any]:

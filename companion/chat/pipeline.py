@@ -82,6 +82,7 @@ class Reply:
     recalled: tuple[int, ...] = ()
     mentioned: tuple[int, ...] = ()
     saved: Memory | None = None  # a receipt: the handlers offer fine / edit / forget
+    replaced: Memory | None = None  # the words the save replaced: the handlers offer an undo
     to_forget: tuple[Memory, ...] = ()  # forget candidates: the handlers ask for a confirmation
     tool_calls: int = 0
 
@@ -218,7 +219,8 @@ class ChatService:
             session.forget(done.memories, done.turn_keys)
         if outcome.saved is not None:
             self._record(session, text, outcome.text, session.answering)
-        return Reply(outcome.text, ok=True, saved=outcome.saved, to_forget=outcome.to_forget)
+        return Reply(outcome.text, ok=True, saved=outcome.saved, replaced=outcome.replaced,
+                     to_forget=outcome.to_forget)
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
         """The first turn of a conversation raises reviews the user left unanswered for days."""

@@ -37,6 +37,7 @@ class SteeringState:
 class Outcome:
     text: str
     saved: Memory | None = None  # a receipt: handlers add fine / edit / forget buttons
+    replaced: Memory | None = None  # the words the save replaced: handlers add an undo button
     to_forget: tuple[Memory, ...] = ()  # candidates: handlers ask for a confirmation
     forgotten: tuple[Forgetting, ...] = ()  # forgotten here: the session drops the turns they came from
 
@@ -76,10 +77,9 @@ async def steer(
         if not found:
             return Outcome(texts.nothing_found(intent.text))
         return Outcome(texts.confirm_forget(found), to_forget=tuple(found))
-    memory = await engine.save_explicit(scope, intent_text, now, source_chat_id=chat_id,
-                                        source_message_id=message_id,
-                                        source_turns=turns if intent.kind is Kind.SAVE_PREVIOUS else turns[-1:])
-    return Outcome(texts.receipt(memory), saved=memory)
+    saved = await engine.save_said(scope, intent_text, now, source_chat_id=chat_id, source_message_id=message_id,
+                                   source_turns=turns if intent.kind is Kind.SAVE_PREVIOUS else turns[-1:])
+    return Outcome(texts.receipt(saved.memory, replaced=saved.replaced), saved=saved.memory, replaced=saved.replaced)
 
 
 async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime,

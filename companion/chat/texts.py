@@ -6,6 +6,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from companion.core.models import REWORDED
+
 if TYPE_CHECKING:
     from companion.core.models import Memory
     from companion.core.tiers import Action, Suggestion
@@ -98,9 +100,18 @@ def tier_name(tier: str) -> str:
     return TIER_NAMES.get(tier, tier)
 
 
-def receipt(memory: Memory, *, edited: bool = False) -> str:
+def receipt(memory: Memory, *, edited: bool = False, replaced: Memory | None = None) -> str:
+    if replaced is not None:
+        return f"改成了：{memory.event}，原来是：{replaced.event}（{tier_name(memory.tier.value)}）"
     verb = "改好了" if edited else "记住了"
     return f"{verb}：{memory.event}（{tier_name(memory.tier.value)}）"
+
+
+def undone(memory: Memory) -> str:
+    return f"已撤销，还是原来的：{memory.event}（{tier_name(memory.tier.value)}）"
+
+
+NOTHING_TO_UNDO = "这条记忆没有可以撤销的修改了。"
 
 
 def nothing_found(query: str) -> str:
@@ -202,7 +213,10 @@ def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, 
     if memory.updated_at != memory.created_at:
         lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
     for old in replaced:
-        lines.append(f"· 取代了之前的：“{old.event}”")
+        if old.status_reason == REWORDED:
+            lines.append(f"· 原来是：“{old.event}”（{tz_show(old.updated_at)} 改成现在这样）")
+        else:
+            lines.append(f"· 取代了之前的：“{old.event}”")
     if replaced_by is not None:
         lines.append(f"· 已被新的信息取代：“{replaced_by.event}”")
     if memory.last_mentioned_at or memory.last_accessed_at:

@@ -53,3 +53,7 @@ class MemoryNotFoundError(CompanionError, LookupError):
 
 class NotYourMemoryError(CompanionError, PermissionError):
     """The handle names another scope's memory: the caller may not read or change it."""
+
+
+class NothingToUndoError(CompanionError, LookupError):
+    """An undo of a change that is not there (already undone, or the memory changed since)."""

@@ -20,6 +20,7 @@ from typing import TypeVar
 from companion.core import rules
 from companion.core.errors import LLMBadResponseError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
+from companion.core.sameness import difference
 from companion.core.text import normalize_keyword, normalize_text
 
 MAX_EVENT_CHARS = 50
@@ -164,11 +165,28 @@ def keyword_overlap(a: Sequence[str], b: Sequence[str]) -> float:
     return len(set_a & set_b) / len(set_a | set_b)
 
 
-def same_event(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords: Sequence[str]) -> bool:
+def told_alike(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords: Sequence[str]) -> bool:
+    """Two tellings that look alike: the same text, or most keywords shared. Alone this merges facts that
+    differ in one word ("周二"/"周四" share every other keyword); ``same_event`` adds what tells them apart."""
     if event_key(a_event) == event_key(b_event):
         return True
     shared = set(a_keywords) & set(b_keywords)
     return len(shared) >= 2 and keyword_overlap(a_keywords, b_keywords) >= DUPLICATE_KEYWORD_OVERLAP
+
+
+def extends(a_keywords: Sequence[str], b_keywords: Sequence[str]) -> bool:
+    """One telling's keywords (two or more) all in the other's: the same thing with details added."""
+    set_a, set_b = set(a_keywords), set(b_keywords)
+    return min(len(set_a), len(set_b)) >= 2 and (set_a <= set_b or set_b <= set_a)
+
+
+def same_event(a_event: str, a_keywords: Sequence[str], b_event: str, b_keywords: Sequence[str]) -> bool:
+    """The same fact retold: told alike (or retold with details added), and no day, number, name, negation
+    or swapped word tells them apart (``sameness.difference``)."""
+    if event_key(a_event) == event_key(b_event):
+        return True
+    alike = told_alike(a_event, a_keywords, b_event, b_keywords) or extends(a_keywords, b_keywords)
+    return alike and difference(a_event, b_event) is None
 
 
 def dedupe_drafts(drafts: Sequence[MemoryDraft]) -> list[MemoryDraft]:
@@ -238,6 +256,13 @@ class MergeCandidates:
 class MergePlan:
     inserts: list[MemoryDraft] = field(default_factory=list)
     updates: list[Memory] = field(default_factory=list)
+    # Each updated row as it was stored before the merge, by handle: what a receipt's undo puts back.
+    before: dict[int, Memory] = field(default_factory=dict)
+
+    def reworded(self) -> list[tuple[Memory, Memory]]:
+        """(stored, merged) for each row a retelling gave other words: the user is told, and may undo."""
+        return [(self.before[m.id], m) for m in self.updates
+                if m.id in self.before and event_key(self.before[m.id].event) != event_key(m.event)]
 
 
 def plan_merge(
@@ -258,6 +283,7 @@ def plan_merge(
         if match is None:
             plan.inserts.append(draft)
             continue
+        plan.before.setdefault(match.id, match)
         touched[match.id] = merge_into(touched.get(match.id, match), draft, now)
     plan.updates = list(touched.values())
     return plan

@@ -57,6 +57,11 @@ class Status(StrEnum):
     FORGOTTEN = "forgotten"  # a content-free tombstone: handle, when and why, no text
 
 
+# The status reason of a superseded copy keeping a memory's earlier words, after a retelling in other words
+# rewrote it: ``/why`` shows them and an undo puts them back.
+REWORDED = "reworded"
+
+
 class Tier(StrEnum):
     SHORT = "short"
     MEDIUM = "medium"

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Recalled, Scope, Status, Tier
+from companion.core.models import REWORDED, Memory, MemoryDraft, MemoryType, Origin, Recalled, Scope, Status, Tier
 from companion.core.text import normalize_text
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.types import MemoryStats, Provenance
@@ -57,6 +57,10 @@ class Curator:
         draft = self._writer.prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
         return await self._writer.write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
                                                 terms=draft.terms, updated_at=now))
+
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
+        await self.get(scope, handle)  # owner check before anything changes
+        return await self._writer.undo_rewording(scope, handle, now, copy)
 
     async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
         return await self._writer.write(scope, tiers.move_to_tier(await self.get(scope, handle), tier, now))
@@ -124,6 +128,9 @@ class Curator:
         """Where a memory came from and how it changed: its source, and the memories it replaced."""
         memory = await self.get(scope, handle)
         everything = await self._store.fetch_memories(scope, EVERY_STATUS)
+        if memory.status_reason == REWORDED:  # a memory's earlier words: its story is the memory's
+            memory = next((m for m in everything if m.id == memory.superseded_by), memory)
+            handle = memory.id
         replaced = [m for m in everything if m.superseded_by == handle]
         newer = next((m for m in everything if m.id == memory.superseded_by), None)
         return Provenance(memory, replaced, newer)

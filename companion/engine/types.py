@@ -77,6 +77,16 @@ class ShortStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Saved:
+    """A save's result: the stored memory, and the words it replaced when the save retold a memory in
+    other words, as kept (a superseded copy with its own handle; the receipt says "改成了…，原来是…" and
+    offers an undo)."""
+
+    memory: Memory
+    replaced: Memory | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Provenance:
     """``/why``: the memory (with its source message and times), what it replaced, what replaced it."""
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from companion.core import tiers
+from companion.core.errors import NothingToUndoError
 from companion.core.extraction import MergeCandidates, MergePlan, clean_keywords, fingerprint, plan_merge
-from companion.core.models import Memory, MemoryDraft, Scope, Status, Turn
+from companion.core.models import REWORDED, Memory, MemoryDraft, Scope, Status, Turn
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
@@ -36,6 +37,12 @@ class Forgetting:
 
     memories: list[Memory]
     turn_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    ids: list[int]  # new rows first, then rows a draft was merged into
+    earlier: dict[int, Memory]  # the kept earlier words of each reworded row, by the row's handle
 
 
 class MemoryWriter:
@@ -67,18 +74,24 @@ class MemoryWriter:
     async def remember(
         self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime, *, embed: bool = True
     ) -> list[int]:
+        return (await self.write_drafts(scope, drafts, now, embed=embed)).ids
+
+    async def write_drafts(
+        self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime, *, embed: bool = True
+    ) -> Written:
+        """``remember``, saying also which rows a retelling reworded and where their earlier words are kept."""
         prepared = [self.prepare(d) for d in drafts]
         async with self.lock(scope):
             plan, active = await self._plan(scope, prepared, now)
             ids = await self._store.apply_changes(scope, now, inserts=plan.inserts, updates=plan.updates,
                                                   sources=_sources(prepared))
-            evicted = await self._settle(scope, plan, ids, active, now)
+            evicted, earlier = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         if embed:
             await self.embed(scope, now)
-        return [*ids, *(m.id for m in plan.updates)]
+        return Written([*ids, *(m.id for m in plan.updates)], earlier)
 
     async def absorb(
         self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime
@@ -90,7 +103,7 @@ class MemoryWriter:
         up_to = max(t.id or 0 for t in turns)
         ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates,
                                               sources=[t.key for t in turns if t.key])
-        evicted = await self._settle(scope, plan, ids, active, now)
+        evicted, _ = await self._settle(scope, plan, ids, active, now)
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
@@ -115,10 +128,13 @@ class MemoryWriter:
         stored = MergeCandidates(await self._store.fetch_memories(scope))
         return plan_merge((), drafts, now, near=stored.near), len(stored)
 
-    async def _settle(self, scope: Scope, plan: MergePlan, ids: Sequence[int], active: int, now: datetime) -> int:
+    async def _settle(
+        self, scope: Scope, plan: MergePlan, ids: Sequence[int], active: int, now: datetime
+    ) -> tuple[int, dict[int, Memory]]:
         await self._supersede(scope, plan.inserts, ids, now)
+        earlier = await self._keep_wording(scope, plan, now)
         await self._cache.add(scope, [*ids, *(m.id for m in plan.updates)])
-        return await self._enforce_capacity(scope, active + len(plan.inserts), now)
+        return await self._enforce_capacity(scope, active + len(plan.inserts), now), earlier
 
     async def _supersede(self, scope: Scope, drafts: Sequence[MemoryDraft], ids: Sequence[int], now: datetime) -> None:
         """New information that replaces old: the old memory stays, linked to the new one, never recalled."""
@@ -132,6 +148,40 @@ class MemoryWriter:
             await self._store.apply_changes(scope, now, updates=updates)
             for m in updates:
                 self._cache.remove(scope, m.id)
+
+    async def _keep_wording(self, scope: Scope, plan: MergePlan, now: datetime) -> dict[int, Memory]:
+        """A retelling in other words rewrites its row; the words it replaced stay as a superseded copy
+        linked to the row, so ``/why`` shows them and an undo can put them back. Returns the stored copies
+        by the handle of the row they belong to."""
+        copies = [replace(before, status=Status.SUPERSEDED, superseded_by=after.id, status_reason=REWORDED,
+                          updated_at=now) for before, after in plan.reworded()]
+        if not copies:
+            return {}
+        handles = await self._store.import_rows(scope, copies, now, keep_ids=False)
+        return {copy.superseded_by or 0: replace(copy, id=h) for copy, h in zip(copies, handles, strict=True)}
+
+    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
+        """Put back the words a retelling replaced (the newest kept copy of the row ``handle``, which must be
+        ``copy`` when given: an older receipt's undo does not undo a later change); the copy goes. Raises
+        NothingToUndoError when there is no such copy (or the row is no longer active)."""
+        async with self.lock(scope):
+            everything = await self._store.fetch_memories(scope, {Status.ACTIVE, Status.SUPERSEDED})
+            live = next((m for m in everything if m.id == handle and m.is_active), None)
+            copies = [m for m in everything if m.superseded_by == handle and m.status_reason == REWORDED]
+            old = max(copies, key=lambda m: m.id) if copies else None
+            if live is None or old is None or copy not in (None, old.id):
+                raise NothingToUndoError(f"memory {handle} has no such earlier wording")
+            restored = replace(
+                live, event=old.event, keywords=old.keywords, terms=old.terms, importance=old.importance,
+                validity=old.validity, type=old.type, tier=old.tier, expires_at=old.expires_at,
+                review_at=old.review_at, updated_at=now,
+            )
+            await self._store.apply_changes(scope, now, updates=[restored], forget=[old.id], reason="undone")
+            self._cache.remove(scope, handle)
+            await self._cache.add(scope, [handle])
+        self._profiles.invalidate(scope)
+        await self.embed(scope, now)
+        return restored
 
     async def _enforce_capacity(self, scope: Scope, at_most: int, now: datetime) -> int:
         # ``at_most``: active memories before the write plus the new rows. Under capacity, no read of
@@ -176,7 +226,9 @@ class MemoryWriter:
         wanted_ids = None if ids is None else set(ids)
         async with self.lock(scope):
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
-            wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids]
+            # A memory's earlier wordings go with it.
+            wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids
+                      or (m.status_reason == REWORDED and m.superseded_by in wanted_ids)]
             keys: set[str] = set()
             if wanted or wanted_ids is None:
                 short, queued = await self._short.telling(scope, wanted) if wanted_ids is not None else ([], [])
