@@ -9,6 +9,10 @@ The tools are thin: each calls the same engine API the user's own steering uses 
 "记住……", ``search``, ``edit``, ``move``, ``archive``, ``due_reviews``), and forgetting goes through the
 chat service's ``forget`` when given, which also scrubs the short-term context. Results are plain data;
 ``Tool`` bounds them (items and characters) before the model sees them.
+
+Only ``save_memory`` is marked ``group_safe``: in a group chat the pipeline offers just that one (and
+nothing where the group turned memory off), because whatever a read tool returns could be quoted in a
+reply the whole group reads; lists of a group's memories go privately, through the commands.
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ def memory_tools(
             draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now)
             memory = await engine.save_draft(scope, draft, now)
+            if scope.chat_id is not None:
+                # A group hears the reply: the result names the saved memory, never its stored words
+                # (a save that merged into an older memory would otherwise bring that one's text along).
+                return {"saved": {"handle": memory.id, "tier": memory.tier.value}}
             return {"saved": view(memory, tz)}
 
         async def search_memories(query: Query, tiers: TierList = None, types: TypeList = None,
@@ -163,9 +171,9 @@ def memory_tools(
                                 "reason": suggestion.reason})
             return {"due": due}
 
-        return [Tool.function(fn, bounds=BOUNDS) for fn in (
-            save_memory, search_memories, update_memory, forget_memory, list_memories, move_memory,
-            archive_memory, get_due_memories)]
+        return [Tool.function(save_memory, bounds=BOUNDS, group_safe=True), *(Tool.function(fn, bounds=BOUNDS) for fn in (
+            search_memories, update_memory, forget_memory, list_memories, move_memory, archive_memory,
+            get_due_memories))]
 
     return build
 

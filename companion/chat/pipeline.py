@@ -313,12 +313,12 @@ class ChatService:
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
-        # Built per turn, closing over this scope: no tool argument can name another user or chat.
-        toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
+        toolset = self._toolset(scope, group)
         reference = render_reference(context, now, self.config.tz)
         if group is not None:
             reference = group.within(reference)
-        messages = reply_messages(session.history, text, reference, with_tools=bool(toolset))
+        messages = reply_messages(session.history, text, reference, with_tools=bool(toolset),
+                                  note=group.note() if group is not None else None)
         answer: str | None
         tool_calls = 0
         try:
@@ -344,6 +344,15 @@ class ChatService:
         if group is None or group.remember:
             self._after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
+
+    def _toolset(self, scope: Scope, group: GroupTurn | None) -> Toolset:
+        """The tools of this turn, built per turn and closing over its scope, so no tool argument can
+        name another user or chat. A group whose memory is off gets none (nothing stored, nothing read);
+        any other group only the ``group_safe`` ones, whose results show no stored memory to the group."""
+        if self._tools is None or (group is not None and not group.remember):
+            return Toolset()
+        tools = self._tools(scope)
+        return Toolset(tools if group is None else (tool for tool in tools if tool.group_safe))
 
     def _record(self, session: Session, text: str, answer: str | None) -> None:
         """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
