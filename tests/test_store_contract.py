@@ -208,3 +208,11 @@ async def test_sql_decay_and_cleanup_equal_the_pure_rules(memories: list[Memory]
         assert a.importance == pytest.approx(b.importance, rel=1e-12, abs=1e-12)
         assert dataclasses.replace(a, importance=0.0, updated_at=NOW) == dataclasses.replace(
             b, importance=0.0, updated_at=NOW)
+
+
+async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore) -> None:
+    stranger = Scope(999, -424242)
+    assert await store.apply_changes(stranger, NOW, forget=[1, 2, 3]) == []
+    assert await store.apply_changes(stranger, NOW) == []
+    assert await store.fetch_memories(stranger, EVERY_STATUS) == []
+    assert await store.scopes() == []

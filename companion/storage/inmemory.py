@@ -71,6 +71,8 @@ class InMemoryStore:
         self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
         forget: Iterable[int] = (), reason: str = "user",
     ) -> list[int]:
+        if not inserts and not updates and (not forget or scope not in self._scopes):
+            return []  # as SQLiteStore: forgetting in a scope never written creates nothing
         rows = self._ensure(scope)
         ids = self._insert(scope, inserts, now)
         for memory in updates:

@@ -102,6 +102,8 @@ class SQLiteStore(Connection):
         forget: Iterable[int] = (), reason: str = "user",
     ) -> list[int]:
         forget_ids = sorted(set(forget))
+        if not inserts and not updates and (not forget_ids or self._version(scope) is None):
+            return []  # nothing to write, or nothing to forget in a scope never written: create nothing
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             ids = await self._insert(conn, scope, inserts, now)
