@@ -125,7 +125,8 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     text = without_mention(said, me)
     if not chat.is_active(scope):
         room.add(name, text)
-        await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
+        if chat.hints.allow(scope, chat.clock()):
+            await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
     chat_id, message_id = message.chat.id, message.message_id
 

@@ -29,6 +29,7 @@ from companion.chat.steering import SteeringState, opening_reviews, scrub, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient
@@ -120,6 +121,7 @@ class ChatService:
         self._idle: dict[Scope, asyncio.Task[None]] = {}
         self._refreshing: set[Scope] = set()
         self._tools = tools if config.tools_enabled else None
+        self.hints = HintGate()  # "how to start" hints to people outside companion mode, rate-limited
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
