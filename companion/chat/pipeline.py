@@ -31,6 +31,7 @@ from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
+from companion.core.text import sendable
 from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
@@ -44,6 +45,9 @@ NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many t
 NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
 REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
+# A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
+# send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
+REPLY_MAX_CHARS = 3 * texts.TELEGRAM_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,7 @@ class ChatService:
         group: GroupTurn | None = None,
     ) -> Reply:
         """One turn; ``group`` for an addressed message in a group chat (companion.chat.group)."""
+        text = sendable(text)  # a lone surrogate would fail every model call and write of this turn
         session = self.session(scope)
         remember = group is None or group.remember
         async with session.lock:
@@ -326,7 +331,7 @@ class ChatService:
         try:
             result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
                                          limits=self.config.tool_limits)
-            answer, tool_calls = result.text, len(result.outcomes)
+            answer, tool_calls = _bounded(result.text), len(result.outcomes)
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
@@ -431,3 +436,9 @@ class ChatService:
             task.cancel()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _bounded(answer: str | None) -> str | None:
+    if answer is None or len(answer) <= REPLY_MAX_CHARS:
+        return answer
+    return answer[: REPLY_MAX_CHARS - 1] + "…"
