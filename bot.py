@@ -178,7 +178,8 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 await parts.engine.ready()  # the dictionaries loaded while Telegram and the model answered
                 # Before polling: a group move a crash cut short is finished (its marker says so), so the
                 # new supergroup's first message finds its members under the new id.
-                await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, dispatcher["groups"]))
+                groups = dispatcher["groups"]
+                await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
                 await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()

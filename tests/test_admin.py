@@ -28,6 +28,7 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
 from companion.ops.admin import AdminService, usage_chart, usage_sink
+from companion.ops.admin_texts import PRIVATE_ONLY
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
@@ -281,7 +282,7 @@ async def test_admin_commands_in_a_group_answer_a_hint_and_read_nothing(admin_ri
         admin_rig.tg.push_group_text(ADMIN, group, text)
     sent = await admin_rig.tg.wait_for_messages(group, len(commands), timeout=10)
     await asyncio.sleep(0.3)  # anything more (a file, a chart) would have arrived by now
-    assert [m["text"] for m in admin_rig.tg.sent_messages(group)] == ["管理命令只在和我的私聊里回答，请私聊我再发。"] * len(commands)
+    assert [m["text"] for m in admin_rig.tg.sent_messages(group)] == [PRIVATE_ONLY] * len(commands)
     assert len(sent) == len(commands) and not admin_rig.tg.sent_uploads()
     assert "喜欢喝拿铁" not in str(admin_rig.tg.sent_messages())
     assert await admin_rig.everything() == before

@@ -24,7 +24,8 @@ OTHER = 6262
 BAD = st.sampled_from(["\x00", "\ud800", "\udfff", "\ud83d", "\ude00", "\x00\x00", "\ud800\x00"])
 PIECE = st.one_of(BAD, st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x4E80), max_size=5),
                   st.text(max_size=5), st.sampled_from(["记住：", "忘掉", " ", "@", ":"]))
-DIRTY = st.lists(PIECE, min_size=1, max_size=8).map("".join).filter(lambda t: any(c in t for c in "\x00\ud800\udfff\ud83d\ude00"))
+DIRTY = st.lists(PIECE, min_size=1, max_size=8).map("".join).filter(
+    lambda t: any(c in t for c in "\x00\ud800\udfff\ud83d\ude00"))
 COMMANDS = ["", "/memories ", "/forget ", "/why ", "/stats ", "/remember ", "/weekly "]
 
 
@@ -52,7 +53,7 @@ async def test_nul_and_lone_surrogates_in_messages_and_commands(
     if not live.tg.sent_messages(USER):
         await live.say("/start_aiGF", 1)
     said = (command + text) if command else text
-    if not said.strip() or said.startswith("/") and not command:
+    if not said.strip() or (said.startswith("/") and not command):
         return
     answer = await live.say(said, len(live.tg.sent_messages(USER)) + 1)
     assert answer != texts.INTERNAL_ERROR

@@ -107,7 +107,7 @@ async def test_a_move_cut_short_is_finished_at_start_up(tmp_path: Path, monkeypa
             await g.group(user, OLD, f"/start_aiGF@{BOT}")
             await g.seed(Scope(user, OLD), f"喜欢火锅 {user}", ["火锅"])
         await g.group(MEMBERS[0], OLD, f"/group_memory@{BOT} off")
-        real, done = chatmove.move_scope, []
+        real, done = chatmove.move_scope, list[Scope]()
 
         async def crashing(conn: aiosqlite.Connection, old: Scope, new: Scope, old_table: str, new_table: str) -> None:
             if len(done) == cut_after:

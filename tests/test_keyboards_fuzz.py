@@ -57,8 +57,8 @@ def check(markup: InlineKeyboardMarkup) -> None:
             assert parser.unpack(data).pack() == data
 
 
-MEMORIES = st.lists(st.tuples(HANDLE, TEXT, st.sampled_from(list(Tier)), st.sampled_from([Status.ACTIVE, Status.ARCHIVED])),
-                    min_size=1, max_size=5)
+STATUS = st.sampled_from([Status.ACTIVE, Status.ARCHIVED])
+MEMORIES = st.lists(st.tuples(HANDLE, TEXT, st.sampled_from(list(Tier)), STATUS), min_size=1, max_size=5)
 
 
 @FUZZ

@@ -171,9 +171,10 @@ def memory_tools(
                                 "reason": suggestion.reason})
             return {"due": due}
 
-        return [Tool.function(save_memory, bounds=BOUNDS, group_safe=True), *(Tool.function(fn, bounds=BOUNDS) for fn in (
-            search_memories, update_memory, forget_memory, list_memories, move_memory, archive_memory,
-            get_due_memories))]
+        readers = (search_memories, update_memory, forget_memory, list_memories, move_memory, archive_memory,
+                   get_due_memories)
+        return [Tool.function(save_memory, bounds=BOUNDS, group_safe=True),
+                *(Tool.function(fn, bounds=BOUNDS) for fn in readers)]
 
     return build
 

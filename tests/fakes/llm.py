@@ -252,7 +252,7 @@ class FakeLLM(FakeServer):
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
         return web.json_response({"object": "list", "data": data})
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
