@@ -57,14 +57,18 @@ def snapshot(db: Path) -> dict[str, Counter[str]]:
     return {key: Counter(events) for key, events in memory_tables(db).items()}
 
 
-def by_chat(db: Path) -> tuple[Counter[int | None], int, int]:
-    """Scopes per chat id, unfinished move markers, active scopes."""
+def by_chat(db: Path, old: int) -> tuple[Counter[int | None], int, int, int]:
+    """Scopes per chat id, unfinished move markers, active scopes, rows of other tables left on ``old``."""
     conn = sqlite3.connect(db)
     try:
         chats = Counter(row[0] for row in conn.execute("SELECT chat_id FROM scopes"))
         markers = int(conn.execute("SELECT count(*) FROM chat_moves").fetchone()[0])
         active = int(conn.execute("SELECT count(*) FROM scopes WHERE active = 1").fetchone()[0])
-        return chats, markers, active
+        prefix = f"cn{-old}_"
+        left = sum(int(conn.execute(f"SELECT count(*) FROM {table} WHERE substr(scope_key, 1, ?) = ?",
+                                    (len(prefix), prefix)).fetchone()[0])
+                   for table in ("memory_handles", "pending_turns", "short_term", "profiles"))
+        return chats, markers, active, left
     finally:
         conn.close()
 
@@ -143,7 +147,7 @@ async def test_kill_minus_nine_during_a_group_move(tmp_path: Path) -> None:
             restarted = await BotProcess(env, tmp_path, tg=tg).start()
             await started(tg, restarted)  # unfinished moves are finished before polling
             await restarted.stop()
-            chats, markers, active = by_chat(db)
+            chats, markers, active, left = by_chat(db, old)
             after = snapshot(db)
             expected = {key.replace(f"cn{-old}_", f"cn{-new}_") if key.startswith(f"cn{-old}_") else key: events
                         for key, events in before.items()}
@@ -153,6 +157,8 @@ async def test_kill_minus_nine_during_a_group_move(tmp_path: Path) -> None:
                 problems.append(f"cycle {cycle}: {chats.get(new)} members under the new id, not {MEMBERS}")
             if markers:
                 problems.append(f"cycle {cycle}: {markers} move markers left")
+            if left:
+                problems.append(f"cycle {cycle}: {left} handle, queue, short-term or profile rows left on the old id")
             if after != expected:
                 lost = {k for k in expected if expected[k] != after.get(k)}
                 problems.append(f"cycle {cycle}: {len(lost)} scopes differ, e.g. {sorted(lost)[:3]}")
