@@ -3,8 +3,11 @@ never saw change nothing and create no storage (no scope row, no memory table), 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 from companion.core.models import Scope
 from tests.groupkit import GroupBot, group_bot
@@ -48,12 +51,15 @@ async def test_forged_group_buttons_create_nothing(tmp_path: Path) -> None:
         assert sorted(s.key for s in await g.engine.active_scopes()) == []
 
 
-async def test_private_buttons_of_a_user_without_memories_create_nothing(tmp_path: Path) -> None:
+async def test_private_buttons_of_a_user_without_memories_create_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with group_bot(tmp_path) as g:
         await g.private(A, "/start")
         message_id = int(g.tg.sent_messages(A)[-1]["message_id"])
         before = counts(g.settings.db_path)
         await press_all(g, message_id, ["f:all:0:3", "f:one:5:0", "m:forget:5:0", "m:archive:5:0", "m:promote:5:0",
                                         "m:restore:5:0", "r:forget:5:0::0:", "r:keep:5:0::0:", "p:1:火锅:0",
-                                        "p:0::1", "m:ok:5:0"])
+                                        "p:0::1", "m:ok:5:0", "p:0:\ud800\x00坏:0"])
         assert counts(g.settings.db_path) == before
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
