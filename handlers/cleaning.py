@@ -1,6 +1,6 @@
-"""Message text that cannot be encoded (a lone surrogate Telegram passed on from a client) or carries NUL
-characters is made sendable before any filter or handler sees it: otherwise the reply to it, the model
-call and the stored turn would each fail on encoding it (``companion.core.text.sendable``)."""
+"""Message text that cannot be encoded (a lone surrogate Telegram passed on from a client) is made sendable
+before any filter or handler sees it: otherwise the reply to it, the model call and the stored turn would
+each fail on encoding it (``companion.core.text.sendable``)."""
 
 from __future__ import annotations
 

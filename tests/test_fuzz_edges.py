@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from companion.chat import texts
 from companion.chat.pipeline import REPLY_MAX_CHARS
 from companion.core.models import MemoryDraft, Scope, Validity
+from companion.core.text import sendable
 from tests.support import USER, Live, Rig
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
@@ -57,7 +58,7 @@ async def test_nul_and_lone_surrogates_in_messages_and_commands(
         return
     answer = await live.say(said, len(live.tg.sent_messages(USER)) + 1)
     assert answer != texts.INTERNAL_ERROR
-    assert "\x00" not in answer and not any(0xD800 <= ord(c) <= 0xDFFF for c in answer)
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in answer)
     assert await live.rig.engine.memories(Scope(OTHER)) == before
     for memory in await live.rig.engine.memories(Scope(USER)):  # whatever was saved is storable text
         memory.event.encode()
@@ -110,3 +111,15 @@ async def test_cut_off_model_reply(rig: Rig, keep: float, size: int, caplog: pyt
     assert (await rig.chat.reply(scope, "还在吗")).ok  # the next call works
     await rig.chat.drain()
     assert not _errors(caplog)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("好\ud800坏", "好\ufffd坏"),
+    ("\udfff", "\ufffd"),
+    ("a\x00b", "a\x00b"),  # NUL encodes and stores: kept exactly
+    ("😀 表情", "😀 表情"),  # a whole pair is one character in Python: kept
+    ("plain", "plain"),
+])
+def test_sendable(raw: str, expected: str) -> None:
+    assert sendable(raw) == expected
+    sendable(raw).encode()

@@ -32,8 +32,7 @@ _UNSENDABLE = re.compile("[\ud800-\udfff]")
 
 def sendable(text: str) -> str:
     """Text that can be encoded to UTF-8 and sent on (to the model, to Telegram, to SQLite): a lone
-    surrogate (a JSON ``\\ud800`` without its pair) becomes U+FFFD and a NUL a space. One UTF-16 unit
-    for one, so Telegram's entity offsets still point at the same characters."""
-    if "\x00" in text:
-        text = text.replace("\x00", " ")
-    return _UNSENDABLE.sub("\ufffd", text) if not text.isascii() else text
+    surrogate (a JSON ``\\ud800`` without its pair) becomes U+FFFD, one UTF-16 unit for one, so Telegram's
+    entity offsets still point at the same characters. Everything else (NUL included, which encodes and
+    stores fine) is kept exactly as the user wrote it."""
+    return text if text.isascii() else _UNSENDABLE.sub("\ufffd", text)
