@@ -152,7 +152,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
     from handlers.delivery import switch_off_blocked
-    from handlers.groups import set_menus
+    from handlers.groups import resume_moves, set_menus
     from handlers.memories import proactive_senders
 
     settings.require("telegram_bot_token", "llm_api_key")
@@ -176,6 +176,10 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
                 assert parts.llm is not None
                 await check_llm(parts.llm, settings)
                 await parts.engine.ready()  # the dictionaries loaded while Telegram and the model answered
+                # Before polling: a group move a crash cut short is finished (its marker says so), so the
+                # new supergroup's first message finds its members under the new id.
+                groups = dispatcher["groups"]
+                await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
                 await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
                 scheduler.start()

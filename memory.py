@@ -495,3 +495,12 @@ class MemoryEngine:
         """Move every (old chat, user) scope to (new chat, user); returns the old scopes moved (none when
         already moved)."""
         return await self._upkeep.move_chat(old_chat_id, new_chat_id, now)
+
+    async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
+        """Durably note that the group ``old`` is moving to ``new``, before anything of it moves: a move a
+        crash cuts short (Telegram sends its notice once) is then finished by ``finish_moves``."""
+        await self._upkeep.begin_move(old_chat_id, new_chat_id, now)
+
+    async def finish_moves(self, now: datetime) -> list[tuple[int, int, list[Scope]]]:
+        """At start-up: finish every move begun and not finished; (old id, new id, old scopes moved)."""
+        return await self._upkeep.finish_moves(now)

@@ -1,5 +1,6 @@
 """Admin commands: /mem_add, /mem_del, /mem_edit, /mem_export, /mem_stats, /mem_user. Only ``ADMIN_IDS``
-may use them; anyone else gets "没有权限" and nothing is read or changed. The work is
+may use them, and only in their private chat with the bot; anyone else gets "没有权限", and a group
+gets a one-line hint; either way nothing is read or changed. The work is
 ``companion.ops.admin.AdminService``'s; this router parses, checks and sends."""
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ async def register_admin_commands(bot: Bot, admin_ids: Sequence[int]) -> None:
 
 
 async def _allowed(message: Message, settings: Settings) -> bool:
+    """An admin in the admin's own private chat. Anywhere else (a group, even one the admin is in) the
+    answer would be read by everyone there: one line of hint, and nothing is read or changed."""
+    if message.chat.type != "private":
+        log.info("admin command in non-private chat %s ignored", message.chat.id)
+        await message.reply(texts.PRIVATE_ONLY)
+        return False
     if message.from_user is not None and message.from_user.id in settings.admin_ids:
         return True
     log.info("admin command refused for %s", message.from_user.id if message.from_user else None)

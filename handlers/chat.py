@@ -28,7 +28,8 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
     if scope is None or said is None:
         return
     if not chat.is_active(scope):
-        await message.answer(texts.NOT_STARTED)
+        if chat.hints.allow(scope, chat.clock()):  # one hint per person per HINT_EVERY, not one per message
+            await message.answer(texts.NOT_STARTED)
         return
     chat_id, message_id = message.chat.id, message.message_id
 

@@ -125,7 +125,8 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     text = without_mention(said, me)
     if not chat.is_active(scope):
         room.add(name, text)
-        await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
+        if chat.hints.allow(scope, chat.clock()):
+            await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
     chat_id, message_id = message.chat.id, message.message_id
 
@@ -261,14 +262,28 @@ async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService
         old, new = message.migrate_from_chat_id, message.chat.id
     else:
         return
+    # aiogram has confirmed the update already and Telegram sends it once: the durable marker comes
+    # before anything else, so a crash from here on is finished at the next start (resume_moves).
+    await engine.begin_move(old, new, utcnow())
+    await groups.record_move(old, new)
     for scope in await groups.scopes_of(old):
         await buffer.flush_now(scope)  # answered (and queued for memory) under the old id, then moved
     moved = await engine.move_chat(old, new, utcnow())
     for scope in moved:
         chat.moved(scope, Scope(scope.user_id, new))
     rooms.move(old, new)
-    await groups.record_move(old, new)
     log.info("group %s became %s: %d memory scopes moved", old, new, len(moved))
+
+
+async def resume_moves(engine: MemoryEngine, chat: ChatService, groups: GroupSettings) -> int:
+    """At start-up, before polling: finish the group moves a crash cut short; returns how many."""
+    finished = await engine.finish_moves(utcnow())
+    for old, new, moved in finished:
+        await groups.record_move(old, new)
+        for scope in moved:
+            chat.moved(scope, Scope(scope.user_id, new))
+        log.info("group %s became %s: an unfinished move completed at start-up (%d scopes)", old, new, len(moved))
+    return len(finished)
 
 
 def build() -> Router:

@@ -14,9 +14,11 @@ from aiogram.types import InlineKeyboardMarkup
 from aiogram.utils.keyboard import InlineKeyboardBuilder
 
 from companion.core.models import Memory, Scope, Status, Tier
+from companion.core.text import sendable
 from companion.core.tiers import Action, Suggestion
 
 PAGE_SIZE = 5
+CALLBACK_BYTES = 64  # Telegram's limit on a button's callback data, in UTF-8 bytes
 
 
 class MemoryCB(CallbackData, prefix="m"):
@@ -38,6 +40,15 @@ class PageCB(CallbackData, prefix="p"):
     page: int
     query: str = ""
     archived: bool = False
+
+
+def page_query(query: str) -> str:
+    """The search keyword as the page buttons can carry it: without the data's separator, and cut at a
+    character boundary so any page's data fits Telegram's 64 bytes (a CJK character takes 3). ``/memories``
+    searches with this same keyword, so every page lists the same matches."""
+    text = sendable(query).replace(PageCB.__separator__, " ")  # forged data may hold a lone surrogate
+    budget = CALLBACK_BYTES - len(PageCB(page=9999, query="", archived=True).pack().encode())
+    return text.encode()[:budget].decode("utf-8", "ignore").strip()
 
 
 class ForgetCB(CallbackData, prefix="f"):

@@ -51,6 +51,7 @@ WEEKLY = "weekly"
 
 async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archived: bool,
                 now: datetime) -> tuple[str, InlineKeyboardMarkup | None]:
+    query = keyboards.page_query(query)
     if archived:
         found = await engine.memories(scope, {Status.ARCHIVED})
     elif query:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings, Rooms
+from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
@@ -94,16 +95,18 @@ class GroupBot:
 
 
 @asynccontextmanager
-async def group_bot(tmp: Path, *, tools: bool = False, **overrides: object) -> AsyncIterator[GroupBot]:
-    values: dict[str, object] = {"quiet_seconds": 0.0, "llm_tools_enabled": tools}
+async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = False,
+                    **overrides: object) -> AsyncIterator[GroupBot]:
+    """``tools``: the one search tool above; ``memory_tools_on``: the bot's real memory tools."""
+    values: dict[str, object] = {"quiet_seconds": 0.0, "llm_tools_enabled": tools or memory_tools_on}
     values.update(overrides)
     settings = make_settings(tmp, **values)
     async with FakeTelegram(bot_username=BOT) as tg, FakeLLM() as llm:
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
         engine = await MemoryEngine.create(store, settings, EXTRACTOR, client)
-        chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1),
-                           tools=search_tool(engine) if tools else None)
+        factory = memory_tools(engine) if memory_tools_on else search_tool(engine) if tools else None
+        chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1), tools=factory)
         await chat.load()
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))

@@ -28,6 +28,7 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
 from companion.ops.admin import AdminService, usage_chart, usage_sink
+from companion.ops.admin_texts import PRIVATE_ONLY
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
@@ -267,3 +268,21 @@ def test_usage_chart_is_a_png_with_one_bar_per_day() -> None:
     colored = [x for x, p in enumerate(row) if p != (255, 255, 255)]
     bars = 1 + sum(1 for a, b in itertools.pairwise(colored) if b - a > 1)
     assert bars == 3
+
+
+async def test_admin_commands_in_a_group_answer_a_hint_and_read_nothing(admin_rig: AdminRig) -> None:
+    """An admin's command in a public group would post private data there: only the hint is posted."""
+    group = -100777
+    handle = await admin_rig.save(Scope(USER), "喜欢喝拿铁")
+    before = await admin_rig.everything()
+    commands = (f"/mem_export@companion_bot {USER}", "/mem_export@companion_bot", f"/mem_user@companion_bot {USER}",
+                "/mem_stats@companion_bot", f"/mem_add@companion_bot {USER} 加一条 90",
+                f"/mem_del@companion_bot {USER} {handle}", f"/mem_edit@companion_bot {USER} {handle} 改掉")
+    for text in commands:
+        admin_rig.tg.push_group_text(ADMIN, group, text)
+    sent = await admin_rig.tg.wait_for_messages(group, len(commands), timeout=10)
+    await asyncio.sleep(0.3)  # anything more (a file, a chart) would have arrived by now
+    assert [m["text"] for m in admin_rig.tg.sent_messages(group)] == [PRIVATE_ONLY] * len(commands)
+    assert len(sent) == len(commands) and not admin_rig.tg.sent_uploads()
+    assert "喜欢喝拿铁" not in str(admin_rig.tg.sent_messages())
+    assert await admin_rig.everything() == before

@@ -125,7 +125,8 @@ def test_no_scope_sees_another_scopes_memories(tmp_path_factory: pytest.TempPath
 
 def test_the_check_can_fail(tmp_path: Path) -> None:
     """The paths the property watches are live: with sharing on A's private token reaches A's group
-    request (counted as B's it would fail), and the memory tool answers from A's group scope."""
+    request (counted as B's it would fail); a read tool is never offered in a group (its result could be
+    quoted to the group), and in A's private chat the memory tool answers from A's private scope."""
 
     async def run() -> None:
         async with group_bot(tmp_path, tools=True) as g:
@@ -137,9 +138,13 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
             g.llm.clear()
             await g.group(A, G1, f"@{BOT} 想吃火锅了")
             assert token(Scope(A)) in "\n".join(request_text(r) for r in g.llm.requests)
-            # The tool round ran, bound to the speaker's group scope.
+            assert not any(r.get("tools") for r in g.llm.requests)
+            await g.private(A, "/start_aiGF")
+            g.llm.clear()
+            await g.private(A, "想吃火锅了")
+            # The tool round ran, bound to the speaker's private scope.
             tool_said = [str(m.get("content")) for r in g.llm.requests for m in r["messages"]
                          if m.get("role") == "tool"]
-            assert tool_said and token(Scope(A, G1)) in tool_said[0] and token(Scope(A)) not in tool_said[0]
+            assert tool_said and token(Scope(A)) in tool_said[0] and token(Scope(A, G1)) not in tool_said[0]
 
     asyncio.run(run())

@@ -4,12 +4,20 @@ settings. Telegram tells both chats, and a restart may come in between: moving t
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+import pytest
+
 from companion.chat import group_texts as gt
+from companion.core.errors import StorageError
 from companion.core.models import Scope
+from companion.core.timeutil import utcnow
 from companion.ops import reviews
+from companion.storage import chatmove
+from handlers.groups import resume_moves
 from tests.fakes.llm import request_text
 from tests.groupkit import BOT, GroupBot, group_bot
 
@@ -82,3 +90,78 @@ async def test_a_group_that_becomes_a_supergroup_keeps_everything(tmp_path: Path
         restarted = await state(g)
         assert restarted[f"{B}-new"] == after[f"{B}-new"] and restarted[f"{A}-old"] == after[f"{A}-old"]
         assert restarted[f"{A}-new"][:2] == ([], True)
+
+
+MEMBERS = tuple(range(2001, 2007))
+
+
+@pytest.mark.parametrize("cut_after", [0, 1, 4])
+async def test_a_move_cut_short_is_finished_at_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        cut_after: int) -> None:
+    """The move fails after ``cut_after`` members (an injected failure standing for ``kill -9``; Telegram
+    sends no second notice); the next start finds the marker and finishes it: every member under the new
+    id, with memories, companion mode and the group's setting, nothing left under the old id."""
+    async with group_bot(tmp_path) as g:
+        g.tg.add_group(OLD, "老群", kind="group", admins=(MEMBERS[0],))
+        for user in MEMBERS:
+            await g.group(user, OLD, f"/start_aiGF@{BOT}")
+            await g.seed(Scope(user, OLD), f"喜欢火锅 {user}", ["火锅"])
+        await g.group(MEMBERS[0], OLD, f"/group_memory@{BOT} off")
+        real, done = chatmove.move_scope, list[Scope]()
+
+        async def crashing(conn: aiosqlite.Connection, old: Scope, new: Scope, old_table: str, new_table: str) -> None:
+            if len(done) == cut_after:
+                raise sqlite3.OperationalError("injected: the process died here")
+            await real(conn, old, new, old_table, new_table)
+            done.append(old)
+
+        monkeypatch.setattr(chatmove, "move_scope", crashing)
+        await g.engine.begin_move(OLD, NEW, utcnow())  # as on_migration does before anything moves
+        with pytest.raises(StorageError):
+            await g.engine.move_chat(OLD, NEW, utcnow())
+        monkeypatch.setattr(chatmove, "move_scope", real)
+        stranded = [u for u in MEMBERS if await g.engine.memories(Scope(u, OLD))]
+        assert len(stranded) == len(MEMBERS) - cut_after
+
+    async with group_bot(tmp_path) as g:  # the restart
+        assert await resume_moves(g.engine, g.chat, g.dispatcher["groups"]) == 1
+        for user in MEMBERS:
+            assert [m.event for m in await g.engine.memories(Scope(user, NEW))] == [f"喜欢火锅 {user}"]
+            assert await g.engine.memories(Scope(user, OLD)) == []
+            assert g.chat.is_active(Scope(user, NEW)) and not g.chat.is_active(Scope(user, OLD))
+        assert not await g.dispatcher["groups"].memory_on(NEW)
+        assert await g.dispatcher["groups"].current_id(OLD) == NEW
+        assert await resume_moves(g.engine, g.chat, g.dispatcher["groups"]) == 0  # the marker is gone
+
+
+async def test_the_notice_handler_leaves_the_marker_for_the_next_start(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the dispatcher: the old chat's notice only (Telegram sends it once), the move failing after
+    two members; the handler wrote the marker first, so the next start finishes it."""
+    async with group_bot(tmp_path) as g:
+        g.tg.add_group(OLD, "老群", kind="group", admins=(MEMBERS[0],))
+        for user in MEMBERS:
+            await g.group(user, OLD, f"/start_aiGF@{BOT}")
+            await g.seed(Scope(user, OLD), f"喜欢火锅 {user}", ["火锅"])
+        real, done = chatmove.move_scope, list[Scope]()
+
+        async def crashing(conn: aiosqlite.Connection, old: Scope, new: Scope, old_table: str, new_table: str) -> None:
+            if len(done) == 2:
+                raise sqlite3.OperationalError("injected: the process died here")
+            await real(conn, old, new, old_table, new_table)
+            done.append(old)
+
+        monkeypatch.setattr(chatmove, "move_scope", crashing)
+        g.tg.add_group(NEW, "老群")
+        g.tg.push_update({"message": {"message_id": 99, "date": 0, "migrate_to_chat_id": NEW,
+                                      "chat": {"id": OLD, "type": "group", "title": "老群"},
+                                      "from": {"id": MEMBERS[0], "is_bot": False, "first_name": "管理员"}}})
+        await g.deliver()
+        monkeypatch.setattr(chatmove, "move_scope", real)
+        assert len([u for u in MEMBERS if await g.engine.memories(Scope(u, OLD))]) == len(MEMBERS) - 2
+
+    async with group_bot(tmp_path) as g:
+        assert await resume_moves(g.engine, g.chat, g.dispatcher["groups"]) == 1
+        for user in MEMBERS:
+            assert [m.event for m in await g.engine.memories(Scope(user, NEW))] == [f"喜欢火锅 {user}"]
+            assert await g.engine.memories(Scope(user, OLD)) == []

@@ -215,7 +215,7 @@ async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None
     # The text never reached the schema: exactly the shared tables, the one scope table and spares exist.
     assert {n for n in table_names(storage.path) if not re.fullmatch(r"mem_t[1-9][0-9]*", n)} == {
         "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "short_term",
-        "memory_vectors", "llm_usage", "spare_tables", "memory_sources", ALICE.table,
+        "memory_vectors", "llm_usage", "spare_tables", "memory_sources", "chat_moves", ALICE.table,
     }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]
 

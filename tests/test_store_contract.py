@@ -223,6 +223,18 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     assert len(await store.fetch_memories(new_a)) == 2
 
 
+async def test_a_move_leaves_a_marker_until_it_completes(store: MemoryStore) -> None:
+    assert await store.unfinished_moves() == []
+    await store.begin_move(-5, -1000000000005, NOW)
+    await store.begin_move(-5, -1000000000005, NOW + DAY)  # written again (a restart resumes): one marker
+    await store.begin_move(-7, -1000000000007, NOW)
+    assert sorted(await store.unfinished_moves()) == [(-7, -1000000000007), (-5, -1000000000005)]
+    await store.move_chat(-5, -1000000000005, NOW)
+    assert await store.unfinished_moves() == [(-7, -1000000000007)]
+    await store.move_chat(-7, -1000000000007, NOW)  # a chat with no scopes: the marker still goes
+    assert await store.unfinished_moves() == []
+
+
 # ---- SQL decay equals the pure rules ---------------------------------------------------------------
 
 HOURS = st.integers(min_value=0, max_value=24 * 60)
@@ -265,3 +277,11 @@ async def test_sql_decay_and_cleanup_equal_the_pure_rules(memories: list[Memory]
         assert a.importance == pytest.approx(b.importance, rel=1e-12, abs=1e-12)
         assert dataclasses.replace(a, importance=0.0, updated_at=NOW) == dataclasses.replace(
             b, importance=0.0, updated_at=NOW)
+
+
+async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore) -> None:
+    stranger = Scope(999, -424242)
+    assert await store.apply_changes(stranger, NOW, forget=[1, 2, 3]) == []
+    assert await store.apply_changes(stranger, NOW) == []
+    assert await store.fetch_memories(stranger, EVERY_STATUS) == []
+    assert await store.scopes() == []

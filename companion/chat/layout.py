@@ -21,13 +21,18 @@ def history_excess(length: int, keep: int) -> int:
 
 
 def reply_messages(
-    history: Sequence[tuple[str, str | None]], text: str, reference: str, *, with_tools: bool = False
+    history: Sequence[tuple[str, str | None]], text: str, reference: str, *, with_tools: bool = False,
+    note: str | None = None,
 ) -> list[Message]:
     """A reply call's messages: fixed system message, history, then the latest user message (merged with
-    any unanswered turns) carrying this turn's reference block."""
+    any unanswered turns) carrying this turn's reference block. ``note`` (a group turn's warning about
+    the quoted lines of other members) is a system message just before that last message, so the cached
+    prefix before it stays the same."""
     messages = merge_user_message([{"role": "system", "content": render_system_prompt(with_tools)},
                                    *history_messages(history)], text)
-    return [*messages[:-1], {"role": "user", "content": with_reference(messages[-1]["content"], reference)}]
+    notes: list[Message] = [{"role": "system", "content": note}] if note else []
+    return [*messages[:-1], *notes,
+            {"role": "user", "content": with_reference(messages[-1]["content"], reference)}]
 
 
 def history_messages(history: Sequence[tuple[str, str | None]]) -> list[Message]:

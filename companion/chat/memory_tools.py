@@ -9,6 +9,10 @@ The tools are thin: each calls the same engine API the user's own steering uses 
 "记住……", ``search``, ``edit``, ``move``, ``archive``, ``due_reviews``), and forgetting goes through the
 chat service's ``forget`` when given, which also scrubs the short-term context. Results are plain data;
 ``Tool`` bounds them (items and characters) before the model sees them.
+
+Only ``save_memory`` is marked ``group_safe``: in a group chat the pipeline offers just that one (and
+nothing where the group turned memory off), because whatever a read tool returns could be quoted in a
+reply the whole group reads; lists of a group's memories go privately, through the commands.
 """
 
 from __future__ import annotations
@@ -96,6 +100,10 @@ def memory_tools(
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,
                                 source_turns=(told,) if told else ())
             saved = await engine.save(scope, draft, now)
+            if scope.chat_id is not None:
+                # A group hears the reply: the result names the saved memory, never its stored words
+                # (a save that merged into an older memory would otherwise bring that one's text along).
+                return {"saved": {"handle": saved.memory.id, "tier": saved.memory.tier.value}}
             if saved.replaced is not None:  # the same fact in other words: say what it said before
                 return {"saved": view(saved.memory, tz), "replaced_words": saved.replaced.event}
             return {"saved": view(saved.memory, tz)}
@@ -172,9 +180,10 @@ def memory_tools(
                                 "reason": suggestion.reason})
             return {"due": due}
 
-        return [Tool.function(fn, bounds=BOUNDS) for fn in (
-            save_memory, search_memories, update_memory, forget_memory, list_memories, move_memory,
-            archive_memory, get_due_memories)]
+        readers = (search_memories, update_memory, forget_memory, list_memories, move_memory, archive_memory,
+                   get_due_memories)
+        return [Tool.function(save_memory, bounds=BOUNDS, group_safe=True),
+                *(Tool.function(fn, bounds=BOUNDS) for fn in readers)]
 
     return build
 

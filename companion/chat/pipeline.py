@@ -31,7 +31,9 @@ from companion.chat.steering import opening_reviews, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
+from companion.core.text import sendable
 from companion.core.timeutil import from_db, utcnow
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
@@ -44,6 +46,9 @@ NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many t
 NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
 REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
+# A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
+# send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
+REPLY_MAX_CHARS = 3 * texts.TELEGRAM_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ class ChatService:
         self._idle: dict[Scope, asyncio.Task[None]] = {}
         self._refreshing: set[Scope] = set()
         self._tools = tools if config.tools_enabled else None
+        self.hints = HintGate()  # "how to start" hints to people outside companion mode, rate-limited
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -169,6 +175,7 @@ class ChatService:
         group: GroupTurn | None = None,
     ) -> Reply:
         """One turn; ``group`` for an addressed message in a group chat (companion.chat.group)."""
+        text = sendable(text)  # a lone surrogate would fail every model call and write of this turn
         session = self.session(scope)
         remember = group is None or group.remember
         async with session.lock:
@@ -315,13 +322,12 @@ class ChatService:
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
         session.injections.append(bool(context.recalled))
-        # Built per turn, closing over this scope: no tool argument can name another user or chat.
-        toolset = Toolset(self._tools(scope)) if self._tools is not None else Toolset()
+        toolset = self._toolset(scope, group)
         reference = render_reference(context, now, self.config.tz)
         if group is not None:
             reference = group.within(reference)
         messages = reply_messages([(t.user, t.reply) for t in session.history], text, reference,
-                                  with_tools=bool(toolset))
+                                  with_tools=bool(toolset), note=group.note() if group is not None else None)
         answer: str | None
         tool_calls = 0
         key = session.answering
@@ -329,7 +335,7 @@ class ChatService:
         try:
             result = await run_tool_loop(self.llm, messages, toolset, purpose="reply",
                                          limits=self.config.tool_limits)
-            answer, tool_calls = result.text, len(result.outcomes)
+            answer, tool_calls = _bounded(result.text), len(result.outcomes)
         except LLMError as exc:
             log.warning("reply failed for %s: %s", scope.key, exc)
             answer = None
@@ -375,6 +381,15 @@ class ChatService:
                             exc)
                 return
             session.unqueued.popleft()
+
+    def _toolset(self, scope: Scope, group: GroupTurn | None) -> Toolset:
+        """The tools of this turn, built per turn and closing over its scope, so no tool argument can
+        name another user or chat. A group whose memory is off gets none (nothing stored, nothing read);
+        any other group only the ``group_safe`` ones, whose results show no stored memory to the group."""
+        if self._tools is None or (group is not None and not group.remember):
+            return Toolset()
+        tools = self._tools(scope)
+        return Toolset(tools if group is None else (tool for tool in tools if tool.group_safe))
 
     def _record(self, session: Session, text: str, answer: str | None, key: str | None = None) -> None:
         """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
@@ -451,3 +466,9 @@ class ChatService:
             task.cancel()
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _bounded(answer: str | None) -> str | None:
+    if answer is None or len(answer) <= REPLY_MAX_CHARS:
+        return answer
+    return answer[: REPLY_MAX_CHARS - 1] + "…"

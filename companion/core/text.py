@@ -25,3 +25,14 @@ def normalize_keyword(word: str) -> str:
     """A stored keyword: lower case, no separators (they delimit keywords in CSV), at most 20 chars."""
     word = _SEPARATORS.sub("", unicodedata.normalize("NFKC", normalize_text(word)).lower())
     return word[:MAX_KEYWORD_CHARS]
+
+
+_UNSENDABLE = re.compile("[\ud800-\udfff]")
+
+
+def sendable(text: str) -> str:
+    """Text that can be encoded to UTF-8 and sent on (to the model, to Telegram, to SQLite): a lone
+    surrogate (a JSON ``\\ud800`` without its pair) becomes U+FFFD, one UTF-16 unit for one, so Telegram's
+    entity offsets still point at the same characters. Everything else (NUL included, which encodes and
+    stores fine) is kept exactly as the user wrote it."""
+    return text if text.isascii() else _UNSENDABLE.sub("\ufffd", text)

@@ -49,6 +49,13 @@ class Upkeep:
             self._profiles.invalidate(scope)
         return DecayReport(len(scopes), decayed, removed)
 
+    async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
+        await self._store.begin_move(old_chat_id, new_chat_id, now)
+
+    async def finish_moves(self, now: datetime) -> list[tuple[int, int, list[Scope]]]:
+        """Finish every move the marker says a crash cut short: (old id, new id, old scopes moved)."""
+        return [(old, new, await self.move_chat(old, new, now)) for old, new in await self._store.unfinished_moves()]
+
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
         """The old scopes' locks are held meanwhile, so an extraction already running finishes first and
         its memories move too."""

@@ -97,11 +97,14 @@ class Tool:
     arguments: type[BaseModel]
     implementation: ToolFunction
     bounds: ResultBounds = ResultBounds()
+    # A tool whose result shows nothing stored beyond what the call itself wrote may be offered where
+    # the answer is read by others (a group chat); a tool that lists or reads memories never is.
+    group_safe: bool = False
 
     @classmethod
     def function(
         cls, fn: ToolFunction, *, name: str | None = None, description: str | None = None,
-        bounds: ResultBounds = ResultBounds(),
+        bounds: ResultBounds = ResultBounds(), group_safe: bool = False,
     ) -> Tool:
         tool_name = name or fn.__name__
         if not _NAME.match(tool_name):
@@ -110,7 +113,7 @@ class Tool:
         text = description or summary
         if not text:
             raise TypeError(f"tool {tool_name!r} needs a docstring or a description: the model reads it")
-        return cls(tool_name, text, parameters, arguments, fn, bounds)
+        return cls(tool_name, text, parameters, arguments, fn, bounds, group_safe)
 
     def spec(self) -> dict[str, Any]:
         """The entry of the request's ``tools`` list."""

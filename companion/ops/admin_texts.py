@@ -14,6 +14,7 @@ from companion.ops.csvformat import LABELS
 from companion.storage.usage import UsageCell
 
 NO_PERMISSION = "没有权限"
+PRIVATE_ONLY = "管理命令只在和我的私聊里回答，请私聊我再发。"
 COMMANDS = {
     "mem_add": "管理：给用户加一条记忆",
     "mem_del": "管理：删除用户的一条记忆",

@@ -138,7 +138,16 @@ class MemoryStore(Protocol):
         memories with their handles, companion mode, queued turns, short-term items, profile, vectors, and
         the small state keyed by the scope (``name:<scope key>``) or by the chat (``name:<chat id>``). What
         the new scope already has wins over the old. Returns the old scopes moved; a second call moves
-        nothing (or finishes a move cut short)."""
+        nothing (or finishes a move cut short). Writes the ``begin_move`` marker first (if not there yet)
+        and removes it with the last step."""
+        ...
+
+    async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
+        """Durably note "old -> new is moving" before anything moves; ``move_chat`` clears it when done."""
+        ...
+
+    async def unfinished_moves(self) -> list[tuple[int, int]]:
+        """The (old, new) chat ids of moves begun and not finished (a crash cut them short)."""
         ...
 
 

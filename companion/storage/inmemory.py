@@ -24,6 +24,7 @@ class InMemoryStore:
         self._turns: dict[Scope, list[Turn]] = {}
         self._profiles: dict[Scope, tuple[Profile, bool]] = {}
         self._meta: dict[str, str] = {}
+        self._moving: dict[int, int] = {}  # old chat id -> new: moves begun, not finished
         self._next_handle = 1
         self._next_turn = 1
         self._short: dict[Scope, list[ShortItem]] = {}
@@ -71,6 +72,8 @@ class InMemoryStore:
         self, scope: Scope, now: datetime, inserts: Sequence[MemoryDraft] = (), updates: Sequence[Memory] = (),
         forget: Iterable[int] = (), reason: str = "user", sources: Sequence[str] = (),
     ) -> list[int]:
+        if not inserts and not updates and (not forget or scope not in self._scopes):
+            return []  # as SQLiteStore: forgetting in a scope never written creates nothing
         rows = self._ensure(scope)
         ids = self._insert(scope, inserts, now)
         for memory in updates:
@@ -266,7 +269,14 @@ class InMemoryStore:
         self._meta[key] = value
 
     # ---- a group chat that changed its id ----
+    async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
+        self._moving.setdefault(old_chat_id, new_chat_id)
+
+    async def unfinished_moves(self) -> list[tuple[int, int]]:
+        return list(self._moving.items())
+
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
+        await self.begin_move(old_chat_id, new_chat_id, now)
         olds = sorted((s for s in self._scopes if s.chat_id == old_chat_id), key=lambda s: s.key)
         for old in olds:
             new = Scope(old.user_id, new_chat_id)
@@ -282,6 +292,7 @@ class InMemoryStore:
         for old_end, new_end in moved_suffixes(olds, old_chat_id, new_chat_id):
             for key in [k for k in self._meta if k.endswith(old_end)]:
                 self._meta.setdefault(key[: -len(old_end)] + new_end, self._meta.pop(key))
+        self._moving.pop(old_chat_id, None)
         return olds
 
 

@@ -111,6 +111,15 @@ CORE = MigrationSet("core", (
     ) WITHOUT ROWID;
     CREATE INDEX memory_sources_turn ON memory_sources (turn_key)
     """),
+    # A group's move to its new chat id, written before the first member moves and deleted with the
+    # last step, so a move a crash cut short is found and finished at the next start.
+    Migration("0006_chat_moves", """
+    CREATE TABLE chat_moves (
+        old_chat_id INTEGER PRIMARY KEY,
+        new_chat_id INTEGER NOT NULL,
+        started_at TEXT NOT NULL
+    )
+    """),
 ))
 SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
 

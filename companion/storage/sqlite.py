@@ -104,6 +104,8 @@ class SQLiteStore(Connection):
         forget: Iterable[int] = (), reason: str = "user", sources: Sequence[str] = (),
     ) -> list[int]:
         forget_ids = sorted(set(forget))
+        if not inserts and not updates and (not forget_ids or self._version(scope) is None):
+            return []  # nothing to write, or nothing to forget in a scope never written: create nothing
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             ids = await self._insert(conn, scope, inserts, now)
@@ -414,8 +416,10 @@ class SQLiteStore(Connection):
         """One short transaction per scope (its table, rows and state move together or not at all), then
         one for the chat's own state: a CREATE and DROP TABLE cost ~10 ms in a database of thousands of
         scopes, and a big group must not hold every other user's turn for seconds. A move cut short is
-        finished by the next call (Telegram's second notice)."""
-        async with self._tx(write=False) as conn:
+        finished by the next call (Telegram's second notice) or, as the marker says one is unfinished, at
+        the next start (``unfinished_moves``)."""
+        async with self._tx() as conn:
+            await chatmove.mark_move(conn, old_chat_id, new_chat_id, now)
             cursor = await conn.execute("SELECT key FROM scopes WHERE chat_id = ? ORDER BY key", (old_chat_id,))
             olds = [Scope.from_key(str(row[0])) for row in await cursor.fetchall()]
         for old in olds:
@@ -426,7 +430,16 @@ class SQLiteStore(Connection):
             self._table_ids.pop(old.key, None)
         async with self._tx() as conn:
             await chatmove.move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
+            await chatmove.clear_move(conn, old_chat_id)
         return olds
+
+    async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
+        async with self._tx() as conn:
+            await chatmove.mark_move(conn, old_chat_id, new_chat_id, now)
+
+    async def unfinished_moves(self) -> list[tuple[int, int]]:
+        async with self._tx(write=False) as conn:
+            return await chatmove.unfinished(conn)
 
     async def _move_scope(self, conn: aiosqlite.Connection, old: Scope, new: Scope, now: datetime) -> None:
         await self._ensure_scope(conn, old, now)  # both tables at the current version: the same columns
@@ -449,5 +462,4 @@ class SQLiteStore(Connection):
                         await dest.execute(STANDALONE)
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
-
 

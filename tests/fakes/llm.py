@@ -147,6 +147,7 @@ class FakeLLM(FakeServer):
         self._failures: deque[tuple[int, JSONDict]] = deque()
         self._delays: deque[float] = deque()
         self._raw: deque[tuple[str, str]] = deque()
+        self._cuts: deque[float] = deque()
         self._blanks = 0
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -194,6 +195,12 @@ class FakeLLM(FakeServer):
     def raw_next(self, text: str, *, content_type: str = "text/html") -> None:
         """Answer the next request with HTTP 200 and a body that is not a completion."""
         self._raw.append((text, content_type))
+
+    def cut_next(self, count: int = 1, keep: float = 0.5) -> None:
+        """The next answers are cut off: the headers announce the whole completion, ``keep`` of its bytes
+        are sent, then the connection closes (a server or proxy dying mid-reply). The client does not
+        stream, so this is what a cut-off stream is to it."""
+        self._cuts.extend([keep] * count)
 
     def clear(self) -> None:
         """Forget recorded requests; scripted replies and injections stay queued."""
@@ -245,7 +252,7 @@ class FakeLLM(FakeServer):
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
         return web.json_response({"object": "list", "data": data})
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -283,7 +290,20 @@ class FakeLLM(FakeServer):
             answer = queued.popleft() if queued else await _resolve(self.responder, body)
         if isinstance(answer, ToolCallAnswer) and not body.get("tools"):
             return _error_response(400, "FakeLLM was scripted to call tools, but the request offered none")
+        if self._cuts:
+            return await self._cut_off(request, self._completion(body, answer), self._cuts.popleft())
         return web.json_response(self._completion(body, answer))
+
+    @staticmethod
+    async def _cut_off(request: web.Request, completion: JSONDict, keep: float) -> web.StreamResponse:
+        payload = json.dumps(completion, ensure_ascii=False).encode()
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        response.content_length = len(payload)
+        await response.prepare(request)
+        await response.write(payload[: int(len(payload) * keep)])
+        if request.transport is not None:
+            request.transport.close()
+        return response
 
     def _authorised(self, request: web.Request) -> bool:
         return self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}"

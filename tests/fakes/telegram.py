@@ -51,7 +51,7 @@ def _scope_key(scope: JSONDict) -> str:
 
 def utf16_len(text: str) -> int:
     """Telegram measures text in UTF-16 code units, so an emoji outside the BMP counts as two."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2  # a lone surrogate is one unit too
 
 
 class _ApiError(Exception):

@@ -56,7 +56,7 @@ class FlakyLLM(FakeLLM):
         self.attempts: list[tuple[float, str, str, int | None]] = []
         self._next = 0
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         digest = hashlib.sha1(raw).hexdigest()
         retry = request.headers.get("x-stainless-retry-count")
