@@ -58,10 +58,15 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     with dblock.hold(settings.db_path, "restore"):
         result = await restore(
             args.path, settings.db_path, utcnow(), force=args.force, progress=progress_line("restore"),
-            keep=settings.restore_keep_copies,
+            keep=settings.restore_keep_copies, tz=settings.tz,
         )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
-    print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
+    print(f"restored {result.rows} memories and {result.tombstones} tombstones of {result.scopes} users into "
+          f"{settings.db_path}{kept}")
+    if result.reforgotten:
+        print(f"forgot {result.reforgotten} memories again: they were forgotten after this backup was made")
+    if result.cut:
+        print(f"cut {result.cut} over-long cells to the length any input may have")
     if result.pruned:
         names = ", ".join(p.name for p in result.pruned)
         print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
