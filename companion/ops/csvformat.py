@@ -24,12 +24,12 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from companion.chat.texts import TELEGRAM_LIMIT
 from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for
 from companion.core.text import MAX_KEYWORD_CHARS
 from companion.core.timeutil import from_db
-from companion.chat.texts import TELEGRAM_LIMIT
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
 SHOWN_TIME = "%Y-%m-%d %H:%M:%S"
