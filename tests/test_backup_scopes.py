@@ -269,7 +269,7 @@ def memories(draw: st.DrawFn, start: int) -> list[Memory]:
             source_chat_id=draw(st.none() | CHATS.filter(lambda c: c is not None)),
             source_message_id=draw(st.none() | st.integers(1, 2**31)), source_at=draw(st.none() | MOMENTS),
             superseded_by=draw(st.integers(1, 2**40)) if status is Status.SUPERSEDED else None,
-            status_reason="" if status is Status.ACTIVE else draw(st.text(max_size=20).map(lambda t: t.replace("\x00", ""))),
+            status_reason="" if status is Status.ACTIVE else draw(TEXT.map(lambda t: t[:20])),
             fingerprint=fingerprint(event) if forgotten else "",
         ))
     return out
