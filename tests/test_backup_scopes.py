@@ -24,7 +24,7 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.ops.csvformat import HEADERS, LEGACY_HEADERS
-from companion.ops.restore import read_backup_csv, restore
+from companion.ops.restore import LiveTombstones, Tombstone, read_backup_csv, restore
 from companion.storage.sqlite import SQLiteStore
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))  # as tests/test_fuzz_inputs.py: raised by make stress
@@ -302,3 +302,53 @@ async def test_backup_restore_round_trip_keeps_every_field(data: dict[Scope, lis
             assert (result.scopes, result.tombstones) == (len(data), stones)
             assert result.rows == sum(map(len, data.values())) - stones
 
+
+
+# ---- forgetting sticks across a restore ---------------------------------------------------------------
+
+def stone(scope: Scope, handle: int, words: str, at: datetime) -> Tombstone:
+    return Tombstone(scope, handle, fingerprint(words), "user", at)
+
+
+CREATED = NOW - 5 * DAY  # memory()'s creation time
+PRIVATE, GROUP = Scope(5), Scope(5, GROUP_CHAT)
+
+
+@pytest.mark.parametrize(
+    ("tombstone", "scope", "fresh", "forgets"),
+    [
+        (stone(PRIVATE, 1, "别的话", NOW), PRIVATE, False, True),  # its own handle
+        (stone(GROUP, 1, "别的话", NOW), PRIVATE, False, True),  # its own handle, moved to another chat
+        (stone(Scope(6), 1, "别的话", NOW), PRIVATE, False, False),  # handle of another user's database
+        (stone(PRIVATE, 1, "别的话", NOW), PRIVATE, True, False),  # a fresh handle names nothing old
+        (stone(PRIVATE, 99, "确诊了乙肝", NOW), PRIVATE, True, True),  # the same words, forgotten since
+        (stone(PRIVATE, 99, "确诊了乙肝", CREATED - DAY), PRIVATE, False, False),  # told again after the forget
+        (stone(GROUP, 99, "确诊了乙肝", NOW), PRIVATE, False, False),  # the same words in another scope
+    ],
+)
+def test_which_tombstone_forgets_a_restored_memory(tombstone: Tombstone, scope: Scope, fresh: bool,
+                                                   forgets: bool) -> None:
+    live = LiveTombstones()
+    live.add(tombstone)
+    assert (live.match(scope, memory(1, "确诊了乙肝"), fresh) is not None) is forgets
+
+
+async def test_a_restore_never_brings_back_what_was_forgotten_since_the_backup(tmp_path: Path) -> None:
+    folder = await backup_of(tmp_path, {PRIVATE: [memory(1, "确诊了乙肝"), memory(2, "喜欢猫")],
+                                        GROUP: [memory(3, "在群里说要搬家")]})
+    live = tmp_path / "data" / "memory.sqlite3"
+    await fill(live, {PRIVATE: [memory(1, "确诊了乙肝"), memory(2, "喜欢猫")], GROUP: [memory(3, "在群里说要搬家")]})
+    store = await SQLiteStore.open(live)
+    try:
+        await store.apply_changes(PRIVATE, NOW, forget=[1])
+        await store.apply_changes(GROUP, NOW, forget=[3])
+    finally:
+        await store.close()
+    for source in (folder, folder / SNAPSHOT_NAME):
+        result = await restore(source, live, NOW + DAY, force=True)
+        assert (result.rows, result.tombstones, result.reforgotten) == (1, 2, 2)
+        restored = await read_every(live)
+        assert [(m.id, m.status, m.event) for m in restored[PRIVATE]] == [
+            (1, Status.FORGOTTEN, ""), (2, Status.ACTIVE, "喜欢猫")]
+        assert [(m.status, m.event) for m in restored[GROUP]] == [(Status.FORGOTTEN, "")]
+        # The restored database carries the tombstones on: the next restore forgets them again too.
