@@ -112,8 +112,10 @@ def test_a_swap_cut_short_is_finished_by_the_next_run(tmp_path: Path, new_writte
     if new_written:
         (tmp_path / DAY_NAME).mkdir()
         (tmp_path / DAY_NAME / SNAPSHOT_NAME).write_bytes(b"new")
-    backup.recover_day(tmp_path, DAY_NAME)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [DAY_NAME]
+    (tmp_path / ".2026-11-24.partial").mkdir()  # a day before, killed at 23:59
+    (tmp_path / ".notes").mkdir()  # not a backup's: left alone
+    backup.recover(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes", DAY_NAME]
     assert (tmp_path / DAY_NAME / SNAPSHOT_NAME).read_bytes() == (b"new" if new_written else b"old")
 
 

@@ -267,9 +267,18 @@ async def _one_at_a_time(backup_dir: Path) -> AsyncIterator[None]:
         os.close(fd)  # releases the flock
 
 
+_LEFTOVER = re.compile(r"^\.(\d{4}-\d{2}-\d{2})\.(partial|replaced)$")
+
+
+def recover(backup_dir: Path) -> None:
+    """Finish what runs killed part-way left, for every day (call with the lock held)."""
+    for day in sorted({m.group(1) for c in backup_dir.iterdir() if (m := _LEFTOVER.match(c.name))}):
+        recover_day(backup_dir, day)
+
+
 def recover_day(backup_dir: Path, day: str) -> None:
-    """Finish what a run killed at its swap left (call with the lock held): the previous backup comes
-    back if the new one never took its place, and a half-built folder is removed."""
+    """A run killed at its swap: the previous backup comes back if the new one never took its place (or
+    is removed if it did); a half-built folder is removed."""
     folder, old = backup_dir / day, replaced_folder(backup_dir, day)
     if old.exists():
         if folder.exists():
@@ -299,7 +308,7 @@ async def _make_backup(
     folder = backup_dir / day
     staging = staging_folder(backup_dir, day)
     try:
-        recover_day(backup_dir, day)
+        recover(backup_dir)
         # Every table at the current version first, so the CSV files all have the same columns.
         while await store.upgrade_stale(200):
             pass
