@@ -258,7 +258,7 @@ def memories(draw: st.DrawFn, start: int) -> list[Memory]:
         out.append(Memory(
             id=start + offset, event="" if forgotten else event,
             keywords=[] if forgotten else draw(st.lists(KEYWORD, max_size=8)),
-            importance=0.0 if forgotten else draw(st.integers(0, 10_000)) / 100,
+            importance=0.0 if forgotten else draw(st.floats(0, 100)),
             created_at=draw(MOMENTS), validity=draw(st.sampled_from(Validity)),
             last_mentioned_at=draw(st.none() | MOMENTS), updated_at=draw(MOMENTS),
             expires_at=draw(st.none() | MOMENTS), type=draw(st.sampled_from(MemoryType)),

@@ -4,9 +4,10 @@ UTF-8 with BOM so Excel shows Chinese. The seed's seven columns come first, then
 column that belongs in backups is one line in ``COLUMNS``. Times are local wall-clock times with their UTC
 offset (``2025-12-23 16:05:00+08:00``), the zone's name in the last column; a time without an offset (older
 files) is read in that zone, or in the configured one. Codes carry their Chinese name (``30d（30天）``);
-importance has two decimals. Cells a spreadsheet would run as a formula get a leading apostrophe that
-restore removes. A forgotten memory is a tombstone row: status ``forgotten（已遗忘）``, no text, no keywords,
-no importance, whatever a hand-edited file says.
+importance is written in full (the shortest form that reads back as the same number: a restore of the CSV
+files and of the snapshot give the same memories). Cells a spreadsheet would run as a formula get a
+leading apostrophe that restore removes. A forgotten memory is a tombstone row: status
+``forgotten（已遗忘）``, no text, no keywords, no importance, whatever a hand-edited file says.
 
 Reading is tolerant of columns it does not know (a newer backup) and of optional ones it lacks (an older
 one); every cell is checked and capped as any input is.
@@ -178,7 +179,7 @@ def select_expressions(offset: timedelta | None) -> list[str]:
     out: list[str] = []
     for c in COLUMNS:
         if c.field in CONTENT_FIELDS:
-            shown = f"printf('%.2f', {c.field})" if c.kind is Kind.IMPORTANCE else _sql_neutralised(c.field)
+            shown = c.field if c.kind is Kind.IMPORTANCE else _sql_neutralised(c.field)  # a REAL: csv writes repr
             out.append(_content(shown))
         elif c.kind is Kind.TIME:
             if offset is None:
