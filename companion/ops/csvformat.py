@@ -25,7 +25,6 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from companion.chat.texts import TELEGRAM_LIMIT
 from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for
@@ -37,10 +36,11 @@ SHOWN_TIME = "%Y-%m-%d %H:%M:%S"
 ZONE_HEADER = "时区"
 # SQLite integers are signed 64-bit: a larger id could not be stored (Python raises OverflowError).
 MAX_INT = 2**63 - 1
-# Caps on cells, as on any input: the longest text any path can store (one Telegram message: an admin's
-# /mem_add), the keyword limits every writer applies, and short bookkeeping codes. Longer cells are cut
-# and counted.
-MAX_CELL_CHARS: Mapping[str, int] = {"event": TELEGRAM_LIMIT, "status_reason": 64, "fingerprint": 64}
+# Caps on cells, as on any input: the longest text any path can store (one Telegram message, 4,096
+# characters: an admin's /mem_add; tests/test_backup_scopes.py holds it to chat.texts.TELEGRAM_LIMIT), the
+# keyword limits every writer applies, and short bookkeeping codes. Longer cells are cut and counted.
+MAX_EVENT_CHARS = 4096
+MAX_CELL_CHARS: Mapping[str, int] = {"event": MAX_EVENT_CHARS, "status_reason": 64, "fingerprint": 64}
 
 LABELS: Mapping[type[StrEnum], Mapping[str, str]] = {
     Validity: {"permanent": "永久", "30d": "30天", "7d": "7天"},
