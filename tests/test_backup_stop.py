@@ -1,6 +1,7 @@
 """A backup stopped half-way (SIGTERM during the nightly job, the start-up catch-up or ``bot.py backup``)
 stops writing: its export process is killed at the next file instead of writing every CSV while the bot
-waits for it, and the day folder keeps its in-progress marker, so restore refuses it."""
+waits for it, and the half-built folder keeps its in-progress marker and never takes the day's name, so
+restore refuses it."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ async def test_a_cancelled_backup_stops_writing_and_stays_marked_unfinished(tmp_
     store = await SQLiteStore.open(tmp_path / "memory.sqlite3")
     for uid in range(1, USERS + 1):
         await store.add_turn(Scope(uid), Turn(user="你好", reply=None, at=NOW))
-    folder = tmp_path / "backups" / "2026-11-23"
+    folder = backup.staging_folder(tmp_path / "backups", "2026-11-23")  # built there, renamed when whole
     try:
         task = asyncio.create_task(stoppable_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 30))
         for _ in range(500):
@@ -51,6 +52,7 @@ async def test_a_cancelled_backup_stops_writing_and_stays_marked_unfinished(tmp_
         assert files_in(folder) == settled, "the export kept writing after the backup was stopped"
         assert settled < USERS / 2
         assert (folder / IN_PROGRESS).exists()
+        assert not (tmp_path / "backups" / "2026-11-23").exists()
         with pytest.raises(RestoreError, match="unfinished"):
             await restore(folder, tmp_path / "restored.sqlite3", NOW)
     finally:
@@ -89,8 +91,8 @@ def test_the_export_process_reports_every_file_and_finishes_the_snapshot(tmp_pat
 
     snapshot = asyncio.run(build())
     seen: list[tuple[int, int]] = []
-    files, _ = backup.export_in_worker(snapshot, tmp_path, ZoneInfo("Asia/Shanghai"), NOW,
-                                       lambda done, total: seen.append((done, total)))
+    files = backup.export_in_worker(snapshot, tmp_path, ZoneInfo("Asia/Shanghai"), NOW,
+                                    lambda done, total: seen.append((done, total))).files
     assert files == 3 and seen == [(1, 3), (2, 3), (3, 3)]
     assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["u1.csv", "u2.csv", "u3.csv"]
     assert not list(tmp_path.glob(f"{SNAPSHOT_NAME}-*"))  # made standalone: no -wal/-shm beside it
@@ -121,7 +123,7 @@ def test_several_export_processes_write_the_same_files_as_one(tmp_path: Path) ->
         seen: list[tuple[int, int]] = []
         record = functools.partial(_record, seen)
         assert backup.export_in_worker(snapshot, folder, ZoneInfo("Asia/Shanghai"), NOW, record,
-                                       workers=workers) == (7, 7)
+                                       workers=workers) == backup.Exported(7, 7)
         assert [done for done, _ in seen] == list(range(1, 8)) and {total for _, total in seen} == {7}
         outputs.append({p.name: p.read_bytes() for p in folder.glob("*.csv")})
     assert len(outputs[0]) == 7 and outputs[0] == outputs[1]

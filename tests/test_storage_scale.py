@@ -16,7 +16,7 @@ import companion.storage.sqlite as storage_module
 from companion.core.extraction import plan_merge
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Validity
 from companion.core.rules import new_memory
-from companion.ops.backup import export_csv
+from companion.ops.backup import Exported, export_csv
 from companion.storage.base import EVERY_STATUS
 from companion.storage.rows import memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
@@ -114,7 +114,7 @@ async def test_csv_files_are_published_in_batches(store: SQLiteStore, tmp_path: 
     monkeypatch.setattr(backup_module, "PUBLISH_BATCH", 2)
     out = tmp_path / "out"
     out.mkdir()
-    assert export_csv(tmp_path / "snap.sqlite3", out, UTC, NOW) == (5, 5)
+    assert export_csv(tmp_path / "snap.sqlite3", out, UTC, NOW) == Exported(5, 5)
     assert sorted(p.name for p in out.iterdir()) == [f"u{n}.csv" for n in range(1, 6)]
 
 

@@ -2,7 +2,10 @@
 
 A backup is a folder ``<BACKUP_DIR>/<YYYY-MM-DD>/`` holding ``memory.sqlite3`` (a consistent snapshot
 through SQLite's backup API) and one CSV per scope, streamed from that snapshot in the form of
-``csvformat``. Every file is written to a temporary name first and renamed into place. The CSV export
+``csvformat``. Every file is written to a temporary name first and renamed into place; the whole folder is
+built as ``.<day>.partial`` and renamed to its day only when whole, so a run that fails (a full disk) or is
+stopped never spoils the day's earlier backup. A scope whose table cannot be read (a damaged page) is left
+out and named; every other scope is backed up. The CSV export
 runs in processes of their own, one per core and below the bot's priority: reading the snapshot parses
 its whole schema (~17 MB at 10,000 users) and the export is seconds of CPU, neither of which the bot
 should pay while it chats.
@@ -58,6 +61,24 @@ class BackupResult:
     files: int
     rows: int
     removed_folders: int
+    damaged: tuple[str, ...] = ()  # "scope key: cause" of each scope that could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    files: int
+    rows: int
+    damaged: tuple[str, ...] = ()
+
+
+def staging_folder(backup_dir: Path, day: str) -> Path:
+    """Where a day's backup is built (not named like a day: restore, pruning and the catch-up skip it)."""
+    return backup_dir / f".{day}.partial"
+
+
+def replaced_folder(backup_dir: Path, day: str) -> Path:
+    """Where the day's previous backup waits, for the moment of the swap, before it is removed."""
+    return backup_dir / f".{day}.replaced"
 
 
 def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
@@ -96,30 +117,37 @@ def publish(written: Sequence[tuple[Path, Path]]) -> None:
 def export_csv(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     part: tuple[int, int] = (0, 1),
-) -> tuple[int, int]:
+) -> Exported:
     """One CSV per scope from a snapshot file, streamed from one read transaction; files are published
     (fsync, rename) in batches. ``part`` (index, parts): only every parts-th scope from the index-th,
-    so several processes can share the work. Blocking: run it in a thread. Returns (files, rows)."""
+    so several processes can share the work. A scope whose rows cannot be read is left out (no file, no
+    temporary file) and named in ``damaged``. Blocking: run it in a thread."""
     offset = fixed_offset(tz, now)
     expressions = select_expressions(offset)
     finish = row_finisher(tz, offset)
     total_rows = 0
     written: list[tuple[Path, Path]] = []
+    damaged: list[str] = []
     index, parts = part
     with open_snapshot(snapshot) as reader:
         scopes = reader.scopes()[index::parts]
         for done, (scope, _) in enumerate(scopes, start=1):
             path = folder / f"{scope.key}.csv"
             tmp = path.with_name(f".{path.name}.tmp")
-            total_rows += write_csv(tmp, map(finish, reader.rows(scope, expressions)))
-            written.append((tmp, path))
+            try:
+                total_rows += write_csv(tmp, map(finish, reader.rows(scope, expressions)))
+            except sqlite3.DatabaseError as exc:  # one damaged table: the other scopes are still backed up
+                tmp.unlink(missing_ok=True)
+                damaged.append(f"{scope.key}: {exc}")
+            else:
+                written.append((tmp, path))
             if len(written) >= PUBLISH_BATCH:
                 publish(written)
                 written.clear()
             if progress is not None:
                 progress(done, len(scopes))
         publish(written)
-    return len(scopes), total_rows
+    return Exported(len(scopes) - len(damaged), total_rows, tuple(damaged))
 
 
 def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out: Connection,
@@ -141,8 +169,8 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
             make_standalone(snapshot)
             with open_snapshot(snapshot) as reader:
                 out.send(("ready", len(reader.scopes())))
-        files, rows = export_csv(snapshot, folder, tz, now, report, part)
-        out.send(("done", index, files, rows))
+        result = export_csv(snapshot, folder, tz, now, report, part)
+        out.send(("done", index, result))
     except Exception as exc:  # the edge of the process: the parent raises it as a BackupError
         out.send(("error", index, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -152,18 +180,18 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
 def export_in_worker(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     workers: int | None = None, stop: threading.Event | None = None,
-) -> tuple[int, int]:
+) -> Exported:
     """``export_csv`` in processes of their own, one per core up to ``MAX_WORKERS`` (or ``workers``), at
     a lower priority than the bot, with ``progress`` called here as files are written. When ``progress``
     raises, ``stop`` is set (the backup was stopped: noticed within ``WORKER_POLL_S``, even while the
     processes start) or anything else goes wrong, every process is killed at once. Blocking: run it in a
-    thread. Returns (files, rows)."""
+    thread."""
     count = max(1, workers if workers is not None else min(os.cpu_count() or 1, MAX_WORKERS))
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     processes: list[BaseProcess] = []
     written: dict[int, int] = {}  # part -> files written
-    results: dict[int, tuple[int, int]] = {}
+    results: dict[int, Exported] = {}
     total = 0
 
     def start(index: int) -> None:
@@ -192,10 +220,12 @@ def export_in_worker(
                 if progress is not None:
                     progress(sum(written.values()), total)
             elif message[0] == "done":
-                results[int(message[1])] = (int(message[2]), int(message[3]))
+                results[int(message[1])] = message[2]
             else:
                 raise BackupError(f"the CSV export failed: {message[2]}")
-        return sum(f for f, _ in results.values()), sum(r for _, r in results.values())
+        done = [results[i] for i in sorted(results)]
+        return Exported(sum(r.files for r in done), sum(r.rows for r in done),
+                        tuple(sorted(d for r in done for d in r.damaged)))
     finally:
         for worker in processes:
             if len(results) < count:
@@ -213,19 +243,18 @@ async def make_backup(
     progress: Progress | None = None, stop: threading.Event | None = None,
 ) -> BackupResult:
     """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days. One
-    backup of a day at a time: a second (the operator's ``backup`` while the bot makes its own) waits for
-    the first, as both would write the same files."""
-    folder = backup_dir / local_date(now, tz)
-    folder.mkdir(parents=True, exist_ok=True)
-    async with _one_at_a_time(folder):
+    backup at a time: a second (the operator's ``backup`` while the bot makes its own) waits for the
+    first, as both would build the same day."""
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    async with _one_at_a_time(backup_dir):
         return await _make_backup(store, backup_dir, now, tz, keep_days, progress, stop)
 
 
 @contextlib.asynccontextmanager
-async def _one_at_a_time(folder: Path) -> AsyncIterator[None]:
-    # flock on the day's folder itself: no lock file among the backups, and the operating system releases
-    # it when the holder dies, even by kill -9.
-    fd = os.open(folder, os.O_RDONLY)
+async def _one_at_a_time(backup_dir: Path) -> AsyncIterator[None]:
+    # flock on the backup folder itself (never renamed, unlike a day's folder): no lock file among the
+    # backups, and the operating system releases it when the holder dies, even by kill -9.
+    fd = os.open(backup_dir, os.O_RDONLY)
     try:
         while True:
             try:
@@ -238,34 +267,73 @@ async def _one_at_a_time(folder: Path) -> AsyncIterator[None]:
         os.close(fd)  # releases the flock
 
 
+_LEFTOVER = re.compile(r"^\.(\d{4}-\d{2}-\d{2})\.(partial|replaced)$")
+
+
+def recover(backup_dir: Path) -> None:
+    """Finish what runs killed part-way left, for every day (call with the lock held)."""
+    for day in sorted({m.group(1) for c in backup_dir.iterdir() if (m := _LEFTOVER.match(c.name))}):
+        recover_day(backup_dir, day)
+
+
+def recover_day(backup_dir: Path, day: str) -> None:
+    """A run killed at its swap: the previous backup comes back if the new one never took its place (or
+    is removed if it did); a half-built folder is removed."""
+    folder, old = backup_dir / day, replaced_folder(backup_dir, day)
+    if old.exists():
+        if folder.exists():
+            shutil.rmtree(old)
+        else:
+            os.replace(old, folder)
+    shutil.rmtree(staging_folder(backup_dir, day), ignore_errors=True)
+
+
+def swap_in(staging: Path, folder: Path) -> None:
+    """Put a whole backup in the day's place; an earlier backup of the day stays whole until then."""
+    old = replaced_folder(folder.parent, folder.name)
+    fsync(staging)
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(staging, folder)
+    fsync(folder.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
 async def _make_backup(
     store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
     stop: threading.Event | None,
 ) -> BackupResult:
-    folder = backup_dir / local_date(now, tz)
-    tmp_snapshot = folder / f".{SNAPSHOT_NAME}.tmp"
-    marker = folder / IN_PROGRESS
+    day = local_date(now, tz)
+    folder = backup_dir / day
+    staging = staging_folder(backup_dir, day)
     try:
+        recover(backup_dir)
         # Every table at the current version first, so the CSV files all have the same columns.
         while await store.upgrade_stale(200):
             pass
-        folder.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
         # Until this marker is gone the folder is not a backup: restore refuses it (a run cut short by a
         # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
-        marker.write_text(f"started {now.isoformat()}\n", encoding="utf-8")
+        (staging / IN_PROGRESS).write_text(f"started {now.isoformat()}\n", encoding="utf-8")
+        tmp_snapshot = staging / f".{SNAPSHOT_NAME}.tmp"
         await store.snapshot(tmp_snapshot, standalone=False)
-        os.replace(tmp_snapshot, folder / SNAPSHOT_NAME)
-        files, rows = await asyncio.to_thread(export_in_worker, folder / SNAPSHOT_NAME, folder, tz, now, progress,
-                                              None, stop)
-        marker.unlink()
+        os.replace(tmp_snapshot, staging / SNAPSHOT_NAME)
+        exported = await asyncio.to_thread(export_in_worker, staging / SNAPSHOT_NAME, staging, tz, now, progress,
+                                           None, stop)
+        (staging / IN_PROGRESS).unlink()
+        swap_in(staging, folder)
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
-    except (OSError, sqlite3.Error, StorageError) as exc:
-        tmp_snapshot.unlink(missing_ok=True)
-        raise BackupError(f"backup to {folder} failed: {exc}") from exc
-    except BaseException:
-        tmp_snapshot.unlink(missing_ok=True)  # stopped (SIGTERM, Ctrl-C): no stray temporary file
+    except BackupStopped:
+        raise  # the process is stopping: no time for a clean-up, the next run removes the folder
+    except BackupError:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
-    return BackupResult(folder, files, rows, removed)
+    except (OSError, sqlite3.Error, StorageError) as exc:
+        # A failed run (a full disk) frees what it wrote; the day's earlier backup was never touched.
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BackupError(f"backup to {folder} failed: {exc}") from exc
+    return BackupResult(folder, exported.files, exported.rows, removed, exported.damaged)
 
 
 def prune_backups(backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int) -> int:

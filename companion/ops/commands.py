@@ -34,11 +34,14 @@ def progress_line(label: str) -> Callable[[int, int], None]:
 
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
+    from companion.core.errors import BackupError
     from companion.core.timeutil import utcnow
     from companion.ops.stoppable import stoppable_backup
     from companion.storage.sqlite import SQLiteStore
 
     require_database(settings)
+    if settings.db_path.stat().st_size == 0:  # opening it would make it an empty database: "0 users"
+        raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
     storage = await SQLiteStore.open(settings.db_path)
     try:
         result = await stoppable_backup(
@@ -47,6 +50,10 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await storage.close()
     print(f"backup written to {result.folder}: {result.files} users, {result.rows} memories")
+    if result.damaged:
+        print(f"error: {len(result.damaged)} scopes could not be read and are not in the CSV files "
+              f"(the snapshot holds them as they are): {'; '.join(result.damaged)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -58,10 +65,15 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     with dblock.hold(settings.db_path, "restore"):
         result = await restore(
             args.path, settings.db_path, utcnow(), force=args.force, progress=progress_line("restore"),
-            keep=settings.restore_keep_copies,
+            keep=settings.restore_keep_copies, tz=settings.tz,
         )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
-    print(f"restored {result.rows} memories of {result.scopes} users into {settings.db_path}{kept}")
+    print(f"restored {result.rows} memories and {result.tombstones} tombstones of {result.scopes} users into "
+          f"{settings.db_path}{kept}")
+    if result.reforgotten:
+        print(f"forgot {result.reforgotten} memories again: they were forgotten after this backup was made")
+    if result.cut:
+        print(f"cut {result.cut} over-long cells to the length any input may have")
     if result.pruned:
         names = ", ".join(p.name for p in result.pruned)
         print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="

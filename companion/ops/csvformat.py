@@ -1,10 +1,16 @@
 """The CSV form of memories, shared by backups, restore and exports: one column list, both directions.
 
 UTF-8 with BOM so Excel shows Chinese. The seed's seven columns come first, then the rest; a new memory
-column that belongs in backups is one line in ``COLUMNS``. Times are local wall-clock times
-(``2025-12-23 16:05:00``, which a spreadsheet recognises and sorts) with the zone in the last column, so
-restore gets the exact instant back. Codes carry their Chinese name (``30d（30天）``); importance has two
-decimals. Cells a spreadsheet would run as a formula get a leading apostrophe that restore removes.
+column that belongs in backups is one line in ``COLUMNS``. Times are local wall-clock times with their UTC
+offset (``2025-12-23 16:05:00+08:00``), the zone's name in the last column; a time without an offset (older
+files) is read in that zone, or in the configured one. Codes carry their Chinese name (``30d（30天）``);
+importance is written in full (the shortest form that reads back as the same number: a restore of the CSV
+files and of the snapshot give the same memories). Cells a spreadsheet would run as a formula get a
+leading apostrophe that restore removes. A forgotten memory is a tombstone row: status
+``forgotten（已遗忘）``, no text, no keywords, no importance, whatever a hand-edited file says.
+
+Reading is tolerant of columns it does not know (a newer backup) and of optional ones it lacks (an older
+one); every cell is checked and capped as any input is.
 
 Rows are formatted by SQL expressions over the memory table (``select_expressions``), so writing a million
 rows costs little more than the csv module alone.
@@ -19,13 +25,22 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for
+from companion.core.text import MAX_KEYWORD_CHARS
 from companion.core.timeutil import from_db
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
 SHOWN_TIME = "%Y-%m-%d %H:%M:%S"
 ZONE_HEADER = "时区"
+# SQLite integers are signed 64-bit: a larger id could not be stored (Python raises OverflowError).
+MAX_INT = 2**63 - 1
+# Caps on cells, as on any input: the longest text any path can store (one Telegram message, 4,096
+# characters: an admin's /mem_add; tests/test_backup_scopes.py holds it to chat.texts.TELEGRAM_LIMIT), the
+# keyword limits every writer applies, and short bookkeeping codes. Longer cells are cut and counted.
+MAX_EVENT_CHARS = 4096
+MAX_CELL_CHARS: Mapping[str, int] = {"event": MAX_EVENT_CHARS, "status_reason": 64, "fingerprint": 64}
 
 LABELS: Mapping[type[StrEnum], Mapping[str, str]] = {
     Validity: {"permanent": "永久", "30d": "30天", "7d": "7天"},
@@ -54,6 +69,7 @@ class Column:
     kind: Kind
     enum: type[StrEnum] | None = None
     required: bool = False  # must be present in any backup, old or new
+    signed: bool = False  # chat ids of groups are negative
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -79,7 +95,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("最后访问时间", "last_accessed_at", Kind.TIME),
     Column("访问次数", "access_count", Kind.INT),
     Column("置顶", "pinned", Kind.BOOL),
-    Column("来源聊天", "source_chat_id", Kind.INT),
+    Column("来源聊天", "source_chat_id", Kind.INT, signed=True),
     Column("来源消息", "source_message_id", Kind.INT),
     Column("来源时间", "source_at", Kind.TIME),
     Column("取代者", "superseded_by", Kind.INT),
@@ -134,17 +150,44 @@ def _sql_code(column: str, enum: type[StrEnum]) -> str:
     return f"CASE {column} {cases} ELSE {column} END"
 
 
+def offset_text(offset: timedelta) -> str:
+    """``+08:00``, ``-03:30``: the form ``datetime.fromisoformat`` reads back."""
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    return f"{sign}{hours:02d}:{rest // 60:02d}"
+
+
+def show_time(moment: datetime, tz: tzinfo) -> str:
+    """A stored UTC moment as a CSV cell: local wall time with its offset."""
+    local = moment.astimezone(tz)
+    return local.strftime(SHOWN_TIME) + offset_text(local.utcoffset() or timedelta(0))
+
+
+CONTENT_FIELDS = frozenset({"event", "keywords", "importance"})  # blank in a tombstone's row
+TOMBSTONE_SQL = f"status = '{Status.FORGOTTEN.value}'"
+
+
+def _content(expression: str) -> str:
+    """A tombstone's row carries no content, whatever its table row holds."""
+    return f"CASE WHEN {TOMBSTONE_SQL} THEN NULL ELSE {expression} END"
+
+
 def select_expressions(offset: timedelta | None) -> list[str]:
-    """One SQL expression per CSV column. With a fixed offset, times are shifted in SQL; without one
-    they come raw and ``finish_row`` converts them."""
+    """One SQL expression per CSV column. With a fixed offset, times are shifted and marked in SQL;
+    without one they come raw and ``finish_row`` converts them."""
     out: list[str] = []
     for c in COLUMNS:
-        if c.kind is Kind.TIME:
-            seconds = None if offset is None else int(offset.total_seconds())
-            out.append(c.field if seconds is None else f"datetime({c.field}, '{seconds:+d} seconds')")
-        elif c.kind is Kind.IMPORTANCE:
-            out.append(f"printf('%.2f', {c.field})")
-        elif c.kind in (Kind.TEXT, Kind.WORDS):
+        if c.field in CONTENT_FIELDS:
+            shown = c.field if c.kind is Kind.IMPORTANCE else _sql_neutralised(c.field)  # a REAL: csv writes repr
+            out.append(_content(shown))
+        elif c.kind is Kind.TIME:
+            if offset is None:
+                out.append(c.field)
+            else:
+                seconds = int(offset.total_seconds())
+                out.append(f"datetime({c.field}, '{seconds:+d} seconds') || '{offset_text(offset)}'")
+        elif c.kind is Kind.TEXT:
             out.append(_sql_neutralised(c.field))
         elif c.kind is Kind.CODE:
             assert c.enum is not None
@@ -167,7 +210,7 @@ def row_finisher(tz: tzinfo, offset: timedelta | None) -> Callable[[tuple[Any, .
         cells = list(row)
         for i in TIME_INDEXES:
             if cells[i] is not None:
-                cells[i] = from_db(str(cells[i])).astimezone(tz).strftime(SHOWN_TIME)
+                cells[i] = show_time(from_db(str(cells[i])), tz)
         cells.append(zone)
         return tuple(cells)
 
@@ -177,14 +220,15 @@ def row_finisher(tz: tzinfo, offset: timedelta | None) -> Callable[[tuple[Any, .
 # ---- reading ----------------------------------------------------------------------------------------
 
 def parse_time(text: str, zone: tzinfo | None) -> datetime | None:
+    """A cell with its offset is exact; one without (older files) is local time in ``zone``."""
     if not text:
         return None
-    moment = datetime.fromisoformat(text)
+    moment = datetime.fromisoformat(text.strip())
     if moment.tzinfo is None:
         if zone is None:
             raise ValueError(f"time {text!r} has no UTC offset and the row names no {ZONE_HEADER}")
         moment = moment.replace(tzinfo=zone)
-    return moment.astimezone(UTC)
+    return moment.astimezone(UTC).replace(microsecond=0)
 
 
 def parse_zone(text: str) -> tzinfo | None:
@@ -203,18 +247,35 @@ def _code(enum: type[StrEnum], text: str) -> str:
     return enum(code).value
 
 
-def _int(text: str, what: str) -> int:
+def _int(text: str, column: Column) -> int:
     value = int(text)
-    if value < 0:
-        raise ValueError(f"{what} {value} is negative")
+    if value < 0 and not column.signed:
+        raise ValueError(f"{column.header} {value} is negative")
+    if not -MAX_INT <= value <= MAX_INT:
+        raise ValueError(f"{column.header} {text.strip()} is too large")
     return value
 
 
-def parse_row(row: Mapping[str, str]) -> Memory:
+@dataclass(slots=True)
+class ParsedRow:
+    memory: Memory
+    cut: int  # cells cut to their cap
+
+
+def _capped(field: str, text: str) -> tuple[str, bool]:
+    cap = MAX_CELL_CHARS.get(field)
+    return (text[:cap], True) if cap is not None and len(text) > cap else (text, False)
+
+
+def parse_row(row: Mapping[str, str], default_zone: tzinfo | None = None) -> ParsedRow:
     """One CSV row (header -> cell) as a memory; raises ValueError naming what is wrong. Columns a
-    backup does not have take the defaults of their time (old backups have no life-cycle columns)."""
-    zone = parse_zone(row.get(ZONE_HEADER, ""))
+    backup does not have take the defaults of their time (old backups have no life-cycle columns);
+    columns this version does not know are ignored. A time without an offset is read in the row's
+    时区, else in ``default_zone``."""
+    zone = parse_zone(row.get(ZONE_HEADER, "")) or default_zone
     values: dict[str, Any] = {}
+    cut = 0
+    forgotten = _code(Status, row.get("状态", "")) == Status.FORGOTTEN.value if row.get("状态") else False
     for header, column in BY_HEADER.items():
         if header not in row:
             continue
@@ -222,8 +283,11 @@ def parse_row(row: Mapping[str, str]) -> Memory:
         if column.kind is Kind.TIME:
             values[column.field] = parse_time(cell, zone)
         elif column.kind is Kind.INT:
-            values[column.field] = _int(cell, header) if cell else None
+            values[column.field] = _int(cell, column) if cell.strip() else None
         elif column.kind is Kind.IMPORTANCE:
+            if forgotten:
+                values[column.field] = MIN_IMPORTANCE
+                continue
             importance = float(cell)
             if not MIN_IMPORTANCE <= importance <= MAX_IMPORTANCE:
                 raise ValueError(f"importance {importance} outside 0-100")
@@ -234,18 +298,29 @@ def parse_row(row: Mapping[str, str]) -> Memory:
         elif column.kind is Kind.BOOL:
             values[column.field] = cell.strip() in {"1", "true", "True"}
         elif column.kind is Kind.WORDS:
-            values[column.field] = [k for k in unneutralise(cell).split(",") if k]
+            words = [k for k in unneutralise(cell).split(",") if k]
+            kept = [w[:MAX_KEYWORD_CHARS] for w in words[:MAX_KEYWORDS]]
+            cut += kept != words
+            values[column.field] = kept
         else:
-            values[column.field] = unneutralise(cell)
+            text, was_cut = _capped(column.field, unneutralise(cell))
+            cut += was_cut
+            values[column.field] = text
     for field in ("id", "created_at", "updated_at", "last_decay_at", "mention_count"):
         if values.get(field) is None:
             raise ValueError(f"{field} is required")
-    if values["id"] == 0:
-        raise ValueError("id 0 is not a memory handle")
+    if values["id"] <= 0:
+        raise ValueError(f"id {values['id']} is not a memory handle")
     values.setdefault("tier", tier_for(values["validity"]))
     for field in ("access_count",):
         if values.get(field) is None:
             values[field] = 0
+    if forgotten:
+        # A tombstone is content-free whatever the file says; the words it had still mark the same
+        # event told again (the fingerprint), never the text.
+        if values.get("event") and not values.get("fingerprint"):
+            values["fingerprint"] = fingerprint(values["event"])
+        values.update(event="", keywords=[], importance=MIN_IMPORTANCE, superseded_by=None)
     # No check on the event text: whatever the database held (even blank) must restore, or a backup
     # with one odd row could never be restored at all.
-    return Memory(**values)
+    return ParsedRow(Memory(**values), cut)

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from datetime import tzinfo
 from enum import StrEnum
 
-from companion.core.models import Memory, Scope
-from companion.ops.csvformat import COLUMNS, HEADERS, SHOWN_TIME, Kind, neutralise, show_code, zone_name
+from companion.core.models import Memory, Scope, Status
+from companion.ops.csvformat import COLUMNS, CONTENT_FIELDS, HEADERS, Kind, neutralise, show_code, show_time, zone_name
 
 SCOPE_HEADER = "范围"
 
@@ -19,12 +19,13 @@ SCOPE_HEADER = "范围"
 def memory_cells(memory: Memory, tz: tzinfo) -> list[object]:
     """One memory's cells in ``HEADERS`` order, as a backup writes them."""
     cells: list[object] = []
+    tombstone = memory.status is Status.FORGOTTEN
     for column in COLUMNS:
         value = getattr(memory, column.field)
-        if value is None:
+        if value is None or (tombstone and column.field in CONTENT_FIELDS):
             cells.append(None)
         elif column.kind is Kind.TIME:
-            cells.append(value.astimezone(tz).strftime(SHOWN_TIME))
+            cells.append(show_time(value, tz))
         elif column.kind is Kind.IMPORTANCE:
             cells.append(f"{value:.2f}")
         elif column.kind is Kind.WORDS:

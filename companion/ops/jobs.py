@@ -47,8 +47,12 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
 
 
 async def run_backup(store: SQLiteStore, settings: Settings, now: datetime | None = None) -> BackupResult:
-    return await stoppable_backup(store, Path(settings.backup_dir), now or utcnow(), settings.tz,
-                                  settings.backup_keep_days)
+    result = await stoppable_backup(store, Path(settings.backup_dir), now or utcnow(), settings.tz,
+                                    settings.backup_keep_days)
+    if result.damaged:
+        log.error("backup %s left out %d scopes that could not be read: %s", result.folder.name,
+                  len(result.damaged), "; ".join(result.damaged))
+    return result
 
 
 async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:

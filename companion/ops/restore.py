@@ -5,6 +5,10 @@ one and renamed into place; a database that held data is kept as ``*.before-rest
 restore never destroys what was there. The swap is crash-safe: the live file is hard-linked (or copied)
 to its kept name first and then replaced by the new one in a single rename, so a crash at any moment
 leaves a whole database in place. The newest ``keep`` kept copies stay; older ones are pruned.
+
+A backup holds the text of memories forgotten after it was made. Before the swap, every tombstone of the
+database being replaced is applied again to the new one (``reforget``): a memory forgotten since the
+backup stays forgotten. Rows that are not forgotten count as memories, tombstones are counted apart.
 """
 
 from __future__ import annotations
@@ -12,17 +16,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+import sqlite3
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
 from pathlib import Path
 
 import pandas as pd
 
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
-from companion.core.models import Memory, Scope
+from companion.core.extraction import fingerprint
+from companion.core.models import Memory, Scope, Status
 from companion.ops.backup import IN_PROGRESS, fsync
-from companion.ops.csvformat import BY_HEADER, LEGACY_HEADERS, ZONE_HEADER, parse_row
+from companion.ops.csvformat import LEGACY_HEADERS, parse_row
 from companion.ops.staging import remove_staging, staging_path
 from companion.storage.snapshot import checkpoint, open_snapshot
 from companion.storage.sqlite import SQLiteStore
@@ -34,12 +41,18 @@ BEFORE_RESTORE = ".before-restore-"
 SIDE_FILES = ("-wal", "-shm")
 
 
+EVERY_BUT_FORGOTTEN = frozenset(Status) - {Status.FORGOTTEN}
+
+
 @dataclass(frozen=True, slots=True)
 class RestoreResult:
     scopes: int
-    rows: int
+    rows: int  # memories: active, archived and superseded
     kept_old: Path | None
     pruned: tuple[Path, ...] = ()  # older before-restore copies removed (beyond ``keep``)
+    tombstones: int = 0  # forgotten memories, restored as content-free tombstones
+    reforgotten: int = 0  # memories of the backup forgotten since, forgotten again
+    cut: int = 0  # over-long cells cut to their cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +60,45 @@ class ScopeBackup:
     scope: Scope
     memories: list[Memory]
     legacy: bool  # the first format: ids were numbered per user, so they get fresh handles
+    cut: int = 0
 
 
-def read_backup_csv(path: Path) -> ScopeBackup:
-    """Parse and validate one scope's CSV. Raises RestoreError naming the file and line."""
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    scope: Scope
+    handle: int
+    fingerprint: str
+    reason: str
+    at: datetime
+
+
+@dataclass(slots=True)
+class LiveTombstones:
+    """The forgets of the database a restore replaces: by handle, and by fingerprint per scope."""
+
+    by_handle: dict[int, Tombstone] = field(default_factory=dict)
+    by_print: dict[tuple[str, str], Tombstone] = field(default_factory=dict)
+
+    def add(self, stone: Tombstone) -> None:
+        self.by_handle[stone.handle] = stone
+        if stone.fingerprint:
+            old = self.by_print.get((stone.scope.key, stone.fingerprint))
+            if old is None or old.at < stone.at:
+                self.by_print[(stone.scope.key, stone.fingerprint)] = stone
+
+    def match(self, scope: Scope, memory: Memory, fresh: bool) -> Tombstone | None:
+        """The tombstone that forgets ``memory``: its own handle (same user; not for fresh handles, which
+        name nothing in the old database), or the same words forgotten in its scope after it was made."""
+        stone = None if fresh else self.by_handle.get(memory.id)
+        if stone is not None and stone.scope.user_id == scope.user_id:
+            return stone
+        stone = self.by_print.get((scope.key, fingerprint(memory.event))) if memory.event else None
+        return stone if stone is not None and stone.at >= memory.created_at else None
+
+
+def read_backup_csv(path: Path, zone: tzinfo | None = None) -> ScopeBackup:
+    """Parse and validate one scope's CSV; times without an offset are read in ``zone`` when the file
+    names none. Raises RestoreError naming the file and line."""
     try:
         scope = Scope.from_key(path.stem)
     except InvalidScopeError as exc:
@@ -62,21 +110,23 @@ def read_backup_csv(path: Path) -> ScopeBackup:
     except (ValueError, pd.errors.ParserError, OSError) as exc:
         raise RestoreError(f"{path.name}: unreadable CSV ({exc})") from None
     headers = tuple(str(h) for h in frame.columns)
-    if headers[: len(LEGACY_HEADERS)] != LEGACY_HEADERS:
-        raise RestoreError(f"{path.name}: unexpected header {','.join(headers)}")
-    unknown = [h for h in headers if h not in BY_HEADER and h != ZONE_HEADER]
-    if unknown:
-        raise RestoreError(f"{path.name}: unknown columns {','.join(unknown)}")
+    # Columns this version does not know (a newer backup) are ignored; optional ones may be missing.
+    missing = [h for h in LEGACY_HEADERS if h not in headers]
+    if missing or len(set(headers)) != len(headers):
+        raise RestoreError(f"{path.name}: unexpected header {','.join(headers)[:200]}")
     memories = []
+    cut = 0
     for line, values in enumerate(frame.itertuples(index=False, name=None), start=2):
         try:
-            memories.append(parse_row(dict(zip(headers, values, strict=True))))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RestoreError(f"{path.name} line {line}: {exc}") from None
+            parsed = parse_row(dict(zip(headers, values, strict=True)), zone)
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            raise RestoreError(f"{path.name} line {line}: {str(exc)[:200]}") from None
+        memories.append(parsed.memory)
+        cut += parsed.cut
     ids = [m.id for m in memories]
     if len(ids) != len(set(ids)):
         raise RestoreError(f"{path.name}: duplicate ids")
-    return ScopeBackup(scope, memories, legacy="状态" not in headers)
+    return ScopeBackup(scope, memories, legacy="状态" not in headers, cut=cut)
 
 
 def _encoding_hint(path: Path) -> str:
@@ -88,14 +138,15 @@ def _encoding_hint(path: Path) -> str:
     return "saved as GBK/ANSI, not UTF-8; in Excel use 'Save as' > 'CSV UTF-8 (comma delimited)' and try again"
 
 
-def read_backup_folder(folder: Path, progress: Progress | None = None) -> list[ScopeBackup]:
+def read_backup_folder(folder: Path, progress: Progress | None = None, zone: tzinfo | None = None
+                       ) -> list[ScopeBackup]:
     files = sorted(p for p in folder.glob("*.csv") if not p.name.startswith("."))
     if not files:
         raise RestoreError(f"{folder} holds no CSV files")
     data: list[ScopeBackup] = []
     owners: dict[int, str] = {}
     for done, path in enumerate(files, start=1):
-        part = read_backup_csv(path)
+        part = read_backup_csv(path, zone)
         if not part.legacy:
             for memory in part.memories:
                 other = owners.setdefault(memory.id, path.name)
@@ -132,17 +183,18 @@ def database_has_data(db_path: Path) -> bool:
 
 async def restore(
     source: Path, db_path: Path, now: datetime, *, force: bool = False, progress: Progress | None = None,
-    keep: int = 3,
+    keep: int = 3, tz: tzinfo | None = None,
 ) -> RestoreResult:
     """Replace the database at ``db_path`` (the caller holds its lock, companion.ops.dblock) with the
-    backup at ``source``; the newest ``keep`` before-restore copies are kept."""
+    backup at ``source``; the newest ``keep`` before-restore copies are kept. ``tz``: the zone of CSV
+    times that carry no offset and whose row names none (the configured ``TIMEZONE``)."""
     if not source.exists():
         raise RestoreError(f"{source} does not exist")
     for marked in (source, source.parent):
         if (marked / IN_PROGRESS).exists():
             raise RestoreError(f"{marked} is an unfinished backup (the run was interrupted); use an earlier day")
     # Read and check the backup first: a corrupt backup is reported before anything else is asked.
-    data = read_backup_folder(source, progress) if source.is_dir() else None
+    data = read_backup_folder(source, progress, tz) if source.is_dir() else None
     if data is None:
         check_snapshot(source)
     if database_has_data(db_path) and not force:
@@ -151,31 +203,77 @@ async def restore(
     db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
     remove_staging(db_path)  # a killed restore's leftover
     try:
+        live = live_tombstones(db_path)
         if data is not None:
-            scopes, rows = await _build(staging, data, now)
+            fresh = await _build(staging, data, now)
         else:
             shutil.copyfile(source, staging)
-            with open_snapshot(staging) as reader:
-                scopes, rows = reader.count()
+            fresh = set()
+        reforgotten = await reforget(staging, live, fresh, now)
+        with open_snapshot(staging) as reader:
+            scopes, rows, tombstones = reader.tally()
         _settle(staging)
     except StorageError as exc:
         remove_staging(db_path)
         raise RestoreError(f"restore failed, nothing changed: {exc}") from None
+    except (sqlite3.Error, OverflowError) as exc:  # not wrapped by the store: a row it could not take
+        remove_staging(db_path)
+        raise RestoreError(f"restore failed, nothing changed: {type(exc).__name__}: {str(exc)[:200]}") from None
     except BaseException:
         remove_staging(db_path)
         raise
     kept = _swap_in(staging, db_path, now)
-    return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep))
+    cut = sum(p.cut for p in data) if data is not None else 0
+    return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep), tombstones, reforgotten, cut)
 
 
-async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> tuple[int, int]:
+async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> set[int]:
+    """Write every scope's memories; returns the fresh handles given to first-format files. Files that
+    keep their handles go first: fresh handles are then issued above every kept one, never onto one."""
+    fresh: set[int] = set()
     store = await SQLiteStore.open(path)
     try:
-        for part in data:
-            await store.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
+        for part in sorted(data, key=lambda p: p.legacy):
+            handles = await store.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
+            if part.legacy:
+                fresh.update(handles)
     finally:
         await store.close()
-    return len(data), sum(len(p.memories) for p in data)
+    return fresh
+
+
+def live_tombstones(db_path: Path) -> LiveTombstones:
+    """The tombstones of the database about to be replaced; none when there is none or it is unreadable
+    (a damaged file replaced with --force: nothing can be read from it, it is kept aside as it is)."""
+    found = LiveTombstones()
+    if not db_path.exists() or db_path.stat().st_size == 0:
+        return found
+    with contextlib.suppress(StorageError), open_snapshot(db_path) as reader:
+        for scope, handle, print_, reason, at in reader.tombstones():
+            found.add(Tombstone(scope, handle, print_, reason, at))
+    return found
+
+
+async def reforget(path: Path, live: LiveTombstones, fresh: Iterable[int], now: datetime) -> int:
+    """Forget again, in the database at ``path``, every memory the replaced database had forgotten."""
+    if not live.by_handle:
+        return 0
+    fresh = set(fresh)
+    total = 0
+    store = await SQLiteStore.open(path)
+    try:
+        for scope in await store.scopes():
+            by_reason: dict[str, list[int]] = defaultdict(list)
+            for memory in await store.fetch_memories(scope, EVERY_BUT_FORGOTTEN):
+                stone = live.match(scope, memory, memory.id in fresh)
+                if stone is not None:
+                    by_reason[stone.reason or "user"].append(memory.id)
+            for reason, ids in by_reason.items():
+                await store.apply_changes(scope, now, forget=ids, reason=reason)
+                total += len(ids)
+    finally:
+        await store.close()
+    return total
 
 
 def _swap_in(staging: Path, db_path: Path, now: datetime) -> Path | None:

@@ -51,13 +51,14 @@ def _decaying(row: str) -> str:
     return f"({row}.validity != 'permanent' AND {row}.tier != 'long' AND {row}.pinned = 0)"
 
 
-# Cleanup leaves a content-free tombstone: the text goes, the handle, time and reason stay. A lower-value
+# Cleanup leaves a content-free tombstone: the text and importance go, the handle, time and reason stay. A lower-value
 # copy of the same event text is noise too (the higher one, or the newer of equals, stays), unless that
 # copy is itself cleaned up now. One statement: SQLite decides which rows change before changing any.
 # Tables have no index on the text (one schema entry per user): the texts told more than once are found
 # by one grouping pass, and only their rows look for a better copy.
 CLEAN = f"""
-UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', status = 'forgotten', updated_at = :stamp,
+UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', importance = 0, status = 'forgotten',
+    updated_at = :stamp,
     status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN 'faded'
                          WHEN {_cleanable("t")} THEN 'expired' ELSE 'duplicate' END
 WHERE t.status = 'active' AND {_decaying("t")} AND ({_cleanable("t")} OR (t.event IN (

@@ -9,10 +9,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from companion.core.errors import InvalidScopeError, StorageError
 from companion.core.models import Scope
+from companion.core.timeutil import from_db
 from companion.storage import migrations, spares
 
 
@@ -51,6 +53,33 @@ class SnapshotReader:
             found = self._conn.execute(f'SELECT count(*) FROM "{self._table(scope)}"{where}').fetchone()
             rows += int(found[0])
         return len(scopes), rows
+
+    def tally(self) -> tuple[int, int, int]:
+        """(scopes, memories, tombstones): every row not forgotten is a memory (active, archived or
+        superseded); a forgotten one is a tombstone, counted apart."""
+        scopes = self.scopes()
+        memories = tombstones = 0
+        for scope, version in scopes:
+            table = self._table(scope)
+            if version < migrations.LIFECYCLE_VERSION:  # no status column yet: every row is active
+                found = self._conn.execute(f'SELECT count(*), 0 FROM "{table}"').fetchone()
+            else:
+                found = self._conn.execute(f"SELECT total(status != 'forgotten'), total(status = 'forgotten') "
+                                           f'FROM "{table}"').fetchone()
+            memories += int(found[0])
+            tombstones += int(found[1])
+        return len(scopes), memories, tombstones
+
+    def tombstones(self) -> Iterator[tuple[Scope, int, str, str, datetime]]:
+        """Every forgotten memory: (scope, handle, fingerprint, reason, when); content-free by design."""
+        for scope, version in self.scopes():
+            if version < migrations.LIFECYCLE_VERSION:
+                continue
+            rows = self._conn.execute(
+                f"SELECT id, fingerprint, status_reason, updated_at FROM \"{self._table(scope)}\" "
+                "WHERE status = 'forgotten'")
+            for mid, print_, reason, at in rows:
+                yield scope, int(mid), str(print_ or ""), str(reason or ""), from_db(str(at))
 
     def has_pending_turns(self) -> bool:
         return self._conn.execute("SELECT 1 FROM pending_turns LIMIT 1").fetchone() is not None

@@ -156,7 +156,8 @@ class SQLiteStore(Connection):
     async def _tombstone(
         self, conn: aiosqlite.Connection, scope: Scope, ids: Sequence[int], now: datetime, reason: str
     ) -> int:
-        """Forget: the text and keywords go at once; handle, time, reason and a one-way fingerprint stay."""
+        """Forget: the text, keywords and importance go at once; handle, time, reason and a one-way
+        fingerprint stay."""
         if not ids:
             return 0
         table = self.memory_table(scope)
@@ -166,8 +167,8 @@ class SQLiteStore(Connection):
         )
         found = list(await cursor.fetchall())
         await conn.executemany(
-            f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', status = ?, status_reason = ?, '
-            "fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
+            f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', importance = 0, status = ?, '
+            "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
             [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
         )
         return len(found)
