@@ -378,10 +378,10 @@ class MemoryEngine:
         self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
         tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
         since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20,
+        limit: int = 20, use: bool = False,
     ) -> list[Memory]:
         return await self._curator.search(scope, query, now, statuses=statuses, tiers_=tiers_, types=types,
-                                          since=since, until=until, origins=origins, limit=limit)
+                                          since=since, until=until, origins=origins, limit=limit, use=use)
 
     async def why(self, scope: Scope, handle: int) -> Provenance:
         return await self._curator.why(scope, handle)
