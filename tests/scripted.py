@@ -12,6 +12,8 @@ from tests.fakes.llm import FakeLLM, request_text
 
 EXTRACT_MARK = "提取值得长期记住"
 PROFILE_MARK = "用户画像"
+SUMMARY_MARK = "刚刚结束的一段对话"
+PROFILE_MEMORIES = "记忆（"  # the header of the memories a profile prompt lists
 
 
 @dataclass
@@ -21,6 +23,8 @@ class ScriptedBrain:
 
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     chat: Callable[[dict[str, Any]], str] = lambda body: "嗯嗯，我在听呢。"
+    # What a conversation summary (``/reset``) answers: trigger word -> (summary, keywords).
+    summaries: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     extraction_calls: int = 0
     profile_calls: int = 0
 
@@ -32,8 +36,15 @@ class ScriptedBrain:
         text = request_text(body)
         if PROFILE_MARK in text:
             self.profile_calls += 1
-            lines = [ln[2:].split("（")[0] for ln in text.splitlines() if ln.startswith("- ")]
+            # Only the listed memories: the prompt's own lines (the layers it explains, the format example)
+            # are no facts about the user and must never reach a profile.
+            listed = text.split(PROFILE_MEMORIES, 1)[-1]
+            lines = [ln[2:].split("（")[0] for ln in listed.splitlines() if ln.startswith("- ")]
             return json.dumps({"core": "；".join(lines)[:120], "dynamic": []}, ensure_ascii=False)
+        if SUMMARY_MARK in text:
+            dialogue = text.split("对话：", 1)[-1]
+            said = next((found for word, found in self.summaries.items() if word in dialogue), ("", []))
+            return json.dumps({"summary": said[0], "keywords": said[1]}, ensure_ascii=False)
         if EXTRACT_MARK in text:
             self.extraction_calls += 1
             dialogue = text.split("对话：", 1)[-1]
