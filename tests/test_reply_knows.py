@@ -11,7 +11,7 @@ from datetime import timedelta
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Turn, Validity
 from companion.engine.profile import parse_profile
 from tests.scripted import ScriptedBrain, model_context, reference_data
-from tests.support import Rig
+from tests.support import USER, Live, Rig
 
 ME = Scope(818)
 
@@ -118,3 +118,19 @@ async def test_a_reset_summary_carries_no_date(rig: Rig) -> None:
     receipt = await rig.chat.reset(ME)
     assert receipt.endswith("刚才聊的我记下了：聊到下周要去上海出差，有点紧张"), receipt
     assert not re.search(r"\d{4}-\d{1,2}-\d{1,2}", receipt)
+
+
+async def test_looking_at_memories_is_not_being_recalled(live: Live) -> None:
+    """/memories and /why are the user looking, not the companion remembering: "被想起" counts neither."""
+    await live.say("/start_aiGF", 1)
+    live.llm.set_json_reply(json.dumps({"event": "我对花生过敏", "keywords": ["花生", "过敏"], "type": "fact",
+                                        "importance": 90, "core": True}, ensure_ascii=False))
+    await live.say("记住：我对花生过敏", 2)
+    await live.say("/memories", 3)
+    await live.say("/why 花生", 4)
+    [saved] = await live.rig.engine.memories(Scope(USER))
+    assert (saved.access_count, saved.last_accessed_at) == (0, None)
+    live.llm.set_chat_reply("那花生酱可不能吃哦。")
+    await live.say("朋友送了我一罐花生酱", 5)
+    [used] = await live.rig.engine.memories(Scope(USER))
+    assert used.access_count == 1 and used.mention_count == 1
