@@ -13,6 +13,7 @@ from tests.fakes.llm import FakeLLM, request_text
 EXTRACT_MARK = "提取值得长期记住"
 PROFILE_MARK = "用户画像"
 SUMMARY_MARK = "刚刚结束的一段对话"
+SAVE_MARK = "用户的原话："
 PROFILE_MEMORIES = "记忆（"  # the header of the memories a profile prompt lists
 
 
@@ -25,6 +26,8 @@ class ScriptedBrain:
     chat: Callable[[dict[str, Any]], str] = lambda body: "嗯嗯，我在听呢。"
     # What a conversation summary (``/reset``) answers: trigger word -> (summary, keywords).
     summaries: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # How an explicit save ("记住：…") is judged: trigger word -> the judged memory.
+    saves: dict[str, dict[str, Any]] = field(default_factory=dict)
     extraction_calls: int = 0
     profile_calls: int = 0
 
@@ -41,6 +44,9 @@ class ScriptedBrain:
             listed = text.split(PROFILE_MEMORIES, 1)[-1]
             lines = [ln[2:].split("（")[0] for ln in listed.splitlines() if ln.startswith("- ")]
             return json.dumps({"core": "；".join(lines)[:120], "dynamic": []}, ensure_ascii=False)
+        if SAVE_MARK in text:
+            said = text.split(SAVE_MARK, 1)[-1]
+            return json.dumps(next((m for word, m in self.saves.items() if word in said), {}), ensure_ascii=False)
         if SUMMARY_MARK in text:
             dialogue = text.split("对话：", 1)[-1]
             said = next((found for word, found in self.summaries.items() if word in dialogue), ("", []))
