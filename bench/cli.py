@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
                         help="calibrate the gate: gated hit and false injection at each minimum share, "
                              "e.g. 0.2,0.3,0.4")
+    recall.add_argument("--newest-only", type=_positive, metavar="N",
+                        help="the bot may recall only each scope's N newest memories (a tier filter that "
+                             "limited a reply to the 2 newest short-term ones; for comparison)")
     latency = commands.add_parser("recall-latency", help="recall p50/p95 per turn for one user of N memories")
     latency.add_argument("--sizes", type=parse_ks, default=(100, 10_000), help="memories, e.g. 100,10000")
     latency.add_argument("--turns", type=_positive, default=2000)
@@ -198,7 +201,8 @@ def run_recall(args: argparse.Namespace) -> int:
     chars = run_chars(read_dataset(args.dataset), args.k)
     notes: Counter[str] = Counter()
     injections = InjectionCounts()
-    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes, injections=injections))
+    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes, injections=injections,
+                                    newest_only=args.newest_only))
     if engine.count != bm25.count:
         print(f"engine scored {engine.count} queries, BM25 {bm25.count}", file=sys.stderr)
         return 2

@@ -45,8 +45,8 @@ class ScriptedBrain:
             lines = [ln[2:].split("（")[0] for ln in listed.splitlines() if ln.startswith("- ")]
             return json.dumps({"core": "；".join(lines)[:120], "dynamic": []}, ensure_ascii=False)
         if SAVE_MARK in text:
-            said = text.split(SAVE_MARK, 1)[-1]
-            return json.dumps(next((m for word, m in self.saves.items() if word in said), {}), ensure_ascii=False)
+            words = text.split(SAVE_MARK, 1)[-1]
+            return json.dumps(next((m for word, m in self.saves.items() if word in words), {}), ensure_ascii=False)
         if SUMMARY_MARK in text:
             dialogue = text.split("对话：", 1)[-1]
             said = next((found for word, found in self.summaries.items() if word in dialogue), ("", []))
