@@ -113,7 +113,7 @@ def test_moving_up_keeps_a_later_expiry() -> None:
     (MemoryType.PREFERENCE, 50, False, P, Tier.MEDIUM),
     (MemoryType.FACT, 40, False, P, Tier.MEDIUM),
     (MemoryType.INSTRUCTION, 60, False, P, Tier.LONG),
-    (MemoryType.INSTRUCTION, 60, False, D7, Tier.LONG),  # how to be talked to always applies
+    (MemoryType.INSTRUCTION, 60, False, D7, Tier.SHORT),  # "这周别提考试": applies, but only this week
     (MemoryType.EVENT, 95, False, P, Tier.MEDIUM),  # an event is never core by itself
     (MemoryType.EVENT, 85, False, D30, Tier.MEDIUM),  # 感冒发烧: important, for weeks
     (MemoryType.EVENT, 85, False, D7, Tier.SHORT),  # a 7-day note stays short-term

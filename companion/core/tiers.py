@@ -95,14 +95,15 @@ def initial_tier(mtype: MemoryType, importance: float, core: bool = False,
     a lasting core fact or preference, and every instruction, long-term; important information
     medium-term; the rest short-term. ``validity`` is the extraction's judgement of how long the memory
     matters: a permanent fact or preference of importance >= ``CORE_IMPORTANCE`` is core ("对花生过敏"), and
-    a memory never starts in a tier longer than its validity (a 7-day note stays short-term)."""
+    a memory never starts in a tier longer than its validity (a 7-day note stays short-term; "这周别提考试"
+    is no standing instruction, though it applies to every reply while it lasts)."""
     if validity is Validity.PERMANENT and importance >= CORE_IMPORTANCE and mtype is not MemoryType.EVENT:
         core = True
     if core or mtype is MemoryType.INSTRUCTION or (mtype is MemoryType.PREFERENCE and importance >= 60):
         tier = Tier.LONG
     else:
         tier = Tier.MEDIUM if importance >= 50 or mtype is MemoryType.FACT else Tier.SHORT
-    if validity is not None and not core and mtype is not MemoryType.INSTRUCTION:
+    if validity is not None and not core:
         tier = min(tier, tier_for(validity), key=ORDER.index)
     return tier
 
