@@ -1,5 +1,5 @@
 """A scripted model for FakeLLM: extraction answers come from trigger words in the conversation,
-profile answers from the memories listed in the prompt, chat answers from a callable."""
+profile answers from the lasting memories listed in the prompt, chat answers from a callable."""
 
 from __future__ import annotations
 
@@ -41,8 +41,10 @@ class ScriptedBrain:
             self.profile_calls += 1
             # Only the listed memories: the prompt's own lines (the layers it explains, the format example)
             # are no facts about the user and must never reach a profile.
+            # The core holds what lasts (the prompt's "长期稳定的属性"): events stay out of it.
             listed = text.split(PROFILE_MEMORIES, 1)[-1]
-            lines = [ln[2:].split("（")[0] for ln in listed.splitlines() if ln.startswith("- ")]
+            lines = [ln[2:].split("（")[0] for ln in listed.splitlines()
+                     if ln.startswith("- ") and not ln.endswith("，event）")]
             return json.dumps({"core": "；".join(lines)[:120], "dynamic": []}, ensure_ascii=False)
         if SAVE_MARK in text:
             words = text.split(SAVE_MARK, 1)[-1]
