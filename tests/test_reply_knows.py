@@ -61,13 +61,15 @@ async def test_a_health_fact_is_learned_at_once_kept_long_term_and_reaches_the_r
 
 
 async def test_the_profile_is_built_from_every_tier(rig: Rig) -> None:
-    """A permanent fact still short-term, behind dozens of newer small things, is in the profile input."""
+    """A permanent fact still short-term, behind dozens of newer small things and more long-term memories
+    than one profile build reads, is in the profile."""
     now = rig.clock()
     allergy = draft("对花生过敏", ["花生", "过敏"], Tier.SHORT, importance=90.0, validity=Validity.PERMANENT,
                     created_at=now - timedelta(days=1))
     chatter = [MemoryDraft(f"2026-11-2{i % 5} 小事{i}", [f"小事{i}"], 40.0, Validity.DAYS_7, tier=Tier.SHORT)
                for i in range(60)]
-    await rig.engine.remember(ME, [allergy, *chatter], now)
+    settled = [draft(f"住在第{i}个小区", [f"小区{i}"], Tier.LONG, importance=50.0) for i in range(50)]
+    await rig.engine.remember(ME, [allergy, *chatter, *settled], now)
     ScriptedBrain().install(rig.llm)
     profile = await rig.engine.refresh_profile(ME, now, force=True)
     assert profile is not None and "对花生过敏" in profile.core

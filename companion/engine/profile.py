@@ -17,7 +17,7 @@ import prompts
 from companion.core import tiers
 from companion.core.errors import LLMBadResponseError
 from companion.core.extraction import clean_keywords
-from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Scope
+from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Scope, Tier, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
 from companion.llm.client import LLMClient
@@ -91,16 +91,24 @@ def matching_traits(profile: Profile, keywords: Iterable[str]) -> list[str]:
 
 
 def profile_input(memories: Iterable[Memory], now: datetime, min_importance: float) -> list[Memory]:
-    """What the profile is built from, most telling first: what matters across every tier, not one tier.
-    The always-loaded set (every long-term memory, the top medium-term and newest short-term ones) leads,
-    then every other memory by priority, at most ``PROFILE_INPUT``, so a permanent fact learned yesterday
-    (still short- or medium-term) is in, and the call stays small for a user with hundreds of memories."""
+    """What the profile is built from: what matters across every tier, at most ``PROFILE_INPUT`` lines so
+    the call stays small for a user with hundreds of memories. First the instructions, then the
+    always-loaded set (every long-term memory, the top medium-term and the newest short-term ones) together
+    with every permanent memory whatever its tier (a permanent fact learned yesterday may still be short-
+    term), then the rest; each part by priority, a permanent memory weighed as a long-term one."""
     usable = [m for m in memories if m.is_active and not m.is_expired(now) and m.importance >= min_importance]
-    loaded = tiers.always_loaded(usable)
-    ids = {m.id for m in loaded}
-    rest = tiers.by_priority(m for m in usable if m.id not in ids and m.type is not MemoryType.INSTRUCTION)
-    instructions = tiers.instructions(usable)
-    return [*instructions, *loaded, *rest][:PROFILE_INPUT]
+    loaded = {m.id for m in tiers.always_loaded(usable)}
+    facts = [m for m in usable if m.type is not MemoryType.INSTRUCTION]
+    first = [m for m in facts if m.id in loaded or m.validity is Validity.PERMANENT]
+    rest = [m for m in facts if m.id not in loaded and m.validity is not Validity.PERMANENT]
+    return [*tiers.instructions(usable), *_by_weight(first), *_by_weight(rest)][:PROFILE_INPUT]
+
+
+def _by_weight(memories: Iterable[Memory]) -> list[Memory]:
+    def weight(m: Memory) -> int:
+        return tiers.priority(m.importance, Tier.LONG if m.validity is Validity.PERMANENT else m.tier)
+
+    return sorted(memories, key=lambda m: (-weight(m), -m.importance, -m.id))
 
 
 def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
