@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Turn, Validity
-from companion.engine.profile import parse_profile
+from companion.engine.profile import ProfilePolicy, needs_rebuild, parse_profile
 from tests.scripted import ScriptedBrain, model_context, reference_data
 from tests.support import USER, Live, Rig
 
@@ -136,3 +138,15 @@ async def test_looking_at_memories_is_not_being_recalled(live: Live) -> None:
     await live.say("朋友送了我一罐花生酱", 5)
     [used] = await live.rig.engine.memories(Scope(USER))
     assert used.access_count == 1 and used.mention_count == 1
+
+
+@pytest.mark.parametrize(("age", "stale", "empty", "rebuild"), [
+    (timedelta(minutes=5), True, True, True),  # an empty profile: the first facts go in at once
+    (timedelta(minutes=5), True, False, False),  # otherwise a retold detail waits for min_refresh
+    (timedelta(minutes=5), False, True, False),  # empty and nothing learned: nothing to build from
+    (timedelta(hours=7), True, False, True),
+    (timedelta(hours=25), False, False, True),
+])
+def test_when_a_profile_is_rebuilt(age: timedelta, stale: bool, empty: bool, rebuild: bool) -> None:
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    assert needs_rebuild(now - age, stale, now, ProfilePolicy(), empty=empty) is rebuild
