@@ -257,20 +257,24 @@ class MemoryEngine:
     ) -> MemoryContext:
         keywords = self._query_words(text)
         standing = await self._cache.standing(scope, now)
-        # Tiers decide what may be recalled at all (long-term memories reach the reply through the profile);
-        # the gate then weighs the best few of those, as ``recall`` does everywhere (and as measured).
+        # Every active memory may be recalled, whatever its tier (tiers decide reviews, decay, eviction and
+        # what the profile is built from first); the gate weighs the best few, as measured in BENCHMARKS.md.
         recalled = (
             await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
-                              earlier=earlier, reply=reply, allowed=standing.recallable)
+                              earlier=earlier, reply=reply)
             if allow_recall else []
         )
         if recalled:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)
         profile = current[0] if current else Profile(core="")
+        # Each memory once in the prompt: what is recalled is not repeated as learned today or done today.
+        shown = {r.memory.event for r in recalled}
+        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown]
+        today = [e for e in dict.fromkeys(await self.today_events(scope, now)) if e not in shown and e not in recent]
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
-            instructions=standing.instructions, recent=standing.recent, today=await self.today_events(scope, now),
+            instructions=standing.instructions, recent=recent, today=today,
         )
 
     async def mark_mentioned(
@@ -420,10 +424,10 @@ class MemoryEngine:
         self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
         tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
         since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20,
+        limit: int = 20, use: bool = False,
     ) -> list[Memory]:
         return await self._curator.search(scope, query, now, statuses=statuses, tiers_=tiers_, types=types,
-                                          since=since, until=until, origins=origins, limit=limit)
+                                          since=since, until=until, origins=origins, limit=limit, use=use)
 
     async def why(self, scope: Scope, handle: int) -> Provenance:
         return await self._curator.why(scope, handle)

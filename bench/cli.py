@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
                         help="calibrate the gate: gated hit and false injection at each minimum share, "
                              "e.g. 0.2,0.3,0.4")
+    recall.add_argument("--newest-only", type=_positive, metavar="N",
+                        help="the bot may recall only each scope's N newest memories (a tier filter that "
+                             "limited a reply to the 2 newest short-term ones; for comparison)")
     merge = commands.add_parser("merge", help="precision and recall of 'same fact' for the old and new merge rules")
     merge.add_argument("pairs", type=Path, nargs="?", default=None, help="pairs (default bench/data/merge_pairs.jsonl)")
     merge.add_argument("--json", type=Path, help="also write the results here")
@@ -201,7 +204,8 @@ def run_recall(args: argparse.Namespace) -> int:
     chars = run_chars(read_dataset(args.dataset), args.k)
     notes: Counter[str] = Counter()
     injections = InjectionCounts()
-    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes, injections=injections))
+    engine = asyncio.run(run_engine(read_dataset(args.dataset), args.k, notes=notes, injections=injections,
+                                    newest_only=args.newest_only))
     if engine.count != bm25.count:
         print(f"engine scored {engine.count} queries, BM25 {bm25.count}", file=sys.stderr)
         return 2

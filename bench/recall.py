@@ -25,7 +25,7 @@ import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -133,12 +133,14 @@ class _RowMap:
 
 async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_dir: Path | None = None,
                      notes: Counter[str] | None = None, injections: InjectionCounts | None = None,
-                     min_match: float | None = None) -> MetricsAccumulator:
+                     min_match: float | None = None, newest_only: int | None = None) -> MetricsAccumulator:
     """The memory engine on the same lines: each memory goes through ``remember`` (the write path the
     bot's extraction uses), each query through ``recall`` at the query's time with the per-turn cap,
     the importance floor, the gate and the cooldown lifted. ``notes`` collects write statistics
     (merges); ``injections`` the bot's gated behaviour on positive, negative and other-user turns.
-    ``min_match`` overrides the configured gate (for calibration)."""
+    ``min_match`` overrides the configured gate (for calibration). ``newest_only``: the bot's gated
+    recall may pick only among each scope's N newest rows, as a tier filter that let a reply recall only
+    the 2 newest short-term memories did for extracted ones (the comparison in BENCHMARKS.md §1b)."""
     notes = Counter() if notes is None else notes
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp))  # type: ignore[call-arg]
@@ -146,16 +148,18 @@ async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_di
             settings = settings.model_copy(update={"recall_min_match": min_match})
         engine = await MemoryEngine.open(settings, KeywordExtractor())
         try:
-            return await _replay(engine, lines, ks, notes, injections)
+            return await _replay(engine, lines, ks, notes, injections, newest_only)
         finally:
             await engine.close()
 
 
-async def _recall(engine: MemoryEngine, scope: Scope, line: QueryLine, *, bot: bool) -> list[int]:
-    """Row ids the engine recalls for the query: as the bot would inject them, or the whole ranking."""
+async def _recall(engine: MemoryEngine, scope: Scope, line: QueryLine, *, bot: bool,
+                  allowed: Collection[int] | None = None) -> list[int]:
+    """Row ids the engine recalls for the query: as the bot would inject them (among ``allowed`` rows
+    only, when given), or the whole ranking."""
     if bot:
         recalled = await engine.recall(scope, line.text, line.time, cooldown=None, earlier=line.context,
-                                       reply=line.reply)
+                                       reply=line.reply, allowed=allowed)
     else:
         recalled = await engine.recall(scope, line.text, line.time, limit=None, min_importance=0.0,
                                        min_match=0.0, cooldown=None, earlier=line.context, reply=line.reply)
@@ -163,9 +167,15 @@ async def _recall(engine: MemoryEngine, scope: Scope, line: QueryLine, *, bot: b
 
 
 async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequence[int],
-                  notes: Counter[str], injections: InjectionCounts | None) -> MetricsAccumulator:
+                  notes: Counter[str], injections: InjectionCounts | None,
+                  newest_only: int | None = None) -> MetricsAccumulator:
     scopes: dict[str, int] = {}
     rows = _RowMap()
+    newest: dict[int, dict[int, None]] = {}  # per scope, rows in the order last written
+
+    def allowed(number: int) -> list[int] | None:
+        return None if newest_only is None else list(newest.get(number, {}))[-newest_only:]
+
     results = MetricsAccumulator(ks)
     questions: list[QueryLine] = []
     texts: dict[str, set[str]] = {}
@@ -184,9 +194,13 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
                 notes["memories the engine dropped"] += 1
             for row in written[:1]:  # one draft writes or merges into exactly one row
                 rows.add(number, row, line.id)
+                order = newest.setdefault(number, {})
+                order.pop(row, None)
+                order[row] = None
             continue
         if injections is not None:
-            injected = rows.expand(number, await _recall(engine, scope, line, bot=True), 10**6)
+            injected = rows.expand(number, await _recall(engine, scope, line, bot=True, allowed=allowed(number)),
+                                   10**6)
             injections.add("negative" if line.negative else "positive", injected, line.relevant)
             if line.negative and not line.about:
                 injections.add(CHAT_CLEAN, injected, ())
@@ -211,7 +225,8 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], ks: Sequen
         def subject_there(line: QueryLine) -> bool:
             return shares_subject(line.subjects, subjects.get(partner[line.user], set()), annotated)
 
-        await _other_user_turns(engine, scopes, questions, injections, partner, named_there, subject_there)
+        await _other_user_turns(engine, scopes, questions, injections, partner, named_there, subject_there,
+                                allowed)
     return results
 
 
@@ -274,7 +289,8 @@ def shares_subject(asked: Iterable[str], there: Iterable[str], annotated: bool) 
 async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], questions: Sequence[QueryLine],
                             injections: InjectionCounts, partner: Mapping[str, str],
                             named_there: Callable[[QueryLine], bool],
-                            subject_there: Callable[[QueryLine], bool] | None = None) -> None:
+                            subject_there: Callable[[QueryLine], bool] | None = None,
+                            allowed: Callable[[int], list[int] | None] = lambda number: None) -> None:
     """Each question asked of the memories of a different user (``partners``): nothing there is relevant.
     The turns whose other scope does not name the question's own thing are also counted on their own
     (``OTHER_APART``), and those that moreover share no subject with it (``OTHER_CLEAN``): the negatives
@@ -283,7 +299,7 @@ async def _other_user_turns(engine: MemoryEngine, scopes: Mapping[str, int], que
         return
     for line in questions:
         other = partner[line.user]
-        injected = await _recall(engine, Scope(scopes[other]), line, bot=True)
+        injected = await _recall(engine, Scope(scopes[other]), line, bot=True, allowed=allowed(scopes[other]))
         rows = [str(row) for row in injected]
         injections.add("other user", rows, ())
         if not named_there(line):

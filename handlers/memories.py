@@ -63,9 +63,8 @@ async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archi
         return (texts.nothing_found(query) if query else texts.NO_MEMORIES), None
     pages = max(1, math.ceil(len(found) / PAGE_SIZE))
     page = min(max(page, 0), pages - 1)
+    # Looking at the list is not using a memory: only recalls and mentions in chat count (``/why``, reviews).
     shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
-    if not query and not archived:
-        await engine.touch(scope, [m.id for m in shown], now)
     return (texts.memory_list(shown, page, pages, query=query, archived=archived),
             keyboards.memory_page(shown, page, pages, query, archived))
 

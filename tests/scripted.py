@@ -1,5 +1,5 @@
 """A scripted model for FakeLLM: extraction answers come from trigger words in the conversation,
-profile answers from the memories listed in the prompt, chat answers from a callable."""
+profile answers from the lasting memories listed in the prompt, chat answers from a callable."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from tests.fakes.llm import FakeLLM, request_text
 
 EXTRACT_MARK = "提取值得长期记住"
 PROFILE_MARK = "用户画像"
+SUMMARY_MARK = "刚刚结束的一段对话"
+SAVE_MARK = "用户的原话："
+PROFILE_MEMORIES = "记忆（"  # the header of the memories a profile prompt lists
 
 
 @dataclass
@@ -21,6 +24,10 @@ class ScriptedBrain:
 
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     chat: Callable[[dict[str, Any]], str] = lambda body: "嗯嗯，我在听呢。"
+    # What a conversation summary (``/reset``) answers: trigger word -> (summary, keywords).
+    summaries: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # How an explicit save ("记住：…") is judged: trigger word -> the judged memory.
+    saves: dict[str, dict[str, Any]] = field(default_factory=dict)
     extraction_calls: int = 0
     profile_calls: int = 0
 
@@ -32,8 +39,20 @@ class ScriptedBrain:
         text = request_text(body)
         if PROFILE_MARK in text:
             self.profile_calls += 1
-            lines = [ln[2:].split("（")[0] for ln in text.splitlines() if ln.startswith("- ")]
+            # Only the listed memories: the prompt's own lines (the layers it explains, the format example)
+            # are no facts about the user and must never reach a profile.
+            # The core holds what lasts (the prompt's "长期稳定的属性"): events stay out of it.
+            listed = text.split(PROFILE_MEMORIES, 1)[-1]
+            lines = [ln[2:].split("（")[0] for ln in listed.splitlines()
+                     if ln.startswith("- ") and not ln.endswith("，event）")]
             return json.dumps({"core": "；".join(lines)[:120], "dynamic": []}, ensure_ascii=False)
+        if SAVE_MARK in text:
+            words = text.split(SAVE_MARK, 1)[-1]
+            return json.dumps(next((m for word, m in self.saves.items() if word in words), {}), ensure_ascii=False)
+        if SUMMARY_MARK in text:
+            dialogue = text.split("对话：", 1)[-1]
+            said = next((found for word, found in self.summaries.items() if word in dialogue), ("", []))
+            return json.dumps({"summary": said[0], "keywords": said[1]}, ensure_ascii=False)
         if EXTRACT_MARK in text:
             self.extraction_calls += 1
             dialogue = text.split("对话：", 1)[-1]

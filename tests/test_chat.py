@@ -174,12 +174,12 @@ async def test_extraction_items_are_validated(rig: Rig) -> None:
     await rig.engine.note_turn(ME, Turn("x", "y", rig.clock()))
     await rig.engine.consolidate(ME, rig.clock())
     stored = {m.event: m for m in await rig.engine.memories(ME)}
-    assert set(stored) == {"2025-12-23 过敏严重", "2025-12-23 喜欢跑步", "2025-12-23 重要程度是字符串"}
-    assert stored["2025-12-23 过敏严重"].importance == 100
-    assert stored["2025-12-23 喜欢跑步"].importance == 0
-    assert stored["2025-12-23 喜欢跑步"].validity is Validity.PERMANENT
-    assert stored["2025-12-23 喜欢跑步"].keywords == ["喜欢", "跑步"]
-    assert stored["2025-12-23 喜欢跑步"].type is MemoryType.PREFERENCE
+    assert set(stored) == {"过敏严重", "喜欢跑步", "2025-12-23 重要程度是字符串"}
+    assert stored["过敏严重"].importance == 100
+    assert stored["喜欢跑步"].importance == 0
+    assert stored["喜欢跑步"].validity is Validity.PERMANENT
+    assert stored["喜欢跑步"].keywords == ["喜欢", "跑步"]
+    assert stored["喜欢跑步"].type is MemoryType.PREFERENCE
     assert stored["2025-12-23 重要程度是字符串"].importance == 70
 
 

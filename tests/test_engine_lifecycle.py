@@ -81,15 +81,18 @@ async def test_capacity_evicts_in_order_and_spares_long_and_pinned(engine: Memor
     assert keep.id in {m.id for m in active}
 
 
-async def test_search_filters_and_records_access(engine: MemoryEngine) -> None:
+async def test_search_filters_and_records_only_a_use(engine: MemoryEngine) -> None:
     await engine.remember(ME, [MemoryDraft("对花生过敏", ["花生", "过敏"], 90.0, type=MemoryType.FACT),
                                MemoryDraft("喜欢奶茶", ["奶茶"], 50.0, type=MemoryType.PREFERENCE)], NOW)
     [hit] = await engine.search(ME, "花生", NOW)
     assert hit.event == "对花生过敏"
     assert [m.event for m in await engine.search(ME, "", NOW, types={MemoryType.PREFERENCE})] == ["喜欢奶茶"]
     assert await engine.search(ME, "", NOW, since=NOW + DAY) == []
-    again = await engine.get(ME, hit.id)
-    assert (again.access_count, again.last_accessed_at) == (1, NOW)
+    looked = await engine.get(ME, hit.id)
+    assert (looked.access_count, looked.last_accessed_at) == (0, None), "a user's look is not a recall"
+    await engine.search(ME, "花生", NOW, use=True)  # the model's search tool, in a conversation
+    used = await engine.get(ME, hit.id)
+    assert (used.access_count, used.last_accessed_at) == (1, NOW)
 
 
 async def test_due_reviews_and_answers(engine: MemoryEngine) -> None:
@@ -129,9 +132,9 @@ async def test_contradiction_supersedes_and_forgotten_is_not_relearned(rig: Rig)
     shown = rig.llm.json_requests()[-1]["messages"][0]["content"]
     assert f"[{old.id}] 叫我小王" in shown
     active = {m.event: m for m in await engine.memories(ME)}
-    assert set(active) == {"2025-12-23 对猫毛过敏", "2025-12-23 叫我老王"}  # the old name is not active
+    assert set(active) == {"对猫毛过敏", "叫我老王"}  # the old name is not active; timeless: no date
     new = next(m for m in active.values() if "老王" in m.event)
-    assert new.tier is Tier.SHORT  # extracted: starts short-term
+    assert new.tier is Tier.LONG  # extracted, in the tier its nature calls for: an instruction applies always
     why = await engine.why(ME, new.id)
     assert [m.id for m in why.replaced] == [old.id]
     before = await engine.get(ME, old.id)

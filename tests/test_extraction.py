@@ -102,9 +102,29 @@ def test_fenced_json_is_accepted(segment: Segmenter) -> None:
 def test_full_item_is_read_as_given(segment: Segmenter) -> None:
     draft = parse_one(item(type="preference", validity="permanent", importance=55), segment)
     assert draft == MemoryDraft(
-        event="2025-12-23 感冒发烧", keywords=["感冒", "发烧"], importance=55.0,
+        event="感冒发烧", keywords=["感冒", "发烧"], importance=55.0,
         validity=Validity.PERMANENT, type=MemoryType.PREFERENCE, origin=Origin.EXTRACTED,
     )
+
+
+@pytest.mark.parametrize(("mtype", "event", "expected"), [
+    # A timeless fact, preference or instruction carries no date: the day it was learned is a column.
+    ("fact", "2026-11-25 希望被叫作小李", "希望被叫作小李"),
+    ("preference", "2026-11-25 喜欢喝奶茶", "喜欢喝奶茶"),
+    ("instruction", "2026-1-5 回复别用表情", "回复别用表情"),
+    ("fact", "对花生过敏", "对花生过敏"),
+    # An event's day is the point: kept, or today's added.
+    ("event", "2026-12-02 去上海出差", "2026-12-02 去上海出差"),
+    ("event", "感冒发烧", f"{TODAY} 感冒发烧"),
+])
+def test_only_events_carry_a_date(mtype: str, event: str, expected: str, segment: Segmenter) -> None:
+    assert parse_one(item(type=mtype, event=event), segment).event == expected
+
+
+def test_a_date_alone_is_no_memory(segment: Segmenter) -> None:
+    dates = [item(type="fact", event="2026-11-25 "), item(type="event", event="2026-11-25")]
+    raw: dict[str, object] = {"memories": dates}
+    assert parse_extraction(raw, segment, TODAY) == []
 
 
 # ---- items -----------------------------------------------------------------------------------------

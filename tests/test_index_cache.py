@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from companion.core.models import Memory, MemoryDraft, Scope
+from companion.core.models import Memory, MemoryDraft, MemoryType, Scope
 from companion.engine.cache import IndexCache
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.inmemory import InMemoryStore
@@ -51,13 +51,14 @@ async def test_writes_reach_a_loaded_index_and_standing(store: InMemoryStore) ->
     cache = IndexCache(store, _KEYWORDS.keywords)
     index = await cache.index(Scope(1))
     before = await cache.standing(Scope(1), NOW)
-    [new] = await store.apply_changes(Scope(1), NOW, inserts=[MemoryDraft("我养了一只猫", ["猫"], 80.0)])
+    draft = MemoryDraft("我养了一只猫", ["猫"], 80.0, type=MemoryType.FACT)
+    [new] = await store.apply_changes(Scope(1), NOW, inserts=[draft])
     await cache.add(Scope(1), [new])
     assert new in index.memories
-    assert new in (await cache.standing(Scope(1), NOW)).recallable
-    assert new not in before.recallable
+    assert "我养了一只猫" in (await cache.standing(Scope(1), NOW)).recent
+    assert "我养了一只猫" not in before.recent
     cache.remove(Scope(1), new)
-    assert new not in index.memories and new not in (await cache.standing(Scope(1), NOW)).recallable
+    assert new not in index.memories and "我养了一只猫" not in (await cache.standing(Scope(1), NOW)).recent
 
 
 async def test_another_process_writing_drops_everything(store: InMemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,41 +64,77 @@ def test_suggestions(mentions: int, accesses: int, last_used: datetime | None, t
     assert suggestion.reason
 
 
-@pytest.mark.parametrize(("start", "target", "validity"), [
-    (Tier.SHORT, Tier.MEDIUM, Validity.DAYS_30), (Tier.MEDIUM, Tier.LONG, Validity.PERMANENT),
-    (Tier.LONG, Tier.LONG, Validity.PERMANENT),
+P, D30, D7 = Validity.PERMANENT, Validity.DAYS_30, Validity.DAYS_7
+
+
+@pytest.mark.parametrize(("start", "validity", "target", "moved_validity", "expires_in"), [
+    # Up: the life is kept or lengthened, never shortened.
+    (Tier.SHORT, D7, Tier.MEDIUM, D30, 30 * DAY),
+    (Tier.SHORT, P, Tier.MEDIUM, P, None),  # a permanent short-term memory promoted stays permanent
+    (Tier.SHORT, D30, Tier.MEDIUM, D30, 30 * DAY),
+    (Tier.SHORT, P, Tier.LONG, P, None),
+    (Tier.MEDIUM, D30, Tier.LONG, P, None),
+    (Tier.MEDIUM, P, Tier.LONG, P, None),
+    (Tier.LONG, P, Tier.LONG, P, None),
+    (Tier.SHORT, D30, Tier.SHORT, D30, 30 * DAY),  # sideways: renewed from now, never shorter
+    # Down (only the user moves a memory down): the lower tier's life from now.
+    (Tier.LONG, P, Tier.MEDIUM, D30, 30 * DAY),
+    (Tier.LONG, P, Tier.SHORT, D7, 7 * DAY),
+    (Tier.MEDIUM, P, Tier.SHORT, D7, 7 * DAY),
+    (Tier.MEDIUM, D30, Tier.SHORT, D7, 7 * DAY),
 ])
-def test_promotion_moves_validity_and_restarts_the_review(start: Tier, target: Tier, validity: Validity) -> None:
-    moved = tiers.move_to_tier(mem(1, start), tiers.next_tier(start), NOW)
-    assert (moved.tier, moved.validity) == (target, validity)
+def test_a_move_never_shortens_a_life_unless_moved_down(
+    start: Tier, validity: Validity, target: Tier, moved_validity: Validity, expires_in: timedelta | None
+) -> None:
+    memory = mem(1, start, validity=validity, expires_at=None if validity is P else NOW + DAY * 3)
+    moved = tiers.move_to_tier(memory, target, NOW)
+    assert (moved.tier, moved.validity) == (target, moved_validity)
     assert moved.review_at == NOW + rules.REVIEW_PERIOD[target]
-    assert moved.expires_at == (None if validity is Validity.PERMANENT else NOW + validity.lifetime())  # type: ignore[operator]
+    assert moved.expires_at == (None if expires_in is None else NOW + expires_in)
 
 
-@pytest.mark.parametrize(("mtype", "importance", "explicit", "core", "tier"), [
-    (MemoryType.EVENT, 95, False, True, Tier.SHORT),  # extracted memories always start short-term
-    (MemoryType.INSTRUCTION, 30, True, False, Tier.LONG),
-    (MemoryType.PREFERENCE, 70, True, False, Tier.LONG),
-    (MemoryType.PREFERENCE, 40, True, False, Tier.SHORT),
-    (MemoryType.EVENT, 40, True, True, Tier.LONG),
-    (MemoryType.EVENT, 60, True, False, Tier.MEDIUM),
-    (MemoryType.FACT, 20, True, False, Tier.MEDIUM),
-    (MemoryType.EVENT, 20, True, False, Tier.SHORT),
+def test_moving_up_keeps_a_later_expiry() -> None:
+    memory = mem(1, Tier.SHORT, validity=D30, expires_at=NOW + 40 * DAY)
+    assert tiers.move_to_tier(memory, Tier.MEDIUM, NOW).expires_at == NOW + 40 * DAY
+
+
+@pytest.mark.parametrize(("mtype", "importance", "core", "validity", "tier"), [
+    # Explicit saves (no validity given: the tier decides it).
+    (MemoryType.INSTRUCTION, 30, False, None, Tier.LONG),
+    (MemoryType.PREFERENCE, 70, False, None, Tier.LONG),
+    (MemoryType.PREFERENCE, 40, False, None, Tier.SHORT),
+    (MemoryType.EVENT, 40, True, None, Tier.LONG),
+    (MemoryType.EVENT, 60, False, None, Tier.MEDIUM),
+    (MemoryType.FACT, 20, False, None, Tier.MEDIUM),
+    (MemoryType.EVENT, 20, False, None, Tier.SHORT),
+    # Extraction: the same judgement, with the model's validity saying how long it matters.
+    (MemoryType.FACT, 90, False, P, Tier.LONG),  # 对花生过敏: a permanent health fact is core
+    (MemoryType.PREFERENCE, 70, False, P, Tier.LONG),
+    (MemoryType.PREFERENCE, 50, False, P, Tier.MEDIUM),
+    (MemoryType.FACT, 40, False, P, Tier.MEDIUM),
+    (MemoryType.INSTRUCTION, 60, False, P, Tier.LONG),
+    (MemoryType.INSTRUCTION, 60, False, D7, Tier.SHORT),  # "这周别提考试": applies, but only this week
+    (MemoryType.EVENT, 95, False, P, Tier.MEDIUM),  # an event is never core by itself
+    (MemoryType.EVENT, 85, False, D30, Tier.MEDIUM),  # 感冒发烧: important, for weeks
+    (MemoryType.EVENT, 85, False, D7, Tier.SHORT),  # a 7-day note stays short-term
+    (MemoryType.FACT, 90, False, D7, Tier.SHORT),
+    (MemoryType.EVENT, 20, False, D30, Tier.SHORT),
 ])
-def test_initial_tier(mtype: MemoryType, importance: float, explicit: bool, core: bool, tier: Tier) -> None:
-    assert tiers.initial_tier(mtype, importance, explicit, core) is tier
+def test_initial_tier(mtype: MemoryType, importance: float, core: bool, validity: Validity | None, tier: Tier) -> None:
+    assert tiers.initial_tier(mtype, importance, core, validity) is tier
 
 
-def test_reply_candidates() -> None:
+def test_always_loaded() -> None:
     long = [mem(i, Tier.LONG, importance=float(i)) for i in range(1, 13)]
     medium = [mem(20 + i, Tier.MEDIUM, importance=float(i * 10)) for i in range(1, 8)]
     short = [mem(40 + i, Tier.SHORT) for i in range(1, 5)]
     rule = mem(60, Tier.MEDIUM, type=MemoryType.INSTRUCTION)
     archived = mem(61, Tier.MEDIUM, importance=99.0, status=Status.ARCHIVED)
-    core, recallable, instructions = tiers.reply_candidates([*long, *medium, *short, rule, archived])
-    assert [m.id for m in core] == list(range(12, 2, -1))  # the 10 most important long-term
-    assert [m.id for m in recallable] == [27, 26, 25, 24, 23, 41, 42]  # 5 most important medium + 2 newest short
-    assert instructions == [rule]
+    everything = [*long, *medium, *short, rule, archived]
+    loaded = [m.id for m in tiers.always_loaded(everything)]
+    # every long-term one, the 5 medium-term of highest priority, the 2 newest short-term
+    assert loaded == [*range(12, 0, -1), 27, 26, 25, 24, 23, 41, 42]
+    assert tiers.instructions(everything) == [rule]
 
 
 def test_eviction_order_and_protection() -> None:

@@ -117,7 +117,7 @@ def memory_tools(
             """
             now = clock()
             found = await engine.search(scope, query, now, tiers_=tiers, types=types,
-                                        since=_day_start(since, tz), limit=limit)
+                                        since=_day_start(since, tz), limit=limit, use=True)
             return {"memories": [view(m, tz) for m in found]}
 
         async def update_memory(handle: Handle, content: Content | None = None,

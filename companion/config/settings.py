@@ -15,6 +15,8 @@ from companion.core.errors import ConfigError
 DEFAULT_IMPORTANT_KEYWORDS = (
     "生病", "感冒", "发烧", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
     "结婚", "离婚", "怀孕", "去世", "搬家", "毕业", "考试", "面试", "升职",
+    # Health facts that last: learned at once, not 8-12 turns later.
+    "过敏", "哮喘", "糖尿病", "高血压", "抑郁", "骨折", "吃药", "药物",
 )
 
 

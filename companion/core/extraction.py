@@ -75,9 +75,11 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
     """One memory, repaired where it safely can be: importance clamped, keywords filled, date added."""
     if not isinstance(item, dict):
         return None
-    event = _clean_event(item.get("event"), today)
     mtype = _enum(MemoryType, item.get("type"), MemoryType.EVENT if "type" not in item else None)
-    if event is None or mtype is None:
+    if mtype is None:
+        return None
+    event = _clean_event(item.get("event"), today, dated=mtype is MemoryType.EVENT)
+    if event is None:
         return None
     importance = _number(item.get("importance"))
     validity = _VALIDITY_ALIASES.get(str(item.get("validity", "30d")).strip().lower(), Validity.DAYS_30)
@@ -102,13 +104,19 @@ def _handle(value: object) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _clean_event(value: object, today: str) -> str | None:
+def _clean_event(value: object, today: str, dated: bool = True) -> str | None:
+    """The memory's words. An event keeps its day in its text (the day is the point: "2025-12-23 感冒发烧");
+    a fact, preference or instruction is timeless, so a date the model put before it goes (when it was
+    learned is a column of its own)."""
     if not isinstance(value, str):
         return None
     text = normalize_text(value)
-    if not _NOT_WORD.sub("", _DATE_PREFIX.sub("", text)):
+    bare = _DATE_PREFIX.sub("", text)
+    if not _NOT_WORD.sub("", bare):
         return None
-    if not _DATE_PREFIX.match(text):
+    if not dated:
+        text = bare
+    elif not _DATE_PREFIX.match(text):
         text = f"{today} {text}"
     return text[:MAX_EVENT_CHARS]
 

@@ -1,8 +1,11 @@
 """Pure rules of the memory tiers: review times, reminder leads, priority, review suggestions, tier
 moves, what a reply may know, and capacity eviction. Every function takes ``now``; nothing here does I/O.
 
-Tiers and the seed's validity stay consistent: a long-term memory is permanent, a medium-term one lasts
-30 days, a short-term one 7 days (``VALIDITY_OF``); moving a memory between tiers moves its validity.
+A tier says how often a memory is reviewed, whether it decays and may be evicted, and whether it is
+always loaded; it never says whether a memory may be recalled (every active memory may). Moving a memory
+up never shortens its life: it takes the longer of its validity and the new tier's (``VALIDITY_OF``: a
+long-term memory is permanent, a medium-term one lasts 30 days, a short-term one 7 days). Only the user
+moves a memory down, and that is a decision about its life: it takes the lower tier's validity from then.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from companion.core.models import Memory, MemoryType, Status, Tier, Validity
-from companion.core.rules import REVIEW_PERIOD, expires_at
+from companion.core.rules import REVIEW_PERIOD, expires_at, tier_for
 
 REMINDER_LEAD: dict[Tier, timedelta] = {
     Tier.SHORT: timedelta(hours=9), Tier.MEDIUM: timedelta(days=1), Tier.LONG: timedelta(days=7),
@@ -25,9 +28,9 @@ TIER_BONUS = {Tier.SHORT: 0, Tier.MEDIUM: 1, Tier.LONG: 2}
 PROMOTE_AFTER_USES = 2  # recalled or mentioned this often during its period: suggest promoting
 UNANSWERED_AFTER = timedelta(days=3)
 
-LONG_IN_PROFILE = 10
-MEDIUM_CANDIDATES = 5
-SHORT_CANDIDATES = 2
+MEDIUM_LOADED = 5
+SHORT_LOADED = 2
+CORE_IMPORTANCE = 70.0  # a lasting fact or preference this important is core (health 80-100, life events 70-90)
 
 
 class Action(StrEnum):
@@ -61,25 +64,48 @@ def next_tier(tier: Tier) -> Tier:
     return ORDER[min(ORDER.index(tier) + 1, len(ORDER) - 1)]
 
 
+def lasts_longer(a: Validity, b: Validity) -> bool:
+    """Whether validity ``a`` keeps a memory longer than ``b``."""
+    la, lb = a.lifetime(), b.lifetime()
+    return lb is not None and (la is None or la > lb)
+
+
 def move_to_tier(memory: Memory, tier: Tier, now: datetime) -> Memory:
-    """The memory in ``tier`` from ``now``: validity and expiry follow the tier, the review restarts."""
-    validity = VALIDITY_OF[tier]
-    return replace(memory, tier=tier, validity=validity, expires_at=expires_at(now, validity),
-                   review_at=review_at(tier, now), updated_at=now)
+    """The memory in ``tier`` from ``now``, its review restarted. Up or sideways, its life is kept or
+    lengthened: the longer of its validity and the tier's, expiring no earlier than it did. Down (only the
+    user moves a memory down) it takes the lower tier's validity from now."""
+    target = VALIDITY_OF[tier]
+    down = ORDER.index(tier) < ORDER.index(memory.tier)
+    if down or lasts_longer(target, memory.validity):
+        validity, expiry = target, expires_at(now, target)
+    else:
+        validity, renewed = memory.validity, expires_at(now, memory.validity)
+        expiry = None if memory.expires_at is None or renewed is None else max(memory.expires_at, renewed)
+    return replace(memory, tier=tier, validity=validity, expires_at=expiry, review_at=review_at(tier, now),
+                   updated_at=now)
 
 
 def keep_for_another_period(memory: Memory, now: datetime) -> Memory:
     return replace(memory, review_at=review_at(memory.tier, now), updated_at=now)
 
 
-def initial_tier(mtype: MemoryType, importance: float, explicit: bool, core: bool = False) -> Tier:
-    """Extracted memories start short-term. An explicit save goes where it belongs: a lasting core
-    preference or instruction long-term, important information medium-term, the rest short-term."""
-    if not explicit:
-        return Tier.SHORT
+def initial_tier(mtype: MemoryType, importance: float, core: bool = False,
+                 validity: Validity | None = None) -> Tier:
+    """Where a memory belongs by its nature, the same judgement for an explicit save and for extraction:
+    a lasting core fact or preference, and every instruction, long-term; important information
+    medium-term; the rest short-term. ``validity`` is the extraction's judgement of how long the memory
+    matters: a permanent fact or preference of importance >= ``CORE_IMPORTANCE`` is core ("对花生过敏"), and
+    a memory never starts in a tier longer than its validity (a 7-day note stays short-term; "这周别提考试"
+    is no standing instruction, though it applies to every reply while it lasts)."""
+    if validity is Validity.PERMANENT and importance >= CORE_IMPORTANCE and mtype is not MemoryType.EVENT:
+        core = True
     if core or mtype is MemoryType.INSTRUCTION or (mtype is MemoryType.PREFERENCE and importance >= 60):
-        return Tier.LONG
-    return Tier.MEDIUM if importance >= 50 or mtype is MemoryType.FACT else Tier.SHORT
+        tier = Tier.LONG
+    else:
+        tier = Tier.MEDIUM if importance >= 50 or mtype is MemoryType.FACT else Tier.SHORT
+    if validity is not None and not core:
+        tier = min(tier, tier_for(validity), key=ORDER.index)
+    return tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +128,25 @@ def suggest(memory: Memory, now: datetime) -> Suggestion:
     return Suggestion(Action.KEEP, "偶尔会用到")
 
 
-def reply_candidates(memories: Iterable[Memory]) -> tuple[list[Memory], list[Memory], list[Memory]]:
-    """(long-term for the profile core, candidates for recall, instructions that always apply).
+def by_priority(memories: Iterable[Memory]) -> list[Memory]:
+    """Highest priority first, then the most important, then the newest."""
+    return sorted(memories, key=lambda m: (-priority(m.importance, m.tier), -m.importance, -m.id))
 
-    At most 10 long-term memories feed the core; the 5 most important medium-term and the 2 most recent
-    short-term memories may be recalled when a turn touches them."""
-    active = [m for m in memories if m.is_active]
-    instructions = [m for m in active if m.type is MemoryType.INSTRUCTION]
-    rest = [m for m in active if m.type is not MemoryType.INSTRUCTION]
-    long = sorted((m for m in rest if m.tier is Tier.LONG), key=lambda m: (-m.importance, -m.id))[:LONG_IN_PROFILE]
-    medium = sorted((m for m in rest if m.tier is Tier.MEDIUM), key=lambda m: (-m.importance, -m.id))
+
+def always_loaded(memories: Iterable[Memory]) -> list[Memory]:
+    """What is loaded at the start of every conversation: every long-term memory, the 5 medium-term ones
+    of highest priority and the 2 newest short-term ones (instructions apart: they always apply). This
+    is what the profile is built from first; recall is not limited to it."""
+    rest = [m for m in memories if m.is_active and m.type is not MemoryType.INSTRUCTION]
+    long = by_priority(m for m in rest if m.tier is Tier.LONG)
+    medium = by_priority(m for m in rest if m.tier is Tier.MEDIUM)
     short = sorted((m for m in rest if m.tier is Tier.SHORT), key=lambda m: (m.created_at, m.id), reverse=True)
-    return long, [*medium[:MEDIUM_CANDIDATES], *short[:SHORT_CANDIDATES]], instructions
+    return [*long, *medium[:MEDIUM_LOADED], *short[:SHORT_LOADED]]
+
+
+def instructions(memories: Iterable[Memory]) -> list[Memory]:
+    """The standing instructions, which apply to every reply."""
+    return [m for m in memories if m.is_active and m.type is MemoryType.INSTRUCTION]
 
 
 def evictable(memory: Memory) -> bool:

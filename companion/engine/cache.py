@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from companion.core import tiers
-from companion.core.models import Memory, MemoryType, Scope, Tier
+from companion.core.models import Memory, MemoryType, Scope, Tier, Validity
 from companion.engine.types import Standing
 from companion.recall.index import ScopeIndex, Tokenize
 from companion.storage.base import MemoryStore
@@ -31,7 +31,6 @@ RECENT_WINDOW = timedelta(days=1)
 
 @dataclass(frozen=True, slots=True)
 class _Candidates:
-    recallable: set[int]
     instructions: list[str]
     newest: list[Memory]
 
@@ -130,19 +129,24 @@ class IndexCache:
         self._standing.clear()
 
     async def standing(self, scope: Scope, now: datetime) -> Standing:
-        """Per reply: which memories may be recalled (by tier), the instructions that always apply, and
-        core facts learned in the last day that the profile may not carry yet."""
+        """Per reply: the instructions that always apply, and core facts learned in the last day that the
+        profile may not carry yet. Recall is not limited here: every active memory may be recalled."""
         await self._check()
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full
             # read per turn. Dropped whenever the index changes.
             active = list((await self.index(scope)).memories.values())
-            _, recallable, instructions = tiers.reply_candidates(active)
-            newest = sorted((m for m in active if m.type in (MemoryType.FACT, MemoryType.PREFERENCE)
-                             and m.tier is not Tier.SHORT), key=lambda m: m.created_at, reverse=True)
+            instructions = tiers.instructions(active)
+            newest = sorted((m for m in active if m.is_active and is_core(m)), key=lambda m: m.created_at, reverse=True)
             cached = self._standing[scope] = _Candidates(
-                {m.id for m in recallable}, [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
+                [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
             )
         recent = [m.event for m in cached.newest if now - m.created_at <= RECENT_WINDOW]
-        return Standing(cached.recallable, cached.instructions, recent)
+        return Standing(cached.instructions, recent)
+
+
+def is_core(memory: Memory) -> bool:
+    """A fact or preference that lasts: kept past the short-term tier, or judged permanent."""
+    return memory.type in (MemoryType.FACT, MemoryType.PREFERENCE) and (
+        memory.tier is not Tier.SHORT or memory.validity is Validity.PERMANENT)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 
 import prompts
+from companion.core import tiers
 from companion.core.errors import LLMError
 from companion.core.extraction import clean_keywords, parse_extraction, parse_today
 from companion.core.models import Memory, MemoryDraft, MemoryType, Recalled, Scope, Tier, Turn, Validity
@@ -47,8 +48,9 @@ class Learner:
     async def extract(
         self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime
     ) -> tuple[list[MemoryDraft], list[str]]:
-        """Memories (short-term, sourced from the last turn) and today's small events told in the turns.
-        ``known`` are the stored memories shown with their handles: only those may be superseded."""
+        """Memories (each in the tier its nature calls for, sourced from the last turn) and today's small
+        events told in the turns. ``known`` are the stored memories shown with their handles: only those
+        may be superseded."""
         if self.llm is None:
             raise RuntimeError("extraction needs an LLM client")
         today = local_date(now, self._tz)
@@ -58,7 +60,8 @@ class Learner:
         drafts = parse_extraction(data, self._keywords, today)
         last = turns[-1]
         for draft in drafts:
-            draft.tier = Tier.SHORT  # extracted memories start short-term; the user promotes them
+            # The tier its nature calls for, judged as an explicit save is; the model's validity stays.
+            draft.tier = tiers.initial_tier(draft.type, draft.importance, validity=draft.validity)
             draft.source_at = last.at
             draft.source_chat_id, draft.source_message_id = last.chat_id, last.message_id
             if draft.supersedes not in known:
@@ -87,7 +90,8 @@ class Learner:
         summary = data.get("summary")
         if not isinstance(summary, str) or not normalize_text(summary):
             return None
-        return MemoryDraft(event=f"{today} {normalize_text(summary)[:SUMMARY_CHARS]}",
+        # The day is the memory's creation time, not part of its words (the /reset receipt shows them).
+        return MemoryDraft(event=normalize_text(summary)[:SUMMARY_CHARS],
                            keywords=clean_keywords(data.get("keywords")), importance=40.0,
                            validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
 

@@ -6,15 +6,18 @@ cached in process. A failed rebuild keeps the last good profile.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
+from functools import cache
 
 import prompts
+from companion.core import tiers
 from companion.core.errors import LLMBadResponseError
 from companion.core.extraction import clean_keywords
-from companion.core.models import DynamicTrait, Memory, Profile, Scope
+from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Scope, Tier, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
 from companion.llm.client import LLMClient
@@ -23,6 +26,7 @@ from companion.storage.base import MemoryStore
 log = logging.getLogger(__name__)
 
 MAX_PROFILE_CHARS = 200
+PROFILE_INPUT = 40  # memories shown to one profile build
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +37,29 @@ class ProfilePolicy:
     max_chars: int = MAX_PROFILE_CHARS
 
 
-def needs_rebuild(built_at: datetime | None, stale: bool, now: datetime, policy: ProfilePolicy) -> bool:
+def needs_rebuild(
+    built_at: datetime | None, stale: bool, now: datetime, policy: ProfilePolicy, empty: bool = False
+) -> bool:
     """Rebuild when there is none, when it is older than the TTL, or when memories changed and the last
-    build is old enough: retelling one detail must not cost a model call every turn."""
+    build is old enough: retelling one detail must not cost a model call every turn. An empty profile
+    is rebuilt as soon as anything is learned (the first facts must not wait hours behind a blank one)."""
     if built_at is None:
         return True
     age = now - built_at
-    return age >= policy.ttl or (stale and age >= policy.min_refresh)
+    return age >= policy.ttl or (stale and (empty or age >= policy.min_refresh))
 
 
-def parse_profile(data: dict[str, object], max_chars: int = MAX_PROFILE_CHARS) -> Profile:
+def parse_profile(data: dict[str, object], max_chars: int = MAX_PROFILE_CHARS, *, guard: bool = True) -> Profile:
+    """The model's profile, validated. With ``guard``, text copied from the prompt's format example is
+    dropped: a model given few memories may answer with the example, which says nothing about the user."""
     core = data.get("core")
     if not isinstance(core, str):
         raise LLMBadResponseError("profile JSON has no 'core' text")
+    example = _example() if guard else Profile(core="")
     core = normalize_text(core)[:max_chars]
+    if example.core and example.core in core:
+        core = ""
+    copied = {t.text for t in example.dynamic}
     budget = max_chars - len(core)
     traits: list[DynamicTrait] = []
     raw = data.get("dynamic")
@@ -55,10 +68,18 @@ def parse_profile(data: dict[str, object], max_chars: int = MAX_PROFILE_CHARS) -
             continue
         text = normalize_text(item["text"])
         keywords = tuple(clean_keywords(item.get("keywords")))
-        if text and keywords and len(text) <= budget:
+        if text and keywords and len(text) <= budget and text not in copied:
             traits.append(DynamicTrait(text, keywords))
             budget -= len(text)
     return Profile(core=core, dynamic=traits)
+
+
+@cache
+def _example() -> Profile:
+    """The format example the profile prompt shows, parsed as an answer would be."""
+    text = prompts.render("profile", today="", max_chars=MAX_PROFILE_CHARS, memories="")
+    line = next((ln for ln in text.splitlines() if ln.startswith('{"core"')), "")
+    return parse_profile(json.loads(line), guard=False) if line else Profile(core="")
 
 
 def matching_traits(profile: Profile, keywords: Iterable[str]) -> list[str]:
@@ -69,9 +90,30 @@ def matching_traits(profile: Profile, keywords: Iterable[str]) -> list[str]:
     ]
 
 
+def profile_input(memories: Iterable[Memory], now: datetime, min_importance: float) -> list[Memory]:
+    """What the profile is built from: what matters across every tier, at most ``PROFILE_INPUT`` lines so
+    the call stays small for a user with hundreds of memories. First the instructions, then the
+    always-loaded set (every long-term memory, the top medium-term and the newest short-term ones) together
+    with every permanent memory whatever its tier (a permanent fact learned yesterday may still be short-
+    term), then the rest; each part by priority, a permanent memory weighed as a long-term one."""
+    usable = [m for m in memories if m.is_active and not m.is_expired(now) and m.importance >= min_importance]
+    loaded = {m.id for m in tiers.always_loaded(usable)}
+    facts = [m for m in usable if m.type is not MemoryType.INSTRUCTION]
+    first = [m for m in facts if m.id in loaded or m.validity is Validity.PERMANENT]
+    rest = [m for m in facts if m.id not in loaded and m.validity is not Validity.PERMANENT]
+    return [*tiers.instructions(usable), *_by_weight(first), *_by_weight(rest)][:PROFILE_INPUT]
+
+
+def _by_weight(memories: Iterable[Memory]) -> list[Memory]:
+    def weight(m: Memory) -> int:
+        return tiers.priority(m.importance, Tier.LONG if m.validity is Validity.PERMANENT else m.tier)
+
+    return sorted(memories, key=lambda m: (-weight(m), -m.importance, -m.id))
+
+
 def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
-    ordered = sorted(memories, key=lambda m: -m.importance)
-    return "\n".join(f"- {m.event}（重要程度 {m.importance:.0f}，{m.type.value}）" for m in ordered)
+    """One line a memory, in the given order (the profile input's, most telling first)."""
+    return "\n".join(f"- {m.event}（重要程度 {m.importance:.0f}，{m.type.value}）" for m in memories)
 
 
 class ProfileService:
@@ -98,14 +140,13 @@ class ProfileService:
         current = await self.current(scope)
         if current is None:
             return True
-        return needs_rebuild(current[0].built_at, current[1], now, self.policy)
+        profile, stale = current
+        empty = not profile.core and not profile.dynamic
+        return needs_rebuild(profile.built_at, stale, now, self.policy, empty=empty)
 
     async def rebuild(self, scope: Scope, now: datetime) -> Profile:
         """Ask the model for a fresh profile and persist it. Raises LLMError; the old one stays."""
-        memories = [
-            m for m in await self._storage.fetch_memories(scope)
-            if not m.is_expired(now) and m.importance >= self.policy.min_importance
-        ]
+        memories = profile_input(await self._storage.fetch_memories(scope), now, self.policy.min_importance)
         if not memories:
             profile = Profile(core="", dynamic=[], built_at=now)
         else:

@@ -29,7 +29,7 @@ def guess_draft(text: str, segment: Segmenter) -> MemoryDraft:
     else:
         mtype = MemoryType.FACT
     importance = 70.0
-    tier = tiers.initial_tier(mtype, importance, explicit=True, core=bool(_CORE.search(event)))
+    tier = tiers.initial_tier(mtype, importance, core=bool(_CORE.search(event)))
     return MemoryDraft(event=event, keywords=clean_keywords(segment(event)), importance=importance,
                        validity=tiers.VALIDITY_OF[tier], type=mtype, origin=Origin.EXPLICIT, tier=tier)
 
@@ -47,7 +47,7 @@ def parse_saved(data: dict[str, object], text: str, segment: Segmenter) -> Memor
     importance = (rules.clamp_importance(float(raw)) if isinstance(raw, int | float) and not isinstance(raw, bool)
                   else fallback.importance)
     core = data.get("core") is True
-    tier = tiers.initial_tier(mtype, importance, explicit=True, core=core)
+    tier = tiers.initial_tier(mtype, importance, core=core)
     keywords = clean_keywords(data.get("keywords")) or clean_keywords(segment(event))
     return MemoryDraft(event=event, keywords=keywords, importance=importance, validity=tiers.VALIDITY_OF[tier],
                        type=mtype, origin=Origin.EXPLICIT, tier=tier)

@@ -103,11 +103,12 @@ class Curator:
         self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
         tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
         since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20,
+        limit: int = 20, use: bool = False,
     ) -> list[Memory]:
         """search_memories: memories matching a query (every word, or the text itself), newest first, then
         those close in meaning (when semantic recall is on); an empty query lists them all. Filters: status,
-        tier, type, origin, learned in [since, until). Counts as an access."""
+        tier, type, origin, learned in [since, until). ``use``: the search brings them into a conversation
+        (the model's tool), which counts as an access; a user looking (``/memories``, ``/why``) does not."""
         words = [w for w in normalize_text(query).lower().split() if w]
         filters = MemoryFilter.of(types=types or (), tiers=tiers_ or (), origins=origins or (), since=since,
                                   until=until)
@@ -121,7 +122,8 @@ class Curator:
                      if r.memory.status in statuses and filters.admits(r.memory)]
             found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
         found = found[:limit]
-        await self._store.touch(scope, [m.id for m in found if m.is_active], now)
+        if use:
+            await self._store.touch(scope, [m.id for m in found if m.is_active], now)
         return found
 
     async def why(self, scope: Scope, handle: int) -> Provenance:

@@ -57,7 +57,6 @@ class MemoryContext:
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    recallable: set[int]
     instructions: list[str]
     recent: list[str]
 

@@ -1,0 +1,152 @@
+"""What a reply may know, through the real engine, SQLite and the openai SDK against FakeLLM: every tier is
+recallable, extraction places a memory by its nature, the profile is built across tiers and never from
+its prompt's example, and each memory appears once in a prompt."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Turn, Validity
+from companion.engine.profile import ProfilePolicy, needs_rebuild, parse_profile
+from tests.scripted import ScriptedBrain, model_context, reference_data
+from tests.support import USER, Live, Rig
+
+ME = Scope(818)
+
+ALLERGY = {"event": "2026-11-24 对花生过敏", "keywords": ["花生", "过敏", "花生酱"], "importance": 90,
+           "validity": "permanent", "type": "fact"}
+OLD_EXAMPLE_WORDS = ("花生", "过敏", "奶茶", "小明")  # what a copied example used to bring in
+
+
+def draft(event: str, keywords: list[str], tier: Tier, importance: float = 60.0, **extra: object) -> MemoryDraft:
+    return MemoryDraft(event, keywords, importance, type=MemoryType.FACT, tier=tier, **extra)  # type: ignore[arg-type]
+
+
+async def test_a_memory_of_any_tier_is_recalled_when_a_turn_touches_it(rig: Rig) -> None:
+    """Older than the two newest short-term memories and below the five top medium-term ones: still
+    recalled when the turn is about it."""
+    now = rig.clock()
+    trip = MemoryDraft("2026-12-02 要去上海出差", ["上海", "出差"], 70.0, Validity.DAYS_7, tier=Tier.SHORT,
+                       created_at=now - timedelta(days=3))
+    newer = [draft(f"新学的爱好{i}：{word}", [word], Tier.SHORT, created_at=now - timedelta(hours=i))
+             for i, word in enumerate(("滑板", "围棋", "陶艺"))]
+    medium = [draft(f"朋友{i}住在{city}", [city], Tier.MEDIUM, importance=95.0)
+              for i, city in enumerate(("北京", "广州", "成都", "西安", "武汉", "南京"))]
+    dog = draft("养了一只柯基叫豆豆", ["柯基", "豆豆", "狗"], Tier.MEDIUM, importance=55.0)
+    await rig.engine.remember(ME, [trip, *newer, *medium, dog], now)
+    context = await rig.engine.build_context(ME, "下周三去上海出差要带什么", now, turn=1, cooldown={})
+    assert [r.memory.event for r in context.recalled][:1] == ["2026-12-02 要去上海出差"]
+    context = await rig.engine.build_context(ME, "我的柯基豆豆", now, turn=2, cooldown={})
+    assert "养了一只柯基叫豆豆" in [r.memory.event for r in context.recalled]
+
+
+async def test_a_health_fact_is_learned_at_once_kept_long_term_and_reaches_the_reply(rig: Rig) -> None:
+    brain = ScriptedBrain(facts={"过敏": ALLERGY})
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    assert (await rig.engine.profile(ME)) is not None
+    await rig.chat.reply(ME, "跟你说，我对花生过敏的")
+    await rig.chat.drain()
+    assert brain.extraction_calls == 1, "a health word must trigger extraction at once"
+    [allergy] = await rig.engine.memories(ME)
+    assert allergy.event == "对花生过敏", "a timeless fact carries no date"
+    assert (allergy.tier, allergy.validity) == (Tier.LONG, Validity.PERMANENT)
+    profile = await rig.engine.profile(ME)
+    assert profile is not None and "对花生过敏" in profile.core, "the first fact waited behind an empty profile"
+    rig.clock.advance(minutes=2)
+    await rig.chat.reply(ME, "朋友送了我一罐花生酱，能吃吗")
+    assert "对花生过敏" in model_context(rig.llm.chat_requests()[-1])
+
+
+async def test_the_profile_is_built_from_every_tier(rig: Rig) -> None:
+    """A permanent fact still short-term, behind dozens of newer small things and more long-term memories
+    than one profile build reads, is in the profile."""
+    now = rig.clock()
+    allergy = draft("对花生过敏", ["花生", "过敏"], Tier.SHORT, importance=90.0, validity=Validity.PERMANENT,
+                    created_at=now - timedelta(days=1))
+    chatter = [MemoryDraft(f"2026-11-2{i % 5} 小事{i}", [f"小事{i}"], 40.0, Validity.DAYS_7, tier=Tier.SHORT)
+               for i in range(60)]
+    settled = [draft(f"住在第{i}个小区", [f"小区{i}"], Tier.LONG, importance=50.0) for i in range(50)]
+    await rig.engine.remember(ME, [allergy, *chatter, *settled], now)
+    ScriptedBrain().install(rig.llm)
+    profile = await rig.engine.refresh_profile(ME, now, force=True)
+    assert profile is not None and "对花生过敏" in profile.core
+
+
+def copycat(body: dict[str, object]) -> str:
+    """A lazy model: answers a profile request with the format example its prompt shows."""
+    prompt = str(body["messages"][0]["content"])  # type: ignore[index]
+    return next(line for line in prompt.splitlines() if line.startswith('{"core"'))
+
+
+async def test_the_profile_prompts_example_never_reaches_a_profile(rig: Rig) -> None:
+    now = rig.clock()
+    await rig.engine.remember(ME, [draft("喜欢周末去爬山", ["爬山"], Tier.LONG, importance=60.0),
+                                   draft("养了一只猫叫布丁", ["猫", "布丁"], Tier.MEDIUM)], now)
+    rig.llm.set_json_reply(copycat)
+    copied = await rig.engine.refresh_profile(ME, now, force=True)
+    example = parse_profile(json.loads(copycat(rig.llm.json_requests()[-1])), guard=False)
+    assert copied is not None
+    said = copied.core + "".join(t.text for t in copied.dynamic)
+    assert example.core not in said and not any(t.text in said for t in example.dynamic)
+    assert not any(word in said for word in OLD_EXAMPLE_WORDS)
+    # A model that writes from the memories: none of the prompt's own words either.
+    ScriptedBrain().install(rig.llm)
+    built = await rig.engine.refresh_profile(ME, now, force=True)
+    assert built is not None and "喜欢周末去爬山" in built.core
+    assert not any(word in built.core for word in (*OLD_EXAMPLE_WORDS, "core", "长期稳定", "关键词"))
+
+
+async def test_a_memory_appears_once_in_a_prompt(rig: Rig) -> None:
+    """Recalled and learned today at once: shown once, as recalled."""
+    now = rig.clock()
+    await rig.engine.remember(ME, [draft("对花生过敏", ["花生", "过敏", "花生酱"], Tier.MEDIUM, importance=90.0)], now)
+    rig.llm.set_json_reply(json.dumps({"today": ["对花生过敏"], "memories": []}, ensure_ascii=False))
+    await rig.engine.note_turn(ME, Turn("我今天又对花生过敏了", "要小心", now))
+    await rig.engine.consolidate(ME, now)  # the same words among today's events too
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "朋友送了我一罐花生酱，能吃吗")
+    block = reference_data(rig.llm.chat_requests()[-1])
+    assert len(re.findall("对花生过敏", block)) == 1, block
+
+
+async def test_a_reset_summary_carries_no_date(rig: Rig) -> None:
+    ScriptedBrain(summaries={"上海": ("聊到下周要去上海出差，有点紧张", ["上海", "出差"])}).install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "下周要去上海出差")
+    await rig.chat.reply(ME, "有点紧张")
+    receipt = await rig.chat.reset(ME)
+    assert receipt.endswith("刚才聊的我记下了：聊到下周要去上海出差，有点紧张"), receipt
+    assert not re.search(r"\d{4}-\d{1,2}-\d{1,2}", receipt)
+
+
+async def test_looking_at_memories_is_not_being_recalled(live: Live) -> None:
+    """/memories and /why are the user looking, not the companion remembering: "被想起" counts neither."""
+    await live.say("/start_aiGF", 1)
+    live.llm.set_json_reply(json.dumps({"event": "我对花生过敏", "keywords": ["花生", "过敏"], "type": "fact",
+                                        "importance": 90, "core": True}, ensure_ascii=False))
+    await live.say("记住：我对花生过敏", 2)
+    await live.say("/memories", 3)
+    await live.say("/why 花生", 4)
+    [saved] = await live.rig.engine.memories(Scope(USER))
+    assert (saved.access_count, saved.last_accessed_at) == (0, None)
+    live.llm.set_chat_reply("那花生酱可不能吃哦。")
+    await live.say("朋友送了我一罐花生酱", 5)
+    [used] = await live.rig.engine.memories(Scope(USER))
+    assert used.access_count == 1 and used.mention_count == 1
+
+
+@pytest.mark.parametrize(("age", "stale", "empty", "rebuild"), [
+    (timedelta(minutes=5), True, True, True),  # an empty profile: the first facts go in at once
+    (timedelta(minutes=5), True, False, False),  # otherwise a retold detail waits for min_refresh
+    (timedelta(minutes=5), False, True, False),  # empty and nothing learned: nothing to build from
+    (timedelta(hours=7), True, False, True),
+    (timedelta(hours=25), False, False, True),
+])
+def test_when_a_profile_is_rebuilt(age: timedelta, stale: bool, empty: bool, rebuild: bool) -> None:
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    assert needs_rebuild(now - age, stale, now, ProfilePolicy(), empty=empty) is rebuild
