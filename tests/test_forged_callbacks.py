@@ -17,11 +17,14 @@ KNOWN = -1001001
 
 
 def counts(db: Path) -> tuple[int, int]:
-    """Registered scopes, and tables in the file."""
+    """Registered scopes, and tables in the file that are not spares: the pool of spare memory tables
+    refills in the background after a new scope takes one (companion/storage/spares.py), at its own pace,
+    and a spare is made with its ``spare_tables`` row in one transaction."""
     with sqlite3.connect(db) as conn:
         scopes = int(conn.execute("SELECT count(*) FROM scopes").fetchone()[0])
         tables = int(conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0])
-    return scopes, tables
+        spare = int(conn.execute("SELECT count(*) FROM spare_tables").fetchone()[0])
+    return scopes, tables - spare
 
 
 def forged(k: int) -> list[str]:
