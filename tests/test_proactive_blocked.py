@@ -14,6 +14,7 @@ from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import reviews
 from handlers.delivery import switch_off_blocked
 from handlers.memories import proactive_senders
+from tests.scripted import ScriptedBrain
 from tests.support import USER, Live
 
 
@@ -22,6 +23,8 @@ async def test_a_403_on_a_proactive_message_switches_the_user_off(
     live: Live, caplog: pytest.LogCaptureFixture, which: str
 ) -> None:
     scope, now = Scope(USER), live.rig.clock()
+    brain = ScriptedBrain()  # switching off queues what is left for memory; the profile is rebuilt from it
+    brain.install(live.llm)
     await live.say("/start_aiGF", 1)
     await live.rig.engine.remember(scope, [MemoryDraft("在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)], now)
     await live.rig.engine.set_note(scope, reviews.WEEKLY, "on")
@@ -39,7 +42,9 @@ async def test_a_403_on_a_proactive_message_switches_the_user_off(
             else:
                 sent = await reviews.weekly_round(live.rig.engine, later, send_weekly)
             await asyncio.sleep(0.2)
+            await live.rig.chat.drain()
         assert sent == 0
+        assert brain.profile_calls == 1  # the empty profile is built from what was learned
         assert not live.rig.chat.is_active(scope)
         assert scope not in await live.rig.engine.active_scopes(), "the flag must survive a restart"
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
