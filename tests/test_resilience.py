@@ -45,7 +45,10 @@ async def test_locked_database_during_a_turn(
         assert reply.ok, "the companion must still answer while the database is locked"
         assert [(m.id, m.event, m.importance) for m in await opened.engine.memories(ME)] == before
         assert (await opened.chat.reply(ME, "现在好了吗")).ok
-        assert await opened.engine.pending_count(ME) == 1
+        # The turn the locked database could not take waited in the session and is queued, in order, with
+        # the next one: nothing lost, nothing twice.
+        assert await opened.engine.pending_count(ME) == 2
+        assert [t.user for t in await opened.engine.pending_turns(ME, 10)] == ["感冒好像又严重了", "现在好了吗"]
     finally:
         await close_rig(opened)
 
