@@ -59,6 +59,12 @@ async def answer_turn(
             answer = gt.SENT_PRIVATELY if sent else gt.START_PRIVATE_FIRST
         elif reply.to_forget:
             markup = keyboards.forget_choices(reply.to_forget)
+        elif reply.forget_all is not None and group is not None:
+            sent = await to_private(bot, scope.user_id, titled(group.title, answer),
+                                    keyboards.forget_all(reply.forget_all, scope))
+            answer = gt.SENT_PRIVATELY if sent else gt.START_PRIVATE_FIRST
+        elif reply.forget_all is not None:
+            markup = keyboards.forget_all(reply.forget_all)
     except CompanionError:
         # Runs in the buffer's task, outside aiogram's error handler: answer here, log the traceback.
         log.exception("turn for %s failed", scope.key)

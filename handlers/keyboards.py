@@ -118,7 +118,8 @@ def forget_choices(memories: Sequence[Memory], scope: Scope | None = None) -> In
 
 def forget_all(count: int, scope: Scope | None = None) -> InlineKeyboardMarkup:
     kb = InlineKeyboardBuilder()
-    kb.button(text=f"确定忘掉全部 {count} 条", callback_data=_forget(scope, "all", count=count))
+    label = f"确定忘掉全部 {count} 条" if count else "确定清掉"
+    kb.button(text=label, callback_data=_forget(scope, "all", count=count))
     kb.button(text="取消", callback_data=_forget(scope, "cancel"))
     return kb.as_markup()
 

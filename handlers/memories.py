@@ -20,8 +20,9 @@ from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
+from companion.chat.steering import forget_all_count
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
-from companion.core.models import REWORDED, Memory, Scope, Status, Tier
+from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
 from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
@@ -161,10 +162,8 @@ async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[
     if not args:
         return "用法：/forget 关键词，或 /forget all 忘掉全部。", None
     if args.lower() in {"all", "全部"}:
-        count = sum(m.status_reason != REWORDED  # a memory's earlier words are part of it, not one more
-                    for m in await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
-        if not count:
-            return texts.NO_MEMORIES, None
+        # Offered even with no memory stored: queued turns and the short-term context go too.
+        count = await forget_all_count(engine, scope)
         return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
     found = await engine.search(scope, args[:40], utcnow(), limit=5)
     if not found:
@@ -201,7 +200,7 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
         return
     if callback_data.action == "all":
         count = await chat.forget(scope, None)
-        await _edit(query.message, texts.forgotten(count), None)
+        await _edit(query.message, texts.forgot_all(count), None)
         await query.answer()
         return
     try:

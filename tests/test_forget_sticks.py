@@ -208,3 +208,32 @@ async def test_extraction_never_reads_a_turn_a_forgotten_memory_came_from(rig: R
     assert SMALL_TALK in prompt and told not in prompt
     assert await rig.engine.pending_turns(ALICE, 100) == []
     assert await rig.engine.memories(ALICE) == []
+
+
+@pytest.mark.parametrize("ask", ["/forget all", "全部忘掉"])
+async def test_forget_all_with_no_memory_yet_still_drops_the_queued_turn(live: Live, ask: str) -> None:
+    """Nothing learned yet is no reason to keep what was said: the wipe is offered and done all the same."""
+    scope = Scope(USER)
+    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    await live.say("/start_aiGF", 1)
+    relearning(live.llm, told, learned)
+    live.llm.queue_chat("好可爱！")
+    await live.say(told, 2)
+    assert [t.user for t in await live.rig.engine.pending_turns(scope, 10)] == [told]
+    assert await live.say(ask, 3) == texts.confirm_forget_all(0)
+    asking = live.tg.sent_messages(USER)[-1]
+    assert [t for t, _ in live.tg.buttons(asking)] == ["确定清掉", "取消"]
+    await live.press(USER, asking, "确定", 1)
+    done = await live.tg.wait_for_edit(USER, int(asking["message_id"]), "清掉了")
+    assert done["text"] == texts.forgot_all(0)
+    assert await live.rig.engine.pending_turns(scope, 10) == []
+    assert await live.rig.engine.recent_turns(scope, 200) == []
+
+    live.llm.clear()
+    live.llm.queue_chat("辛苦啦")
+    await live.say(SMALL_TALK, 4)
+    await live.rig.engine.consolidate(scope, live.rig.clock())
+    [prompt] = extraction_prompts(live.llm)
+    assert SMALL_TALK in prompt and told not in prompt
+    assert await live.rig.engine.memories(scope) == []
+    assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.chat_requests())

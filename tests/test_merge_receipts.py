@@ -107,7 +107,8 @@ async def test_extraction_keeps_two_facts_apart_and_why_shows_a_rewording(rig: R
     result = await engine.consolidate(scope, now)
     assert (result.inserted, result.updated) == (1, 1)
     events = sorted(m.event for m in await engine.memories(scope))
-    assert events == ["2025-12-23 周四晚上要练吉他", "周二晚上要练吉他", "对花生过敏，吃了会起疹子"]  # a fact carries no date
+    # Two memories for two facts; the event carries its day, the fact none.
+    assert events == ["2025-12-23 周四晚上要练吉他", "周二晚上要练吉他", "对花生过敏，吃了会起疹子"]
     story = await engine.why(scope, peanut.id)
     assert [(m.event, m.status_reason) for m in story.replaced] == [("我对花生过敏", REWORDED)]
 

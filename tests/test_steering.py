@@ -27,6 +27,13 @@ ME = Scope(4242)
     ("忘掉我的生日，以后别提了", Intent(Kind.FORGET, "生日")),
     ("忘记我对花生过敏的事吧", Intent(Kind.FORGET, "对花生过敏")),
     ("forget my birthday", Intent(Kind.FORGET, "my birthday")),
+    ("全部忘掉", Intent(Kind.FORGET_ALL)),
+    ("把我的事全部忘掉吧", Intent(Kind.FORGET_ALL)),
+    ("忘掉所有记忆", Intent(Kind.FORGET_ALL)),
+    ("请忘掉关于我的一切", Intent(Kind.FORGET_ALL)),
+    ("forget everything", Intent(Kind.FORGET_ALL)),
+    ("我全都忘了", None),  # the user forgetting, not a request
+    ("你都忘了吗", None),
     ("我记住了你说的", None),
     ("我不想忘记你", None),
     ("今天很重要的考试考完了", None),

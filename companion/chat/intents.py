@@ -18,6 +18,7 @@ class Kind(StrEnum):
     SAVE = "save"  # remember ``text``
     SAVE_PREVIOUS = "save_previous"  # "这个很重要": remember what the user said just before
     FORGET = "forget"  # forget what matches ``text``
+    FORGET_ALL = "forget_all"  # "全部忘掉": everything, as ``/forget all``
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,15 @@ _FORGET = re.compile(
     r"|^forget (?:about )?(?P<en>.+)$",
     re.IGNORECASE | re.DOTALL,
 )
+# "全部忘掉" / "把我的事全部忘掉" / "忘掉所有记忆": everything, as /forget all. A bare "都忘了" is left out
+# on purpose ("我全都忘了" is the user forgetting, not a request).
+_FORGET_ALL = re.compile(
+    r"^(?:请|帮我|你)?(?:把)?(?:关于我的|我的|我说的)?(?:事情?|记忆|话)?(?:全部|统统|所有的?|一切)(?:的)?(?:记忆|事情?)?"
+    r"(?:都|全)?(?:忘掉|忘记|删掉|删除|清掉|清空)(?:吧|了)?[!！。.~～]*$"
+    r"|^(?:请|帮我|你)?(?:忘掉|忘记|删掉|删除|清空)(?:关于我的|我的)?(?:全部|所有|一切)(?:的)?(?:记忆|事情?)?(?:吧|了)?[!！。.~～]*$"
+    r"|^forget (?:everything|all)(?: about me)?[!.]*$",
+    re.IGNORECASE,
+)
 _FILLER = re.compile(r"^(?:我的|我|那个|这个)|(?:的事情?|的那件事)?了?(?:吧|哦|啊|呀|好吗|好不好)?[!！。.~～]*$")
 
 
@@ -54,6 +64,8 @@ def read_intent(text: str) -> Intent | None:
         body = (match.group("text") or match.group("en") or "").strip()
         if len(body) >= 2:
             return Intent(Kind.SAVE, body)
+    if _FORGET_ALL.match(stripped):
+        return Intent(Kind.FORGET_ALL)
     match = _FORGET.match(stripped)
     if match:
         body = _FILLER.sub("", (match.group("text") or match.group("en") or "").strip()).strip()

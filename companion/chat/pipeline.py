@@ -89,6 +89,7 @@ class Reply:
     saved: Memory | None = None  # a receipt: the handlers offer fine / edit / forget
     replaced: Memory | None = None  # the words the save replaced: the handlers offer an undo
     to_forget: tuple[Memory, ...] = ()  # forget candidates: the handlers ask for a confirmation
+    forget_all: int | None = None  # "全部忘掉": the handlers ask to confirm forgetting this many and the rest
     tool_calls: int = 0
 
 
@@ -227,7 +228,7 @@ class ChatService:
         if outcome.saved is not None:
             self._record(session, text, outcome.text, session.answering)
         return Reply(outcome.text, ok=True, saved=outcome.saved, replaced=outcome.replaced,
-                     to_forget=outcome.to_forget)
+                     to_forget=outcome.to_forget, forget_all=outcome.forget_all)
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
         """The first turn of a conversation raises reviews the user left unanswered for days."""

@@ -17,7 +17,7 @@ from companion.chat.intents import Kind, read_intent, read_review_answer
 from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import tells
-from companion.core.models import Memory, Scope
+from companion.core.models import REWORDED, Memory, Scope, Status
 from memory import Forgetting, MemoryEngine
 
 FORGET_MATCHES = 5
@@ -40,6 +40,7 @@ class Outcome:
     replaced: Memory | None = None  # the words the save replaced: handlers add an undo button
     to_forget: tuple[Memory, ...] = ()  # candidates: handlers ask for a confirmation
     forgotten: tuple[Forgetting, ...] = ()  # forgotten here: the session drops the turns they came from
+    forget_all: int | None = None  # "全部忘掉": handlers ask for a confirmation (memories it would forget)
 
 
 async def steer(
@@ -72,6 +73,9 @@ async def steer(
         intent_text = previous
     elif intent.kind is Kind.SAVE:
         intent_text = intent.text
+    elif intent.kind is Kind.FORGET_ALL:
+        count = await forget_all_count(engine, scope)
+        return Outcome(texts.confirm_forget_all(count), forget_all=count)
     else:
         found = await engine.search(scope, intent.text, now, limit=FORGET_MATCHES)
         if not found:
@@ -80,6 +84,13 @@ async def steer(
     saved = await engine.save_said(scope, intent_text, now, source_chat_id=chat_id, source_message_id=message_id,
                                    source_turns=turns if intent.kind is Kind.SAVE_PREVIOUS else turns[-1:])
     return Outcome(texts.receipt(saved.memory, replaced=saved.replaced), saved=saved.memory, replaced=saved.replaced)
+
+
+async def forget_all_count(engine: MemoryEngine, scope: Scope) -> int:
+    """The memories forgetting everything would forget (what the confirmation names). Zero still leaves
+    something to wipe: queued turns, short-term context and summaries not learned yet."""
+    return sum(m.status_reason != REWORDED  # a memory's earlier words are part of it, not one more
+               for m in await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
 
 
 async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime,

@@ -131,7 +131,16 @@ def forgotten(count: int) -> str:
 
 
 def confirm_forget_all(count: int) -> str:
-    return f"确定要忘掉关于你的全部 {count} 条记忆吗？这无法恢复。"
+    # With nothing stored yet there is still something to wipe: what was said lately and not learned yet.
+    if not count:
+        return "还没有记下关于你的记忆，但会清掉我们最近的聊天内容，这些话以后也不会再被记住。确定吗？"
+    return f"确定要忘掉关于你的全部 {count} 条记忆吗？我们最近的聊天内容也会一起清掉，这无法恢复。"
+
+
+def forgot_all(count: int) -> str:
+    if not count:
+        return "最近的聊天内容已经清掉了，不会再被记住。"
+    return f"已经忘掉了全部 {count} 条记忆，最近的聊天内容也清掉了，以后不会再提。"
 
 
 REVIEW_VERBS = {"promote": "升级为", "keep": "继续保留在", "archive": "已归档", "forget": "已忘掉"}
