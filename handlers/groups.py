@@ -120,11 +120,11 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
     me = await bot.me()
     room, name = rooms.room(message.chat.id), speaker(message)
     if not addressed_to(message, me):
-        room.add(name, said)  # short-term context only: never queued, never a memory
+        room.add(name, said, scope.user_id)  # short-term context only: never queued, never a memory
         return
     text = without_mention(said, me)
     if not chat.is_active(scope):
-        room.add(name, text)
+        room.add(name, text, scope.user_id)
         if chat.hints.allow(scope, chat.clock()):
             await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
@@ -135,8 +135,9 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
         turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
                          share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit,
                          title=message.chat.title)
-        room.add(name, joined)
-        room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn))
+        room.add(name, joined, scope.user_id)
+        room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn),
+                 scope.user_id)
 
     buffer.push(scope, text, flush)
 

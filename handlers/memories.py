@@ -18,7 +18,8 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
-from companion.chat.group import GroupSettings
+from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.chat.steering import forget_all_count
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
@@ -90,7 +91,7 @@ async def on_page(query: CallbackQuery, callback_data: PageCB, engine: MemoryEng
 
 
 async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine: MemoryEngine,
-                           chat: ChatService) -> None:
+                           chat: ChatService, rooms: Rooms) -> None:
     scope = scope_of_callback(query)
     if scope is None or not isinstance(query.message, Message):
         await query.answer()
@@ -108,7 +109,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             await query.message.answer(texts.EDIT_PROMPT)
             return
         if callback_data.action == "forget":
-            await chat.forget(scope, [handle])
+            await forget_here(chat, rooms, scope, [memory])
             note = texts.forgotten(1)
         elif callback_data.action == "archive":
             memory = await engine.archive(scope, handle, now)
@@ -188,8 +189,16 @@ async def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB, groups:
     return scope_of_callback(query)
 
 
+async def forget_here(chat: ChatService, rooms: Rooms, scope: Scope, memories: Sequence[Memory] | None) -> int:
+    """Forget (everything with ``None``), and drop what the group's room still shows of it: the member's
+    lines that tell it, or every line about them (the room is in-process context the handlers keep)."""
+    count = await chat.forget(scope, None if memories is None else [m.id for m in memories])
+    rooms.forget(scope, memories)
+    return count
+
+
 async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings) -> None:
+                    groups: GroupSettings, rooms: Rooms, buffer: MessageBuffer) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
@@ -199,19 +208,20 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
         await query.answer()
         return
     if callback_data.action == "all":
-        count = await chat.forget(scope, None)
+        buffer.take(scope)  # said before the press and not answered yet: it goes with the rest
+        count = await forget_here(chat, rooms, scope, None)
         await _edit(query.message, texts.forgot_all(count), None)
         await query.answer()
         return
     try:
-        await engine.get(scope, callback_data.handle)
+        memory = await engine.get(scope, callback_data.handle)
     except NotYourMemoryError:
         await query.answer(texts.NOT_YOURS, show_alert=True)
         return
     except MemoryNotFoundError:
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
-    count = await chat.forget(scope, [callback_data.handle])
+    count = await forget_here(chat, rooms, scope, [memory])
     await query.answer(texts.forgotten(count))
     await _edit(query.message, f"{query.message.text or ''}\n\n{texts.forgotten(count)}", query.message.reply_markup)
 
@@ -359,7 +369,7 @@ def proactive_senders(bot: Bot, blocked: Blocked) -> tuple[ReviewSender, WeeklyS
 
 
 async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings) -> None:
+                    groups: GroupSettings, rooms: Rooms) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupReviewCB) else None)
@@ -374,7 +384,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
             return
         action = Action(callback_data.action)
         if action is Action.FORGET:
-            await chat.forget(scope, [before.id])
+            await forget_here(chat, rooms, scope, [before])
             after = before
         else:
             after = await engine.review(scope, before.id, action, now)

@@ -5,6 +5,7 @@ chat pipeline with the real openai SDK against the fake model, on a real SQLite 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from datetime import timedelta
@@ -237,3 +238,28 @@ async def test_forget_all_with_no_memory_yet_still_drops_the_queued_turn(live: L
     assert SMALL_TALK in prompt and told not in prompt
     assert await live.rig.engine.memories(scope) == []
     assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.chat_requests())
+
+
+async def test_forget_all_drops_what_still_waits_in_the_message_buffer(live: Live) -> None:
+    """Said just before the press and not answered yet (the quiet period is still running): it goes with
+    the rest, never answered, queued or learned."""
+    scope = Scope(USER)
+    await live.say("/start_aiGF", 1)
+    assert await live.say("/forget all", 2) == texts.confirm_forget_all(0)
+    asking = live.tg.sent_messages(USER)[-1]
+    live.buffer.quiet_seconds = 30.0  # the text below waits in the buffer until the press has been handled
+    told = "我养了一只猫，叫咪咪"
+    live.tg.push_text(USER, told)
+    for _ in range(200):  # updates are handled concurrently: press once the text is buffered
+        if live.buffer.pending(scope):
+            break
+        await asyncio.sleep(0.01)
+    assert live.buffer.pending(scope) == [told]
+    await live.press(USER, asking, "确定", 1)
+    await live.tg.wait_for_edit(USER, int(asking["message_id"]), "清掉了")
+    assert live.buffer.pending(scope) == []
+    await live.buffer.close()
+    await live.rig.chat.drain()
+    assert await live.rig.engine.pending_turns(scope, 10) == []
+    assert len(live.tg.sent_messages(USER)) == 2
+    assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.requests)

@@ -138,3 +138,30 @@ async def test_group_menu_and_help_name_the_private_commands(tmp_path: Path) -> 
         group_menu = [c["command"] for c in g.tg.menus_by_type()["all_group_chats"]]
         assert {"memories", "forget", "why"} <= set(group_menu)
         assert "/forget@{bot}" in gt.GROUP_HELP and "/why@{bot}" in gt.GROUP_HELP
+
+
+async def test_forgetting_takes_the_members_lines_out_of_the_group_room(tmp_path: Path) -> None:
+    """The room (recent group lines, in the process) quotes what a member said: forgetting one memory
+    drops their lines that tell it; forgetting everything drops every line about them. Others' stay."""
+    async with group_bot(tmp_path) as g:
+        await setup(g)
+        await g.group(A, G1, "我说过火锅要微辣的")  # unaddressed: room lines only
+        await g.group(A, G1, "我家猫叫咪咪")
+        await g.group(B, G1, "我家狗叫旺财")
+
+        async def room_seen() -> str:
+            g.llm.clear()
+            g.llm.queue_chat("嗯嗯")
+            await g.group(B, G1, f"@{BOT} 大家好")
+            [request] = g.llm.chat_requests()
+            return "\n".join(str(m["content"]) for m in request["messages"])
+
+        confirm = await asked_privately(g, f"/forget@{BOT} 微辣")
+        await press(g, A, A, confirm, "忘掉第1条")
+        seen = await room_seen()
+        assert "要微辣的" not in seen and "咪咪" in seen and "旺财" in seen
+
+        confirm_all = await asked_privately(g, f"/forget@{BOT} all")
+        await press(g, A, A, confirm_all, "确定忘掉全部")
+        seen = await room_seen()
+        assert "咪咪" not in seen and "旺财" in seen and "大家好" in seen

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Protocol
 
 from companion.chat.persona import quote
+from companion.core.extraction import tells
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
 from memory import MemoryContext, MemoryEngine
 
@@ -99,16 +100,26 @@ class GroupSettings:
 
 @dataclass(slots=True)
 class Room:
-    """A group's recent lines, speaker named; in the process only, like the rest of short-term context."""
+    """A group's recent lines, speaker named; in the process only, like the rest of short-term context.
+    Each line knows whom it is about (the member who said it, or whom the companion answered), so what a
+    member forgets leaves the room too."""
 
-    lines: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=ROOM_LINES))
+    lines: deque[tuple[str, str, int | None]] = field(default_factory=lambda: deque(maxlen=ROOM_LINES))
 
-    def add(self, speaker: str, text: str) -> None:
+    def add(self, speaker: str, text: str, about: int | None = None) -> None:
         if text.strip():
-            self.lines.append((speaker, text.strip()))
+            self.lines.append((speaker, text.strip(), about))
 
     def render(self) -> str:
-        return "".join(f"- {quote(speaker)}：{quote(text)}\n" for speaker, text in self.lines)
+        return "".join(f"- {quote(speaker)}：{quote(text)}\n" for speaker, text, _ in self.lines)
+
+    def forget(self, user_id: int, memories: Sequence[Memory] | None = None) -> None:
+        """Drop the lines about this member: all of them (``None``: they forgot everything), or those
+        whose words tell one of ``memories``. In place: a turn waiting to be answered holds this room."""
+        kept = [line for line in self.lines if line[2] != user_id
+                or (memories is not None and not any(tells(line[1], m) for m in memories))]
+        self.lines.clear()
+        self.lines.extend(kept)
 
 
 class Rooms:
@@ -122,6 +133,12 @@ class Rooms:
 
     def clear(self, chat_id: int) -> None:
         self._rooms.pop(chat_id, None)
+
+    def forget(self, scope: Scope, memories: Sequence[Memory] | None = None) -> None:
+        """What a member forgot of a group (``Room.forget``) leaves that group's room; a private scope has none."""
+        room = self._rooms.get(scope.chat_id) if scope.chat_id is not None else None
+        if room is not None:
+            room.forget(scope.user_id, memories)
 
     def move(self, old_chat_id: int, new_chat_id: int) -> None:
         """The group got a new id: its recent lines go with it (unless the new id already has a room)."""
