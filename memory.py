@@ -264,14 +264,16 @@ class MemoryEngine:
                               earlier=earlier, reply=reply)
             if allow_recall else []
         )
-        if recalled:
-            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         current = await self.profiles.current(scope)
         profile = current[0] if current else Profile(core="")
-        # Each memory once in the prompt: what is recalled is not repeated as learned today or done today.
+        # Each memory once in the prompt: what the profile core already says is not recalled again, and what
+        # is recalled is not repeated as learned today or done today.
+        recalled = [r for r in recalled if not _said_in(profile.core, r.memory.event)]
         shown = {r.memory.event for r in recalled}
-        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown]
+        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(profile.core, e)]
         today = [e for e in dict.fromkeys(await self.today_events(scope, now)) if e not in shown and e not in recent]
+        if recalled:
+            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today,
@@ -508,3 +510,9 @@ class MemoryEngine:
     async def finish_moves(self, now: datetime) -> list[tuple[int, int, list[Scope]]]:
         """At start-up: finish every move begun and not finished; (old id, new id, old scopes moved)."""
         return await self._upkeep.finish_moves(now)
+
+
+def _said_in(core: str, event: str) -> bool:
+    """The profile core already carries these words (an event's leading date aside)."""
+    words = event.split(" ", 1)[1] if event[:4].isdigit() and " " in event else event
+    return bool(words) and words in core

@@ -114,6 +114,21 @@ async def test_a_memory_appears_once_in_a_prompt(rig: Rig) -> None:
     assert len(re.findall("对花生过敏", block)) == 1, block
 
 
+async def test_what_the_profile_says_is_not_repeated_as_recalled_or_learned_today(rig: Rig) -> None:
+    """A fact the profile core already carries is in the prompt once: not again among the recalled memories
+    or as learned today."""
+    now = rig.clock()
+    await rig.engine.remember(ME, [draft("对花生过敏", ["花生", "过敏", "花生酱"], Tier.LONG, importance=90.0,
+                                         validity=Validity.PERMANENT)], now)
+    ScriptedBrain().install(rig.llm)
+    await rig.chat.start(ME)
+    profile = await rig.engine.profile(ME)
+    assert profile is not None and "对花生过敏" in profile.core
+    await rig.chat.reply(ME, "朋友送了我一罐花生酱，能吃吗")
+    block = reference_data(rig.llm.chat_requests()[-1])
+    assert len(re.findall("对花生过敏", block)) == 1, block
+
+
 async def test_a_reset_summary_carries_no_date(rig: Rig) -> None:
     ScriptedBrain(summaries={"上海": ("聊到下周要去上海出差，有点紧张", ["上海", "出差"])}).install(rig.llm)
     await rig.chat.start(ME)
