@@ -33,6 +33,7 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
+from companion.ops.assembly import engine_on
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
@@ -136,7 +137,7 @@ async def _build_db(root: Path, config: ScaleConfig) -> dict[str, Any]:
     settings = _settings(root, config)
     store = await SQLiteStore.open(settings.db_path)
     try:
-        engine = await MemoryEngine.create(store, settings, KeywordExtractor())
+        engine = await engine_on(store, settings, KeywordExtractor())
         return await _build(engine, config)
     finally:
         await store.close()
@@ -184,7 +185,7 @@ async def _startup(settings: Settings) -> tuple[dict[str, Any], SQLiteStore, Mem
     keywords.preload()  # as the bot does: the dictionaries load while the database opens
     store = await SQLiteStore.open(settings.db_path)
     parts["open_store_s"] = time.perf_counter() - started
-    engine = await MemoryEngine.create(store, settings, keywords)
+    engine = await engine_on(store, settings, keywords)
     parts["engine_s"] = time.perf_counter() - started - sum(parts.values())
     await engine.ready()
     parts["dictionaries_wait_s"] = time.perf_counter() - started - sum(parts.values())

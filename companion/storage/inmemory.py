@@ -34,8 +34,18 @@ class InMemoryStore:
     async def close(self) -> None:
         return None
 
-    async def data_version(self) -> int:
+    async def change_counter(self) -> int:
+        # Only this object writes these dicts, and its own writes do not count: nothing else can move it.
         return 0
+
+    async def open_vectors(self) -> None:
+        return None
+
+    def usage_log(self) -> None:
+        return None
+
+    def maintenance(self) -> None:
+        return None
 
     def _ensure(self, scope: Scope) -> dict[int, Memory]:
         self._scopes.setdefault(scope, False)
