@@ -319,3 +319,19 @@ async def test_a_local_model_that_cannot_load_leaves_keyword_recall(
         assert await recalled_events(engine, "字节的面试准备得怎么样") == ["下周三要去字节面试"]
     finally:
         await engine.close()
+
+
+async def test_a_store_without_vectors_keeps_keyword_recall(
+    fake: FakeEmbeddings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The capability, not the store's class, decides: a backend offering no vectors gets keyword recall."""
+    settings = dense_settings(tmp_path, fake, database_url="memory://")
+    with caplog.at_level(logging.WARNING):
+        engine = await open_engine(settings, KEYWORDS)
+    try:
+        assert engine.dense is None
+        assert "needs a store that keeps vectors" in caplog.text
+        await engine.remember(ME, [dog()], NOW)
+        assert await recalled_events(engine, "我的狗") != []
+    finally:
+        await engine.close()

@@ -266,3 +266,7 @@ class Maintenance(Protocol):
     async def upgrade_stale(self, limit: int = 50) -> int:
         """Upgrade up to ``limit`` rows of tables left at an old schema; 0 when none is left."""
         ...
+
+    def memory_table(self, scope: Scope) -> str:
+        """The table a scope's memories live in (diagnostics: a benchmark tells a spare table taken)."""
+        ...
