@@ -126,6 +126,17 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
                           + "\n".join(breaches))
 
 
+ENGINE = ("companion.engine", "memory")
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) in ENGINE],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_knows_no_bot_settings(path: Path) -> None:
+    """Any host embeds the engine with its own configuration: the engine never reads the bot's Settings."""
+    found = [f"line {line}: {target}" for line, target in imports_of(path) if package_of(target) == "companion.config"]
+    assert not found, f"{path.relative_to(ROOT)} imports the bot's configuration:\n" + "\n".join(found)
+
+
 def test_the_seam_guard_catches_a_backend_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from companion.storage.sqlite import SQLiteStore\nfrom companion.storage import inmemory\n"
