@@ -1,17 +1,18 @@
 """The memory engine's API: remember, recall, build context, consolidate, decay, forget.
 
 It composes the library parts (storage, keyword index, extraction, profile) and knows nothing about
-Telegram. Writes to one scope are serialised by a per-scope lock; a transaction never spans an LLM call.
+Telegram or the bot's settings: a host builds it from an ``EngineConfig``, a store (``open_store(url)``),
+a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock; a
+transaction never spans an LLM call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
-from companion.config.settings import Settings
 from companion.core import tiers
 from companion.core.models import (
     Memory,
@@ -28,7 +29,7 @@ from companion.core.models import (
     Turn,
 )
 from companion.core.timeutil import from_db, to_db, utcnow
-from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache, memories_for
+from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.learning import MAX_RELATED, Learner, related
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
@@ -49,11 +50,12 @@ from companion.engine.types import (
 from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
+from companion.llm.embeddings import Embedder
 from companion.recall.index import RecallFilter, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
 from companion.storage.base import ACTIVE_ONLY, MemoryStore
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.factory import open_store
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,10 @@ class MemoryEngine:
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._store = store
+        self._clock = clock  # UTC now, where a call takes no ``now``
         self.dense = dense  # semantic recall, when an embedding backend is configured
         self.keywords = keywords
         self.config = config
@@ -99,27 +103,30 @@ class MemoryEngine:
 
     @classmethod
     async def create(
-        cls, store: MemoryStore, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+        cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
-        """An engine on an open store; loads the keyword dictionaries off the event loop."""
+        """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
+        backend of semantic recall (owned by the engine from here on), None for keyword recall only."""
         # The dictionaries load in a thread while the bot finishes starting (Telegram and model checks); a
         # first message before they are ready waits for the rest of the load.
-        keywords.add_words(settings.important_keywords)
+        keywords.add_words(config.important_keywords)
         loading = None if keywords.loaded else asyncio.wrap_future(keywords.preload())
-        dense = await DenseRetriever.from_settings(store, settings)
-        engine = cls(store, keywords, EngineConfig.from_settings(settings), llm, dense,
-                     cache_memories=memories_for(settings.index_cache_mb))
+        dense = await DenseRetriever.start(store, embedder, config.dense)
+        cache = DEFAULT_CACHE_MEMORIES if config.cache_memories is None else config.cache_memories
+        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock)
         engine._loading = loading
         return engine
 
     @classmethod
     async def open(
-        cls, settings: Settings, keywords: KeywordExtractor, llm: LLMClient | None = None
+        cls, url: str, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
-        """Open the SQLite store named by the settings and an engine that owns it (closed with it)."""
-        store = await SQLiteStore.open(settings.db_path)
+        """Open the store ``url`` names (``open_store``) and an engine that owns it (closed with it)."""
+        store = await open_store(url)
         try:
-            engine = await cls.create(store, settings, keywords, llm)
+            engine = await cls.create(store, config, keywords, llm, embedder=embedder, clock=clock)
         except BaseException:
             await store.close()
             raise
@@ -305,7 +312,8 @@ class MemoryEngine:
             if not turns:
                 return Consolidation(0, 0, 0)
             known = await related(self._store, scope, await self.recall(
-                scope, " ".join(t.user for t in turns), utcnow(), limit=MAX_RELATED, min_importance=0, cooldown=None))
+                scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
+                cooldown=None))
             drafts, today_events = await self._learner.extract(turns, known, now)
             batch = [t.key for t in turns if t.key]
             for event in today_events:

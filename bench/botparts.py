@@ -26,8 +26,8 @@ from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient, Message
+from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
-from memory import MemoryEngine
 
 HISTORY_TURNS = (0, 5, 10)  # the bot sends up to HISTORY_TURNS=10 past exchanges with every reply call
 
@@ -55,7 +55,7 @@ def _chat_call(llm: LLMClient, messages: list[Message]) -> Callable[[], Awaitabl
 async def _engine_turn_ms(samples: int) -> float:
     """build_context + render_reference + note_turn for a user with 100 memories: the engine's share."""
     with tempfile.TemporaryDirectory(prefix="bench-parts-") as tmp:
-        engine = await MemoryEngine.open(Settings(_env_file=None, data_dir=Path(tmp)),  # type: ignore[call-arg]
+        engine = await open_engine(Settings(_env_file=None, data_dir=Path(tmp)),  # type: ignore[call-arg]
                                          KeywordExtractor())
         try:
             scope, now = Scope(1), utcnow()

@@ -32,6 +32,7 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.llm.client import LLMClient
+from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM
@@ -105,7 +106,7 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
             settings = Settings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
             llm = LLMClient(api_key="sk-bench", base_url=fake.base_url,
                             model="deepseek-chat", max_retries=0)
-            engine = await MemoryEngine.open(settings, KeywordExtractor(), llm)
+            engine = await open_engine(settings, KeywordExtractor(), llm)
             try:
                 replies = await _converse(engine, llm, settings, config, script)
                 stored = len(await engine.memories(Scope(1)))

@@ -30,6 +30,7 @@ from bench.timing import write_json
 from companion.config.settings import Settings, load_settings
 from companion.core.models import Scope
 from companion.engine.retrievers import DenseRetriever
+from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 
@@ -110,7 +111,7 @@ class DenseReplay:
 async def replay_dense(lines: Iterable[DatasetLine], ks: Sequence[int], url: str, model: str | None) -> DenseReplay:
     with tempfile.TemporaryDirectory(prefix="bench-dense-") as tmp:
         settings = dense_settings(url, model, Path(tmp))
-        engine = await MemoryEngine.open(settings, KeywordExtractor())
+        engine = await open_engine(settings, KeywordExtractor())
         try:
             if engine.dense is None:
                 raise ValueError("the embedding backend did not start")

@@ -35,6 +35,7 @@ from bench.dataset import DatasetLine, MemoryLine, QueryLine
 from bench.metrics import CHAT_CLEAN, OTHER_APART, OTHER_CLEAN, InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
+from companion.ops.assembly import open_engine
 from companion.recall.chars import units
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
@@ -146,7 +147,7 @@ async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_di
         settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp))  # type: ignore[call-arg]
         if min_match is not None:
             settings = settings.model_copy(update={"recall_min_match": min_match})
-        engine = await MemoryEngine.open(settings, KeywordExtractor())
+        engine = await open_engine(settings, KeywordExtractor())
         try:
             return await _replay(engine, lines, ks, notes, injections, newest_only)
         finally:
@@ -322,7 +323,7 @@ async def run_latency(sizes: Sequence[int], turns: int, seed: int) -> dict[str, 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         settings = Settings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
-        engine = await MemoryEngine.open(settings, KeywordExtractor())
+        engine = await open_engine(settings, KeywordExtractor())
         try:
             for number, size in enumerate(sizes, start=1):
                 scope = Scope(number)

@@ -33,10 +33,12 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
+from companion.ops.assembly import engine_on
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.base import Maintenance, MemoryStore
+from companion.storage.factory import open_store
 from memory import MemoryEngine
 
 NOW = datetime(2025, 6, 1, 4, 0, tzinfo=UTC)
@@ -134,9 +136,9 @@ def _build_in_child(root: Path, config: ScaleConfig) -> dict[str, Any]:
 
 async def _build_db(root: Path, config: ScaleConfig) -> dict[str, Any]:
     settings = _settings(root, config)
-    store = await SQLiteStore.open(settings.db_path)
+    store = await open_store(settings.database)
     try:
-        engine = await MemoryEngine.create(store, settings, KeywordExtractor())
+        engine = await engine_on(store, settings, KeywordExtractor())
         return await _build(engine, config)
     finally:
         await store.close()
@@ -173,7 +175,7 @@ async def _build(engine: MemoryEngine, config: ScaleConfig) -> dict[str, Any]:
             "seconds_per_slice": slices, "rss_mb_loader": peak_rss_mb()}
 
 
-async def _startup(settings: Settings) -> tuple[dict[str, Any], SQLiteStore, MemoryEngine]:
+async def _startup(settings: Settings) -> tuple[dict[str, Any], MemoryStore, MemoryEngine]:
     """A restart, as ``bot.companion`` does it: open the store while the keyword dictionaries load in a
     thread, the engine, what is left of the dictionaries' load, the active scopes, then the memory context
     of a first reply (its user's index loaded from SQLite)."""
@@ -182,9 +184,9 @@ async def _startup(settings: Settings) -> tuple[dict[str, Any], SQLiteStore, Mem
     started = time.perf_counter()
     keywords = KeywordExtractor()
     keywords.preload()  # as the bot does: the dictionaries load while the database opens
-    store = await SQLiteStore.open(settings.db_path)
+    store = await open_store(settings.database)
     parts["open_store_s"] = time.perf_counter() - started
-    engine = await MemoryEngine.create(store, settings, keywords)
+    engine = await engine_on(store, settings, keywords)
     parts["engine_s"] = time.perf_counter() - started - sum(parts.values())
     await engine.ready()
     parts["dictionaries_wait_s"] = time.perf_counter() - started - sum(parts.values())
@@ -201,7 +203,7 @@ async def _startup(settings: Settings) -> tuple[dict[str, Any], SQLiteStore, Mem
 
 
 async def _measure(
-    engine: MemoryEngine, store: SQLiteStore, settings: Settings, config: ScaleConfig, root: Path,
+    engine: MemoryEngine, store: MemoryStore, settings: Settings, config: ScaleConfig, root: Path,
     report: dict[str, Any],
 ) -> None:
     rng = random.Random(config.seed + 1)
@@ -238,7 +240,7 @@ async def _measure(
     report["machine"] = machine()
 
 
-async def _give_profile(store: SQLiteStore, scope: Scope) -> None:
+async def _give_profile(store: MemoryStore, scope: Scope) -> None:
     """A realistic profile, so each turn pays for the core and the dynamic-trait match like a real user."""
     profile = Profile(core="用户是程序员，喜欢吃火锅和奶茶，养了一只猫叫布丁，周末常去爬山。对花生过敏。",
                       dynamic=[DynamicTrait("最近感冒了，身体不太舒服", ("感冒", "不舒服")),
@@ -316,7 +318,7 @@ async def _writes(engine: MemoryEngine, scopes: list[Scope], count: int, rng: ra
 
 
 async def _new_users(
-    engine: MemoryEngine, store: SQLiteStore, rng: random.Random, *, first: int, pause: float
+    engine: MemoryEngine, store: MemoryStore, rng: random.Random, *, first: int, pause: float
 ) -> dict[str, float]:
     """A new user's first memory while every other table exists: it takes a spare table (made in the
     background after the last new user). Back to back (``pause=0``) each also waits for the spare being
@@ -328,8 +330,14 @@ async def _new_users(
             await engine.remember(Scope(first + n), [synth.memory(rng, NOW)], NOW)
     # Which path each took. Asked of the store: a second connection would parse the whole schema (~9 MB
     # at 10,000 tables) in this process and count in the bot's peak memory.
-    took = sum(store.memory_table(Scope(first + n)).startswith("mem_t") for n in range(NEW_USERS))
+    took = sum(_files(store).memory_table(Scope(first + n)).startswith("mem_t") for n in range(NEW_USERS))
     return {**watch.summary(), "took_spare": took}
+
+
+def _files(store: MemoryStore) -> Maintenance:
+    files = store.maintenance()
+    assert files is not None, "bench scale measures the SQLite store"
+    return files
 
 
 def _sizes(db: Path) -> dict[str, float]:
@@ -338,14 +346,14 @@ def _sizes(db: Path) -> dict[str, float]:
             "wal_mb": round(wal.stat().st_size / 2**20, 3) if wal.exists() else 0.0}
 
 
-async def _backup(store: SQLiteStore, settings: Settings, root: Path, rows: int) -> dict[str, Any]:
+async def _backup(store: MemoryStore, settings: Settings, root: Path, rows: int) -> dict[str, Any]:
     """The nightly backup (snapshot + one CSV per user), then the snapshot alone and the csv module
     alone on the same snapshot (the plain way), to tell the engine's extras from the unavoidable work."""
     with elapsed() as took:
         result = await make_backup(store, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
     spare = root / "snapshot-only.sqlite3"
     with elapsed() as snap:  # the copy alone, as the backup takes it (its journal switch is export work)
-        await store.snapshot(spare, standalone=False)
+        await _files(store).snapshot(spare, standalone=False)
     snapshot_mb = spare.stat().st_size / 2**20
     for leftover in root.glob("snapshot-only.sqlite3*"):
         leftover.unlink()

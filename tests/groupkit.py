@@ -24,6 +24,7 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
 from companion.llm.tools import Tool, ToolFactory
+from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from handlers import build_router
@@ -104,7 +105,7 @@ async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = F
     async with FakeTelegram(bot_username=BOT) as tg, FakeLLM() as llm:
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
-        engine = await MemoryEngine.create(store, settings, EXTRACTOR, client)
+        engine = await engine_on(store, settings, EXTRACTOR, client)
         factory = memory_tools(engine) if memory_tools_on else search_tool(engine) if tools else None
         chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1), tools=factory)
         await chat.load()

@@ -19,6 +19,7 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
+from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage import spares
 from companion.storage.sqlite import SQLiteStore
@@ -69,7 +70,7 @@ async def open_rig(llm: FakeLLM, settings: Settings, clock: Clock | None = None,
     clock = clock or Clock()
     client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
     store = await SQLiteStore.open(settings.db_path)
-    engine = await MemoryEngine.create(store, settings, _EXTRACTOR, client)
+    engine = await engine_on(store, settings, _EXTRACTOR, client)
     chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(seed))
     await chat.load()
     return Rig(llm, client, engine, chat, clock, settings, store)

@@ -29,12 +29,13 @@ from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status
 from companion.llm.client import LLMClient
 from companion.ops.admin import AdminService, usage_chart, usage_sink
 from companion.ops.admin_texts import PRIVATE_ONLY
+from companion.ops.assembly import engine_on
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import EVERY_STATUS
+from companion.storage.base import EVERY_STATUS, UsageCell, UsageRow
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.usage import UsageCell, UsageLog, UsageRow
+from companion.storage.usage import SQLiteUsageLog
 from handlers import build_router
 from handlers.admin import register_admin_commands
 from handlers.commands import bot_commands
@@ -77,10 +78,10 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5,
-                           usage_sink=usage_sink(UsageLog(store)), clock=clock)
-        engine = await MemoryEngine.create(store, settings, KeywordExtractor(), client)
+                           usage_sink=usage_sink(SQLiteUsageLog(store)), clock=clock)
+        engine = await engine_on(store, settings, KeywordExtractor(), client)
         chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(1))
-        admin = AdminService(engine, store, UsageLog(store), settings.tz, forget=chat.forget, clock=clock)
+        admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
         dp = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=engine, tz=settings.tz, admin=admin,
@@ -181,7 +182,7 @@ async def test_stats_text_and_chart_with_llm_usage_from_the_table(admin_rig: Adm
     assert photo["kind"] == "photo" and photo["file"]["content"].startswith(b"\x89PNG\r\n\x1a\n")
     assert "用户 1" in text and "中期 1" in text and "重要程度分布" in text
     assert "最近7天模型调用" in text and "reply 1次" in text
-    report = await UsageLog(admin_rig.store).report(NOW - timedelta(days=1), timedelta(hours=8))
+    report = await SQLiteUsageLog(admin_rig.store).report(NOW - timedelta(days=1), timedelta(hours=8))
     reply_cell = next(c for c in report if c.purpose == "reply")
     assert reply_cell.calls == 1 and reply_cell.prompt_tokens > 0 and reply_cell.day == "2025-12-23"
 
@@ -193,12 +194,12 @@ def _seed(data_dir: Path) -> tuple[int, int]:
         settings = make_settings(data_dir.parent)
         store = await SQLiteStore.open(settings.db_path)
         try:
-            engine = await MemoryEngine.create(store, settings, KeywordExtractor())
+            engine = await engine_on(store, settings, KeywordExtractor())
             now = datetime.now(UTC)
             a = (await engine.save_draft(Scope(USER), MemoryDraft("喜欢猫", [], 70), now)).id
             await engine.save_draft(Scope(USER), MemoryDraft("住在杭州", [], 50), now)
             b = (await engine.save_draft(Scope(OTHER), MemoryDraft("喜欢狗", [], 40), now)).id
-            await UsageLog(store).add(_usage_row(now))
+            await SQLiteUsageLog(store).add(_usage_row(now))
             return a, b
         finally:
             await store.close()
@@ -245,7 +246,7 @@ def test_cli_users_forget_export_stats(tmp_path: Path, monkeypatch: pytest.Monke
 async def test_usage_report_by_local_day_and_purpose(tmp_path: Path) -> None:
     store = await SQLiteStore.open(tmp_path / "usage.sqlite3")
     try:
-        log = UsageLog(store)
+        log = SQLiteUsageLog(store)
         late = datetime(2025, 12, 22, 17, 0, tzinfo=UTC)  # 01:00 on the 23rd in Shanghai
         for at, purpose, hit in ((late, "reply", 900), (late, "reply", None), (late - timedelta(hours=2), "reply", 0),
                                  (late, "extraction", None), (late - timedelta(days=9), "reply", 1)):

@@ -15,8 +15,8 @@ import pytest
 
 from companion.config.settings import load_settings
 from companion.core.errors import ConfigError
-from companion.engine.retrievers import build_embedder
 from companion.llm.embeddings import EmbeddingError, LocalEmbedder, OpenAIEmbedder, batches, normalized
+from companion.ops.assembly import build_embedder
 from tests.fakes.embeddings import FakeEmbeddings, cosine
 
 

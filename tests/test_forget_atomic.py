@@ -71,7 +71,7 @@ from pathlib import Path
 from companion.core.models import Scope
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
-from memory import MemoryEngine
+from companion.ops.assembly import engine_on
 from tests.support import make_settings
 
 async def main() -> None:
@@ -79,7 +79,7 @@ async def main() -> None:
     store = await SQLiteStore.open(settings.db_path)
     # Killed in the middle of the forget: when the profile is withdrawn, the process dies on the spot.
     await store._conn.create_function("crash", 0, lambda: os._exit({code}))
-    engine = await MemoryEngine.create(store, settings, KeywordExtractor())
+    engine = await engine_on(store, settings, KeywordExtractor())
     await engine.forget(Scope({user}), [int(sys.argv[2])])
     print("forget finished without the crash")
 

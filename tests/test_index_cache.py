@@ -65,8 +65,8 @@ async def test_another_process_writing_drops_everything(store: InMemoryStore, mo
     cache = IndexCache(store, _KEYWORDS.keywords)
     await cache.index(Scope(1))
     await cache.index(Scope(2))
-    version = await store.data_version()
-    monkeypatch.setattr(store, "data_version", lambda: _const(version + 1))
+    version = await store.change_counter()
+    monkeypatch.setattr(store, "change_counter", lambda: _const(version + 1))
     await cache.index(Scope(2))
     assert cache.cached(Scope(1)) is None and cache.held == 30
 

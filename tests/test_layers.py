@@ -30,6 +30,12 @@ LAYERS: dict[str, int] = {
 }
 NO_TELEGRAM_BELOW = 6  # nothing under handlers/ imports aiogram
 
+# The storage seam: above companion/storage/ only the protocols, the factory and SQLite's named
+# maintenance capability may be imported, never a backend's module (sqlite, inmemory, vectors, usage...).
+STORAGE_SEAM = frozenset({"companion.storage.base", "companion.storage.factory", "companion.storage.maintenance"})
+# Benchmarks of a backend itself, not of the engine: the plain-sqlite3 baseline and the vector scorers.
+BACKEND_BENCHES = frozenset({"bench/plain.py", "bench/vectorsearch.py"})
+
 
 def package_of(module: str) -> str | None:
     best = None
@@ -82,6 +88,62 @@ def test_imports_point_down(path: Path) -> None:
         if LAYERS[other] >= LAYERS[own]:
             upward.append(f"line {line}: {target} (layer {LAYERS[other]}) from {own} (layer {LAYERS[own]})")
     assert not upward, f"{path.relative_to(ROOT)} imports up or sideways:\n" + "\n".join(upward)
+
+
+def storage_modules_imported(path: Path) -> list[tuple[int, str]]:
+    """Every ``companion.storage`` module a file imports, ``from companion.storage import x`` included."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("companion.storage"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "companion.storage":
+                found.extend((node.lineno, f"companion.storage.{a.name}") for a in node.names)
+            elif node.module.startswith("companion.storage."):
+                found.append((node.lineno, node.module))
+            elif node.module == "companion":
+                found.extend((node.lineno, "companion.storage") for a in node.names if a.name == "storage")
+    return found
+
+
+def seam_breaches(path: Path) -> list[str]:
+    return [f"line {line}: {target}" for line, target in storage_modules_imported(path) if target not in STORAGE_SEAM]
+
+
+def engine_users() -> list[Path]:
+    """Every module above companion/storage/, and the benchmarks that measure the engine."""
+    above = [f for f in project_files() if package_of(module_name(f)) != "companion.storage"]
+    benches = [f for f in sorted((ROOT / "bench").rglob("*.py"))
+               if f.relative_to(ROOT).as_posix() not in BACKEND_BENCHES]
+    return above + benches
+
+
+@pytest.mark.parametrize("path", engine_users(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_storage_is_reached_through_its_seam(path: Path) -> None:
+    breaches = seam_breaches(path)
+    assert not breaches, (f"{path.relative_to(ROOT)} imports a storage backend directly; use "
+                          "companion.storage.factory.open_store and the protocols of companion.storage.base:\n"
+                          + "\n".join(breaches))
+
+
+ENGINE = ("companion.engine", "memory")
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) in ENGINE],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_knows_no_bot_settings(path: Path) -> None:
+    """Any host embeds the engine with its own configuration: the engine never reads the bot's Settings."""
+    found = [f"line {line}: {target}" for line, target in imports_of(path) if package_of(target) == "companion.config"]
+    assert not found, f"{path.relative_to(ROOT)} imports the bot's configuration:\n" + "\n".join(found)
+
+
+def test_the_seam_guard_catches_a_backend_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from companion.storage.sqlite import SQLiteStore\nfrom companion.storage import inmemory\n"
+                   "import companion.storage.vectors\nfrom companion.storage.base import MemoryStore\n"
+                   "from companion.storage.factory import open_store\n", encoding="utf-8")
+    assert seam_breaches(bad) == ["line 1: companion.storage.sqlite", "line 2: companion.storage.inmemory",
+                                  "line 3: companion.storage.vectors"]
 
 
 def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:

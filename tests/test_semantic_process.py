@@ -16,8 +16,8 @@ import pytest
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.timeutil import utcnow
+from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
-from memory import MemoryEngine
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.embeddings import FakeEmbeddings
 from tests.process import ROOT, bot_env, run_cli
@@ -46,7 +46,7 @@ async def test_reindex_then_recall_by_meaning_in_the_bot_process(
 ) -> None:
     tg, llm, embeddings = servers
     # Written before semantic recall was configured: no vectors yet.
-    engine = await MemoryEngine.open(make_settings(tmp_path), KeywordExtractor())
+    engine = await open_engine(make_settings(tmp_path), KeywordExtractor())
     try:
         await engine.remember(Scope(USER), [
             MemoryDraft("我家小狗豆豆这几天拉肚子", ["小狗", "豆豆", "拉肚子"], 85, Validity.DAYS_30),

@@ -20,6 +20,7 @@ from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, 
 from companion.engine.retrievers import DenseRetriever, document
 from companion.llm.embeddings import EmbeddingError
 from companion.ops import commands
+from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
@@ -78,7 +79,7 @@ async def fake() -> AsyncIterator[FakeEmbeddings]:
 @pytest.fixture
 async def setup(fake: FakeEmbeddings, tmp_path: Path) -> AsyncIterator[Setup]:
     settings = dense_settings(tmp_path, fake)
-    engine = await MemoryEngine.open(settings, KEYWORDS)
+    engine = await open_engine(settings, KEYWORDS)
     try:
         yield Setup(engine, fake, settings)
     finally:
@@ -90,7 +91,7 @@ async def recalled_events(engine: MemoryEngine, text: str, scope: Scope = ME) ->
 
 
 async def test_off_by_default(tmp_path: Path) -> None:
-    engine = await MemoryEngine.open(make_settings(tmp_path), KEYWORDS)
+    engine = await open_engine(make_settings(tmp_path), KEYWORDS)
     try:
         assert engine.dense is None
         await engine.remember(ME, [dog()], NOW)
@@ -175,7 +176,7 @@ async def test_cleanup_removes_the_vectors(setup: Setup) -> None:
 async def test_a_failing_backend_degrades_to_keywords_with_one_warning(
     fake: FakeEmbeddings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = await MemoryEngine.open(dense_settings(tmp_path, fake, embedding_retry_after_seconds=0), KEYWORDS)
+    engine = await open_engine(dense_settings(tmp_path, fake, embedding_retry_after_seconds=0), KEYWORDS)
     try:
         await engine.remember(ME, [dog(), interview()], NOW)
         fake.fail_next(count=6, status=503)  # every query below fails
@@ -251,7 +252,7 @@ async def test_search_by_words_comes_first_then_meaning(setup: Setup) -> None:
 
 
 async def test_search_works_without_a_backend(tmp_path: Path) -> None:
-    engine = await MemoryEngine.open(make_settings(tmp_path), KEYWORDS)
+    engine = await open_engine(make_settings(tmp_path), KEYWORDS)
     try:
         ids = await engine.remember(ME, [dog(), interview()], NOW)
         assert [m.id for m in await engine.search(ME, "豆豆", NOW)] == [ids[0]]
@@ -286,7 +287,7 @@ async def test_reindex_command(setup: Setup, capsys: pytest.CaptureFixture[str])
     with pytest.raises(ConfigError, match="EMBEDDING_BASE_URL"):
         await commands.run_reindex(make_settings(setup.settings.data_dir.parent / "other"),
                                    argparse.Namespace(force=False))
-    setup.engine = await MemoryEngine.open(setup.settings, KEYWORDS)
+    setup.engine = await open_engine(setup.settings, KEYWORDS)
 
 
 async def test_a_chat_turn_carries_a_memory_found_by_meaning(
@@ -309,12 +310,28 @@ async def test_a_local_model_that_cannot_load_leaves_keyword_recall(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="companion.engine.retrievers")
-    engine = await MemoryEngine.open(make_settings(tmp_path, embedding_local_model=str(tmp_path / "missing")),
+    engine = await open_engine(make_settings(tmp_path, embedding_local_model=str(tmp_path / "missing")),
                                      KEYWORDS)
     try:
         assert engine.dense is None
         assert any("semantic recall off" in r.getMessage() for r in caplog.records)
         await engine.remember(ME, [interview()], NOW)
         assert await recalled_events(engine, "字节的面试准备得怎么样") == ["下周三要去字节面试"]
+    finally:
+        await engine.close()
+
+
+async def test_a_store_without_vectors_keeps_keyword_recall(
+    fake: FakeEmbeddings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The capability, not the store's class, decides: a backend offering no vectors gets keyword recall."""
+    settings = dense_settings(tmp_path, fake, database_url="memory://")
+    with caplog.at_level(logging.WARNING):
+        engine = await open_engine(settings, KEYWORDS)
+    try:
+        assert engine.dense is None
+        assert "needs a store that keeps vectors" in caplog.text
+        await engine.remember(ME, [dog()], NOW)
+        assert await recalled_events(engine, "我的狗") != []
     finally:
         await engine.close()

@@ -487,16 +487,16 @@ async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypat
 
 
 
-async def test_data_version_moves_when_another_connection_commits(storage: SQLiteStore) -> None:
+async def test_change_counter_moves_when_another_connection_commits(storage: SQLiteStore) -> None:
     await storage.apply_changes(ALICE, NOW, inserts=[draft()])
-    before = await storage.data_version()
+    before = await storage.change_counter()
     await storage.fetch_memories(ALICE)
     await storage.apply_changes(ALICE, NOW, inserts=[draft("爱吃火锅")])  # this store's own writes
-    assert await storage.data_version() == before
+    assert await storage.change_counter() == before
     other = sqlite3.connect(storage.path)
     try:
         other.execute("INSERT INTO meta (key, value) VALUES ('by', 'another process')")
         other.commit()
     finally:
         other.close()
-    assert await storage.data_version() != before
+    assert await storage.change_counter() != before

@@ -28,6 +28,7 @@ from companion.core.models import (
     Validity,
 )
 from companion.storage.base import EVERY_STATUS, MemoryStore
+from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
@@ -37,10 +38,11 @@ DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=backends())
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    opened: MemoryStore
-    opened = await SQLiteStore.open(tmp_path / "m.sqlite3") if request.param == "sqlite" else InMemoryStore()
+    """Every registered backend, opened as a host opens it (``open_store``)."""
+    url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
+    opened = await open_store(url)
     yield opened
     await opened.close()
 

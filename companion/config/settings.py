@@ -12,6 +12,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from companion.core.errors import ConfigError
 
+DB_NAME = "memory.sqlite3"
+# sqlite:///<path>: a relative path after the three slashes, an absolute one after four (SQLAlchemy's spelling).
+SQLITE_PREFIX = "sqlite:///"
 DEFAULT_IMPORTANT_KEYWORDS = (
     "生病", "感冒", "发烧", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
     "结婚", "离婚", "怀孕", "去世", "搬家", "毕业", "考试", "面试", "升职",
@@ -41,6 +44,9 @@ class Settings(BaseSettings):
     llm_tools_enabled: bool = True
     data_dir: Path = Path("data")
     backup_dir: Path = Path("backups")
+    # Empty: SQLite in DATA_DIR/memory.sqlite3 (see ``database``). A scheme no backend registered is
+    # refused when the store opens (``companion.storage.factory``).
+    database_url: str = ""
     timezone: str = "Asia/Shanghai"
     admin_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
     log_level: str = "INFO"
@@ -136,8 +142,17 @@ class Settings(BaseSettings):
         return ZoneInfo(self.timezone)
 
     @property
+    def database(self) -> str:
+        """The store's URL: ``DATABASE_URL``, or SQLite in ``DATA_DIR/memory.sqlite3``."""
+        return self.database_url or f"{SQLITE_PREFIX}{self.data_dir / DB_NAME}"
+
+    @property
     def db_path(self) -> Path:
-        return self.data_dir / "memory.sqlite3"
+        """The SQLite file the store lives in (and beside which operator commands take their lock); for a
+        store of another kind, where that file would be."""
+        if self.database.startswith(SQLITE_PREFIX) and len(self.database) > len(SQLITE_PREFIX):
+            return Path(self.database[len(SQLITE_PREFIX):])
+        return self.data_dir / DB_NAME
 
     def require(self, *names: str) -> None:
         """Raise one clear ConfigError naming every required key that is unset."""
@@ -175,7 +190,10 @@ def load_settings(base_dir: Path | None = None, **overrides: object) -> Settings
         raise ConfigError(f"Invalid setting {problems}") from None
     if base_dir is None:
         return settings
+    url = settings.database_url
+    if url.startswith(SQLITE_PREFIX) and len(url) > len(SQLITE_PREFIX):  # a relative file counts from there too
+        url = f"{SQLITE_PREFIX}{base_dir / Path(url[len(SQLITE_PREFIX):]).expanduser()}"
     return settings.model_copy(
         update={"data_dir": base_dir / settings.data_dir.expanduser(),
-                "backup_dir": base_dir / settings.backup_dir.expanduser()}
+                "backup_dir": base_dir / settings.backup_dir.expanduser(), "database_url": url}
     )

@@ -56,7 +56,7 @@ class IndexCache:
         self._sizes: dict[Scope, int] = {}
         self._held = 0
         self._standing: dict[Scope, _Candidates] = {}
-        self._data_version: int | None = None
+        self._change_count: int | None = None
 
     @property
     def held(self) -> int:
@@ -68,13 +68,13 @@ class IndexCache:
         return len(self._indexes)
 
     async def _check(self) -> None:
-        version = await self._store.data_version()
-        if version != self._data_version:
+        version = await self._store.change_counter()
+        if version != self._change_count:
             # Another process wrote: nothing cached can be trusted.
             self.clear()
-            if self._on_stale is not None and self._data_version is not None:
+            if self._on_stale is not None and self._change_count is not None:
                 self._on_stale()
-            self._data_version = version
+            self._change_count = version
 
     async def index(self, scope: Scope) -> ScopeIndex:
         await self._check()

@@ -1,9 +1,10 @@
 """The dense retriever: semantic recall beside the keyword index, on when an embedding backend is configured.
 
-Memories are embedded when they are written (outside the scope lock, batched) and their vectors kept in
-the same SQLite database (``storage.vectors``); a turn is embedded once and the scope's nearest memories are
-fused with the keyword ranking by reciprocal rank fusion. A failing backend never fails a reply: recall
-falls back to keywords with one warning, and the backend is tried again after ``retry_after`` seconds.
+Memories are embedded when they are written (outside the scope lock, batched) and their vectors kept by the
+store's vectors capability (``MemoryStore.open_vectors``; SQLite keeps them in its own database); a turn is
+embedded once and the scope's nearest memories are fused with the keyword ranking by reciprocal rank
+fusion. A failing backend never fails a reply: recall falls back to keywords with one warning, and
+the backend is tried again after ``retry_after`` seconds.
 Memories whose embedding failed are picked up by the scope's next write or by ``python bot.py reindex``.
 """
 
@@ -15,22 +16,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from companion.config.settings import Settings
 from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
-from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder, OpenAIEmbedder
+from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder
 from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.index import RecallFilter
-from companion.storage.base import MemoryStore
-from companion.storage.sqlite import SQLiteStore
-from companion.storage.vectors import VectorRow, VectorStore, text_hash
+from companion.storage.base import MemoryStore, VectorIndex, VectorRow, text_hash
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
-# A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
-WRITE_RETRIES = 1
 SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut: ask for more
 
 
@@ -41,26 +37,6 @@ class DensePolicy:
     depth: int = 20  # candidates each retriever contributes to the fusion
     sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> DensePolicy:
-        return cls(min_similarity=settings.embedding_min_similarity,
-                   retry_after=settings.embedding_retry_after_seconds)
-
-
-def build_embedder(settings: Settings) -> Embedder | None:
-    """The configured backend, or None when semantic recall is off. Loads nothing yet."""
-    if settings.embedding_backend == "openai":
-        key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
-        return OpenAIEmbedder(
-            base_url=settings.embedding_base_url, model=settings.embedding_model, api_key=key,
-            dimensions=settings.embedding_dimensions, batch_size=settings.embedding_batch_size,
-            timeout=settings.embedding_timeout_seconds, query_timeout=settings.embedding_query_timeout_seconds,
-            max_retries=WRITE_RETRIES,
-        )
-    if settings.embedding_backend == "local":
-        return LocalEmbedder(settings.embedding_local_model, batch_size=settings.embedding_batch_size)
-    return None
-
 
 def document(memory: Memory) -> str:
     """What is embedded for a memory: its event, then its keywords (the ways the user may talk about it)."""
@@ -69,7 +45,7 @@ def document(memory: Memory) -> str:
 
 class DenseRetriever:
     def __init__(
-        self, embedder: Embedder, vectors: VectorStore, store: MemoryStore, policy: DensePolicy | None = None,
+        self, embedder: Embedder, vectors: VectorIndex, store: MemoryStore, policy: DensePolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.embedder = embedder
@@ -80,24 +56,27 @@ class DenseRetriever:
         self._down_until: float | None = None  # set while the backend is failing
 
     @classmethod
-    async def from_settings(cls, store: MemoryStore, settings: Settings) -> DenseRetriever | None:
-        """The retriever the settings ask for, or None (no backend configured: lexical recall only)."""
-        embedder = build_embedder(settings)
+    async def start(
+        cls, store: MemoryStore, embedder: Embedder | None, policy: DensePolicy | None = None
+    ) -> DenseRetriever | None:
+        """A retriever with this backend, or None (no backend, or a store without vectors: lexical recall
+        only). Takes ownership of ``embedder``: closed here when no retriever is made."""
         if embedder is None:
             return None
-        if not isinstance(store, SQLiteStore):
+        vectors = await store.open_vectors()
+        if vectors is None:
             await embedder.close()
-            log.warning("semantic recall needs the SQLite store; recall uses keywords only")
+            log.warning("semantic recall needs a store that keeps vectors; recall uses keywords only")
             return None
         if isinstance(embedder, LocalEmbedder):
             try:
                 await embedder.load()  # now, not on the first reply: loading takes seconds
             except EmbeddingError as exc:
+                await vectors.close()
                 log.warning("semantic recall off: %s", exc)
                 return None
-        vectors = await VectorStore.open(store)
         log.info("semantic recall on: %s, vectors scored by %s", embedder.name, vectors.backend)
-        return cls(embedder, vectors, store, DensePolicy.from_settings(settings))
+        return cls(embedder, vectors, store, policy)
 
     async def close(self) -> None:
         await self.embedder.close()

@@ -1,15 +1,16 @@
 """The engine's value types: its configuration, the memory context it hands the chat layer as data, and
-the reports its operations return. No behaviour beyond building a config from settings."""
+the reports its operations return. No behaviour; a host builds the config from its own settings
+(the bot: ``companion.ops.assembly.engine_config``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo
 
-from companion.config.settings import Settings
 from companion.core.models import Memory, MemoryType, Recalled, ShortItem, Tier
 from companion.engine.profile import ProfilePolicy
+from companion.engine.retrievers import DensePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,23 +23,9 @@ class EngineConfig:
     capacity: int = 200
     tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
     profile: ProfilePolicy = field(default_factory=ProfilePolicy)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> EngineConfig:
-        return cls(
-            recall_max=settings.recall_max,
-            recall_min_importance=settings.recall_min_importance,
-            recall_min_match=settings.recall_min_match,
-            recall_cooldown_turns=settings.recall_cooldown_turns,
-            extract_max_turns=settings.extract_max_turns,
-            capacity=settings.memory_capacity,
-            tz=settings.tz,
-            profile=ProfilePolicy(
-                ttl=timedelta(hours=settings.profile_ttl_hours),
-                min_refresh=timedelta(minutes=settings.profile_refresh_min_minutes),
-                min_importance=settings.profile_min_importance,
-            ),
-        )
+    important_keywords: tuple[str, ...] = ()  # added to the keyword dictionary
+    cache_memories: int | None = None  # memories the recall index cache holds; None: the default budget
+    dense: DensePolicy = field(default_factory=DensePolicy)
 
 
 @dataclass(slots=True)

@@ -20,8 +20,7 @@ from companion.core.timeutil import utcnow
 from companion.llm.usage import UsageRecord, UsageSink
 from companion.ops.chart import stacked_bars
 from companion.ops.export import export_csv_bytes
-from companion.storage.base import EVERY_STATUS, MemoryStore
-from companion.storage.usage import UsageCell, UsageLog, UsageRow
+from companion.storage.base import EVERY_STATUS, MemoryStore, UsageCell, UsageLog, UsageRow
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from companion.core.models import MemoryType, Status, Tier
 from companion.core.timeutil import show
 from companion.ops.admin import HISTOGRAM, AdminService, Progress
-from companion.storage.usage import UsageCell
+from companion.storage.base import UsageCell
 
 
 @contextmanager

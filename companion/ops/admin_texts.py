@@ -11,7 +11,7 @@ from companion.core.models import Memory, MemoryType, Status, Tier, Validity
 from companion.core.timeutil import show
 from companion.ops.admin import HISTOGRAM, AdminStats, UserSummary
 from companion.ops.csvformat import LABELS
-from companion.storage.usage import UsageCell
+from companion.storage.base import UsageCell
 
 NO_PERMISSION = "没有权限"
 PRIVATE_ONLY = "管理命令只在和我的私聊里回答，请私聊我再发。"

@@ -34,8 +34,8 @@ from pathlib import Path
 from companion.core.errors import BackupError, StorageError
 from companion.core.timeutil import local_date
 from companion.ops.csvformat import HEADERS, fixed_offset, row_finisher, select_expressions
-from companion.storage.snapshot import make_standalone, open_snapshot
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.base import Maintenance, MemoryStore
+from companion.storage.maintenance import make_standalone, open_snapshot
 
 SNAPSHOT_NAME = "memory.sqlite3"
 IN_PROGRESS = ".backup-in-progress"
@@ -239,15 +239,18 @@ def export_in_worker(
 
 
 async def make_backup(
-    store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
+    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
     progress: Progress | None = None, stop: threading.Event | None = None,
 ) -> BackupResult:
     """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days. One
     backup at a time: a second (the operator's ``backup`` while the bot makes its own) waits for the
     first, as both would build the same day."""
+    files = store.maintenance()
+    if files is None:
+        raise BackupError("this store keeps no database file to snapshot; backups need DATABASE_URL=sqlite:///...")
     backup_dir.mkdir(parents=True, exist_ok=True)
     async with _one_at_a_time(backup_dir):
-        return await _make_backup(store, backup_dir, now, tz, keep_days, progress, stop)
+        return await _make_backup(files, backup_dir, now, tz, keep_days, progress, stop)
 
 
 @contextlib.asynccontextmanager
@@ -301,7 +304,7 @@ def swap_in(staging: Path, folder: Path) -> None:
 
 
 async def _make_backup(
-    store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
+    store: Maintenance, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
     stop: threading.Event | None,
 ) -> BackupResult:
     day = local_date(now, tz)

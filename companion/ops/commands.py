@@ -37,12 +37,12 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.errors import BackupError
     from companion.core.timeutil import utcnow
     from companion.ops.stoppable import stoppable_backup
-    from companion.storage.sqlite import SQLiteStore
+    from companion.storage.factory import open_store
 
     require_database(settings)
     if settings.db_path.stat().st_size == 0:  # opening it would make it an empty database: "0 users"
         raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
-    storage = await SQLiteStore.open(settings.db_path)
+    storage = await open_store(settings.database)
     try:
         result = await stoppable_backup(
             storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress_line("backup")
@@ -84,10 +84,10 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.models import Scope
     from companion.ops.table import memories_table
-    from companion.storage.sqlite import SQLiteStore
+    from companion.storage.factory import open_store
 
     require_database(settings)
-    storage = await SQLiteStore.open(settings.db_path)
+    storage = await open_store(settings.database)
     try:
         memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
     finally:

@@ -18,7 +18,7 @@ from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
 from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
 from companion.ops.stoppable import stoppable_backup
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.base import MemoryStore
 from memory import DecayReport, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
     return await engine.decay(now)
 
 
-async def run_backup(store: SQLiteStore, settings: Settings, now: datetime | None = None) -> BackupResult:
+async def run_backup(store: MemoryStore, settings: Settings, now: datetime | None = None) -> BackupResult:
     result = await stoppable_backup(store, Path(settings.backup_dir), now or utcnow(), settings.tz,
                                     settings.backup_keep_days)
     if result.damaged:
@@ -60,7 +60,7 @@ async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
     return last is None or now - last >= timedelta(days=1)
 
 
-def build_scheduler(engine: MemoryEngine, store: SQLiteStore, settings: Settings) -> AsyncIOScheduler:
+def build_scheduler(engine: MemoryEngine, store: MemoryStore, settings: Settings) -> AsyncIOScheduler:
     """Decay through the engine; the backup reads the store directly (the composition root hands both)."""
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 
@@ -103,7 +103,7 @@ def backup_is_overdue(newest: date | None, now: datetime, tz: tzinfo, at: time) 
     return newest is None or newest < due_day
 
 
-async def catch_up(engine: MemoryEngine, store: SQLiteStore, settings: Settings) -> None:
+async def catch_up(engine: MemoryEngine, store: MemoryStore, settings: Settings) -> None:
     """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles), then
     a missed nightly backup, so a bot that was down at night still has last night's backup."""
     now = utcnow()

@@ -31,8 +31,8 @@ from companion.core.models import Memory, Scope, Status
 from companion.ops.backup import IN_PROGRESS, fsync
 from companion.ops.csvformat import LEGACY_HEADERS, parse_row
 from companion.ops.staging import remove_staging, staging_path
-from companion.storage.snapshot import checkpoint, open_snapshot
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.factory import open_store, sqlite_url
+from companion.storage.maintenance import checkpoint, open_snapshot
 
 Progress = Callable[[int, int], None]
 
@@ -231,7 +231,7 @@ async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> set[int]
     """Write every scope's memories; returns the fresh handles given to first-format files. Files that
     keep their handles go first: fresh handles are then issued above every kept one, never onto one."""
     fresh: set[int] = set()
-    store = await SQLiteStore.open(path)
+    store = await open_store(sqlite_url(path))
     try:
         for part in sorted(data, key=lambda p: p.legacy):
             handles = await store.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
@@ -260,7 +260,7 @@ async def reforget(path: Path, live: LiveTombstones, fresh: Iterable[int], now: 
         return 0
     fresh = set(fresh)
     total = 0
-    store = await SQLiteStore.open(path)
+    store = await open_store(sqlite_url(path))
     try:
         for scope in await store.scopes():
             by_reason: dict[str, list[int]] = defaultdict(list)

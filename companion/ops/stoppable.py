@@ -11,13 +11,13 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 
 from companion.ops.backup import BackupResult, BackupStopped, Progress, make_backup
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.base import MemoryStore
 
 __all__ = ["BackupStopped", "stoppable_backup"]
 
 
 async def stoppable_backup(
-    store: SQLiteStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None = None,
+    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None = None,
 ) -> BackupResult:
     """``make_backup``, whose CSV export thread also stops when the run is cancelled (SIGTERM, Ctrl-C).
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from companion.core.errors import StorageError
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -15,12 +15,15 @@ BATCH = 50
 PAUSE_SECONDS = 0.05
 
 
-async def upgrade_tables(store: SQLiteStore, batch: int = BATCH, pause: float = PAUSE_SECONDS) -> int:
+async def upgrade_tables(store: MemoryStore, batch: int = BATCH, pause: float = PAUSE_SECONDS) -> int:
     """Upgrade every stale memory table; returns how many batches ran. A failure stops the run with one
     warning (the tables are upgraded when touched anyway)."""
     rounds = 0
+    files = store.maintenance()
+    if files is None:
+        return 0  # a store without schema-versioned tables has nothing to upgrade
     try:
-        while await store.upgrade_stale(batch):
+        while await files.upgrade_stale(batch):
             rounds += 1
             await asyncio.sleep(pause)
     except StorageError as exc:

@@ -1,1 +1,4 @@
-"""SQLiteStore: every byte that reaches the database. May import ``companion.core`` only."""
+"""Storage: the store protocols (``base``), one way to open a store (``factory.open_store(url)``), SQLite's
+maintenance capability (``maintenance``) and the backends behind them (``SQLiteStore``: every byte that
+reaches the database; ``InMemoryStore``). Layers above import only ``base``, ``factory`` and
+``maintenance``. May import ``companion.core`` only."""

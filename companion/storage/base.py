@@ -2,14 +2,20 @@
 
 ``SQLiteStore`` (``sqlite.py``) is the one that ships; ``InMemoryStore`` (``inmemory.py``) runs the same
 contract in dicts for fast engine tests, and a server database can be added later without touching the
-engine. Every method is one short unit of work: none spans an LLM or Telegram await, and every method that
+engine: it registers an opener with ``factory.register_backend`` and everything above this package reaches it
+through ``factory.open_store(url)`` and the protocols here, never through its module. Optional capabilities
+(vectors, the usage log, file-level maintenance) are offered by methods that return None when a backend has no
+such thing. Every method is one short unit of work: none spans an LLM or Telegram await, and every method that
 reads or writes memories takes the scope it acts for, so one scope's call can never reach another's rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Protocol
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
@@ -21,8 +27,22 @@ EVERY_STATUS: frozenset[Status] = frozenset(Status)
 class MemoryStore(Protocol):
     async def close(self) -> None: ...
 
-    async def data_version(self) -> int:
-        """Changes when another process commits (an operator's command line); own commits do not count."""
+    async def change_counter(self) -> int:
+        """Changes when a writer other than this store object commits (another process: an operator's
+        command line); this object's own writes do not move it. Caches compare it to know they are stale."""
+        ...
+
+    # ---- optional capabilities: None where the backend has no such thing ----
+    async def open_vectors(self) -> VectorIndex | None:
+        """The memory vectors for semantic recall, kept beside the memories (closed by the caller)."""
+        ...
+
+    def usage_log(self) -> UsageLog | None:
+        """The log of LLM calls (tokens, latency) the operator's usage report reads."""
+        ...
+
+    def maintenance(self) -> Maintenance | None:
+        """File-level upkeep of a database file: snapshot, background table upgrade."""
         ...
 
     # ---- scopes ----
@@ -155,3 +175,98 @@ def moved_suffixes(old_scopes: Iterable[Scope], old_chat_id: int, new_chat_id: i
     """The small-state key endings that follow a chat's move: ``:<scope key>`` per scope, ``:<chat id>``."""
     pairs = [(f":{s.key}", f":{Scope(s.user_id, new_chat_id).key}") for s in old_scopes]
     return [*pairs, (f":{old_chat_id}", f":{new_chat_id}")]
+
+
+# ---- the vectors capability -------------------------------------------------------------------------
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRow:
+    handle: int
+    text_hash: str
+    vector: Sequence[float]
+
+
+class VectorIndex(Protocol):
+    """One scope's vectors never meet another's; vectors of one model are never compared with another's."""
+
+    @property
+    def backend(self) -> str: ...
+
+    async def close(self) -> None: ...
+    async def put(self, scope: Scope, model: str, rows: Sequence[VectorRow], now: datetime) -> int: ...
+    async def delete(self, handles: Sequence[int]) -> int: ...
+    async def prune(self, scope: Scope | None = None) -> int: ...
+    async def drop_other_models(self, model: str) -> int: ...
+    async def hashes(self, scope: Scope, model: str) -> dict[int, str]: ...
+    async def count(self, model: str | None = None) -> int: ...
+    async def nearest(self, scope: Scope, model: str, query: Sequence[float], k: int) -> list[tuple[int, float]]: ...
+
+
+# ---- the usage-log capability -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One call, as stored. Cache counts are None when the server did not report a split."""
+
+    at: datetime
+    purpose: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit_tokens: int | None
+    cache_miss_tokens: int | None
+    latency_ms: float
+    ok: bool = True
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCell:
+    """One (local day, purpose) of the report."""
+
+    day: str  # YYYY-MM-DD, local
+    purpose: str
+    calls: int
+    failures: int
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit_tokens: int
+    cache_miss_tokens: int
+    avg_latency_ms: float
+    tool_calls: int
+
+
+class UsageLog(Protocol):
+    async def add(self, row: UsageRow) -> None: ...
+
+    async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
+        """Calls since ``since`` by local day and purpose, oldest day first; days cut at ``offset`` from UTC."""
+        ...
+
+
+# ---- the maintenance capability (a database file) ---------------------------------------------------
+
+
+class Maintenance(Protocol):
+    """What the backup and the start-up upkeep need of a store kept in one database file."""
+
+    @property
+    def path(self) -> Path: ...
+
+    async def snapshot(self, target: Path, *, standalone: bool = True) -> None:
+        """A consistent copy of the whole database at ``target``."""
+        ...
+
+    async def upgrade_stale(self, limit: int = 50) -> int:
+        """Upgrade up to ``limit`` rows of tables left at an old schema; 0 when none is left."""
+        ...
+
+    def memory_table(self, scope: Scope) -> str:
+        """The table a scope's memories live in (diagnostics: a benchmark tells a spare table taken)."""
+        ...

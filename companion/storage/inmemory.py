@@ -11,7 +11,7 @@ from companion.core import rules
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.storage.base import ACTIVE_ONLY, moved_suffixes
+from companion.storage.base import ACTIVE_ONLY, Maintenance, UsageLog, VectorIndex, moved_suffixes
 
 
 class InMemoryStore:
@@ -34,8 +34,18 @@ class InMemoryStore:
     async def close(self) -> None:
         return None
 
-    async def data_version(self) -> int:
+    async def change_counter(self) -> int:
+        # Only this object writes these dicts, and its own writes do not count: nothing else can move it.
         return 0
+
+    async def open_vectors(self) -> VectorIndex | None:
+        return None
+
+    def usage_log(self) -> UsageLog | None:
+        return None
+
+    def maintenance(self) -> Maintenance | None:
+        return None
 
     def _ensure(self, scope: Scope) -> dict[int, Memory]:
         self._scopes.setdefault(scope, False)

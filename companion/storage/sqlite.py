@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
@@ -47,6 +48,10 @@ from companion.storage.rows import (
     turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
+from companion.storage.usage import SQLiteUsageLog
+
+if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
+    from companion.storage.vectors import VectorStore
 
 HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
 # Decay and cleanup commit at least this often, so a turn never waits longer than this for the lock.
@@ -448,6 +453,19 @@ class SQLiteStore(Connection):
         await chatmove.move_scope(conn, old, new, self.memory_table(old), self.memory_table(new))
         self._pending_versions.pop(old.key, None)
         self._pending_table_ids.pop(old.key, None)
+
+    # ---- capabilities ----------------------------------------------------------------------------
+
+    async def open_vectors(self) -> VectorStore:
+        from companion.storage.vectors import VectorStore  # vectors imports this module
+
+        return await VectorStore.open(self)
+
+    def usage_log(self) -> SQLiteUsageLog:
+        return SQLiteUsageLog(self)
+
+    def maintenance(self) -> SQLiteStore:
+        return self  # the snapshot and the table upgrade below, and ``path``
 
     async def snapshot(self, target: Path, *, standalone: bool = True) -> None:
         """A consistent copy through SQLite's online backup API, taken between our transactions.

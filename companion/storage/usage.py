@@ -11,11 +11,11 @@ client's ``UsageRecord`` to them.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from companion.core.timeutil import to_db
+from companion.storage.base import UsageCell, UsageRow
 from companion.storage.connection import storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 
@@ -43,39 +43,9 @@ USAGE = MigrationSet("usage", (
 register(USAGE)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    """One call, as stored. Cache counts are None when the server did not report a split."""
+class SQLiteUsageLog:
+    """``UsageLog`` in the store's own database (table ``llm_usage``)."""
 
-    at: datetime
-    purpose: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int | None
-    cache_miss_tokens: int | None
-    latency_ms: float
-    ok: bool = True
-    tool_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class UsageCell:
-    """One (local day, purpose) of the report."""
-
-    day: str  # YYYY-MM-DD, local
-    purpose: str
-    calls: int
-    failures: int
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int
-    cache_miss_tokens: int
-    avg_latency_ms: float
-    tool_calls: int
-
-
-class UsageLog:
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
 

@@ -20,26 +20,23 @@ vector writes never wait on an embedding call and do not look like another proce
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import logging
 import sqlite3
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
+from companion.storage.base import VectorRow, text_hash
 from companion.storage.connection import storage_error
 from companion.storage.sqlite import SQLiteStore
 
+__all__ = ["VectorRow", "VectorStore", "text_hash"]
+
 log = logging.getLogger(__name__)
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def pack(vector: Sequence[float]) -> bytes:
@@ -62,13 +59,6 @@ def similarities(blobs: Sequence[bytes], query: Sequence[float]) -> list[float]:
         return []
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
     return [float(x) for x in matrix @ np.asarray(query, dtype=np.float32)]
-
-
-@dataclass(frozen=True, slots=True)
-class VectorRow:
-    handle: int
-    text_hash: str
-    vector: Sequence[float]
 
 
 # Written only while the memory is still active: an embedding computed outside the lock must not
