@@ -13,11 +13,12 @@ from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
 from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramForbiddenError
-from aiogram.filters import Command, CommandObject, CommandStart
+from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
+from companion.chat.commands import Place
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
@@ -26,6 +27,7 @@ from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
 from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
 from handlers import keyboards
+from handlers.commands import command
 from handlers.keyboards import (
     PAGE_SIZE,
     ForgetCB,
@@ -414,13 +416,13 @@ async def _edit(message: Message, text: str, markup: InlineKeyboardMarkup | None
 
 def build() -> Router:
     router = Router(name="memories")
-    router.message.register(list_memories, Command("memories"))
-    router.message.register(forget_command, Command("forget"))
-    router.message.register(why_command, Command("why"))
-    router.message.register(stats_command, Command("stats"))
-    router.message.register(reset_command, Command("reset"))
-    router.message.register(weekly_command, Command("weekly"))
-    router.message.register(start_command, CommandStart())
+    router.message.register(list_memories, command(Place.PRIVATE, "memories"))
+    router.message.register(forget_command, command(Place.PRIVATE, "forget"))
+    router.message.register(why_command, command(Place.PRIVATE, "why"))
+    router.message.register(stats_command, command(Place.PRIVATE, "stats"))
+    router.message.register(reset_command, command(Place.PRIVATE, "reset"))
+    router.message.register(weekly_command, command(Place.PRIVATE, "weekly"))
+    router.message.register(start_command, command(Place.PRIVATE, "start"))
     router.callback_query.register(on_memory_button, MemoryCB.filter())
     router.callback_query.register(on_undo, UndoCB.filter())
     router.callback_query.register(on_page, PageCB.filter())
