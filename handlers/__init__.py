@@ -38,8 +38,9 @@ def build_dispatcher(chat: ChatService, buffer: MessageBuffer, settings: Setting
                      admin: AdminService | None = None) -> Dispatcher:
     """The dispatcher with every router and what the handlers take by name. Without ``admin`` the
     operators' commands have no service to call (tests that do not exercise them)."""
-    extra = {} if admin is None else {"admin": admin}
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            groups=groups, rooms=Rooms(), **extra)
+                            groups=groups, rooms=Rooms())
+    if admin is not None:
+        dispatcher["admin"] = admin
     dispatcher.include_router(build_router())
     return dispatcher
