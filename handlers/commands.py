@@ -54,7 +54,7 @@ async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuf
 
 
 async def show_help(message: Message) -> None:
-    await message.answer(texts.HELP)
+    await message.answer(texts.help_text())
 
 
 def build() -> Router:

@@ -130,7 +130,7 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
 # ---- commands --------------------------------------------------------------------------------------
 
 async def help_in_group(message: Message, bot: Bot) -> None:
-    await message.reply(gt.GROUP_HELP.format(bot=(await bot.me()).username))
+    await message.reply(gt.group_help().format(bot=(await bot.me()).username))
 
 
 def switch(command: CommandObject) -> bool | None:

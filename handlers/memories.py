@@ -282,7 +282,7 @@ async def start_command(message: Message, chat: ChatService) -> None:
     if scope is None:
         return
     if chat.is_active(scope):
-        await message.answer(texts.HELP)
+        await message.answer(texts.help_text())
         return
     await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())
 

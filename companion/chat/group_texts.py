@@ -5,13 +5,20 @@ from __future__ import annotations
 from companion.chat.commands import Place, help_lines
 
 GROUP_NOT_STARTED = "你在这个群里还没开启陪伴模式哦。发送 /start_aiGF@{bot} 开启（只对你自己生效）。"
-GROUP_HELP = (
-    "我是小伴。在群里，@我、回复我的消息，或者发带 @{bot} 的命令，我才会回答。\n\n"
-    f"{help_lines(Place.GROUP, '@{bot}')}\n\n"
-    "群管理员：\n"
-    f"{help_lines(Place.GROUP_ADMIN, '@{bot}')}\n\n"
-    "你在这个群里说的事只用在这个群里，不会带到别的群或私聊。"
-)
+
+
+def group_help() -> str:
+    """/help in a group, from the command table; ``{bot}`` is filled with the bot's username."""
+    return (
+        "我是小伴。在群里，@我、回复我的消息，或者发带 @{bot} 的命令，我才会回答。\n\n"
+        f"{help_lines(Place.GROUP, '@{bot}')}\n\n"
+        "群管理员：\n"
+        f"{help_lines(Place.GROUP_ADMIN, '@{bot}')}\n\n"
+        "你在这个群里说的事只用在这个群里，不会带到别的群或私聊。"
+    )
+
+
+GROUP_HELP = group_help()
 SHARE_ON = "好的，在群里和你聊天时，我也会用上你私聊时告诉我的事（只对你自己）。"
 SHARE_OFF = "好的，群里不会再用你私聊时的记忆。"
 SHARE_STATE = "群里使用私聊记忆：{state}。用 /share_private on 或 /share_private off 切换。"

@@ -22,12 +22,19 @@ NOT_STARTED = "现在还没开启陪伴模式哦。发送 /start_aiGF 开始和�
 LLM_DOWN = "抱歉，我这边刚刚有点卡住了，没能好好回复你。你的话我记下了，稍等一会儿再和我说说好吗？"
 NON_TEXT = "我现在只看得懂文字哦～能用文字和我说说吗？"
 INTERNAL_ERROR = "哎呀，我这边出了点小问题，请稍后再试一次。"
-HELP = (
-    "我是小伴，一个会记住你的聊天伙伴。\n\n"
-    f"{help_lines(Place.PRIVATE)}\n\n"
-    "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
-    "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
-)
+
+
+def help_text() -> str:
+    """/help in a private chat, from the command table."""
+    return (
+        "我是小伴，一个会记住你的聊天伙伴。\n\n"
+        f"{help_lines(Place.PRIVATE)}\n\n"
+        "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
+        "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
+    )
+
+
+HELP = help_text()
 # Typing /start_aiGF still matches the lower-cased menu entry (its row ignores case).
 COMMANDS = menu(Place.PRIVATE, default_only=True)
 START_GREETING = "你好，我是小伴～我会陪你聊天，并记住对你重要的事。点下面的按钮开启陪伴模式吧。"
