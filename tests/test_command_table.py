@@ -68,7 +68,7 @@ async def test_menus_keep_the_tables_order_per_scope() -> None:
     assert found["operator"] == found["default"] + [r.name for r in commands.rows(Place.OPERATOR)]
     group = [r.name.lower() for r in commands.rows(Place.GROUP) if r.menu]
     assert found["all_group_chats"] == group
-    assert found["all_chat_administrators"] == group + ["group_memory", "forget_group"]
+    assert found["all_chat_administrators"] == [*group, "group_memory", "forget_group"]
 
 
 def test_a_new_row_reaches_the_help_of_its_place(fake_rows: None) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from companion.chat.commands import Place, help_lines, menu
-from companion.core.models import REWORDED
+from companion.core.models import StatusReason
 
 if TYPE_CHECKING:
     from companion.core.models import Memory
@@ -204,7 +204,7 @@ def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, 
     if memory.updated_at != memory.created_at:
         lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
     for old in replaced:
-        if old.status_reason == REWORDED:
+        if old.status_reason == StatusReason.REWORDED:
             lines.append(f"· 原来是：“{old.event}”（{tz_show(old.updated_at)} 改成现在这样）")
         else:
             lines.append(f"· 取代了之前的：“{old.event}”")

@@ -14,7 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from companion.core import tiers
-from companion.core.models import Memory, Scope, Status
+from companion.core.models import Memory, Scope, Status, StatusReason
 from companion.core.timeutil import from_db, to_db, utcnow
 from companion.ops.jobs import guarded
 from memory import MemoryEngine
@@ -72,9 +72,10 @@ async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> Wee
     since = now - WEEK
     return WeekSummary(
         learned=[m for m in everything if m.is_active and m.created_at >= since],
-        promoted=sum(m.is_active and m.status_reason == "promoted" and m.updated_at >= since for m in everything),
+        promoted=sum(m.is_active and m.status_reason == StatusReason.PROMOTED and m.updated_at >= since
+                     for m in everything),
         archived=sum(m.status is Status.ARCHIVED and m.updated_at >= since for m in everything),
-        evicted=sum(m.status_reason == "evicted" and m.updated_at >= since for m in everything),
+        evicted=sum(m.status_reason == StatusReason.EVICTED and m.updated_at >= since for m in everything),
     )
 
 
