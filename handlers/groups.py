@@ -5,6 +5,7 @@ the group only feeds the group's short-term context. Admin settings are checked 
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 
 from aiogram import Bot, F, Router
 from aiogram.exceptions import TelegramAPIError
@@ -45,11 +46,16 @@ IN_GROUP = F.chat.type.in_(GROUP_TYPES)
 ON_WORDS = frozenset({"on", "开", "打开", "1", "yes"})
 OFF_WORDS = frozenset({"off", "关", "关闭", "0", "no"})
 
+class Confirm(StrEnum):
+    YES = "yes"
+    NO = "no"
+
+
 class ForgetGroupCB(CallbackData, prefix="fg"):
     """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts.
     0 when an anonymous admin asked (whose account nobody knows): then any admin's press counts."""
 
-    action: str  # yes, no
+    action: str  # Confirm
     by: int
 
 
@@ -210,8 +216,8 @@ async def forget_group(message: Message, bot: Bot) -> None:
         return
     by = 0 if anonymous_admin(message) or message.from_user is None else message.from_user.id
     builder = InlineKeyboardBuilder()
-    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=by))
-    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=by))
+    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action=Confirm.YES, by=by))
+    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action=Confirm.NO, by=by))
     await message.reply(gt.CONFIRM_FORGET_GROUP, reply_markup=builder.as_markup())
 
 
@@ -226,7 +232,7 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
         await query.answer(gt.ONLY_PRESSER, show_alert=True)
         return
     await query.answer()
-    if callback_data.action != "yes":
+    if callback_data.action != Confirm.YES:
         await message.edit_text(texts.CANCELLED, reply_markup=None)
         return
     count = 0

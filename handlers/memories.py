@@ -30,12 +30,16 @@ from handlers import keyboards
 from handlers.commands import command
 from handlers.keyboards import (
     PAGE_SIZE,
+    REVIEW_UNDO,
+    ForgetAction,
     ForgetCB,
     GroupForgetCB,
     GroupReviewCB,
+    MemoryAction,
     MemoryCB,
     PageCB,
     ReviewCB,
+    StartAction,
     StartCB,
     UndoCB,
 )
@@ -99,25 +103,25 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     now, handle = utcnow(), callback_data.handle
     try:
         memory = await engine.get(scope, handle)
-        if callback_data.action == "ok":
+        if callback_data.action == MemoryAction.OK:
             await query.message.edit_reply_markup(reply_markup=None)
             await query.answer("好的")
             return
-        if callback_data.action == "edit":
+        if callback_data.action == MemoryAction.EDIT:
             chat.begin_edit(scope, handle)
             await query.answer()
             await query.message.answer(texts.EDIT_PROMPT)
             return
-        if callback_data.action == "forget":
+        if callback_data.action == MemoryAction.FORGET:
             await chat.forget(scope, [handle])
             note = texts.forgotten(1)
-        elif callback_data.action == "archive":
+        elif callback_data.action == MemoryAction.ARCHIVE:
             memory = await engine.archive(scope, handle, now)
             note = texts.review_done(memory, Action.ARCHIVE)
-        elif callback_data.action == "promote":
+        elif callback_data.action == MemoryAction.PROMOTE:
             memory = await engine.promote(scope, handle, now)
             note = texts.review_done(memory, Action.PROMOTE)
-        elif callback_data.action == "restore":
+        elif callback_data.action == MemoryAction.RESTORE:
             memory = await engine.restore(scope, handle, now)
             note = f"已恢复：{memory.event}"
         else:
@@ -131,10 +135,10 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
         return
     await query.answer(note[:190])
     receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
-    if callback_data.action == "forget" and receipt:
+    if callback_data.action == MemoryAction.FORGET and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
-    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == "restore", now)
+    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == MemoryAction.RESTORE, now)
     await _edit(query.message, f"{note}\n\n{text}", markup)
 
 
@@ -197,11 +201,11 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
         return
-    if callback_data.action == "cancel":
+    if callback_data.action == ForgetAction.CANCEL:
         await _edit(query.message, texts.CANCELLED, None)
         await query.answer()
         return
-    if callback_data.action == "all":
+    if callback_data.action == ForgetAction.ALL:
         count = await chat.forget(scope, None)
         await _edit(query.message, texts.forgotten(count), None)
         await query.answer()
@@ -370,7 +374,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
     now = utcnow()
     try:
         before = await engine.get(scope, callback_data.handle)
-        if callback_data.action == "undo":
+        if callback_data.action == REVIEW_UNDO:
             await _undo(engine, scope, before, callback_data, now)
             await query.answer("已撤销")
             await _edit(query.message, f"{query.message.text or ''}\n已撤销：{before.event}", None)
@@ -391,7 +395,8 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
     done = texts.review_done(after, action)
     undo = None
     if action is not Action.FORGET and not isinstance(callback_data, GroupReviewCB):  # forgetting is final
-        undo = keyboards.undo(ReviewCB(action="undo", handle=before.id, at=int(time.time()), tier=before.tier.value,
+        undo = keyboards.undo(ReviewCB(action=REVIEW_UNDO, handle=before.id, at=int(time.time()),
+                                       tier=before.tier.value,
                                        review=int(before.review_at.timestamp()) if before.review_at else 0,
                                        was=action.value))
     await _edit(query.message, f"{query.message.text or ''}\n✔ {done}", undo)
@@ -430,5 +435,5 @@ def build() -> Router:
     router.callback_query.register(on_forget, GroupForgetCB.filter())
     router.callback_query.register(on_review, ReviewCB.filter())
     router.callback_query.register(on_review, GroupReviewCB.filter())
-    router.callback_query.register(on_start_button, StartCB.filter(F.action == "on"))
+    router.callback_query.register(on_start_button, StartCB.filter(F.action == StartAction.ON))
     return router
