@@ -25,7 +25,7 @@ from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYo
 from companion.core.models import REWORDED, Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
-from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
+from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary, set_weekly
 from handlers import keyboards
 from handlers.commands import command
 from handlers.keyboards import (
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 UNDO_SECONDS = 60
 ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
-WEEKLY = "weekly"
 
 
 # ---- /memories -------------------------------------------------------------------------------------
@@ -277,7 +276,7 @@ async def weekly_command(message: Message, command: CommandObject, engine: Memor
     if scope is None:
         return
     on = (command.args or "").strip().lower() not in {"off", "关", "关闭", "0"}
-    await engine.set_note(scope, WEEKLY, "on" if on else "off")
+    await set_weekly(engine, scope, on)
     await message.answer(texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
 
 

@@ -78,6 +78,17 @@ class StatusReason(StrEnum):
 REWORDED = StatusReason.REWORDED
 
 
+class Switch(StrEnum):
+    """A stored on/off setting: the weekly summary, a group's memory, sharing private memories in groups."""
+
+    ON = "on"
+    OFF = "off"
+
+    @classmethod
+    def of(cls, on: bool) -> Switch:
+        return cls.ON if on else cls.OFF
+
+
 class Tier(StrEnum):
     SHORT = "short"
     MEDIUM = "medium"

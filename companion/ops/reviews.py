@@ -14,7 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from companion.core import tiers
-from companion.core.models import Memory, Scope, Status, StatusReason
+from companion.core.models import Memory, Scope, Status, StatusReason, Switch
 from companion.core.timeutil import from_db, to_db, utcnow
 from companion.ops.jobs import guarded
 from memory import MemoryEngine
@@ -79,11 +79,16 @@ async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> Wee
     )
 
 
+async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:
+    """/weekly on|off: whether ``weekly_round`` sends this scope its summary."""
+    await engine.set_note(scope, WEEKLY, Switch.of(on))
+
+
 async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) -> int:
     """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on)."""
     sent = 0
     for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
-        if await engine.note(scope, WEEKLY) != "on":
+        if await engine.note(scope, WEEKLY) != Switch.ON:
             continue
         last = await engine.note(scope, WEEKLY_SENT)
         if last is not None and now - from_db(last) < WEEK - timedelta(hours=12):
