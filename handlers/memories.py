@@ -29,7 +29,9 @@ from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary, set_w
 from handlers import keyboards
 from handlers.commands import command
 from handlers.keyboards import (
+    ALERT_CHARS,
     PAGE_SIZE,
+    QUERY_CHARS,
     REVIEW_UNDO,
     ForgetAction,
     ForgetCB,
@@ -49,6 +51,7 @@ from memory import MemoryEngine
 log = logging.getLogger(__name__)
 
 UNDO_SECONDS = 60
+SUPERGROUP_BASE = 1_000_000_000_000  # a supergroup's id is -(SUPERGROUP_BASE + n); its message links name n
 ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
 
 
@@ -78,7 +81,7 @@ async def list_memories(message: Message, command: CommandObject, engine: Memory
     scope = scope_of(message)
     if scope is None:
         return
-    text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:40], False, utcnow())
+    text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:QUERY_CHARS], False, utcnow())
     await message.answer(text, reply_markup=markup)
 
 
@@ -132,7 +135,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     except MemoryNotFoundError:
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
-    await query.answer(note[:190])
+    await query.answer(note[:ALERT_CHARS])
     receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
     if callback_data.action == MemoryAction.FORGET and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
@@ -171,9 +174,9 @@ async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[
         if not count:
             return texts.NO_MEMORIES, None
         return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
-    found = await engine.search(scope, args[:40], utcnow(), limit=5)
+    found = await engine.search(scope, args[:QUERY_CHARS], utcnow(), limit=5)
     if not found:
-        return texts.nothing_found(args[:40]), None
+        return texts.nothing_found(args[:QUERY_CHARS]), None
     return texts.confirm_forget(found), keyboards.forget_choices(found, scope)
 
 
@@ -227,9 +230,9 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
 def message_link(memory: Memory) -> str | None:
     """Telegram links to a message only in supergroups and channels (t.me/c/<id>/<message>)."""
     chat_id, message_id = memory.source_chat_id, memory.source_message_id
-    if chat_id is None or message_id is None or chat_id > -1_000_000_000_000:
+    if chat_id is None or message_id is None or chat_id > -SUPERGROUP_BASE:
         return None
-    return f"https://t.me/c/{-chat_id - 1_000_000_000_000}/{message_id}"
+    return f"https://t.me/c/{-chat_id - SUPERGROUP_BASE}/{message_id}"
 
 
 async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo) -> tuple[str, bool]:
@@ -252,7 +255,7 @@ async def why_command(message: Message, command: CommandObject, engine: MemoryEn
     scope = scope_of(message)
     if scope is None:
         return
-    text, _ = await why_text(engine, scope, (command.args or "").strip()[:40], tz)
+    text, _ = await why_text(engine, scope, (command.args or "").strip()[:QUERY_CHARS], tz)
     await message.answer(text)
 
 
