@@ -60,7 +60,7 @@ async def show_help(message: Message) -> None:
 def build() -> Router:
     """A fresh router each call: aiogram attaches a router to one dispatcher only."""
     router = Router(name="commands")
-    # Group chats come with the group-chat issue; until then the companion lives in private chats only.
+    # Private chats only: groups answer these commands in handlers/groups.py, whose router comes first.
     router.message.filter(F.chat.type == "private")
     router.message.register(start_companion, command(Place.PRIVATE, "start_aiGF"))
     router.message.register(stop_companion, command(Place.PRIVATE, "stop_aiGF"))
