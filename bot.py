@@ -80,24 +80,15 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
 
 def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[Bot, Dispatcher, MessageBuffer]:
     """The Telegram side: client, dispatcher with the routers, and the per-user message buffer."""
-    from aiogram import Bot, Dispatcher
-    from aiogram.client.session.aiohttp import AiohttpSession
-    from aiogram.client.telegram import TelegramAPIServer
-
     from companion.chat.buffer import MessageBuffer
-    from companion.chat.group import GroupSettings, Rooms
-    from handlers import build_router
-    from handlers.delivery import RetryAfterMiddleware
+    from companion.chat.group import GroupSettings
+    from handlers import build_client, build_dispatcher
 
     assert settings.telegram_bot_token is not None
     buffer = MessageBuffer(settings.quiet_seconds)
-    session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base))
-    session.middleware(RetryAfterMiddleware())
-    bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            admin=admin_service(settings, parts, chat.forget), groups=GroupSettings(parts.store),
-                            rooms=Rooms())
-    dispatcher.include_router(build_router())
+    bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
+    dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(parts.store),
+                                  admin_service(settings, parts, chat.forget))
     return bot, dispatcher, buffer
 
 

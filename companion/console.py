@@ -15,21 +15,31 @@ from typing import TextIO
 
 from prompt_toolkit import PromptSession
 
-from companion.chat import texts
+from companion.chat import commands, texts
+from companion.chat.commands import Place
 from companion.chat.pipeline import ChatService
 from companion.core.models import Scope
 
 PROMPT = "你> "
 SPEAKER = "小伴> "
-EXIT_WORDS = frozenset({"/quit", "/exit", "/q"})
 INTRO = "（控制台模式：输入文字聊天，/help 查看命令，/quit、Ctrl-D 或 Ctrl-C 退出）"
-HELP = (
-    "控制台命令：\n"
-    "/start_aiGF — 开启陪伴模式\n"
-    "/stop_aiGF — 关闭陪伴模式（长期记忆会保留）\n"
-    "/help — 查看帮助\n"
-    "/quit — 退出（也可以按 Ctrl-D 或 Ctrl-C）"
-)
+
+
+def help_text() -> str:
+    return "控制台命令：\n" + commands.help_lines(Place.CONSOLE)
+
+
+def known_commands() -> dict[str, str]:
+    """What the user may type (lower-cased, with the slash) -> the row's name: each console row of the
+    command table, under its name and its aliases."""
+    known: dict[str, str] = {}
+    for row in commands.rows(Place.CONSOLE):
+        for name in (row.name, *row.aliases):
+            known["/" + name.lower()] = row.name
+    return known
+
+
+HELP = help_text()
 
 Read = Callable[[], Awaitable[str | None]]
 """The next line the user typed; None when they are done (end of input, Ctrl-D, Ctrl-C)."""
@@ -85,21 +95,22 @@ async def run_console(
 
     if read is None:
         read = prompt_reader() if is_terminal(sys.stdin, stdout) else stream_reader(sys.stdin, stdout)
+    known = known_commands()
     say(INTRO)
     say(SPEAKER + await chat.start(scope))
     while (line := await read()) is not None:
         text = line.strip()
         if not text:
             continue
-        command = text.split(maxsplit=1)[0].lower()
-        if command in EXIT_WORDS:
+        command = known.get(text.split(maxsplit=1)[0].lower())
+        if command == "quit":
             break
-        if command == "/start_aigf":
+        if command == "start_aiGF":
             say(SPEAKER + await chat.start(scope))
-        elif command == "/stop_aigf":
+        elif command == "stop_aiGF":
             say(SPEAKER + await chat.stop(scope))
         elif text.startswith("/"):
-            say(HELP)  # /help, and any other command: never sent to the model
+            say(help_text())  # /help, and any other command: never sent to the model
         elif not chat.is_active(scope):
             say(SPEAKER + texts.NOT_STARTED)
         else:

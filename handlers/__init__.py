@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from aiogram import Router
+from aiogram import Bot, Dispatcher, Router
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
 
+from companion.chat.buffer import MessageBuffer
+from companion.chat.group import GroupSettings, Rooms
+from companion.chat.pipeline import ChatService
+from companion.config.settings import Settings
+from companion.ops.admin import AdminService
 from handlers import admin, chat, commands, errors, groups, memories
 from handlers.cleaning import SendableText
+from handlers.delivery import RetryAfterMiddleware
 from handlers.order import PerUserOrder
 
 
@@ -17,3 +25,22 @@ def build_router() -> Router:
     root.include_routers(groups.build(), commands.build(), admin.build(), memories.build(), chat.build(),
                          errors.build())
     return root
+
+
+def build_client(token: str, api_base: str) -> Bot:
+    """The Telegram client: aiogram's own, against ``api_base``, waiting out a flood limit (429)."""
+    session = AiohttpSession(api=TelegramAPIServer.from_base(api_base))
+    session.middleware(RetryAfterMiddleware())
+    return Bot(token, session=session)
+
+
+def build_dispatcher(chat: ChatService, buffer: MessageBuffer, settings: Settings, groups: GroupSettings,
+                     admin: AdminService | None = None) -> Dispatcher:
+    """The dispatcher with every router and what the handlers take by name. Without ``admin`` the
+    operators' commands have no service to call (tests that do not exercise them)."""
+    dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
+                            groups=groups, rooms=Rooms())
+    if admin is not None:
+        dispatcher["admin"] = admin
+    dispatcher.include_router(build_router())
+    return dispatcher

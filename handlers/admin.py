@@ -10,20 +10,21 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
-from aiogram.filters import Command, CommandObject
+from aiogram.filters import CommandObject
 from aiogram.types import BotCommand, BotCommandScopeChat, BufferedInputFile, Message
 
+from companion.chat.commands import Place, menu
 from companion.config.settings import Settings
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.ops import admin_texts as texts
 from companion.ops.admin import AdminService, usage_chart
-from handlers.commands import bot_commands
+from handlers.commands import as_menu, bot_commands, command
 
 log = logging.getLogger(__name__)
 
 
 def admin_commands() -> list[BotCommand]:
-    return [BotCommand(command=name, description=text) for name, text in texts.COMMANDS.items()]
+    return as_menu(menu(Place.OPERATOR))
 
 
 async def register_admin_commands(bot: Bot, admin_ids: Sequence[int]) -> None:
@@ -123,5 +124,5 @@ def build() -> Router:
     router = Router(name="admin")
     for name, handler in (("mem_add", mem_add), ("mem_del", mem_del), ("mem_edit", mem_edit),
                           ("mem_export", mem_export), ("mem_stats", mem_stats), ("mem_user", mem_user)):
-        router.message.register(handler, Command(name))
+        router.message.register(handler, command(Place.OPERATOR, name))
     return router

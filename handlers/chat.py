@@ -77,7 +77,7 @@ async def answer_turn(
 
 
 async def on_unknown_command(message: Message) -> None:
-    await message.answer(texts.HELP)
+    await message.answer(texts.help_text())
 
 
 async def on_other(message: Message) -> None:

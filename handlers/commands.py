@@ -1,4 +1,4 @@
-"""/start_aiGF, /stop_aiGF and /help."""
+"""/start_aiGF, /stop_aiGF and /help, and how every router registers a row of the command table."""
 
 from __future__ import annotations
 
@@ -8,12 +8,27 @@ from aiogram.types import BotCommand, Message
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
+from companion.chat.commands import Place, menu, row
 from companion.chat.pipeline import ChatService
 from handlers.scope import scope_of
 
 
+def as_menu(items: dict[str, str]) -> list[BotCommand]:
+    return [BotCommand(command=name, description=text) for name, text in items.items()]
+
+
 def bot_commands() -> list[BotCommand]:
-    return [BotCommand(command=name, description=text) for name, text in texts.COMMANDS.items()]
+    """The default scope's menu (clients that ignore scopes), also the base of the operators' menu."""
+    return as_menu(menu(Place.PRIVATE, default_only=True))
+
+
+def command(place: Place | tuple[Place, ...], *names: str) -> Command:
+    """The filter for these rows of the command table at ``place`` (each of several places, for a handler
+    that answers in both); a name the table lacks fails at start-up, so every command a router answers
+    is in the menus and help the table drives."""
+    places = place if isinstance(place, tuple) else (place,)
+    found = [row(at, name) for at in places for name in names]
+    return Command(*names, ignore_case=any(r.ignore_case for r in found))
 
 
 async def respond(message: Message, text: str) -> None:
@@ -39,15 +54,15 @@ async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuf
 
 
 async def show_help(message: Message) -> None:
-    await message.answer(texts.HELP)
+    await message.answer(texts.help_text())
 
 
 def build() -> Router:
     """A fresh router each call: aiogram attaches a router to one dispatcher only."""
     router = Router(name="commands")
-    # Group chats come with the group-chat issue; until then the companion lives in private chats only.
+    # Private chats only: groups answer these commands in handlers/groups.py, whose router comes first.
     router.message.filter(F.chat.type == "private")
-    router.message.register(start_companion, Command("start_aiGF", ignore_case=True))
-    router.message.register(stop_companion, Command("stop_aiGF", ignore_case=True))
-    router.message.register(show_help, Command("help"))
+    router.message.register(start_companion, command(Place.PRIVATE, "start_aiGF"))
+    router.message.register(stop_companion, command(Place.PRIVATE, "stop_aiGF"))
+    router.message.register(show_help, command(Place.PRIVATE, "help"))
     return router

@@ -15,7 +15,7 @@ from aiogram.types import InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
-from handlers.keyboards import PAGE_SIZE
+from handlers.keyboards import PAGE_SIZE, QUERY_CHARS
 from handlers.memories import forget_prompt, why_text
 from handlers.scope import scope_of
 from memory import MemoryEngine
@@ -79,7 +79,7 @@ async def why_in_group(message: Message, command: CommandObject, bot: Bot, engin
     scope = scope_of(message)
     if scope is None:
         return
-    text, shows_memory = await why_text(engine, scope, (command.args or "").strip()[:40], tz)
+    text, shows_memory = await why_text(engine, scope, (command.args or "").strip()[:QUERY_CHARS], tz)
     if not shows_memory:
         await message.reply(text)
         return

@@ -5,10 +5,11 @@ the group only feeds the group's short-term context. Admin settings are checked 
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 
 from aiogram import Bot, F, Router
 from aiogram.exceptions import TelegramAPIError
-from aiogram.filters import Command, CommandObject
+from aiogram.filters import CommandObject
 from aiogram.filters.callback_data import CallbackData
 from aiogram.types import (
     BotCommand,
@@ -25,13 +26,14 @@ from aiogram.utils.keyboard import InlineKeyboardBuilder
 from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
+from companion.chat.commands import Place, menu
 from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
 from handlers.chat import answer_turn
-from handlers.commands import start_companion, stop_companion
+from handlers.commands import as_menu, bot_commands, command, start_companion, stop_companion
 from handlers.group_private import forget_in_group, memories_in_group, why_in_group
 from handlers.scope import scope_of
 from memory import MemoryEngine
@@ -44,38 +46,28 @@ IN_GROUP = F.chat.type.in_(GROUP_TYPES)
 ON_WORDS = frozenset({"on", "开", "打开", "1", "yes"})
 OFF_WORDS = frozenset({"off", "关", "关闭", "0", "no"})
 
-GROUP_COMMANDS = {
-    "start_aigf": "在本群为你开启陪伴模式",
-    "stop_aigf": "在本群关闭陪伴模式",
-    "share_private": "群里是否用你的私聊记忆 on/off",
-    "memories": "我在本群记得你什么（私信）",
-    "forget": "忘掉本群关于你的事（私信确认）",
-    "why": "我为什么记得这件事（私信）",
-    "help": "查看帮助",
-}
-ADMIN_COMMANDS = {"group_memory": "本群记忆 on/off（管理员）", "forget_group": "清除本群所有记忆（管理员）"}
-PRIVATE_EXTRA = {"share_private": "群里是否用你的私聊记忆 on/off"}
+class Confirm(StrEnum):
+    YES = "yes"
+    NO = "no"
 
 
 class ForgetGroupCB(CallbackData, prefix="fg"):
     """The /forget_group confirmation; ``by`` is the admin who asked: only that person's press counts.
     0 when an anonymous admin asked (whose account nobody knows): then any admin's press counts."""
 
-    action: str  # yes, no
+    action: str  # Confirm
     by: int
 
 
-def _menu(items: dict[str, str]) -> list[BotCommand]:
-    return [BotCommand(command=name, description=text) for name, text in items.items()]
-
-
-async def set_menus(bot: Bot, private: list[BotCommand]) -> None:
-    """The command menu per scope: private chats, groups, and group administrators (who also see the
-    group settings). The default scope keeps the private menu for clients that ignore scopes."""
-    await bot.set_my_commands(private, scope=BotCommandScopeDefault())
-    await bot.set_my_commands([*private, *_menu(PRIVATE_EXTRA)], scope=BotCommandScopeAllPrivateChats())
-    await bot.set_my_commands(_menu(GROUP_COMMANDS), scope=BotCommandScopeAllGroupChats())
-    await bot.set_my_commands(_menu({**GROUP_COMMANDS, **ADMIN_COMMANDS}), scope=BotCommandScopeAllChatAdministrators())
+async def set_menus(bot: Bot, private: list[BotCommand] | None = None) -> None:
+    """The command menu per scope, from the command table: private chats, groups, and group administrators
+    (who also see the group settings). The default scope keeps ``private`` (the private menu without the
+    group-only settings) for clients that ignore scopes."""
+    await bot.set_my_commands(private or bot_commands(), scope=BotCommandScopeDefault())
+    await bot.set_my_commands(as_menu(menu(Place.PRIVATE)), scope=BotCommandScopeAllPrivateChats())
+    await bot.set_my_commands(as_menu(menu(Place.GROUP)), scope=BotCommandScopeAllGroupChats())
+    await bot.set_my_commands(as_menu({**menu(Place.GROUP), **menu(Place.GROUP_ADMIN)}),
+                              scope=BotCommandScopeAllChatAdministrators())
 
 
 # ---- addressing ------------------------------------------------------------------------------------
@@ -145,7 +137,7 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
 # ---- commands --------------------------------------------------------------------------------------
 
 async def help_in_group(message: Message, bot: Bot) -> None:
-    await message.reply(gt.GROUP_HELP.format(bot=(await bot.me()).username))
+    await message.reply(gt.group_help().format(bot=(await bot.me()).username))
 
 
 def switch(command: CommandObject) -> bool | None:
@@ -225,8 +217,8 @@ async def forget_group(message: Message, bot: Bot) -> None:
         return
     by = 0 if anonymous_admin(message) or message.from_user is None else message.from_user.id
     builder = InlineKeyboardBuilder()
-    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action="yes", by=by))
-    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action="no", by=by))
+    builder.button(text=gt.FORGET_GROUP_YES, callback_data=ForgetGroupCB(action=Confirm.YES, by=by))
+    builder.button(text=gt.FORGET_GROUP_NO, callback_data=ForgetGroupCB(action=Confirm.NO, by=by))
     await message.reply(gt.CONFIRM_FORGET_GROUP, reply_markup=builder.as_markup())
 
 
@@ -241,7 +233,7 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
         await query.answer(gt.ONLY_PRESSER, show_alert=True)
         return
     await query.answer()
-    if callback_data.action != "yes":
+    if callback_data.action != Confirm.YES:
         await message.edit_text(texts.CANCELLED, reply_markup=None)
         return
     count = 0
@@ -291,17 +283,17 @@ def build() -> Router:
     router = Router(name="groups")
     # Admin commands first: an anonymous admin may use them; every other message of a sender that is a
     # chat (an anonymous admin, a channel) stops at not_a_person, before anything personal.
-    router.message.register(help_in_group, IN_GROUP, Command("help", "start"))
-    router.message.register(group_memory, IN_GROUP, Command("group_memory"))
-    router.message.register(forget_group, IN_GROUP, Command("forget_group"))
+    router.message.register(help_in_group, IN_GROUP, command(Place.GROUP, "help", "start"))
+    router.message.register(group_memory, IN_GROUP, command(Place.GROUP_ADMIN, "group_memory"))
+    router.message.register(forget_group, IN_GROUP, command(Place.GROUP_ADMIN, "forget_group"))
     router.message.register(on_migration, IN_GROUP, F.migrate_to_chat_id | F.migrate_from_chat_id)
     router.message.register(not_a_person, IN_GROUP, F.sender_chat)
-    router.message.register(share_private, Command("share_private"))
-    router.message.register(start_companion, IN_GROUP, Command("start_aiGF", ignore_case=True))
-    router.message.register(stop_companion, IN_GROUP, Command("stop_aiGF", ignore_case=True))
-    router.message.register(memories_in_group, IN_GROUP, Command("memories"))
-    router.message.register(forget_in_group, IN_GROUP, Command("forget"))
-    router.message.register(why_in_group, IN_GROUP, Command("why"))
+    router.message.register(share_private, command((Place.PRIVATE, Place.GROUP), "share_private"))
+    router.message.register(start_companion, IN_GROUP, command(Place.GROUP, "start_aiGF"))
+    router.message.register(stop_companion, IN_GROUP, command(Place.GROUP, "stop_aiGF"))
+    router.message.register(memories_in_group, IN_GROUP, command(Place.GROUP, "memories"))
+    router.message.register(forget_in_group, IN_GROUP, command(Place.GROUP, "forget"))
+    router.message.register(why_in_group, IN_GROUP, command(Place.GROUP, "why"))
     router.message.register(on_group_text, IN_GROUP, F.text & ~F.text.startswith("/"))
     router.message.register(on_group_text, IN_GROUP, F.caption & ~F.caption.startswith("/"))
     router.callback_query.register(on_forget_group, ForgetGroupCB.filter())

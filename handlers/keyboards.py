@@ -8,6 +8,7 @@ only when the presser is that user. Their own prefixes keep buttons already sent
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 
 from aiogram.filters.callback_data import CallbackData
 from aiogram.types import InlineKeyboardMarkup
@@ -19,12 +20,38 @@ from companion.core.tiers import Action, Suggestion
 
 PAGE_SIZE = 5
 CALLBACK_BYTES = 64  # Telegram's limit on a button's callback data, in UTF-8 bytes
+ALERT_CHARS = 190  # the answer to a button press (Telegram allows 200 characters)
+QUERY_CHARS = 40  # a command's keyword (/memories, /forget, /why) is cut to this before any search
+
+
+# The ``action`` of each kind of button. The data fields stay plain strings, so a button with an action
+# this version does not know (an old message, forged data) still reaches its handler, which ignores it.
+class MemoryAction(StrEnum):
+    OK = "ok"
+    EDIT = "edit"
+    FORGET = "forget"
+    PROMOTE = "promote"
+    ARCHIVE = "archive"
+    RESTORE = "restore"
+
+
+class ForgetAction(StrEnum):
+    ONE = "one"
+    ALL = "all"
+    CANCEL = "cancel"
+
+
+REVIEW_UNDO = "undo"  # a review button's action besides the ``tiers.Action`` values
+
+
+class StartAction(StrEnum):
+    ON = "on"
 
 
 class MemoryCB(CallbackData, prefix="m"):
     """A button on one memory: receipts, /memories pages."""
 
-    action: str  # ok, edit, forget, promote, archive, restore
+    action: str  # MemoryAction
     handle: int
     page: int = 0
 
@@ -54,7 +81,7 @@ def page_query(query: str) -> str:
 class ForgetCB(CallbackData, prefix="f"):
     """/forget: pick one match, or confirm forgetting everything."""
 
-    action: str  # one, all, cancel
+    action: str  # ForgetAction
     handle: int = 0
     count: int = 0
 
@@ -62,7 +89,7 @@ class ForgetCB(CallbackData, prefix="f"):
 class ReviewCB(CallbackData, prefix="r"):
     """A review button. ``undo`` carries what the press changed, so it can be put back for a minute."""
 
-    action: str  # promote, keep, archive, forget, undo
+    action: str  # tiers.Action, or REVIEW_UNDO
     handle: int
     at: int = 0  # when the press happened (epoch seconds), for the undo window
     tier: str = ""  # the tier before a promote
@@ -85,24 +112,24 @@ class GroupReviewCB(ReviewCB, prefix="gr"):
     user: int
 
 
-def _forget(scope: Scope | None, action: str, handle: int = 0, count: int = 0) -> ForgetCB:
+def _forget(scope: Scope | None, action: ForgetAction, handle: int = 0, count: int = 0) -> ForgetCB:
     if scope is None or scope.chat_id is None:
         return ForgetCB(action=action, handle=handle, count=count)
     return GroupForgetCB(action=action, handle=handle, count=count, chat=scope.chat_id, user=scope.user_id)
 
 
 class StartCB(CallbackData, prefix="s"):
-    action: str  # on
+    action: str  # StartAction
 
 
 def receipt(memory: Memory, replaced: Memory | None = None) -> InlineKeyboardMarkup:
     """``replaced``: the kept copy of the words the save replaced; a button puts them back."""
     kb = InlineKeyboardBuilder()
-    kb.button(text="👌 好的", callback_data=MemoryCB(action="ok", handle=memory.id))
+    kb.button(text="👌 好的", callback_data=MemoryCB(action=MemoryAction.OK, handle=memory.id))
     if replaced is not None:
         kb.button(text="↩️ 撤销", callback_data=UndoCB(handle=memory.id, earlier=replaced.id))
-    kb.button(text="✏️ 修改", callback_data=MemoryCB(action="edit", handle=memory.id))
-    kb.button(text="🗑 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id))
+    kb.button(text="✏️ 修改", callback_data=MemoryCB(action=MemoryAction.EDIT, handle=memory.id))
+    kb.button(text="🗑 忘掉", callback_data=MemoryCB(action=MemoryAction.FORGET, handle=memory.id))
     return kb.as_markup()
 
 
@@ -110,8 +137,8 @@ def forget_choices(memories: Sequence[Memory], scope: Scope | None = None) -> In
     """``scope``: a group scope when the buttons go to the user's private chat."""
     kb = InlineKeyboardBuilder()
     for i, memory in enumerate(memories, start=1):
-        kb.button(text=f"忘掉第{i}条", callback_data=_forget(scope, "one", memory.id))
-    kb.button(text="取消", callback_data=_forget(scope, "cancel"))
+        kb.button(text=f"忘掉第{i}条", callback_data=_forget(scope, ForgetAction.ONE, memory.id))
+    kb.button(text="取消", callback_data=_forget(scope, ForgetAction.CANCEL))
     kb.adjust(2)
     return kb.as_markup()
 
@@ -119,9 +146,13 @@ def forget_choices(memories: Sequence[Memory], scope: Scope | None = None) -> In
 def forget_all(count: int, scope: Scope | None = None) -> InlineKeyboardMarkup:
     kb = InlineKeyboardBuilder()
     label = f"确定忘掉全部 {count} 条" if count else "确定清掉"
-    kb.button(text=label, callback_data=_forget(scope, "all", count=count))
-    kb.button(text="取消", callback_data=_forget(scope, "cancel"))
+    kb.button(text=label, callback_data=_forget(scope, ForgetAction.ALL, count=count))
+    kb.button(text="取消", callback_data=_forget(scope, ForgetAction.CANCEL))
     return kb.as_markup()
+
+
+def _memory(action: MemoryAction, memory: Memory, page: int) -> MemoryCB:
+    return MemoryCB(action=action, handle=memory.id, page=page)
 
 
 def memory_page(memories: Sequence[Memory], page: int, pages: int, query: str, archived: bool) -> InlineKeyboardMarkup:
@@ -129,14 +160,14 @@ def memory_page(memories: Sequence[Memory], page: int, pages: int, query: str, a
     widths: list[int] = []
     for i, memory in enumerate(memories, start=1):
         if memory.status is Status.ARCHIVED:
-            kb.button(text=f"{i} 恢复", callback_data=MemoryCB(action="restore", handle=memory.id, page=page))
+            kb.button(text=f"{i} 恢复", callback_data=_memory(MemoryAction.RESTORE, memory, page))
             widths.append(1)
             continue
-        kb.button(text=f"{i} 忘掉", callback_data=MemoryCB(action="forget", handle=memory.id, page=page))
-        kb.button(text=f"{i} 归档", callback_data=MemoryCB(action="archive", handle=memory.id, page=page))
+        kb.button(text=f"{i} 忘掉", callback_data=_memory(MemoryAction.FORGET, memory, page))
+        kb.button(text=f"{i} 归档", callback_data=_memory(MemoryAction.ARCHIVE, memory, page))
         count = 2
         if memory.tier is not Tier.LONG:
-            kb.button(text=f"{i} 升级", callback_data=MemoryCB(action="promote", handle=memory.id, page=page))
+            kb.button(text=f"{i} 升级", callback_data=_memory(MemoryAction.PROMOTE, memory, page))
             count = 3
         widths.append(count)
     nav = 0
@@ -176,5 +207,5 @@ def undo(data: ReviewCB) -> InlineKeyboardMarkup:
 
 def start_companion() -> InlineKeyboardMarkup:
     kb = InlineKeyboardBuilder()
-    kb.button(text="开启陪伴模式", callback_data=StartCB(action="on"))
+    kb.button(text="开启陪伴模式", callback_data=StartCB(action=StartAction.ON))
     return kb.as_markup()

@@ -13,12 +13,13 @@ from datetime import datetime, tzinfo
 
 from aiogram import Bot, F, Router
 from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramForbiddenError
-from aiogram.filters import Command, CommandObject, CommandStart
+from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
+from companion.chat.commands import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.chat.steering import forget_all_count
@@ -26,16 +27,23 @@ from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYo
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import show, utcnow
-from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
+from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary, set_weekly
 from handlers import keyboards
+from handlers.commands import command
 from handlers.keyboards import (
+    ALERT_CHARS,
     PAGE_SIZE,
+    QUERY_CHARS,
+    REVIEW_UNDO,
+    ForgetAction,
     ForgetCB,
     GroupForgetCB,
     GroupReviewCB,
+    MemoryAction,
     MemoryCB,
     PageCB,
     ReviewCB,
+    StartAction,
     StartCB,
     UndoCB,
 )
@@ -45,8 +53,8 @@ from memory import MemoryEngine
 log = logging.getLogger(__name__)
 
 UNDO_SECONDS = 60
+SUPERGROUP_BASE = 1_000_000_000_000  # a supergroup's id is -(SUPERGROUP_BASE + n); its message links name n
 ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
-WEEKLY = "weekly"
 
 
 # ---- /memories -------------------------------------------------------------------------------------
@@ -75,7 +83,7 @@ async def list_memories(message: Message, command: CommandObject, engine: Memory
     scope = scope_of(message)
     if scope is None:
         return
-    text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:40], False, utcnow())
+    text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:QUERY_CHARS], False, utcnow())
     await message.answer(text, reply_markup=markup)
 
 
@@ -99,25 +107,25 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     now, handle = utcnow(), callback_data.handle
     try:
         memory = await engine.get(scope, handle)
-        if callback_data.action == "ok":
+        if callback_data.action == MemoryAction.OK:
             await query.message.edit_reply_markup(reply_markup=None)
             await query.answer("好的")
             return
-        if callback_data.action == "edit":
+        if callback_data.action == MemoryAction.EDIT:
             chat.begin_edit(scope, handle)
             await query.answer()
             await query.message.answer(texts.EDIT_PROMPT)
             return
-        if callback_data.action == "forget":
+        if callback_data.action == MemoryAction.FORGET:
             await forget_here(chat, rooms, scope, [memory])
             note = texts.forgotten(1)
-        elif callback_data.action == "archive":
+        elif callback_data.action == MemoryAction.ARCHIVE:
             memory = await engine.archive(scope, handle, now)
             note = texts.review_done(memory, Action.ARCHIVE)
-        elif callback_data.action == "promote":
+        elif callback_data.action == MemoryAction.PROMOTE:
             memory = await engine.promote(scope, handle, now)
             note = texts.review_done(memory, Action.PROMOTE)
-        elif callback_data.action == "restore":
+        elif callback_data.action == MemoryAction.RESTORE:
             memory = await engine.restore(scope, handle, now)
             note = f"已恢复：{memory.event}"
         else:
@@ -129,12 +137,12 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     except MemoryNotFoundError:
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
-    await query.answer(note[:190])
+    await query.answer(note[:ALERT_CHARS])
     receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
-    if callback_data.action == "forget" and receipt:
+    if callback_data.action == MemoryAction.FORGET and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
-    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == "restore", now)
+    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == MemoryAction.RESTORE, now)
     await _edit(query.message, f"{note}\n\n{text}", markup)
 
 
@@ -166,9 +174,9 @@ async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[
         # Offered even with no memory stored: queued turns and the short-term context go too.
         count = await forget_all_count(engine, scope)
         return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
-    found = await engine.search(scope, args[:40], utcnow(), limit=5)
+    found = await engine.search(scope, args[:QUERY_CHARS], utcnow(), limit=5)
     if not found:
-        return texts.nothing_found(args[:40]), None
+        return texts.nothing_found(args[:QUERY_CHARS]), None
     return texts.confirm_forget(found), keyboards.forget_choices(found, scope)
 
 
@@ -203,11 +211,11 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
         return
-    if callback_data.action == "cancel":
+    if callback_data.action == ForgetAction.CANCEL:
         await _edit(query.message, texts.CANCELLED, None)
         await query.answer()
         return
-    if callback_data.action == "all":
+    if callback_data.action == ForgetAction.ALL:
         buffer.take(scope)  # said before the press and not answered yet: it goes with the rest
         count = await forget_here(chat, rooms, scope, None)
         await _edit(query.message, texts.forgot_all(count), None)
@@ -231,9 +239,9 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
 def message_link(memory: Memory) -> str | None:
     """Telegram links to a message only in supergroups and channels (t.me/c/<id>/<message>)."""
     chat_id, message_id = memory.source_chat_id, memory.source_message_id
-    if chat_id is None or message_id is None or chat_id > -1_000_000_000_000:
+    if chat_id is None or message_id is None or chat_id > -SUPERGROUP_BASE:
         return None
-    return f"https://t.me/c/{-chat_id - 1_000_000_000_000}/{message_id}"
+    return f"https://t.me/c/{-chat_id - SUPERGROUP_BASE}/{message_id}"
 
 
 async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo) -> tuple[str, bool]:
@@ -256,7 +264,7 @@ async def why_command(message: Message, command: CommandObject, engine: MemoryEn
     scope = scope_of(message)
     if scope is None:
         return
-    text, _ = await why_text(engine, scope, (command.args or "").strip()[:40], tz)
+    text, _ = await why_text(engine, scope, (command.args or "").strip()[:QUERY_CHARS], tz)
     await message.answer(text)
 
 
@@ -280,7 +288,7 @@ async def weekly_command(message: Message, command: CommandObject, engine: Memor
     if scope is None:
         return
     on = (command.args or "").strip().lower() not in {"off", "关", "关闭", "0"}
-    await engine.set_note(scope, WEEKLY, "on" if on else "off")
+    await set_weekly(engine, scope, on)
     await message.answer(texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
 
 
@@ -289,7 +297,7 @@ async def start_command(message: Message, chat: ChatService) -> None:
     if scope is None:
         return
     if chat.is_active(scope):
-        await message.answer(texts.HELP)
+        await message.answer(texts.help_text())
         return
     await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())
 
@@ -377,7 +385,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
     now = utcnow()
     try:
         before = await engine.get(scope, callback_data.handle)
-        if callback_data.action == "undo":
+        if callback_data.action == REVIEW_UNDO:
             await _undo(engine, scope, before, callback_data, now)
             await query.answer("已撤销")
             await _edit(query.message, f"{query.message.text or ''}\n已撤销：{before.event}", None)
@@ -398,7 +406,8 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
     done = texts.review_done(after, action)
     undo = None
     if action is not Action.FORGET and not isinstance(callback_data, GroupReviewCB):  # forgetting is final
-        undo = keyboards.undo(ReviewCB(action="undo", handle=before.id, at=int(time.time()), tier=before.tier.value,
+        undo = keyboards.undo(ReviewCB(action=REVIEW_UNDO, handle=before.id, at=int(time.time()),
+                                       tier=before.tier.value,
                                        review=int(before.review_at.timestamp()) if before.review_at else 0,
                                        was=action.value))
     await _edit(query.message, f"{query.message.text or ''}\n✔ {done}", undo)
@@ -423,13 +432,13 @@ async def _edit(message: Message, text: str, markup: InlineKeyboardMarkup | None
 
 def build() -> Router:
     router = Router(name="memories")
-    router.message.register(list_memories, Command("memories"))
-    router.message.register(forget_command, Command("forget"))
-    router.message.register(why_command, Command("why"))
-    router.message.register(stats_command, Command("stats"))
-    router.message.register(reset_command, Command("reset"))
-    router.message.register(weekly_command, Command("weekly"))
-    router.message.register(start_command, CommandStart())
+    router.message.register(list_memories, command(Place.PRIVATE, "memories"))
+    router.message.register(forget_command, command(Place.PRIVATE, "forget"))
+    router.message.register(why_command, command(Place.PRIVATE, "why"))
+    router.message.register(stats_command, command(Place.PRIVATE, "stats"))
+    router.message.register(reset_command, command(Place.PRIVATE, "reset"))
+    router.message.register(weekly_command, command(Place.PRIVATE, "weekly"))
+    router.message.register(start_command, command(Place.PRIVATE, "start"))
     router.callback_query.register(on_memory_button, MemoryCB.filter())
     router.callback_query.register(on_undo, UndoCB.filter())
     router.callback_query.register(on_page, PageCB.filter())
@@ -437,5 +446,5 @@ def build() -> Router:
     router.callback_query.register(on_forget, GroupForgetCB.filter())
     router.callback_query.register(on_review, ReviewCB.filter())
     router.callback_query.register(on_review, GroupReviewCB.filter())
-    router.callback_query.register(on_start_button, StartCB.filter(F.action == "on"))
+    router.callback_query.register(on_start_button, StartCB.filter(F.action == StartAction.ON))
     return router

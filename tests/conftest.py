@@ -10,18 +10,14 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
-from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import MessageBuffer
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Scope
-from handlers import build_router
+from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
-from handlers.delivery import RetryAfterMiddleware
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
@@ -46,12 +42,8 @@ async def live(tmp_path: Path) -> AsyncIterator[Live]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
         rig = await open_rig(llm, make_settings(tmp_path, quiet_seconds=0.3))
         buffer = MessageBuffer(rig.settings.quiet_seconds)
-        session = AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url))
-        session.middleware(RetryAfterMiddleware())  # as bot.build_bot installs it
-        bot = Bot(tg.token, session=session)
-        dp = Dispatcher(chat=rig.chat, buffer=buffer, settings=rig.settings, engine=rig.engine, tz=rig.settings.tz,
-                        groups=GroupSettings(rig.store), rooms=Rooms())  # as bot.py wires it
-        dp.include_router(build_router())
+        bot = build_client(tg.token, tg.base_url)  # built as bot.build_bot builds them
+        dp = build_dispatcher(rig.chat, buffer, rig.settings, GroupSettings(rig.store))
         await bot.set_my_commands(bot_commands())
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:

@@ -16,7 +16,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from pydantic import Field
 
 from companion.chat.buffer import MessageBuffer
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
@@ -27,7 +27,7 @@ from companion.llm.tools import Tool, ToolFactory
 from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
-from handlers import build_router
+from handlers import build_dispatcher
 from handlers.commands import bot_commands
 from handlers.groups import set_menus
 from memory import MemoryEngine
@@ -111,9 +111,7 @@ async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = F
         await chat.load()
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=engine, tz=settings.tz,
-                                groups=GroupSettings(store), rooms=Rooms())
-        dispatcher.include_router(build_router())
+        dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(store))
         await set_menus(bot, bot_commands())
         try:
             yield GroupBot(tg, llm, bot, dispatcher, chat, engine, buffer, settings)

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiogram import Bot, Dispatcher
+from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from PIL import Image
 
 import bot as bot_main
 from companion.chat.buffer import MessageBuffer
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
@@ -36,7 +36,7 @@ from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS, UsageCell, UsageRow
 from companion.storage.sqlite import SQLiteStore
 from companion.storage.usage import SQLiteUsageLog
-from handlers import build_router
+from handlers import build_dispatcher
 from handlers.admin import register_admin_commands
 from handlers.commands import bot_commands
 from memory import MemoryEngine
@@ -84,9 +84,7 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
         admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dp = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=engine, tz=settings.tz, admin=admin,
-                        groups=GroupSettings(store), rooms=Rooms())
-        dp.include_router(build_router())
+        dp = build_dispatcher(chat, buffer, settings, GroupSettings(store), admin)
         await bot.set_my_commands(bot_commands())
         await register_admin_commands(bot, settings.admin_ids)
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))

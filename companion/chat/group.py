@@ -25,7 +25,7 @@ from typing import Protocol
 
 from companion.chat.persona import quote
 from companion.core.extraction import tells
-from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
+from companion.core.models import Memory, MemoryType, Recalled, Scope, Status, Switch
 from memory import MemoryContext, MemoryEngine
 
 ROOM_LINES = 20
@@ -86,16 +86,16 @@ class GroupSettings:
         return chat_id if moved is None else int(moved)
 
     async def memory_on(self, chat_id: int) -> bool:
-        return await self._store.get_meta(f"group_memory:{chat_id}") != "off"
+        return await self._store.get_meta(f"group_memory:{chat_id}") != Switch.OFF
 
     async def set_memory(self, chat_id: int, on: bool) -> None:
-        await self._store.set_meta(f"group_memory:{chat_id}", "on" if on else "off")
+        await self._store.set_meta(f"group_memory:{chat_id}", Switch.of(on))
 
     async def shares_private(self, user_id: int) -> bool:
-        return await self._store.get_meta(f"share_private:{user_id}") == "on"
+        return await self._store.get_meta(f"share_private:{user_id}") == Switch.ON
 
     async def set_share_private(self, user_id: int, on: bool) -> None:
-        await self._store.set_meta(f"share_private:{user_id}", "on" if on else "off")
+        await self._store.set_meta(f"share_private:{user_id}", Switch.of(on))
 
 
 @dataclass(slots=True)

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from companion.chat.commands import Place, help_lines
+
 GROUP_NOT_STARTED = "你在这个群里还没开启陪伴模式哦。发送 /start_aiGF@{bot} 开启（只对你自己生效）。"
-GROUP_HELP = (
-    "我是小伴。在群里，@我、回复我的消息，或者发带 @{bot} 的命令，我才会回答。\n\n"
-    "/start_aiGF@{bot} — 在这个群里为你开启陪伴模式（每个人单独开启）\n"
-    "/stop_aiGF@{bot} — 在这个群里关闭陪伴模式\n"
-    "/share_private@{bot} on|off — 允许在群里用上你私聊时的记忆（默认关闭）\n"
-    "/memories@{bot} — 看看我在这个群里记得你什么（私信发给你）\n"
-    "/forget@{bot} 关键词 — 忘掉你在这个群里说过的事（私信里确认）\n"
-    "/why@{bot} 关键词 — 我为什么记得这件事（私信发给你）\n\n"
-    "群管理员：\n"
-    "/group_memory@{bot} on|off — 打开或关闭本群的记忆\n"
-    "/forget_group@{bot} — 清除本群所有人的记忆\n\n"
-    "你在这个群里说的事只用在这个群里，不会带到别的群或私聊。"
-)
+
+
+def group_help() -> str:
+    """/help in a group, from the command table; ``{bot}`` is filled with the bot's username."""
+    return (
+        "我是小伴。在群里，@我、回复我的消息，或者发带 @{bot} 的命令，我才会回答。\n\n"
+        f"{help_lines(Place.GROUP, '@{bot}')}\n\n"
+        "群管理员：\n"
+        f"{help_lines(Place.GROUP_ADMIN, '@{bot}')}\n\n"
+        "你在这个群里说的事只用在这个群里，不会带到别的群或私聊。"
+    )
+
+
+GROUP_HELP = group_help()
 SHARE_ON = "好的，在群里和你聊天时，我也会用上你私聊时告诉我的事（只对你自己）。"
 SHARE_OFF = "好的，群里不会再用你私聊时的记忆。"
 SHARE_STATE = "群里使用私聊记忆：{state}。用 /share_private on 或 /share_private off 切换。"

@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from companion.core.models import REWORDED
+from companion.chat.commands import Place, help_lines, menu
+from companion.core.models import StatusReason
 
 if TYPE_CHECKING:
     from companion.core.models import Memory
@@ -21,31 +22,21 @@ NOT_STARTED = "现在还没开启陪伴模式哦。发送 /start_aiGF 开始和�
 LLM_DOWN = "抱歉，我这边刚刚有点卡住了，没能好好回复你。你的话我记下了，稍等一会儿再和我说说好吗？"
 NON_TEXT = "我现在只看得懂文字哦～能用文字和我说说吗？"
 INTERNAL_ERROR = "哎呀，我这边出了点小问题，请稍后再试一次。"
-HELP = (
-    "我是小伴，一个会记住你的聊天伙伴。\n\n"
-    "/start_aiGF — 开启陪伴模式\n"
-    "/stop_aiGF — 关闭陪伴模式（长期记忆会保留）\n"
-    "/reset — 结束这段对话，重新开始\n"
-    "/memories [关键词] — 看看我记得什么（可翻页、忘掉、归档、升级）\n"
-    "/forget 关键词 | all — 让我忘掉某些事或全部\n"
-    "/why 关键词 — 这条记忆是怎么来的\n"
-    "/stats — 记忆统计\n"
-    "/weekly on|off — 每周记忆小结\n\n"
-    "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
-    "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
-)
-# Telegram's command menu accepts only lower-case names; typing /start_aiGF still matches (ignore_case).
-COMMANDS = {
-    "start_aigf": "开启陪伴模式",
-    "stop_aigf": "关闭陪伴模式",
-    "memories": "我记得什么",
-    "forget": "忘掉某些记忆",
-    "why": "这条记忆从哪来",
-    "stats": "记忆统计",
-    "reset": "重新开始对话",
-    "weekly": "每周记忆小结 on/off",
-    "help": "查看帮助",
-}
+
+
+def help_text() -> str:
+    """/help in a private chat, from the command table."""
+    return (
+        "我是小伴，一个会记住你的聊天伙伴。\n\n"
+        f"{help_lines(Place.PRIVATE)}\n\n"
+        "直接说“记住：……”我就会马上记下；说“忘掉……”我就会忘掉。\n"
+        "记忆分短期、中期、长期：到时候我会问你要不要保留、升级或归档。"
+    )
+
+
+HELP = help_text()
+# Typing /start_aiGF still matches the lower-cased menu entry (its row ignores case).
+COMMANDS = menu(Place.PRIVATE, default_only=True)
 START_GREETING = "你好，我是小伴～我会陪你聊天，并记住对你重要的事。点下面的按钮开启陪伴模式吧。"
 
 
@@ -222,7 +213,7 @@ def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, 
     if memory.updated_at != memory.created_at:
         lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
     for old in replaced:
-        if old.status_reason == REWORDED:
+        if old.status_reason == StatusReason.REWORDED:
             lines.append(f"· 原来是：“{old.event}”（{tz_show(old.updated_at)} 改成现在这样）")
         else:
             lines.append(f"· 取代了之前的：“{old.event}”")

@@ -57,9 +57,36 @@ class Status(StrEnum):
     FORGOTTEN = "forgotten"  # a content-free tombstone: handle, when and why, no text
 
 
-# The status reason of a superseded copy keeping a memory's earlier words, after a retelling in other words
-# rewrote it: ``/why`` shows them and an undo puts them back.
-REWORDED = "reworded"
+class StatusReason(StrEnum):
+    """Why a memory is archived, superseded or forgotten: the ``status_reason`` stored with it (and in the
+    CSV), so the values never change."""
+
+    NONE = ""  # active, or restored by the user
+    USER = "user"  # the user (or an operator for them) archived or forgot it
+    PROMOTED = "promoted"  # moved up a tier by the user; still active (the weekly summary counts it)
+    REPLACED = "replaced"  # superseded by newer information (``superseded_by``)
+    # A superseded copy keeping a memory's earlier words, after a retelling in other words rewrote it:
+    # ``/why`` shows them and an undo puts them back.
+    REWORDED = "reworded"
+    UNDONE = "undone"  # a new memory whose save the user undid
+    EVICTED = "evicted"  # a small thing dropped to keep the scope under its memory cap
+    FADED = "faded"  # cleanup: its importance decayed below the floor
+    EXPIRED = "expired"  # cleanup: its validity ran out and nobody mentioned it lately
+    DUPLICATE = "duplicate"  # cleanup: another active copy of the same words stays
+
+
+REWORDED = StatusReason.REWORDED
+
+
+class Switch(StrEnum):
+    """A stored on/off setting: the weekly summary, a group's memory, sharing private memories in groups."""
+
+    ON = "on"
+    OFF = "off"
+
+    @classmethod
+    def of(cls, on: bool) -> Switch:
+        return cls.ON if on else cls.OFF
 
 
 class Tier(StrEnum):
@@ -172,7 +199,7 @@ class Memory:
     source_message_id: int | None = None
     source_at: datetime | None = None
     superseded_by: int | None = None
-    status_reason: str = ""  # why it was archived, superseded or forgotten ("user", "faded", ...)
+    status_reason: str = StatusReason.NONE  # why it was archived, superseded or forgotten (StatusReason)
     # A one-way hash of the forgotten event's normal form: a later extraction of the same words can be
     # recognised without keeping the words.
     fingerprint: str = ""

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from companion.core.models import Memory, MemoryDraft, Tier, Validity
+from companion.core.models import Memory, MemoryDraft, StatusReason, Tier, Validity
 
 DAY = timedelta(days=1)
 DECAY_PER_DAY = 0.95
@@ -103,16 +103,16 @@ def removal_reason(
     expires: datetime | None,
     last_mentioned_at: datetime | None,
     now: datetime,
-) -> str | None:
+) -> StatusReason | None:
     """Why cleanup removes a memory, or None to keep it. Permanent memories are never removed here."""
     if validity is Validity.PERMANENT:
         return None
     if importance < CLEANUP_BELOW:
-        return "faded"
+        return StatusReason.FADED
     expired = expires is not None and expires <= now
     quiet = last_mentioned_at is None or now - last_mentioned_at >= MENTION_WINDOW
     if expired and quiet:
-        return "expired"
+        return StatusReason.EXPIRED
     return None
 
 

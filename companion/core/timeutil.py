@@ -31,10 +31,6 @@ def from_db(text: str) -> datetime:
     return datetime.strptime(text, _STORED).replace(tzinfo=UTC)
 
 
-def maybe_from_db(text: str | None) -> datetime | None:
-    return None if text is None else from_db(text)
-
-
 def show(moment: datetime | None, tz: tzinfo) -> str:
     """Local wall time for people: ``2025-12-23 16:05``; empty for no value."""
     return "" if moment is None else moment.astimezone(tz).strftime(_SHOWN)

@@ -11,7 +11,17 @@ from typing import Protocol
 
 from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import REWORDED, Memory, MemoryDraft, MemoryType, Origin, Recalled, Scope, Status, Tier
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    MemoryType,
+    Origin,
+    Recalled,
+    Scope,
+    Status,
+    StatusReason,
+    Tier,
+)
 from companion.core.text import normalize_text
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.types import MemoryStats, Provenance
@@ -68,7 +78,8 @@ class Curator:
     async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
         memory = await self.get(scope, handle)
         moved = tiers.move_to_tier(memory, tiers.next_tier(memory.tier), now)
-        return await self._writer.write(scope, replace(moved, status_reason="promoted"))  # the weekly summary counts it
+        # The weekly summary counts it.
+        return await self._writer.write(scope, replace(moved, status_reason=StatusReason.PROMOTED))
 
     async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
         """Keep as it is and ask again after one more period of its tier."""
@@ -77,7 +88,7 @@ class Curator:
     async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
         """Put away: never recalled, kept in backups, restorable from /memories."""
         memory = await self.get(scope, handle)
-        archived = replace(memory, status=Status.ARCHIVED, status_reason="user", updated_at=now)
+        archived = replace(memory, status=Status.ARCHIVED, status_reason=StatusReason.USER, updated_at=now)
         return await self._writer.write(scope, archived)
 
     async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
@@ -85,7 +96,7 @@ class Curator:
         memory = await self.get(scope, handle)
         if memory.status is not Status.ARCHIVED:
             return memory
-        back = replace(memory, status=Status.ACTIVE, status_reason="")
+        back = replace(memory, status=Status.ACTIVE, status_reason=StatusReason.NONE)
         return await self._writer.write(scope, tiers.keep_for_another_period(back, now))
 
     async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
@@ -130,7 +141,7 @@ class Curator:
         """Where a memory came from and how it changed: its source, and the memories it replaced."""
         memory = await self.get(scope, handle)
         everything = await self._store.fetch_memories(scope, EVERY_STATUS)
-        if memory.status_reason == REWORDED:  # a memory's earlier words: its story is the memory's
+        if memory.status_reason == StatusReason.REWORDED:  # a memory's earlier words: its story is the memory's
             memory = next((m for m in everything if m.id == memory.superseded_by), memory)
             handle = memory.id
         replaced = [m for m in everything if m.superseded_by == handle]
@@ -151,7 +162,7 @@ class Curator:
             return await self.archive(scope, handle, now)
         if action is tiers.Action.FORGET:
             memory = await self.get(scope, handle)  # owner check before anything changes
-            gone = (await self._writer.forget(scope, [handle], "user")).memories
+            gone = (await self._writer.forget(scope, [handle], StatusReason.USER)).memories
             return gone[0] if gone else memory
         return await self.keep(scope, handle, now)
 
@@ -165,6 +176,7 @@ class Curator:
             archived=sum(m.status is Status.ARCHIVED for m in everything),
             superseded=sum(m.status is Status.SUPERSEDED for m in everything),
             learned_this_week=sum(m.created_at >= week_ago for m in active),
-            evicted_this_week=sum(m.status_reason == "evicted" and m.updated_at >= week_ago for m in everything),
+            evicted_this_week=sum(m.status_reason == StatusReason.EVICTED and m.updated_at >= week_ago
+                                  for m in everything),
             pending_turns=await self._store.count_pending(scope),
         )

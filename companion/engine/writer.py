@@ -16,7 +16,7 @@ from datetime import datetime
 from companion.core import tiers
 from companion.core.errors import NothingToUndoError
 from companion.core.extraction import MergeCandidates, MergePlan, clean_keywords, fingerprint, plan_merge
-from companion.core.models import REWORDED, Memory, MemoryDraft, Scope, Status, Turn
+from companion.core.models import Memory, MemoryDraft, Scope, Status, StatusReason, Turn
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
@@ -142,7 +142,7 @@ class MemoryWriter:
         if not pairs:
             return
         old = await self._store.fetch_by_ids(scope, list(pairs))
-        updates = [replace(m, status=Status.SUPERSEDED, superseded_by=pairs[m.id], status_reason="replaced",
+        updates = [replace(m, status=Status.SUPERSEDED, superseded_by=pairs[m.id], status_reason=StatusReason.REPLACED,
                            updated_at=now) for m in old if m.is_active]
         if updates:
             await self._store.apply_changes(scope, now, updates=updates)
@@ -153,7 +153,7 @@ class MemoryWriter:
         """A retelling in other words rewrites its row; the words it replaced stay as a superseded copy
         linked to the row, so ``/why`` shows them and an undo can put them back. Returns the stored copies
         by the handle of the row they belong to."""
-        copies = [replace(before, status=Status.SUPERSEDED, superseded_by=after.id, status_reason=REWORDED,
+        copies = [replace(before, status=Status.SUPERSEDED, superseded_by=after.id, status_reason=StatusReason.REWORDED,
                           updated_at=now) for before, after in plan.reworded()]
         if not copies:
             return {}
@@ -167,7 +167,7 @@ class MemoryWriter:
         async with self.lock(scope):
             everything = await self._store.fetch_memories(scope, {Status.ACTIVE, Status.SUPERSEDED})
             live = next((m for m in everything if m.id == handle and m.is_active), None)
-            copies = [m for m in everything if m.superseded_by == handle and m.status_reason == REWORDED]
+            copies = [m for m in everything if m.superseded_by == handle and m.status_reason == StatusReason.REWORDED]
             old = max(copies, key=lambda m: m.id) if copies else None
             if live is None or old is None or copy not in (None, old.id):
                 raise NothingToUndoError(f"memory {handle} has no such earlier wording")
@@ -176,7 +176,7 @@ class MemoryWriter:
                 validity=old.validity, type=old.type, tier=old.tier, expires_at=old.expires_at,
                 review_at=old.review_at, updated_at=now,
             )
-            await self._store.apply_changes(scope, now, updates=[restored], forget=[old.id], reason="undone")
+            await self._store.apply_changes(scope, now, updates=[restored], forget=[old.id], reason=StatusReason.UNDONE)
             self._cache.remove(scope, handle)
             await self._cache.add(scope, [handle])
         self._profiles.invalidate(scope)
@@ -190,7 +190,7 @@ class MemoryWriter:
             return 0
         victims = tiers.to_evict(await self._store.fetch_memories(scope), self._capacity, now)
         if victims:
-            await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason="evicted")
+            await self._store.apply_changes(scope, now, forget=[m.id for m in victims], reason=StatusReason.EVICTED)
             for m in victims:
                 self._cache.remove(scope, m.id)
         return len(victims)
@@ -199,7 +199,7 @@ class MemoryWriter:
         """A draft whose words equal a memory the user asked to forget is not learned again."""
         if scope not in self._forgotten_prints:
             stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
-            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == "user"}
+            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == StatusReason.USER}
         return fingerprint(draft.event) in self._forgotten_prints[scope]
 
     def drop_cached(self, scope: Scope) -> None:
@@ -228,7 +228,7 @@ class MemoryWriter:
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
             # A memory's earlier wordings go with it.
             wanted = [m for m in stored if wanted_ids is None or m.id in wanted_ids
-                      or (m.status_reason == REWORDED and m.superseded_by in wanted_ids)]
+                      or (m.status_reason == StatusReason.REWORDED and m.superseded_by in wanted_ids)]
             keys: set[str] = set()
             if wanted or wanted_ids is None:
                 short, queued = await self._short.telling(scope, wanted) if wanted_ids is not None else ([], [])

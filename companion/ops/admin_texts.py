@@ -15,14 +15,6 @@ from companion.storage.base import UsageCell
 
 NO_PERMISSION = "没有权限"
 PRIVATE_ONLY = "管理命令只在和我的私聊里回答，请私聊我再发。"
-COMMANDS = {
-    "mem_add": "管理：给用户加一条记忆",
-    "mem_del": "管理：删除用户的一条记忆",
-    "mem_edit": "管理：修改用户的一条记忆",
-    "mem_export": "管理：导出记忆为CSV",
-    "mem_stats": "管理：记忆和调用统计",
-    "mem_user": "管理：一个用户的概况",
-}
 USAGE = {
     "mem_add": "用法：/mem_add 用户ID 内容 [重要程度0-100] [有效期 permanent|30d|7d]",
     "mem_del": "用法：/mem_del 用户ID 记忆编号",

@@ -27,7 +27,7 @@ import pandas as pd
 
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.extraction import fingerprint
-from companion.core.models import Memory, Scope, Status
+from companion.core.models import Memory, Scope, Status, StatusReason
 from companion.ops.backup import IN_PROGRESS, fsync
 from companion.ops.csvformat import LEGACY_HEADERS, parse_row
 from companion.ops.staging import remove_staging, staging_path
@@ -267,7 +267,7 @@ async def reforget(path: Path, live: LiveTombstones, fresh: Iterable[int], now: 
             for memory in await store.fetch_memories(scope, EVERY_BUT_FORGOTTEN):
                 stone = live.match(scope, memory, memory.id in fresh)
                 if stone is not None:
-                    by_reason[stone.reason or "user"].append(memory.id)
+                    by_reason[stone.reason or StatusReason.USER].append(memory.id)
             for reason, ids in by_reason.items():
                 await store.apply_changes(scope, now, forget=ids, reason=reason)
                 total += len(ids)

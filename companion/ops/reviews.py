@@ -14,7 +14,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from companion.core import tiers
-from companion.core.models import Memory, Scope, Status
+from companion.core.models import Memory, Scope, Status, StatusReason, Switch
 from companion.core.timeutil import from_db, to_db, utcnow
 from companion.ops.jobs import guarded
 from memory import MemoryEngine
@@ -72,17 +72,23 @@ async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> Wee
     since = now - WEEK
     return WeekSummary(
         learned=[m for m in everything if m.is_active and m.created_at >= since],
-        promoted=sum(m.is_active and m.status_reason == "promoted" and m.updated_at >= since for m in everything),
+        promoted=sum(m.is_active and m.status_reason == StatusReason.PROMOTED and m.updated_at >= since
+                     for m in everything),
         archived=sum(m.status is Status.ARCHIVED and m.updated_at >= since for m in everything),
-        evicted=sum(m.status_reason == "evicted" and m.updated_at >= since for m in everything),
+        evicted=sum(m.status_reason == StatusReason.EVICTED and m.updated_at >= since for m in everything),
     )
+
+
+async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:
+    """/weekly on|off: whether ``weekly_round`` sends this scope its summary."""
+    await engine.set_note(scope, WEEKLY, Switch.of(on))
 
 
 async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) -> int:
     """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on)."""
     sent = 0
     for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
-        if await engine.note(scope, WEEKLY) != "on":
+        if await engine.note(scope, WEEKLY) != Switch.ON:
             continue
         last = await engine.note(scope, WEEKLY_SENT)
         if last is not None and now - from_db(last) < WEEK - timedelta(hours=12):

@@ -17,6 +17,7 @@ from datetime import datetime
 import aiosqlite
 
 from companion.core import rules
+from companion.core.models import StatusReason
 from companion.core.timeutil import to_db
 
 DAY_S = 86_400
@@ -59,8 +60,8 @@ def _decaying(row: str) -> str:
 CLEAN = f"""
 UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', importance = 0, status = 'forgotten',
     updated_at = :stamp,
-    status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN 'faded'
-                         WHEN {_cleanable("t")} THEN 'expired' ELSE 'duplicate' END
+    status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN '{StatusReason.FADED}'
+                         WHEN {_cleanable("t")} THEN '{StatusReason.EXPIRED}' ELSE '{StatusReason.DUPLICATE}' END
 WHERE t.status = 'active' AND {_decaying("t")} AND ({_cleanable("t")} OR (t.event IN (
     SELECT event FROM "{{table}}" WHERE status = 'active' GROUP BY event HAVING count(*) > 1) AND EXISTS (
     SELECT 1 FROM "{{table}}" AS o WHERE o.event = t.event AND o.status = 'active' AND o.id != t.id

@@ -10,7 +10,17 @@ from datetime import datetime
 from companion.core import rules
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
-from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    Profile,
+    Scope,
+    ShortItem,
+    ShortKind,
+    Status,
+    StatusReason,
+    Turn,
+)
 from companion.storage.base import ACTIVE_ONLY, Maintenance, UsageLog, VectorIndex, moved_suffixes
 
 
@@ -207,7 +217,7 @@ class InMemoryStore:
         removed = 0
         for mid, m in list(rows.items()):
             if m.is_active and rules.decays(m.validity, m.tier, m.pinned) and best[m.event].id != mid:
-                rows[mid] = _tombstone(m, now, "duplicate", "")
+                rows[mid] = _tombstone(m, now, StatusReason.DUPLICATE, "")
                 removed += 1
         return removed
 

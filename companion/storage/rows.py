@@ -178,7 +178,3 @@ def dump_keys(keys: Sequence[str]) -> str | None:
 
 def load_keys(value: object) -> tuple[str, ...]:
     return tuple(str(value).split()) if value else ()
-
-
-def maybe_db(moment: datetime | None) -> str | None:
-    return None if moment is None else to_db(moment)
