@@ -11,7 +11,7 @@ import pytest
 
 from companion.chat import texts
 from companion.core.errors import NothingToUndoError, NotYourMemoryError
-from companion.core.models import REWORDED, Scope, Status, Turn
+from companion.core.models import Scope, Status, StatusReason, Turn
 from tests.support import USER, Live, Rig
 
 
@@ -110,7 +110,7 @@ async def test_extraction_keeps_two_facts_apart_and_why_shows_a_rewording(rig: R
     # Two memories for two facts; the event carries its day, the fact none.
     assert events == ["2025-12-23 周四晚上要练吉他", "周二晚上要练吉他", "对花生过敏，吃了会起疹子"]
     story = await engine.why(scope, peanut.id)
-    assert [(m.event, m.status_reason) for m in story.replaced] == [("我对花生过敏", REWORDED)]
+    assert [(m.event, m.status_reason) for m in story.replaced] == [("我对花生过敏", StatusReason.REWORDED)]
 
 
 async def test_an_older_receipts_undo_does_not_undo_a_later_change(rig: Rig) -> None:

@@ -17,7 +17,7 @@ from companion.chat.intents import Kind, read_intent, read_review_answer
 from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import tells
-from companion.core.models import REWORDED, Memory, Scope, Status
+from companion.core.models import Memory, Scope, Status, StatusReason
 from memory import Forgetting, MemoryEngine
 
 FORGET_MATCHES = 5
@@ -89,7 +89,7 @@ async def steer(
 async def forget_all_count(engine: MemoryEngine, scope: Scope) -> int:
     """The memories forgetting everything would forget (what the confirmation names). Zero still leaves
     something to wipe: queued turns, short-term context and summaries not learned yet."""
-    return sum(m.status_reason != REWORDED  # a memory's earlier words are part of it, not one more
+    return sum(m.status_reason != StatusReason.REWORDED  # a memory's earlier words are part of it, not one more
                for m in await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
 
 
