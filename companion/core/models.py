@@ -75,7 +75,6 @@ class StatusReason(StrEnum):
     DUPLICATE = "duplicate"  # cleanup: another active copy of the same words stays
 
 
-
 class Switch(StrEnum):
     """A stored on/off setting: the weekly summary, a group's memory, sharing private memories in groups."""
 
