@@ -6,7 +6,8 @@ ids come from the database-wide ``memory_handles`` table, so a handle names one 
 Shared tables hold the scope registry, profiles, the turns waiting for extraction and small state. Schema
 changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
 by ``upgrade_stale`` in the background, never all at start-up.
-Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``.
+Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
+forgetting and what it reaches are in ``forgetting.py``, a group's move to a new chat id in ``chatmove.py``.
 """
 
 from __future__ import annotations
@@ -25,19 +26,20 @@ from typing import TYPE_CHECKING
 import aiosqlite
 
 from companion.core.errors import StorageError
-from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.rules import new_memory
 from companion.core.timeutil import to_db
-from companion.storage import chatmove, decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
+from companion.storage import chatmove, decay_sql, forgetting, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.connection import Connection, storage_error
 from companion.storage.rows import (
+    HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
     PROFILE_COLUMNS,
     SELECT_MEMORY,
     TURN_COLUMNS,
     UPDATE_MEMORY,
+    marks,
     memory_to_row,
     memory_update_params,
     profile_to_row,
@@ -53,14 +55,9 @@ from companion.storage.usage import SQLiteUsageLog
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
     from companion.storage.vectors import VectorStore
 
-HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
 # Decay and cleanup commit at least this often, so a turn never waits longer than this for the lock.
 DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
-
-
-def _marks(values: Collection[object]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 class SQLiteStore(Connection):
@@ -88,7 +85,7 @@ class SQLiteStore(Connection):
         values = sorted(s.value for s in statuses)
         table = self.memory_table(scope)
         rows = await self._select(
-            f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status IN ({_marks(values)}) ORDER BY id', values
+            f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status IN ({marks(values)}) ORDER BY id', values
         )
         return [row_to_memory(row) for row in rows]
 
@@ -96,7 +93,7 @@ class SQLiteStore(Connection):
         if not ids or not await self._readable(scope):
             return []
         table = self.memory_table(scope)
-        rows = await self._select(f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE id IN ({_marks(ids)}) ORDER BY id',
+        rows = await self._select(f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE id IN ({marks(ids)}) ORDER BY id',
                                   tuple(ids))
         return [row_to_memory(row) for row in rows]
 
@@ -116,7 +113,7 @@ class SQLiteStore(Connection):
             ids = await self._insert(conn, scope, inserts, now)
             await self._update(conn, scope, updates)
             await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
-            gone = await self._tombstone(conn, scope, forget_ids, now, reason)
+            gone = await forgetting.tombstone(conn, self.memory_table(scope), forget_ids, now, reason)
             if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
@@ -158,26 +155,6 @@ class SQLiteStore(Connection):
             await conn.executemany(f'UPDATE "{table}" SET {UPDATE_MEMORY} WHERE id = ?',
                                    [memory_update_params(m) for m in memories])
 
-    async def _tombstone(
-        self, conn: aiosqlite.Connection, scope: Scope, ids: Sequence[int], now: datetime, reason: str
-    ) -> int:
-        """Forget: the text, keywords and importance go at once; handle, time, reason and a one-way
-        fingerprint stay."""
-        if not ids:
-            return 0
-        table = self.memory_table(scope)
-        cursor = await conn.execute(
-            f'SELECT id, event FROM "{table}" WHERE id IN ({_marks(ids)}) AND status != ?',
-            (*ids, Status.FORGOTTEN.value),
-        )
-        found = list(await cursor.fetchall())
-        await conn.executemany(
-            f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', importance = 0, status = ?, '
-            "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
-            [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
-        )
-        return len(found)
-
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if not ids or self._version(scope) is None:
             return
@@ -197,7 +174,7 @@ class SQLiteStore(Connection):
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
         await self._select(
             f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
-            f"WHERE id IN ({_marks(ids)})", (to_db(now), *ids),
+            f"WHERE id IN ({marks(ids)})", (to_db(now), *ids),
         )
 
     async def forget_everywhere(
@@ -207,47 +184,12 @@ class SQLiteStore(Connection):
         """One transaction: tombstones, the profile, the vectors, the queued turns and short-term items
         that told them (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None``
         everything of the scope. A scope never seen creates nothing."""
-        everything = ids is None
         async with self._tx() as conn:
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
-            wanted: list[int] = []
-            if known:  # what is not forgotten yet, of all or of ``ids``
-                cursor = await conn.execute(
-                    f'SELECT id FROM "{self.memory_table(scope)}" WHERE status != ? AND (? OR id IN '
-                    "(SELECT value FROM json_each(?))) ORDER BY id",
-                    (Status.FORGOTTEN.value, int(everything), json.dumps(sorted(set(ids or ())))))
-                wanted = [int(row[0]) for row in await cursor.fetchall()]
-            keys = await self._sources_of(conn, wanted)
-            if everything:
-                await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
-                await shortterm.delete(conn, scope.key, None, None)
-            else:
-                cursor = await conn.execute(
-                    "SELECT id FROM pending_turns WHERE scope_key = ? AND turn_key IN (SELECT value FROM json_each(?))",
-                    (scope.key, json.dumps(sorted(keys))))
-                drop = {*queued, *(int(row[0]) for row in await cursor.fetchall())}
-                await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
-                                       [(scope.key, i) for i in sorted(drop)])
-                told = {*short, *await shortterm.told_by(conn, scope.key, keys)}
-                await shortterm.delete(conn, scope.key, sorted(told), None)
-            if await self._tombstone(conn, scope, wanted, now, reason) or everything:
-                # The profile may quote what was forgotten: it goes now and is rebuilt without it.
-                await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
-            await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
-                                   [(scope.key, mid) for mid in wanted])
-        return keys
-
-    @staticmethod
-    async def _sources_of(conn: aiosqlite.Connection, ids: Sequence[int]) -> set[str]:
-        keys: set[str] = set()
-        for start in range(0, len(ids), HANDLES_PER_STATEMENT):
-            part = ids[start:start + HANDLES_PER_STATEMENT]
-            cursor = await conn.execute(
-                f"SELECT turn_key FROM memory_sources WHERE memory_id IN ({_marks(part)})", tuple(part))
-            keys.update(str(row[0]) for row in await cursor.fetchall())
-        return keys
+            return await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
+                                                      ids, now, reason, queued, short)
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
         wanted = sorted(k for k in keys if k)
