@@ -7,7 +7,8 @@ Shared tables hold the scope registry, profiles, the turns waiting for extractio
 changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
 by ``upgrade_stale`` in the background, never all at start-up.
 Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
-forgetting and what it reaches are in ``forgetting.py``, a group's move to a new chat id in ``chatmove.py``.
+writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
+a new chat id ``chatmove.py``.
 """
 
 from __future__ import annotations
@@ -25,28 +26,22 @@ from typing import TYPE_CHECKING
 
 import aiosqlite
 
-from companion.core.errors import StorageError
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.core.rules import new_memory
 from companion.core.timeutil import to_db
-from companion.storage import chatmove, decay_sql, forgetting, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
+from companion.storage import chatmove, decay_sql, forgetting, migrations, shortterm, usage, vector_schema, writes  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.connection import Connection, storage_error
 from companion.storage.rows import (
-    HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
     PROFILE_COLUMNS,
     SELECT_MEMORY,
     TURN_COLUMNS,
-    UPDATE_MEMORY,
     marks,
     memory_to_row,
-    memory_update_params,
     profile_to_row,
     row_to_memory,
     row_to_profile,
     row_to_turn,
-    source_rows,
     turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
@@ -110,50 +105,11 @@ class SQLiteStore(Connection):
             return []  # nothing to write, or nothing to forget in a scope never written: create nothing
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = await self._insert(conn, scope, inserts, now)
-            await self._update(conn, scope, updates)
-            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
+            ids = await writes.write(conn, self.memory_table(scope), scope.key, inserts, updates, sources, now)
             gone = await forgetting.tombstone(conn, self.memory_table(scope), forget_ids, now, reason)
             if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
-
-    async def _insert(
-        self, conn: aiosqlite.Connection, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime
-    ) -> list[int]:
-        if not drafts:
-            return []
-        ids = await self._new_handles(conn, scope, len(drafts))
-        rows = [memory_to_row(new_memory(draft, mid, now)) for draft, mid in zip(drafts, ids, strict=True)]
-        await conn.executemany(f'INSERT INTO "{self.memory_table(scope)}" {INSERT_MEMORY}', rows)
-        return ids
-
-    @staticmethod
-    async def _add_sources(conn: aiosqlite.Connection, ids: Sequence[int], sources: Sequence[str]) -> None:
-        rows = source_rows(ids, sources)
-        if rows:
-            await conn.executemany("INSERT OR IGNORE INTO memory_sources (memory_id, turn_key) VALUES (?, ?)", rows)
-
-    async def _new_handles(self, conn: aiosqlite.Connection, scope: Scope, count: int) -> list[int]:
-        """``count`` fresh handles in a few statements (one per row was a thread hop each: bulk writes
-        ran at a few hundred rows per second). AUTOINCREMENT hands out increasing ids in VALUES order
-        while this transaction holds the write lock, so the sorted ids follow the drafts' order."""
-        ids: list[int] = []
-        for start in range(0, count, HANDLES_PER_STATEMENT):
-            n = min(HANDLES_PER_STATEMENT, count - start)
-            cursor = await conn.execute(
-                f"INSERT INTO memory_handles (scope_key) VALUES {', '.join(['(?)'] * n)} RETURNING id", [scope.key] * n
-            )
-            ids.extend(sorted(int(row[0]) for row in await cursor.fetchall()))
-        if len(ids) != count:
-            raise StorageError(f"asked for {count} memory handles, got {len(ids)}")
-        return ids
-
-    async def _update(self, conn: aiosqlite.Connection, scope: Scope, memories: Sequence[Memory]) -> None:
-        if memories:
-            table = self.memory_table(scope)
-            await conn.executemany(f'UPDATE "{table}" SET {UPDATE_MEMORY} WHERE id = ?',
-                                   [memory_update_params(m) for m in memories])
 
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if not ids or self._version(scope) is None:
@@ -220,7 +176,7 @@ class SQLiteStore(Connection):
                     "INSERT INTO memory_handles (id, scope_key) VALUES (?, ?)", [(m.id, scope.key) for m in memories]
                 )
             else:
-                handles = await self._new_handles(conn, scope, len(memories))
+                handles = await writes.new_handles(conn, scope.key, len(memories))
                 memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
             table = self.memory_table(scope)
             await conn.executemany(f'INSERT INTO "{table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
@@ -307,9 +263,7 @@ class SQLiteStore(Connection):
     ) -> list[int]:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = await self._insert(conn, scope, inserts, now)
-            await self._update(conn, scope, updates)
-            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
+            ids = await writes.write(conn, self.memory_table(scope), scope.key, inserts, updates, sources, now)
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ? AND id <= ?", (scope.key, up_to_id))
             if ids or updates:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
