@@ -9,7 +9,6 @@ transaction never spans an LLM call.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -28,10 +27,12 @@ from companion.core.models import (
     Tier,
     Turn,
 )
-from companion.core.timeutil import from_db, to_db, utcnow
+from companion.core.timeutil import from_db, utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
-from companion.engine.learning import MAX_RELATED, Learner, related
-from companion.engine.profile import ProfileService, matching_traits
+from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
+from companion.engine.context import ContextBuilder
+from companion.engine.learning import Learner
+from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.steering import Curator
@@ -51,13 +52,11 @@ from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
-from companion.recall.index import RecallFilter, mentions
+from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
 from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "Consolidation",
@@ -73,10 +72,6 @@ __all__ = [
     "ShortTerm",
     "Standing",
 ]
-
-# A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
-MAX_QUERY_TERMS = 48
-LAST_EXTRACTION = "last_extraction"
 
 
 class MemoryEngine:
@@ -97,6 +92,9 @@ class MemoryEngine:
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
+        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
+        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
+                                          self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
         self._loading: asyncio.Future[None] | None = None
@@ -236,7 +234,7 @@ class MemoryEngine:
         ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
         join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
-        words = self._query_words
+        words = self._context.query_words
         given = {text: list(keywords)} if keywords is not None else {}
         # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
         query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
@@ -255,45 +253,18 @@ class MemoryEngine:
         ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
         return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
 
-    def _query_words(self, text: str) -> list[str]:
-        return self.keywords.keywords(text, limit=MAX_QUERY_TERMS)
-
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
     ) -> MemoryContext:
-        keywords = self._query_words(text)
-        standing = await self._cache.standing(scope, now)
-        # Every active memory may be recalled, whatever its tier (tiers decide reviews, decay, eviction and
-        # what the profile is built from first); the gate weighs the best few, as measured in BENCHMARKS.md.
-        recalled = (
-            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
-                              earlier=earlier, reply=reply)
-            if allow_recall else []
-        )
-        current = await self.profiles.current(scope)
-        profile = current[0] if current else Profile(core="")
-        # Each memory once in the prompt: what the profile core already says is not recalled again, and what
-        # is recalled is not repeated as learned today or done today.
-        recalled = [r for r in recalled if not _said_in(profile.core, r.memory.event)]
-        shown = {r.memory.event for r in recalled}
-        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(profile.core, e)]
-        today = [e for e in dict.fromkeys(await self.today_events(scope, now)) if e not in shown and e not in recent]
-        if recalled:
-            await self._store.touch(scope, [r.memory.id for r in recalled], now)
-        return MemoryContext(
-            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
-            instructions=standing.instructions, recent=recent, today=today,
-        )
+        return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
+                                          earlier=earlier, reply=reply)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
     ) -> list[int]:
-        ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
-        if ids:
-            await self._store.mark_mentioned(scope, ids, now)
-            await self._cache.add(scope, ids)
-        return ids
+        """The recalled memories the reply mentions, marked as mentioned; returns their ids."""
+        return await self._context.mark_mentioned(scope, reply, recalled, now)
 
     # ---- consolidation (extraction) --------------------------------------------------------------
 
@@ -303,36 +274,7 @@ class MemoryEngine:
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
         """Extract memories from the queued turns. Raises LLMError and keeps the turns queued on failure."""
-        async with self.lock(scope):
-            while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
-                queued = await self._store.pending_turns(scope, self.config.extract_max_turns)
-                turns = await self._unforgotten(scope, queued)
-                if turns or not queued:
-                    break
-            if not turns:
-                return Consolidation(0, 0, 0)
-            known = await related(self._store, scope, await self.recall(
-                scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
-                cooldown=None))
-            drafts, today_events = await self._learner.extract(turns, known, now)
-            batch = [t.key for t in turns if t.key]
-            for event in today_events:
-                await self._short.add_event(scope, event, turns[-1].at, batch)
-            plan = await self._writer.absorb(scope, turns, drafts, now)
-        await self.set_note(scope, LAST_EXTRACTION, to_db(now))
-        await self._writer.embed(scope, now)
-        log.info("extraction for %s: %d turns, %d new, %d updated",
-                 scope.key, len(turns), len(plan.inserts), len(plan.updates))
-        return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
-
-    async def _unforgotten(self, scope: Scope, turns: list[Turn]) -> list[Turn]:
-        """The queued turns but any a forgotten memory came from (queued after the forget: a tool's save
-        and forget in one reply), which leave the queue unread."""
-        told = await self._store.forgotten_turns(scope, [t.key for t in turns if t.key])
-        if not told:
-            return turns
-        await self._store.drop_turns(scope, [t.id for t in turns if t.key in told and t.id is not None])
-        return [t for t in turns if t.key not in told]
+        return await self._consolidator.consolidate(scope, now)
 
     # ---- profile ---------------------------------------------------------------------------------
 
@@ -383,11 +325,7 @@ class MemoryEngine:
         same fact retold merges into its row, which rises to the draft's tier if that is higher; told in
         other words, the result names the words it replaced (``undo_rewording`` puts them back). A
         different fact, however alike, is a memory of its own."""
-        written = await self._writer.write_drafts(scope, [draft], now)
-        memory = await self.get(scope, written.ids[0])
-        if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
-            memory = await self._writer.write(scope, tiers.move_to_tier(memory, draft.tier, now))
-        return Saved(memory, written.earlier.get(memory.id))
+        return await self._curator.save(scope, draft, now)
 
     async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
         """Put back the words a save or an extraction replaced in this memory (owner-checked): those kept
@@ -464,14 +402,7 @@ class MemoryEngine:
     async def summarise(self, scope: Scope, turns: Sequence[Turn], now: datetime) -> Memory | None:
         """A short-term memory summing up a conversation that had something worth keeping, or None.
         Raises LLMError when the model cannot answer."""
-        draft = await self._learner.summary(turns, now)
-        if draft is None:
-            return None
-        draft.source_turns = tuple(t.key for t in turns if t.key)
-        if await self._store.forgotten_turns(scope, draft.source_turns):
-            return None  # something it sums up was forgotten while the model wrote it
-        [handle, *_] = await self.remember(scope, [draft], now)
-        return await self.get(scope, handle)
+        return await self._consolidator.summarise(scope, turns, now)
 
     # ---- short-term memory: kept in the database, so a restart forgets nothing -------------------
 
@@ -518,9 +449,3 @@ class MemoryEngine:
     async def finish_moves(self, now: datetime) -> list[tuple[int, int, list[Scope]]]:
         """At start-up: finish every move begun and not finished; (old id, new id, old scopes moved)."""
         return await self._upkeep.finish_moves(now)
-
-
-def _said_in(core: str, event: str) -> bool:
-    """The profile core already carries these words (an event's leading date aside)."""
-    words = event.split(" ", 1)[1] if event[:4].isdigit() and " " in event else event
-    return bool(words) and words in core

@@ -18,7 +18,7 @@ from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope
 from companion.core.rules import new_memory
 from companion.ops.backup import Exported, export_csv
 from companion.storage.base import EVERY_STATUS
-from companion.storage.rows import memory_to_row, row_to_memory
+from companion.storage.rows import HANDLES_PER_STATEMENT, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -39,13 +39,13 @@ def draft(n: int, importance: float = 70.0, validity: Validity = Validity.DAYS_3
 
 
 async def test_bulk_handles_follow_the_drafts_order(store: SQLiteStore) -> None:
-    count = storage_module.HANDLES_PER_STATEMENT * 2 + 7  # more than one statement's worth
+    count = HANDLES_PER_STATEMENT * 2 + 7  # more than one statement's worth
     await store.apply_changes(Scope(7), NOW, inserts=[draft(0)])  # another scope's handle first
     ids = await store.apply_changes(ALICE, NOW, inserts=[draft(n) for n in range(count)])
     assert ids == sorted(ids) and len(set(ids)) == count
     stored = await store.fetch_by_ids(ALICE, ids)
     assert [m.event for m in stored] == [f"第{n}件事" for n in range(count)]
-    assert {await store.owner_of(h) for h in ids[:: storage_module.HANDLES_PER_STATEMENT]} == {ALICE}
+    assert {await store.owner_of(h) for h in ids[:: HANDLES_PER_STATEMENT]} == {ALICE}
 
 
 @pytest.mark.parametrize("stamp", ["2025-12-23T04:00:00Z", "2024-02-29T23:59:59Z"])

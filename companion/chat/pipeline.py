@@ -1,8 +1,8 @@
 """The conversation pipeline, shared by Telegram and the console: one user turn in, one reply out.
 
 Short-term memory (the last turns, recall cooldowns, the extraction countdown) lives here, in the
-process. Long-term memory goes through the engine. Extraction and profile rebuilds run in background
-tasks after the reply, so the user never waits for them.
+process. Long-term memory goes through the engine; what each turn hands to it, and when extraction and
+profile rebuilds run (background tasks after the reply, so the user never waits), is ``learning``.
 
 A reply call is laid out for DeepSeek's prefix cache (``layout``). When tools are on and a ``ToolFactory``
 is given, the reply runs the bounded tool loop with tools built for this turn's scope; otherwise it is the
@@ -15,22 +15,22 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.chat import texts
 from companion.chat.group import GroupTurn
 from companion.chat.layout import history_excess, reply_messages
+from companion.chat.learning import Learning
 from companion.chat.memory_tools import SOURCE_TURN
 from companion.chat.persona import render_reference
 from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
 from companion.chat.steering import opening_reviews, steer
 from companion.config.settings import Settings
 from companion.core import rules
-from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.errors import LLMError, StorageError
 from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
@@ -42,8 +42,6 @@ from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
-NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
-NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
 REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
@@ -106,9 +104,9 @@ class ChatService:
         self._rng = rng or random.Random()
         self._sessions: dict[Scope, Session] = {}
         self._active: set[Scope] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
         self._idle: dict[Scope, asyncio.Task[None]] = {}
-        self._refreshing: set[Scope] = set()
+        self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
+                                  extract_every=(config.extract_every_min, config.extract_every_max))
         self._tools = tools if config.tools_enabled else None
         self.hints = HintGate()  # "how to start" hints to people outside companion mode, rate-limited
 
@@ -131,12 +129,9 @@ class ChatService:
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:
-            session = Session(history=deque(), extract_at=self._next_extraction())
+            session = Session(history=deque(), extract_at=self._learning.next_extraction())
             self._sessions[scope] = session
         return session
-
-    def _next_extraction(self) -> int:
-        return self._rng.randint(self.config.extract_every_min, self.config.extract_every_max)
 
     # ---- commands --------------------------------------------------------------------------------
 
@@ -160,13 +155,13 @@ class ChatService:
         self._active.discard(scope)
         session = self._sessions.pop(scope, None)
         if session is not None:
-            await self._queue_waiting(scope, session)
+            await self._learning.queue_waiting(scope, session)
         now = self.clock()
         for text in unanswered:
             await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
         await self.engine.set_active(scope, False, now)
         await self.engine.clear_short_term(scope, ShortKind.TURN)
-        self._spawn(self._consolidate(scope), f"extract-{scope.key}")
+        self._learning.extract(scope)
         return texts.STOPPED
 
     # ---- one turn --------------------------------------------------------------------------------
@@ -348,8 +343,9 @@ class ChatService:
             self._record(session, text, answer, key)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
         if keep and (group is None or group.remember):
-            await self._keep_turn(scope, session, Turn(user=text, reply=answer, at=now, chat_id=session.message[0],
-                                                       message_id=session.message[1], key=key), bool(recalled_ids))
+            turn = Turn(user=text, reply=answer, at=now, chat_id=session.message[0], message_id=session.message[1],
+                        key=key)
+            await self._learning.keep_turn(scope, session, turn, bool(recalled_ids))
         try:
             mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
         except StorageError as exc:
@@ -358,30 +354,8 @@ class ChatService:
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         if group is None or group.remember:
-            self._after_turn(scope, session, text, now)
+            self._learning.after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
-
-    async def _keep_turn(self, scope: Scope, session: Session, turn: Turn, recalled: bool) -> None:
-        """Keep a turn as short-term context and queue it for learning. A turn the database cannot take (a
-        full disk) waits in the session and is queued, in order, with the next turn it can take."""
-        try:
-            await self.engine.record_turn(scope, turn.user, turn.reply, turn.at, recalled=recalled, key=turn.key)
-        except StorageError as exc:
-            log.warning("could not keep the turn of %s as short-term context: %s", scope.key, exc)
-        if len(session.unqueued) == session.unqueued.maxlen:
-            log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
-        session.unqueued.append(turn)
-        await self._queue_waiting(scope, session)
-
-    async def _queue_waiting(self, scope: Scope, session: Session) -> None:
-        while session.unqueued:
-            try:
-                await self.engine.note_turn(scope, session.unqueued[0])
-            except StorageError as exc:
-                log.warning("%d turn(s) of %s wait to be queued for learning: %s", len(session.unqueued), scope.key,
-                            exc)
-                return
-            session.unqueued.popleft()
 
     def _toolset(self, scope: Scope, group: GroupTurn | None) -> Toolset:
         """The tools of this turn, built per turn and closing over its scope, so no tool argument can
@@ -400,73 +374,12 @@ class ChatService:
             session.history.popleft()
         session.summarised_turn = max(0, session.summarised_turn - excess)
 
-    def _after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
-        session.since_extraction += 1
-        session.news_waiting |= self._is_news(session, text)
-        # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
-        last = session.last_extraction_turn
-        news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
-        if news_due or session.since_extraction >= session.extract_at:
-            session.news_waiting = False
-            session.last_extraction_turn = session.turn
-            session.since_extraction = 0
-            session.extract_at = self._next_extraction()
-            self._spawn(self._consolidate(scope), f"extract-{scope.key}")
-        elif scope not in self._refreshing:
-            self._spawn(self._refresh_profile(scope, now), f"profile-{scope.key}")
-
-    def _is_news(self, session: Session, text: str) -> bool:
-        """An important word extracts at once the first time; talking on about the same thing (a cold
-        over several turns) waits for the regular extraction instead of paying for one per turn."""
-        news = [
-            word for word in self.config.important_keywords
-            if word in text and session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
-        ]
-        for word in news:
-            session.news_turns[word] = session.turn
-        return bool(news)
-
-    # ---- background work -------------------------------------------------------------------------
-
-    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(work, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _consolidate(self, scope: Scope) -> None:
-        try:
-            while True:
-                result = await self.engine.consolidate(scope, self.clock())
-                if result.turns < self.engine.extract_batch:
-                    break
-        except LLMError as exc:
-            log.warning("extraction for %s failed, turns stay queued: %s", scope.key, exc)
-            return
-        except CompanionError:
-            log.exception("extraction for %s failed", scope.key)
-            return
-        await self._refresh_profile(scope, self.clock())
-
-    async def _refresh_profile(self, scope: Scope, now: datetime) -> None:
-        if scope in self._refreshing:
-            return
-        self._refreshing.add(scope)
-        try:
-            await self.engine.refresh_profile(scope, now)
-        except LLMError as exc:
-            log.warning("profile refresh for %s failed, keeping the last one: %s", scope.key, exc)
-        except CompanionError:
-            log.exception("profile refresh for %s failed", scope.key)
-        finally:
-            self._refreshing.discard(scope)
-
     async def drain(self) -> None:
         """Wait for background extractions and profile rebuilds (shutdown, tests, benchmarks); pending
         idle summaries are dropped (the turns are queued for extraction anyway)."""
         for task in list(self._idle.values()):
             task.cancel()
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._learning.drain()
 
 
 def _bounded(answer: str | None) -> str | None:

@@ -1,5 +1,5 @@
-"""The user steers their memories: reads checked against the owner, edits, tier moves, archive and
-restore, pins, answers to reviews, search_memories, provenance (/why) and counts (/stats).
+"""The user steers their memories: reads checked against the owner, saves of a judged memory, edits,
+tier moves, archive and restore, pins, answers to reviews, search_memories, provenance (/why) and counts (/stats).
 Every change goes through the writer, so caches, profile and vectors follow."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from companion.core.models import (
 )
 from companion.core.text import normalize_text
 from companion.engine.retrievers import DenseRetriever
-from companion.engine.types import MemoryStats, Provenance
+from companion.engine.types import MemoryStats, Provenance, Saved
 from companion.engine.writer import MemoryWriter
 from companion.recall.filters import MemoryFilter, matches_words
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
@@ -54,6 +54,14 @@ class Curator:
         if not found:
             raise MemoryNotFoundError(f"no memory {handle}")
         return found[0]
+
+    async def save(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Saved:
+        """Store one judged memory; the same fact retold rises to the draft's tier if that is higher."""
+        written = await self._writer.write_drafts(scope, [draft], now)
+        memory = await self.get(scope, written.ids[0])
+        if draft.tier is not None and tiers.ORDER.index(memory.tier) < tiers.ORDER.index(draft.tier):
+            memory = await self._writer.write(scope, tiers.move_to_tier(memory, draft.tier, now))
+        return Saved(memory, written.earlier.get(memory.id))
 
     async def edit(
         self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None

@@ -4,6 +4,7 @@ A memory column is declared once, in ``MEMORY_CODECS``: its name (the ``Memory``
 name) and how its value is written and read. Every SELECT, INSERT and UPDATE of memories is built from
 that table, so a new column means one migration plus one line here (and ``ops.backup``'s CSV list when
 it belongs in backups). ``tests/test_store_contract.py`` fails when ``Memory`` and this table disagree.
+Also the placeholder list of an ``IN (...)`` and how many handles one statement may bind.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import operator
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -22,6 +23,12 @@ from companion.core.rules import clamp_importance
 from companion.core.timeutil import from_db, to_db
 
 STORED_LEN = len("2025-01-01T00:00:00Z")
+HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
+
+
+def marks(values: Collection[object]) -> str:
+    """The ``?, ?, ...`` placeholders of an ``IN (...)`` list of ``values``."""
+    return ", ".join("?" for _ in values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ ids come from the database-wide ``memory_handles`` table, so a handle names one 
 Shared tables hold the scope registry, profiles, the turns waiting for extraction and small state. Schema
 changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
 by ``upgrade_stale`` in the background, never all at start-up.
-Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``.
+Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
+writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
+a new chat id ``chatmove.py``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,9 @@ from typing import TYPE_CHECKING
 
 import aiosqlite
 
-from companion.core.errors import StorageError
-from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.core.rules import new_memory
 from companion.core.timeutil import to_db
-from companion.storage import chatmove, decay_sql, migrations, shortterm, usage, vector_schema  # noqa: F401 - registers sets
+from companion.storage import chatmove, decay_sql, forgetting, migrations, shortterm, usage, vector_schema, writes  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY, moved_suffixes
 from companion.storage.connection import Connection, storage_error
 from companion.storage.rows import (
@@ -37,14 +36,12 @@ from companion.storage.rows import (
     PROFILE_COLUMNS,
     SELECT_MEMORY,
     TURN_COLUMNS,
-    UPDATE_MEMORY,
+    marks,
     memory_to_row,
-    memory_update_params,
     profile_to_row,
     row_to_memory,
     row_to_profile,
     row_to_turn,
-    source_rows,
     turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
@@ -53,14 +50,9 @@ from companion.storage.usage import SQLiteUsageLog
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
     from companion.storage.vectors import VectorStore
 
-HANDLES_PER_STATEMENT = 500  # well under SQLite's 32,766 bound parameters
 # Decay and cleanup commit at least this often, so a turn never waits longer than this for the lock.
 DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
-
-
-def _marks(values: Collection[object]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 class SQLiteStore(Connection):
@@ -88,7 +80,7 @@ class SQLiteStore(Connection):
         values = sorted(s.value for s in statuses)
         table = self.memory_table(scope)
         rows = await self._select(
-            f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status IN ({_marks(values)}) ORDER BY id', values
+            f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status IN ({marks(values)}) ORDER BY id', values
         )
         return [row_to_memory(row) for row in rows]
 
@@ -96,7 +88,7 @@ class SQLiteStore(Connection):
         if not ids or not await self._readable(scope):
             return []
         table = self.memory_table(scope)
-        rows = await self._select(f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE id IN ({_marks(ids)}) ORDER BY id',
+        rows = await self._select(f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE id IN ({marks(ids)}) ORDER BY id',
                                   tuple(ids))
         return [row_to_memory(row) for row in rows]
 
@@ -113,70 +105,11 @@ class SQLiteStore(Connection):
             return []  # nothing to write, or nothing to forget in a scope never written: create nothing
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = await self._insert(conn, scope, inserts, now)
-            await self._update(conn, scope, updates)
-            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
-            gone = await self._tombstone(conn, scope, forget_ids, now, reason)
+            ids = await writes.write(conn, self.memory_table(scope), scope.key, inserts, updates, sources, now)
+            gone = await forgetting.tombstone(conn, self.memory_table(scope), forget_ids, now, reason)
             if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
-
-    async def _insert(
-        self, conn: aiosqlite.Connection, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime
-    ) -> list[int]:
-        if not drafts:
-            return []
-        ids = await self._new_handles(conn, scope, len(drafts))
-        rows = [memory_to_row(new_memory(draft, mid, now)) for draft, mid in zip(drafts, ids, strict=True)]
-        await conn.executemany(f'INSERT INTO "{self.memory_table(scope)}" {INSERT_MEMORY}', rows)
-        return ids
-
-    @staticmethod
-    async def _add_sources(conn: aiosqlite.Connection, ids: Sequence[int], sources: Sequence[str]) -> None:
-        rows = source_rows(ids, sources)
-        if rows:
-            await conn.executemany("INSERT OR IGNORE INTO memory_sources (memory_id, turn_key) VALUES (?, ?)", rows)
-
-    async def _new_handles(self, conn: aiosqlite.Connection, scope: Scope, count: int) -> list[int]:
-        """``count`` fresh handles in a few statements (one per row was a thread hop each: bulk writes
-        ran at a few hundred rows per second). AUTOINCREMENT hands out increasing ids in VALUES order
-        while this transaction holds the write lock, so the sorted ids follow the drafts' order."""
-        ids: list[int] = []
-        for start in range(0, count, HANDLES_PER_STATEMENT):
-            n = min(HANDLES_PER_STATEMENT, count - start)
-            cursor = await conn.execute(
-                f"INSERT INTO memory_handles (scope_key) VALUES {', '.join(['(?)'] * n)} RETURNING id", [scope.key] * n
-            )
-            ids.extend(sorted(int(row[0]) for row in await cursor.fetchall()))
-        if len(ids) != count:
-            raise StorageError(f"asked for {count} memory handles, got {len(ids)}")
-        return ids
-
-    async def _update(self, conn: aiosqlite.Connection, scope: Scope, memories: Sequence[Memory]) -> None:
-        if memories:
-            table = self.memory_table(scope)
-            await conn.executemany(f'UPDATE "{table}" SET {UPDATE_MEMORY} WHERE id = ?',
-                                   [memory_update_params(m) for m in memories])
-
-    async def _tombstone(
-        self, conn: aiosqlite.Connection, scope: Scope, ids: Sequence[int], now: datetime, reason: str
-    ) -> int:
-        """Forget: the text, keywords and importance go at once; handle, time, reason and a one-way
-        fingerprint stay."""
-        if not ids:
-            return 0
-        table = self.memory_table(scope)
-        cursor = await conn.execute(
-            f'SELECT id, event FROM "{table}" WHERE id IN ({_marks(ids)}) AND status != ?',
-            (*ids, Status.FORGOTTEN.value),
-        )
-        found = list(await cursor.fetchall())
-        await conn.executemany(
-            f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', importance = 0, status = ?, '
-            "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
-            [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
-        )
-        return len(found)
 
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if not ids or self._version(scope) is None:
@@ -197,7 +130,7 @@ class SQLiteStore(Connection):
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
         await self._select(
             f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
-            f"WHERE id IN ({_marks(ids)})", (to_db(now), *ids),
+            f"WHERE id IN ({marks(ids)})", (to_db(now), *ids),
         )
 
     async def forget_everywhere(
@@ -207,47 +140,12 @@ class SQLiteStore(Connection):
         """One transaction: tombstones, the profile, the vectors, the queued turns and short-term items
         that told them (the turns they came from, plus ``queued`` and ``short`` by id), or with ``ids=None``
         everything of the scope. A scope never seen creates nothing."""
-        everything = ids is None
         async with self._tx() as conn:
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
-            wanted: list[int] = []
-            if known:  # what is not forgotten yet, of all or of ``ids``
-                cursor = await conn.execute(
-                    f'SELECT id FROM "{self.memory_table(scope)}" WHERE status != ? AND (? OR id IN '
-                    "(SELECT value FROM json_each(?))) ORDER BY id",
-                    (Status.FORGOTTEN.value, int(everything), json.dumps(sorted(set(ids or ())))))
-                wanted = [int(row[0]) for row in await cursor.fetchall()]
-            keys = await self._sources_of(conn, wanted)
-            if everything:
-                await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
-                await shortterm.delete(conn, scope.key, None, None)
-            else:
-                cursor = await conn.execute(
-                    "SELECT id FROM pending_turns WHERE scope_key = ? AND turn_key IN (SELECT value FROM json_each(?))",
-                    (scope.key, json.dumps(sorted(keys))))
-                drop = {*queued, *(int(row[0]) for row in await cursor.fetchall())}
-                await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
-                                       [(scope.key, i) for i in sorted(drop)])
-                told = {*short, *await shortterm.told_by(conn, scope.key, keys)}
-                await shortterm.delete(conn, scope.key, sorted(told), None)
-            if await self._tombstone(conn, scope, wanted, now, reason) or everything:
-                # The profile may quote what was forgotten: it goes now and is rebuilt without it.
-                await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope.key,))
-            await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
-                                   [(scope.key, mid) for mid in wanted])
-        return keys
-
-    @staticmethod
-    async def _sources_of(conn: aiosqlite.Connection, ids: Sequence[int]) -> set[str]:
-        keys: set[str] = set()
-        for start in range(0, len(ids), HANDLES_PER_STATEMENT):
-            part = ids[start:start + HANDLES_PER_STATEMENT]
-            cursor = await conn.execute(
-                f"SELECT turn_key FROM memory_sources WHERE memory_id IN ({_marks(part)})", tuple(part))
-            keys.update(str(row[0]) for row in await cursor.fetchall())
-        return keys
+            return await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
+                                                      ids, now, reason, queued, short)
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
         wanted = sorted(k for k in keys if k)
@@ -278,7 +176,7 @@ class SQLiteStore(Connection):
                     "INSERT INTO memory_handles (id, scope_key) VALUES (?, ?)", [(m.id, scope.key) for m in memories]
                 )
             else:
-                handles = await self._new_handles(conn, scope, len(memories))
+                handles = await writes.new_handles(conn, scope.key, len(memories))
                 memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
             table = self.memory_table(scope)
             await conn.executemany(f'INSERT INTO "{table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
@@ -365,9 +263,7 @@ class SQLiteStore(Connection):
     ) -> list[int]:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            ids = await self._insert(conn, scope, inserts, now)
-            await self._update(conn, scope, updates)
-            await self._add_sources(conn, [*ids, *(m.id for m in updates)], sources)
+            ids = await writes.write(conn, self.memory_table(scope), scope.key, inserts, updates, sources, now)
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ? AND id <= ?", (scope.key, up_to_id))
             if ids or updates:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))

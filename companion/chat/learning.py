@@ -1,0 +1,131 @@
+"""What the conversation hands to long-term learning, and when: each turn is queued for extraction (a
+turn the database cannot take, on a full disk, waits in the session and is queued in order with the next
+one), extraction runs every few turns or at once on news, and extraction and profile rebuilds run as
+background tasks after the reply, so the user never waits for them. ``ChatService`` owns one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Any
+
+from companion.chat.session import Session
+from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.models import Scope, Turn
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
+NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
+
+
+class Learning:
+    def __init__(
+        self, engine: MemoryEngine, clock: Callable[[], datetime], rng: random.Random, *,
+        extract_every: tuple[int, int], important_keywords: tuple[str, ...],
+    ) -> None:
+        self.engine = engine
+        self.clock = clock
+        self._rng = rng
+        self._every = extract_every
+        self._important = important_keywords
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refreshing: set[Scope] = set()
+
+    def next_extraction(self) -> int:
+        return self._rng.randint(*self._every)
+
+    async def keep_turn(self, scope: Scope, session: Session, turn: Turn, recalled: bool) -> None:
+        """Keep a turn as short-term context and queue it for learning. A turn the database cannot take (a
+        full disk) waits in the session and is queued, in order, with the next turn it can take."""
+        try:
+            await self.engine.record_turn(scope, turn.user, turn.reply, turn.at, recalled=recalled, key=turn.key)
+        except StorageError as exc:
+            log.warning("could not keep the turn of %s as short-term context: %s", scope.key, exc)
+        if len(session.unqueued) == session.unqueued.maxlen:
+            log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
+        session.unqueued.append(turn)
+        await self.queue_waiting(scope, session)
+
+    async def queue_waiting(self, scope: Scope, session: Session) -> None:
+        while session.unqueued:
+            try:
+                await self.engine.note_turn(scope, session.unqueued[0])
+            except StorageError as exc:
+                log.warning("%d turn(s) of %s wait to be queued for learning: %s", len(session.unqueued), scope.key,
+                            exc)
+                return
+            session.unqueued.popleft()
+
+    def after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
+        session.since_extraction += 1
+        session.news_waiting |= self._is_news(session, text)
+        # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
+        last = session.last_extraction_turn
+        news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
+        if news_due or session.since_extraction >= session.extract_at:
+            session.news_waiting = False
+            session.last_extraction_turn = session.turn
+            session.since_extraction = 0
+            session.extract_at = self.next_extraction()
+            self.extract(scope)
+        elif scope not in self._refreshing:
+            self._spawn(self._refresh_profile(scope, now), f"profile-{scope.key}")
+
+    def _is_news(self, session: Session, text: str) -> bool:
+        """An important word extracts at once the first time; talking on about the same thing (a cold
+        over several turns) waits for the regular extraction instead of paying for one per turn."""
+        news = [
+            word for word in self._important
+            if word in text and session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
+        ]
+        for word in news:
+            session.news_turns[word] = session.turn
+        return bool(news)
+
+    # ---- background work -------------------------------------------------------------------------
+
+    def extract(self, scope: Scope) -> None:
+        """Extract the scope's queued turns in the background, then rebuild its profile."""
+        self._spawn(self._consolidate(scope), f"extract-{scope.key}")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _consolidate(self, scope: Scope) -> None:
+        try:
+            while True:
+                result = await self.engine.consolidate(scope, self.clock())
+                if result.turns < self.engine.extract_batch:
+                    break
+        except LLMError as exc:
+            log.warning("extraction for %s failed, turns stay queued: %s", scope.key, exc)
+            return
+        except CompanionError:
+            log.exception("extraction for %s failed", scope.key)
+            return
+        await self._refresh_profile(scope, self.clock())
+
+    async def _refresh_profile(self, scope: Scope, now: datetime) -> None:
+        if scope in self._refreshing:
+            return
+        self._refreshing.add(scope)
+        try:
+            await self.engine.refresh_profile(scope, now)
+        except LLMError as exc:
+            log.warning("profile refresh for %s failed, keeping the last one: %s", scope.key, exc)
+        except CompanionError:
+            log.exception("profile refresh for %s failed", scope.key)
+        finally:
+            self._refreshing.discard(scope)
+
+    async def drain(self) -> None:
+        """Wait for the background extractions and profile rebuilds."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,87 @@
+"""Consolidation: the queued turns become memories (and today's events) in one extraction under the
+scope's lock, skipping turns a forgotten memory came from; and a finished conversation becomes a
+short-term summary memory unless something it sums up was forgotten meanwhile. Raises LLMError and keeps
+the turns queued when the model cannot answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from companion.core.models import Memory, Recalled, Scope, Turn
+from companion.core.timeutil import to_db
+from companion.engine.learning import MAX_RELATED, Learner, related
+from companion.engine.shortterm import ShortTermBook
+from companion.engine.types import Consolidation
+from companion.engine.writer import MemoryWriter
+from companion.storage.base import MemoryStore
+
+log = logging.getLogger(__name__)
+
+LAST_EXTRACTION = "last_extraction"  # a per-scope note: when the last extraction ran
+
+
+class RelatedRecall(Protocol):
+    async def __call__(self, scope: Scope, text: str, now: datetime, *, limit: int, min_importance: float,
+                       cooldown: None) -> list[Recalled]: ...
+
+
+class Consolidator:
+    def __init__(
+        self, store: MemoryStore, writer: MemoryWriter, learner: Learner, short: ShortTermBook,
+        recall: RelatedRecall, set_note: Callable[[Scope, str, str], Awaitable[None]],
+        get: Callable[[Scope, int], Awaitable[Memory]], clock: Callable[[], datetime], batch: int,
+    ) -> None:
+        self._store = store
+        self._writer = writer
+        self._learner = learner
+        self._short = short
+        self._recall = recall
+        self._set_note = set_note
+        self._get = get
+        self._clock = clock
+        self._batch = batch
+
+    async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
+        async with self._writer.lock(scope):
+            while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
+                queued = await self._store.pending_turns(scope, self._batch)
+                turns = await self._unforgotten(scope, queued)
+                if turns or not queued:
+                    break
+            if not turns:
+                return Consolidation(0, 0, 0)
+            known = await related(self._store, scope, await self._recall(
+                scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
+                cooldown=None))
+            drafts, today_events = await self._learner.extract(turns, known, now)
+            batch = [t.key for t in turns if t.key]
+            for event in today_events:
+                await self._short.add_event(scope, event, turns[-1].at, batch)
+            plan = await self._writer.absorb(scope, turns, drafts, now)
+        await self._set_note(scope, LAST_EXTRACTION, to_db(now))
+        await self._writer.embed(scope, now)
+        log.info("extraction for %s: %d turns, %d new, %d updated",
+                 scope.key, len(turns), len(plan.inserts), len(plan.updates))
+        return Consolidation(len(turns), len(plan.inserts), len(plan.updates))
+
+    async def _unforgotten(self, scope: Scope, turns: list[Turn]) -> list[Turn]:
+        """The queued turns but any a forgotten memory came from (queued after the forget: a tool's save
+        and forget in one reply), which leave the queue unread."""
+        told = await self._store.forgotten_turns(scope, [t.key for t in turns if t.key])
+        if not told:
+            return turns
+        await self._store.drop_turns(scope, [t.id for t in turns if t.key in told and t.id is not None])
+        return [t for t in turns if t.key not in told]
+
+    async def summarise(self, scope: Scope, turns: Sequence[Turn], now: datetime) -> Memory | None:
+        draft = await self._learner.summary(turns, now)
+        if draft is None:
+            return None
+        draft.source_turns = tuple(t.key for t in turns if t.key)
+        if await self._store.forgotten_turns(scope, draft.source_turns):
+            return None  # something it sums up was forgotten while the model wrote it
+        [handle, *_] = await self._writer.remember(scope, [draft], now)
+        return await self._get(scope, handle)

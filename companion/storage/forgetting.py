@@ -1,0 +1,83 @@
+"""SQLite statements that forget, inside the caller's transaction: the content-free tombstone, the turns
+a memory came from, and everything derived from forgotten memories (queued turns, short-term items, the
+profile, the vectors). ``SQLiteStore.apply_changes`` and ``forget_everywhere`` decide what goes and when."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+import aiosqlite
+
+from companion.core.extraction import fingerprint
+from companion.core.models import Status
+from companion.core.timeutil import to_db
+from companion.storage import shortterm
+from companion.storage.rows import HANDLES_PER_STATEMENT, marks
+
+
+async def tombstone(
+    conn: aiosqlite.Connection, table: str, ids: Sequence[int], now: datetime, reason: str
+) -> int:
+    """Forget: the text, keywords and importance go at once; handle, time, reason and a one-way
+    fingerprint stay."""
+    if not ids:
+        return 0
+    cursor = await conn.execute(
+        f'SELECT id, event FROM "{table}" WHERE id IN ({marks(ids)}) AND status != ?',
+        (*ids, Status.FORGOTTEN.value),
+    )
+    found = list(await cursor.fetchall())
+    await conn.executemany(
+        f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', importance = 0, status = ?, '
+        "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
+        [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
+    )
+    return len(found)
+
+
+async def sources_of(conn: aiosqlite.Connection, ids: Sequence[int]) -> set[str]:
+    keys: set[str] = set()
+    for start in range(0, len(ids), HANDLES_PER_STATEMENT):
+        part = ids[start:start + HANDLES_PER_STATEMENT]
+        cursor = await conn.execute(
+            f"SELECT turn_key FROM memory_sources WHERE memory_id IN ({marks(part)})", tuple(part))
+        keys.update(str(row[0]) for row in await cursor.fetchall())
+    return keys
+
+
+async def forget_everywhere(
+    conn: aiosqlite.Connection, scope_key: str, table: str | None, ids: Sequence[int] | None, now: datetime,
+    reason: str, queued: Sequence[int], short: Sequence[int],
+) -> set[str]:
+    """``table`` is None for a scope whose memory table was never made. Returns the keys of the turns the
+    forgotten memories came from."""
+    everything = ids is None
+    wanted: list[int] = []
+    if table is not None:  # what is not forgotten yet, of all or of ``ids``
+        cursor = await conn.execute(
+            f'SELECT id FROM "{table}" WHERE status != ? AND (? OR id IN '
+            "(SELECT value FROM json_each(?))) ORDER BY id",
+            (Status.FORGOTTEN.value, int(everything), json.dumps(sorted(set(ids or ())))))
+        wanted = [int(row[0]) for row in await cursor.fetchall()]
+    keys = await sources_of(conn, wanted)
+    if everything:
+        await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope_key,))
+        await shortterm.delete(conn, scope_key, None, None)
+    else:
+        cursor = await conn.execute(
+            "SELECT id FROM pending_turns WHERE scope_key = ? AND turn_key IN (SELECT value FROM json_each(?))",
+            (scope_key, json.dumps(sorted(keys))))
+        drop = {*queued, *(int(row[0]) for row in await cursor.fetchall())}
+        await conn.executemany("DELETE FROM pending_turns WHERE scope_key = ? AND id = ?",
+                               [(scope_key, i) for i in sorted(drop)])
+        told = {*short, *await shortterm.told_by(conn, scope_key, keys)}
+        await shortterm.delete(conn, scope_key, sorted(told), None)
+    gone = await tombstone(conn, table, wanted, now, reason) if table is not None else 0
+    if gone or everything:
+        # The profile may quote what was forgotten: it goes now and is rebuilt without it.
+        await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope_key,))
+    await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
+                           [(scope_key, mid) for mid in wanted])
+    return keys
