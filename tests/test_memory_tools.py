@@ -4,8 +4,6 @@ sends them, the tools act on a real SQLite engine bound to the caller's scope.""
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
@@ -22,19 +20,8 @@ TALK = "顺便说一下，最近在准备搬家"
 
 
 @pytest.fixture
-async def chat(rig: Rig) -> AsyncIterator[ChatService]:
-    service: ChatService
-
-    async def forget(scope: Scope, handles: Any) -> int:
-        return await service.forget(scope, handles)
-
-    service = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock,
-                          rng=random.Random(1), tools=memory_tools(rig.engine, forget=forget, clock=rig.clock))
-    await service.load()
-    try:
-        yield service
-    finally:
-        await service.drain()
+def chat(tool_chat: ChatService) -> ChatService:
+    return tool_chat
 
 
 async def remember(rig: Rig, scope: Scope, text: str, tier: Tier = Tier.MEDIUM) -> Memory:
