@@ -15,6 +15,14 @@ from companion.core.errors import ConfigError
 DB_NAME = "memory.sqlite3"
 # sqlite:///<path>: a relative path after the three slashes, an absolute one after four (SQLAlchemy's spelling).
 SQLITE_PREFIX = "sqlite:///"
+DEFAULT_LLM_BASE_URL = "https://api.deepseek.com"
+LOCAL_KEY = "no-key"  # sent to a server of one's own when LLM_API_KEY is empty; Ollama and llama.cpp ignore it
+# Where each required key comes from, said in the same line that says it is missing.
+WHERE_TO_GET = {
+    "TELEGRAM_BOT_TOKEN": "a bot token from @BotFather in Telegram",
+    "LLM_API_KEY": "a key from the DeepSeek platform https://platform.deepseek.com, or set LLM_BASE_URL to "
+                   "any OpenAI-compatible server (a local one needs no key: docs/console.md)",
+}
 DEFAULT_IMPORTANT_KEYWORDS = (
     "生病", "感冒", "发烧", "住院", "手术", "确诊", "离职", "辞职", "失业", "入职", "生日", "分手", "恋爱",
     "结婚", "离婚", "怀孕", "去世", "搬家", "毕业", "考试", "面试", "升职",
@@ -37,7 +45,7 @@ class Settings(BaseSettings):
     telegram_bot_token: SecretStr | None = None
     telegram_api_base: str = "https://api.telegram.org"
     llm_api_key: SecretStr | None = None
-    llm_base_url: str = "https://api.deepseek.com"
+    llm_base_url: str = DEFAULT_LLM_BASE_URL
     llm_model: str = "deepseek-chat"
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0, le=10)
@@ -154,12 +162,36 @@ class Settings(BaseSettings):
             return Path(self.database[len(SQLITE_PREFIX):])
         return self.data_dir / DB_NAME
 
+    @property
+    def llm_key_needed(self) -> bool:
+        """DeepSeek's own API needs a key; a server of one's own (LLM_BASE_URL) may not ask for one."""
+        return self.llm_base_url == DEFAULT_LLM_BASE_URL
+
     def require(self, *names: str) -> None:
-        """Raise one clear ConfigError naming every required key that is unset."""
+        """Raise one clear ConfigError, one line, naming every required key that is unset and where it comes from."""
         missing = [name.upper() for name in names if not _is_set(getattr(self, name))]
-        if missing:
-            keys = ", ".join(missing)
-            raise ConfigError(f"Missing required setting {keys}: set it in .env or the environment (see .env.example).")
+        if not missing:
+            return
+        keys = " and ".join(missing) if len(missing) == 2 else ", ".join(missing)
+        what = ("setting", "it") if len(missing) == 1 else ("settings", "them")
+        sources = "; ".join(f"{key}: {WHERE_TO_GET[key]}" for key in missing if key in WHERE_TO_GET)
+        raise ConfigError(
+            f"Missing required {what[0]} {keys}: set {what[1]} in .env or the environment (see .env.example)."
+            + (f" {sources}." if sources else "")
+        )
+
+    def require_for_chat(self, *, telegram: bool) -> None:
+        """What chatting needs, in one line: LLM_API_KEY unless LLM_BASE_URL names another (possibly
+        keyless, local) server, and TELEGRAM_BOT_TOKEN for the bot (not for the console)."""
+        names = ["telegram_bot_token"] if telegram else []
+        self.require(*names, *(["llm_api_key"] if self.llm_key_needed else []))
+
+    @property
+    def llm_key(self) -> str:
+        """The key sent to the LLM; a keyless local server still gets a non-empty one (the SDK insists)."""
+        if self.llm_api_key is not None and _is_set(self.llm_api_key):
+            return self.llm_api_key.get_secret_value().strip()
+        return "" if self.llm_key_needed else LOCAL_KEY
 
 
 def _is_set(value: object) -> bool:

@@ -26,10 +26,9 @@ WRITE_RETRIES = 1
 def build_llm(settings: Settings) -> LLMClient:
     from companion.llm.client import LLMClient
 
-    settings.require("llm_api_key")
-    assert settings.llm_api_key is not None
+    settings.require_for_chat(telegram=False)
     return LLMClient(
-        api_key=settings.llm_api_key.get_secret_value(), base_url=settings.llm_base_url,
+        api_key=settings.llm_key, base_url=settings.llm_base_url,
         model=settings.llm_model, timeout=settings.llm_timeout_seconds, max_retries=settings.llm_max_retries,
     )
 
