@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companion.config.settings import DEFAULT_IMPORTANT_KEYWORDS, Settings, load_settings
+from companion.config.settings import DEFAULT_IMPORTANT_KEYWORDS, LOCAL_KEY, Settings, load_settings
 from companion.core.errors import ConfigError
 
 TOKEN = "123456:AAE-secret-bot-token"
@@ -151,7 +151,13 @@ def test_require_names_exactly_the_missing_keys(
     assert "\n" not in message
     named = [key for key in ("TELEGRAM_BOT_TOKEN", "LLM_API_KEY") if key in message]
     assert named == missing
-    assert ", ".join(missing) in message
+    if len(missing) == 1:
+        assert f"Missing required setting {missing[0]}: set it in .env" in message
+    else:
+        assert f"Missing required settings {' and '.join(missing)}: set them in .env" in message
+    # Where each one comes from, in the same line.
+    assert ("@BotFather" in message) == ("TELEGRAM_BOT_TOKEN" in missing)
+    assert ("https://platform.deepseek.com" in message) == ("LLM_API_KEY" in missing)
 
 
 def test_require_passes_when_everything_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,6 +166,54 @@ def test_require_passes_when_everything_is_set(monkeypatch: pytest.MonkeyPatch) 
     settings = load_settings(_env_file=None)
     settings.require("telegram_bot_token", "llm_api_key")
     settings.require()  # nothing asked, nothing missing
+
+
+@pytest.mark.parametrize(
+    ("env", "telegram", "missing"),
+    [
+        ({}, True, ["TELEGRAM_BOT_TOKEN", "LLM_API_KEY"]),
+        ({}, False, ["LLM_API_KEY"]),  # the console needs no Telegram token
+        ({"LLM_BASE_URL": "http://localhost:11434/v1"}, True, ["TELEGRAM_BOT_TOKEN"]),
+        ({"LLM_BASE_URL": "http://localhost:11434/v1"}, False, []),  # a local server: no key at all
+        ({"LLM_API_KEY": API_KEY}, False, []),
+        ({"LLM_API_KEY": API_KEY, "TELEGRAM_BOT_TOKEN": TOKEN}, True, []),
+    ],
+    ids=["bot-nothing-set", "console-nothing-set", "bot-local-llm", "console-local-llm", "console-key",
+         "bot-everything"],
+)
+def test_chat_requires_the_token_only_for_telegram_and_the_key_only_for_deepseek(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], telegram: bool, missing: list[str]
+) -> None:
+    for key in ("TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "LLM_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings(_env_file=None)
+    if not missing:
+        settings.require_for_chat(telegram=telegram)
+        return
+    with pytest.raises(ConfigError) as caught:
+        settings.require_for_chat(telegram=telegram)
+    assert [key for key in ("TELEGRAM_BOT_TOKEN", "LLM_API_KEY") if key in str(caught.value).split(":")[0]] == missing
+
+
+@pytest.mark.parametrize(
+    ("env", "sent"),
+    [
+        ({"LLM_API_KEY": API_KEY}, API_KEY),
+        ({"LLM_API_KEY": API_KEY, "LLM_BASE_URL": "http://127.0.0.1:8080/v1"}, API_KEY),
+        ({"LLM_BASE_URL": "http://127.0.0.1:8080/v1"}, LOCAL_KEY),  # the SDK insists on a non-empty key
+        ({"LLM_API_KEY": "  ", "LLM_BASE_URL": "http://127.0.0.1:8080/v1"}, LOCAL_KEY),
+    ],
+)
+def test_the_key_sent_to_a_local_server_is_never_empty(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], sent: str
+) -> None:
+    monkeypatch.delenv("LLM_API_KEY", raising=False)
+    monkeypatch.delenv("LLM_BASE_URL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert load_settings(_env_file=None).llm_key == sent
 
 
 def test_secrets_never_show(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,11 +36,13 @@ def check_token_format(token: str) -> None:
 async def preflight(settings: Settings, *, telegram: bool) -> None:
     """Raise StartupError (Telegram) or ConfigError (a rejected LLM key); an LLM out of reach is only a
     warning: replies degrade to a friendly "the model is down" until it is back."""
-    checks = [asyncio.to_thread(_llm_problem, settings.llm_base_url, settings.llm_key)]
+    token = ""
     if telegram:
         assert settings.telegram_bot_token is not None
         token = settings.telegram_bot_token.get_secret_value().strip()
         check_token_format(token)
+    checks = [asyncio.to_thread(_llm_problem, settings.llm_base_url, settings.llm_key)]
+    if telegram:
         checks.append(asyncio.to_thread(_telegram_problem, settings.telegram_api_base, token))
     warning, *problems = await asyncio.gather(*checks)
     for problem in problems:
