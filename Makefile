@@ -7,9 +7,12 @@ PY := $(VENV)/bin/python
 .PHONY: run test stress console backup lint clean
 
 $(VENV)/.runtime: requirements.txt
+	@echo "Installing the bot's requirements into $(VENV) (once, and again when requirements.txt changes);"
+	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba and their dependencies)..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	@echo "Installed."
 	touch $@
 
 $(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime

@@ -4,7 +4,9 @@ need, and read-only commands never create a database."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -173,3 +175,22 @@ async def test_relative_data_dir_counts_from_the_project_folder_not_the_working_
     assert code == 2
     assert f"no database at {ROOT / 'no-such-folder-for-tests' / 'memory.sqlite3'}" in only_line(err)
     assert not (elsewhere / "no-such-folder-for-tests").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("installed", [False, True], ids=["first-run", "installed"])
+def test_make_run_says_it_is_installing_before_it_installs(tmp_path: Path, installed: bool) -> None:
+    venv = tmp_path / "venv"
+    if installed:
+        venv.mkdir()
+        (venv / ".runtime").touch()  # newer than requirements.txt: nothing to install
+    # -n: print the recipe without running it (no virtualenv is created, nothing is downloaded).
+    plan = subprocess.run(["make", "-n", "-C", str(ROOT), "run", f"VENV={venv}"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    installing = [i for i, line in enumerate(plan) if line.startswith("echo") and "Installing" in line]
+    pip = [i for i, line in enumerate(plan) if "pip install" in line]
+    if installed:
+        assert not installing and not pip
+        return
+    assert installing and pip and installing[0] < pip[0], plan
+    assert "minutes" in plan[installing[0] + 1]
