@@ -95,7 +95,7 @@ async def test_empty_environment_is_one_line_before_any_heavy_import(
     tmp_path: Path, command: list[str], missing: str, where: list[str]
 ) -> None:
     env = clean_env() | {"DATA_DIR": str(tmp_path / "data")}
-    code, out, err = await run_cli(env, tmp_path, *command, python_flags=("-X", "importtime"))
+    code, _out, err = await run_cli(env, tmp_path, *command, python_flags=("-X", "importtime"))
     err, modules = split_import_times(err)
     assert code == 2
     line = only_line(err)

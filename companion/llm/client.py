@@ -23,7 +23,7 @@ import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from companion.core.errors import ConfigError, LLMBadResponseError, LLMError, LLMUnavailableError
+from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
 from companion.llm.usage import UsageRecord, UsageSink, cache_split
 
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 Message = dict[str, Any]
 ToolChoice = str  # "auto" | "none" | "required"
 
-CHECK_TIMEOUT_SECONDS = 10.0  # the start-up key check; a slow answer is not a wrong key
 
 
 @dataclass(slots=True)
@@ -97,21 +96,6 @@ class LLMClient:
 
     async def close(self) -> None:
         await self._client.close()
-
-    async def check(self) -> None:
-        """One cheap call at start-up (list the models): a rejected key is a ConfigError, so a wrong key
-        stops the bot with one line instead of failing every reply. A server that cannot be reached or
-        has no models endpoint is not the key's fault: ``LLMUnavailableError``, or nothing for a 404."""
-        quick = self._client.with_options(max_retries=0, timeout=CHECK_TIMEOUT_SECONDS)
-        try:
-            await quick.models.list()
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ConfigError(f"the LLM rejected the API key (HTTP {exc.status_code}); check LLM_API_KEY") from None
-        except openai.NotFoundError:
-            log.debug("the LLM server has no models endpoint; the key is checked by the first call")
-        except openai.APIError as exc:
-            status = getattr(exc, "status_code", None)
-            raise LLMUnavailableError(f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "")) from None
 
     async def chat(
         self, messages: Sequence[Message], *, purpose: str = "reply", temperature: float = 0.8,
