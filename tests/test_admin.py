@@ -149,6 +149,11 @@ async def test_add_edit_delete_and_user_summary(admin_rig: AdminRig) -> None:
     [tomb] = await admin_rig.engine.memories(Scope(USER), {Status.FORGOTTEN})
     assert tomb.event == ""
 
+    await admin_rig.engine.remember(Scope(USER), [MemoryDraft("每周一不要打扰我", ["周一"], 80.0,
+                                                              type=MemoryType.INSTRUCTION)], NOW)
+    # The same word as /stats (chat.texts.TYPE_NAMES) for the same type.
+    assert "要求 1" in await admin_rig.say(ADMIN, f"/mem_user {USER}")
+
 
 async def test_export_sends_an_excel_readable_csv(admin_rig: AdminRig) -> None:
     await admin_rig.save(Scope(USER), "=1+1 喜欢猫")
@@ -179,7 +184,7 @@ async def test_stats_text_and_chart_with_llm_usage_from_the_table(admin_rig: Adm
     [photo] = await admin_rig.tg.wait_for_uploads(ADMIN, 1)
     assert photo["kind"] == "photo" and photo["file"]["content"].startswith(b"\x89PNG\r\n\x1a\n")
     assert "用户 1" in text and "中期 1" in text and "重要程度分布" in text
-    assert "最近7天模型调用" in text and "reply 1次" in text
+    assert "最近7天模型调用" in text and "回复 1次" in text and "reply" not in text
     report = await SQLiteUsageLog(admin_rig.store).report(NOW - timedelta(days=1), timedelta(hours=8))
     reply_cell = next(c for c in report if c.purpose == "reply")
     assert reply_cell.calls == 1 and reply_cell.prompt_tokens > 0 and reply_cell.day == "2025-12-23"

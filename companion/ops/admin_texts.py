@@ -4,6 +4,7 @@ arguments. Pure functions: the handlers only call these and send the result."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 
@@ -152,6 +153,15 @@ def user_summary(summary: UserSummary, tz: tzinfo) -> str:
     ])
 
 
+# What each LLM call was for (the ``purpose`` the engine logs); a purpose not listed shows as logged.
+PURPOSE_LABELS: Mapping[str, str] = {"reply": "回复", "extraction": "提取", "save": "保存", "summary": "小结",
+                                     "profile": "画像"}
+
+
+def purpose_label(purpose: str) -> str:
+    return PURPOSE_LABELS.get(purpose, purpose)
+
+
 def usage_lines(cells: list[UsageCell]) -> list[str]:
     if not cells:
         return ["最近7天没有模型调用记录。"]
@@ -159,7 +169,7 @@ def usage_lines(cells: list[UsageCell]) -> list[str]:
     for day in sorted({c.day for c in cells}):
         parts = []
         for c in (c for c in cells if c.day == day):
-            parts.append(f"{c.purpose} {c.calls}次/{c.prompt_tokens + c.completion_tokens}词元"
+            parts.append(f"{purpose_label(c.purpose)} {c.calls}次/{c.prompt_tokens + c.completion_tokens}词元"
                          f"(缓存{c.cache_hit_tokens}，未缓存{c.prompt_tokens - c.cache_hit_tokens}，"
                          f"{c.avg_latency_ms:.0f}ms)")
         lines.append(f"{day}：" + "；".join(parts))
