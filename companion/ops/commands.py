@@ -69,7 +69,8 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
             )
     finally:
         await storage.close()
-    print(f"backup written to {result.folder}: {counted(result.users, result.files + len(result.damaged))}, {result.rows} memories")
+    scopes = counted(result.users, result.files + len(result.damaged))
+    print(f"backup written to {result.folder}: {scopes}, {result.rows} memories")
     if result.damaged:
         print(f"error: {len(result.damaged)} scopes could not be read and are not in the CSV files "
               f"(the snapshot holds them as they are): {'; '.join(result.damaged)}", file=sys.stderr)
@@ -123,7 +124,7 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     others = [(scope, count) for scope, count in elsewhere if count]
     if others:
         # A user's group memories live in scopes of their own: name them, and how to list them.
-        shown = ", ".join(f"{'--chat ' + str(scope.chat_id) if scope.chat_id is not None else 'private chat (no --chat)'}"
+        shown = ", ".join(f"{'private chat (no --chat)' if scope.chat_id is None else f'--chat {scope.chat_id}'}"
                           f" ({count} active)" for scope, count in others)
         print(f"they have active memories in {len(others)} other scopes: {shown}; list one with "
               f"`python bot.py memories {args.user_id} --chat CHAT_ID`")
