@@ -176,6 +176,7 @@ def usage_lines(cells: list[UsageCell]) -> list[str]:
     return lines
 
 
+NO_CHART = "（每天词元的图表需要 matplotlib：pip install -r requirements-charts.txt）"
 MAX_MESSAGE = 4000  # Telegram's limit is 4096 UTF-16 units; the chart carries the rest
 
 
@@ -198,6 +199,5 @@ def admin_stats(stats: AdminStats) -> str:
         f"召回：被召回或查看 {stats.recalls} 次，回复中提到 {stats.mentions} 次",
         f"最近7天模型调用 {calls} 次，共 {tokens} 词元（其中缓存命中 {cached}）",
         *usage_lines(stats.usage),
-        "图：每天的词元（蓝：缓存命中，橙：未缓存，绿：输出）",
     ])
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
