@@ -63,6 +63,9 @@ class UndoCB(CallbackData, prefix="u"):
     earlier: int  # the handle of the kept copy
 
 
+BACK = "↩️ 返回"
+
+
 class PageCB(CallbackData, prefix="p"):
     page: int
     query: str = ""
@@ -180,7 +183,17 @@ def memory_page(memories: Sequence[Memory], page: int, pages: int, query: str, a
     if not archived and not query:
         kb.button(text="🗂 已归档", callback_data=PageCB(page=0, archived=True))
         nav += 1
+    if archived:
+        kb.button(text=BACK, callback_data=PageCB(page=0))
+        nav += 1
     kb.adjust(*widths, *([nav] if nav else []))
+    return kb.as_markup()
+
+
+def back_to_list() -> InlineKeyboardMarkup:
+    """The way from an empty archive back to the main ``/memories`` view."""
+    kb = InlineKeyboardBuilder()
+    kb.button(text=BACK, callback_data=PageCB(page=0))
     return kb.as_markup()
 
 

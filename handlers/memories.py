@@ -69,6 +69,8 @@ async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archi
     else:
         found = await engine.memories(scope)
     found.sort(key=lambda m: (0 if archived else ORDER[m.tier], -m.importance, -m.id))
+    if not found and archived:
+        return texts.NO_ARCHIVED, keyboards.back_to_list()
     if not found:
         return (texts.nothing_found(query) if query else texts.NO_MEMORIES), None
     pages = max(1, math.ceil(len(found) / PAGE_SIZE))
@@ -142,7 +144,10 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
     if callback_data.action == MemoryAction.FORGET and receipt:
         await _edit(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
-    text, markup = await _page(engine, scope, callback_data.page, "", callback_data.action == MemoryAction.RESTORE, now)
+    restored = callback_data.action == MemoryAction.RESTORE
+    if restored and not await engine.memories(scope, {Status.ARCHIVED}):
+        restored = False  # the archive is empty now: the main list, where the restored memory is back
+    text, markup = await _page(engine, scope, callback_data.page, "", restored, now)
     await _edit(query.message, f"{note}\n\n{text}", markup)
 
 
@@ -231,7 +236,8 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
         return
     count = await forget_here(chat, rooms, scope, [memory])
     await query.answer(texts.forgotten(count))
-    await _edit(query.message, f"{query.message.text or ''}\n\n{texts.forgotten(count)}", query.message.reply_markup)
+    # The choice is made: the buttons go, as after 取消 (a second press would only find nothing to forget).
+    await _edit(query.message, f"{query.message.text or ''}\n\n{texts.forgotten(count)}", None)
 
 
 # ---- /why, /stats, /reset, /weekly, /start ---------------------------------------------------------

@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import csv
 import io
-import itertools
 import random
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,8 +29,9 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.llm.client import LLMClient
 from companion.ops.admin import AdminService, usage_chart, usage_sink
-from companion.ops.admin_texts import PRIVATE_ONLY
+from companion.ops.admin_texts import NO_CHART, PRIVATE_ONLY
 from companion.ops.assembly import engine_on
+from companion.ops.chart import CHINESE, ENGLISH, Labels, pick_labels
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
@@ -149,6 +151,11 @@ async def test_add_edit_delete_and_user_summary(admin_rig: AdminRig) -> None:
     [tomb] = await admin_rig.engine.memories(Scope(USER), {Status.FORGOTTEN})
     assert tomb.event == ""
 
+    await admin_rig.engine.remember(Scope(USER), [MemoryDraft("每周一不要打扰我", ["周一"], 80.0,
+                                                              type=MemoryType.INSTRUCTION)], NOW)
+    # The same word as /stats (chat.texts.TYPE_NAMES) for the same type.
+    assert "要求 1" in await admin_rig.say(ADMIN, f"/mem_user {USER}")
+
 
 async def test_export_sends_an_excel_readable_csv(admin_rig: AdminRig) -> None:
     await admin_rig.save(Scope(USER), "=1+1 喜欢猫")
@@ -179,7 +186,7 @@ async def test_stats_text_and_chart_with_llm_usage_from_the_table(admin_rig: Adm
     [photo] = await admin_rig.tg.wait_for_uploads(ADMIN, 1)
     assert photo["kind"] == "photo" and photo["file"]["content"].startswith(b"\x89PNG\r\n\x1a\n")
     assert "用户 1" in text and "中期 1" in text and "重要程度分布" in text
-    assert "最近7天模型调用" in text and "reply 1次" in text
+    assert "最近7天模型调用" in text and "回复 1次" in text and "reply" not in text
     report = await SQLiteUsageLog(admin_rig.store).report(NOW - timedelta(days=1), timedelta(hours=8))
     reply_cell = next(c for c in report if c.purpose == "reply")
     assert reply_cell.calls == 1 and reply_cell.prompt_tokens > 0 and reply_cell.day == "2025-12-23"
@@ -258,15 +265,41 @@ async def test_usage_report_by_local_day_and_purpose(tmp_path: Path) -> None:
                        ("2025-12-23", "reply", 2, 0, 2000, 900)]
 
 
-def test_usage_chart_is_a_png_with_one_bar_per_day() -> None:
-    cells = [UsageCell(f"2025-12-{d}", "reply", 3, 0, 1000 * d, 500 * d, 0, 0, 100.0, 0) for d in (20, 21, 22)]
+def test_usage_chart_is_a_png_with_a_stacked_bar_per_day() -> None:
+    cells = [UsageCell(f"2025-12-{d}", "reply", 3, 0, 1000 * d, 500 * d, 200 * d, 0, 100.0, 0) for d in (20, 21, 22)]
     image = Image.open(io.BytesIO(usage_chart(cells)))
     image.load()
-    assert image.format == "PNG" and image.size == (560, 280)
-    row = [image.getpixel((x, 260)) for x in range(560)]  # just above the axis
-    colored = [x for x, p in enumerate(row) if p != (255, 255, 255)]
-    bars = 1 + sum(1 for a, b in itertools.pairwise(colored) if b - a > 1)
-    assert bars == 3
+    assert image.format == "PNG" and image.size == (800, 400)
+    colors = {color for _, color in image.convert("RGB").getcolors(maxcolors=1 << 16) or []}
+    assert {(0x4C, 0x72, 0xB0), (0xDD, 0x84, 0x52), (0x55, 0xA8, 0x68)} <= colors  # the three series
+
+
+@pytest.mark.parametrize(("installed", "labels", "font"), [
+    (set(), ENGLISH, None),
+    ({"DejaVu Sans", "STIXGeneral"}, ENGLISH, None),
+    ({"DejaVu Sans", "WenQuanYi Zen Hei"}, CHINESE, "WenQuanYi Zen Hei"),
+    ({"SimHei", "Noto Sans CJK SC"}, CHINESE, "Noto Sans CJK SC"),
+])
+def test_chart_labels_are_chinese_only_with_a_cjk_font(installed: set[str], labels: Labels, font: str | None) -> None:
+    assert pick_labels(installed) == (labels, font)
+
+
+async def test_mem_stats_without_matplotlib_says_how_to_get_the_chart(admin_rig: AdminRig,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    admin_rig.tg.push_text(ADMIN, "/mem_stats")
+    await admin_rig.tg.wait_for_messages(ADMIN, 2)
+    texts_sent = [m["text"] for m in admin_rig.tg.sent_messages(ADMIN)]
+    assert "用户 0" in texts_sent[0] and texts_sent[1] == NO_CHART
+
+
+def test_the_bot_process_imports_no_plotting_library() -> None:
+    """matplotlib is imported when an admin asks for the chart, never by loading the bot and its handlers."""
+    code = ("import sys, bot, handlers, handlers.admin, companion.ops.admin, companion.ops.chart; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in {'matplotlib', 'PIL'}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 async def test_admin_commands_in_a_group_answer_a_hint_and_read_nothing(admin_rig: AdminRig) -> None:

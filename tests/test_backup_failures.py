@@ -23,7 +23,7 @@ from companion.ops.restore import restore
 from companion.storage.snapshot import make_standalone
 from companion.storage.sqlite import SQLiteStore
 from tests.process import clean_env, run_cli
-from tests.test_backup_scopes import REPORT, fill, read_every
+from tests.test_backup_scopes import REPORT, SUPERGROUP, fill, read_every
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -163,7 +163,7 @@ async def test_the_backup_command_names_a_damaged_scope_and_fails(tmp_path: Path
     damage_table(live, table)
     code, out, err = await run_cli(cli_env(tmp_path), tmp_path, "backup")
     assert code == 1, out + err
-    assert "2 users, 2 memories" in out
+    assert "3 users in 3 scopes, 2 memories" in out
     (line,) = [x for x in err.splitlines() if x.startswith("error:")]
     assert "1 scopes could not be read" in line and "u2: " in line
 
@@ -188,5 +188,39 @@ async def test_the_commands_back_up_and_restore_group_memories(tmp_path: Path) -
     for name, source in (("fresh", day), ("fresh2", day / SNAPSHOT_NAME)):
         code, out, err = await run_cli(cli_env(tmp_path, name), tmp_path, "restore", str(source))
         assert code == 0, out + err
-        assert "restored 6 memories and 2 tombstones of 3 users" in out
+        assert "restored 6 memories and 2 tombstones of 2 users in 3 scopes" in out
         assert await read_every(tmp_path / name / "memory.sqlite3") == REPORT
+
+
+async def test_backup_counts_users_and_scopes_as_users_does(tmp_path: Path) -> None:
+    await fill(tmp_path / "data" / "memory.sqlite3", REPORT)
+    code, out, err = await run_cli(cli_env(tmp_path), tmp_path, "backup")
+    assert code == 0, out + err
+    assert ": 2 users in 3 scopes, " in out
+
+
+async def test_memories_of_a_user_with_only_group_memories_names_the_group_scopes(tmp_path: Path) -> None:
+    await fill(tmp_path / "data" / "memory.sqlite3", REPORT)
+    code, out, err = await run_cli(cli_env(tmp_path), tmp_path, "memories", "1004")
+    assert code == 0, out + err
+    first, hint = out.strip().splitlines()
+    assert first == "no memories for user 1004 in their private chat"
+    assert f"--chat {SUPERGROUP} (1 active)" in hint and "memories 1004 --chat CHAT_ID" in hint
+    code, out, err = await run_cli(cli_env(tmp_path), tmp_path, "memories", "1004", "--chat", str(SUPERGROUP))
+    assert code == 0, out + err
+    assert "喜欢喝奶茶" in out
+
+
+async def test_a_failed_restore_prints_its_error_on_a_line_of_its_own(tmp_path: Path) -> None:
+    await fill(tmp_path / "data" / "memory.sqlite3", REPORT)
+    code, out, err = await run_cli(cli_env(tmp_path), tmp_path, "backup")
+    assert code == 0, out + err
+    (day,) = [p for p in (tmp_path / "backups").iterdir()]
+    last = sorted(day.glob("*.csv"))[-1]  # read after the others have reported progress
+    last.write_text(last.read_text(encoding="utf-8-sig") + "not,a,row\n", encoding="utf-8-sig")
+    code, out, err = await run_cli(cli_env(tmp_path, "fresh"), tmp_path, "restore", str(day))
+    assert code == 1, out + err
+    lines = err.split("\n")
+    assert "restore: 1/3" in err
+    (line,) = [x for x in lines if "error:" in x]
+    assert line.startswith("error:") and last.name in line

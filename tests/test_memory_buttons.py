@@ -121,3 +121,42 @@ async def test_review_buttons_with_undo(live: Live) -> None:
     await live.press(USER, done, "撤销", 2)
     await live.tg.wait_for_edit(USER, int(review["message_id"]), "已撤销")
     assert (await live.rig.engine.get(scope, h)).tier is Tier.SHORT
+
+
+async def test_restoring_the_last_archived_memory_shows_the_list_it_is_back_in(live: Live) -> None:
+    scope, now = Scope(USER), live.rig.clock()
+    await live.rig.engine.remember(scope, [MemoryDraft("喜欢奶茶", ["奶茶"], 60.0),
+                                           MemoryDraft("住在杭州", ["杭州"], 60.0)], now)
+    kept = await live.rig.engine.memories(scope)
+    await live.rig.engine.archive(scope, next(m.id for m in kept if m.event == "住在杭州"), now)
+    await live.say("/memories", 1)
+    page = live.tg.sent_messages(USER)[-1]
+    await live.press(USER, page, "已归档", 1)
+    archive = await live.tg.wait_for_edit(USER, int(page["message_id"]), "已归档的记忆")
+    assert "↩️ 返回" in [t for t, _ in live.tg.buttons(archive)]
+    await live.press(USER, archive, "1 恢复", 2)
+    after = await live.tg.wait_for_edit(USER, int(page["message_id"]), "已恢复：住在杭州")
+    assert texts.NO_MEMORIES not in after["text"]
+    assert "喜欢奶茶" in after["text"] and "住在杭州" in after["text"].split("\n\n", 1)[1]
+
+
+async def test_the_archive_view_has_a_way_back_even_when_empty(live: Live) -> None:
+    await live.rig.engine.remember(Scope(USER), [MemoryDraft("喜欢奶茶", ["奶茶"], 60.0)], live.rig.clock())
+    await live.say("/memories", 1)
+    page = live.tg.sent_messages(USER)[-1]
+    await live.press(USER, page, "已归档", 1)
+    empty = await live.tg.wait_for_edit(USER, int(page["message_id"]), texts.NO_ARCHIVED)
+    assert texts.NO_MEMORIES not in empty["text"]
+    await live.press(USER, empty, "返回", 2)
+    back = await live.tg.wait_for_edit(USER, int(page["message_id"]), "我记得的关于你的事")
+    assert "喜欢奶茶" in back["text"] and "🗂 已归档" in [t for t, _ in live.tg.buttons(back)]
+
+
+async def test_a_forget_choice_removes_the_buttons(live: Live) -> None:
+    scope, now = Scope(USER), live.rig.clock()
+    await live.rig.engine.remember(scope, [MemoryDraft("生日是三月五日", ["生日"], 80.0)], now)
+    await live.say("/forget 生日", 1)
+    choices = live.tg.sent_messages(USER)[-1]
+    await live.press(USER, choices, "忘掉第1条", 1)
+    done = await live.tg.wait_for_edit(USER, int(choices["message_id"]), texts.forgotten(1))
+    assert live.tg.buttons(done) == []

@@ -55,7 +55,8 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("reset", _P, "重新开始对话", "结束这段对话，重新开始"),
     CommandRow("weekly", _P, "每周记忆小结 on/off", "每周记忆小结", "on|off", _MEM),
     CommandRow("help", _P, "查看帮助"),
-    CommandRow("share_private", _P, "群里是否用你的私聊记忆 on/off", default_menu=False),
+    CommandRow("share_private", _P, "群里是否用你的私聊记忆 on/off", "允许在群里用上你私聊时的记忆（默认关闭）",
+               "on|off", _MEM, default_menu=False),
     CommandRow("start", _P),
     # Groups, in menu order.
     CommandRow("start_aiGF", _G, "在本群为你开启陪伴模式", "在这个群里为你开启陪伴模式（每个人单独开启）",

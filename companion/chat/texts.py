@@ -84,6 +84,7 @@ NOTHING_TO_SAVE = "要我记住什么呢？可以直接说“记住：……”�
 EDIT_PROMPT = "好的，请直接发给我新的内容。"
 SAVE_FAILED = "这次没能记下来，请稍后再试一次。"
 NO_MEMORIES = "我还没有记住关于你的事情。聊着聊着我会慢慢记住，也可以说“记住：……”。"
+NO_ARCHIVED = "归档里没有记忆。"
 NO_PERMISSION = "没有权限"
 
 

@@ -39,6 +39,10 @@ class BackupError(CompanionError):
     """A backup could not be written."""
 
 
+class ChartUnavailableError(CompanionError):
+    """The optional plotting library (requirements-charts.txt) is not installed."""
+
+
 class RestoreError(CompanionError):
     """A backup could not be restored; the live database was not changed."""
 

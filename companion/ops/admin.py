@@ -18,7 +18,7 @@ from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.usage import UsageRecord, UsageSink
-from companion.ops.chart import stacked_bars
+from companion.ops.chart import usage_png
 from companion.ops.export import export_csv_bytes
 from companion.storage.base import EVERY_STATUS, MemoryStore, UsageCell, UsageLog, UsageRow
 from memory import MemoryEngine
@@ -201,9 +201,10 @@ def _summary(user_id: int, walked: list[tuple[Scope, list[Memory]]]) -> UserSumm
 
 
 def usage_chart(cells: list[UsageCell]) -> bytes:
-    """Stacked bars per day: cached prompt tokens, uncached prompt tokens, completion tokens."""
+    """Stacked bars per day: cached prompt tokens, uncached prompt tokens, completion tokens. Raises
+    ChartUnavailableError without the optional plotting library."""
     days = sorted({c.day for c in cells})
-    columns = [[float(sum(c.cache_hit_tokens for c in cells if c.day == d)),
-                float(sum(c.prompt_tokens - c.cache_hit_tokens for c in cells if c.day == d)),
-                float(sum(c.completion_tokens for c in cells if c.day == d))] for d in days]
-    return stacked_bars(columns or [[0.0]])
+    columns = [(sum(c.cache_hit_tokens for c in cells if c.day == d),
+                sum(c.prompt_tokens - c.cache_hit_tokens for c in cells if c.day == d),
+                sum(c.completion_tokens for c in cells if c.day == d)) for d in days]
+    return usage_png(days, columns)

@@ -4,6 +4,7 @@ arguments. Pure functions: the handlers only call these and send the result."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 
@@ -152,6 +153,15 @@ def user_summary(summary: UserSummary, tz: tzinfo) -> str:
     ])
 
 
+# What each LLM call was for (the ``purpose`` the engine logs); a purpose not listed shows as logged.
+PURPOSE_LABELS: Mapping[str, str] = {"reply": "回复", "extraction": "提取", "save": "保存", "summary": "小结",
+                                     "profile": "画像"}
+
+
+def purpose_label(purpose: str) -> str:
+    return PURPOSE_LABELS.get(purpose, purpose)
+
+
 def usage_lines(cells: list[UsageCell]) -> list[str]:
     if not cells:
         return ["最近7天没有模型调用记录。"]
@@ -159,13 +169,14 @@ def usage_lines(cells: list[UsageCell]) -> list[str]:
     for day in sorted({c.day for c in cells}):
         parts = []
         for c in (c for c in cells if c.day == day):
-            parts.append(f"{c.purpose} {c.calls}次/{c.prompt_tokens + c.completion_tokens}词元"
+            parts.append(f"{purpose_label(c.purpose)} {c.calls}次/{c.prompt_tokens + c.completion_tokens}词元"
                          f"(缓存{c.cache_hit_tokens}，未缓存{c.prompt_tokens - c.cache_hit_tokens}，"
                          f"{c.avg_latency_ms:.0f}ms)")
         lines.append(f"{day}：" + "；".join(parts))
     return lines
 
 
+NO_CHART = "（每天词元的图表需要 matplotlib：pip install -r requirements-charts.txt）"
 MAX_MESSAGE = 4000  # Telegram's limit is 4096 UTF-16 units; the chart carries the rest
 
 
@@ -188,6 +199,5 @@ def admin_stats(stats: AdminStats) -> str:
         f"召回：被召回或查看 {stats.recalls} 次，回复中提到 {stats.mentions} 次",
         f"最近7天模型调用 {calls} 次，共 {tokens} 词元（其中缓存命中 {cached}）",
         *usage_lines(stats.usage),
-        "图：每天的词元（蓝：缓存命中，橙：未缓存，绿：输出）",
     ])
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"

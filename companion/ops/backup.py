@@ -62,6 +62,7 @@ class BackupResult:
     rows: int
     removed_folders: int
     damaged: tuple[str, ...] = ()  # "scope key: cause" of each scope that could not be read
+    users: int = 0  # distinct users over the backed-up scopes (``files``: one per scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +327,8 @@ async def _make_backup(
                                            None, stop)
         (staging / IN_PROGRESS).unlink()
         swap_in(staging, folder)
+        with open_snapshot(folder / SNAPSHOT_NAME) as reader:
+            users = len({scope.user_id for scope, _ in reader.scopes()})
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
     except BackupStopped:
         raise  # the process is stopping: no time for a clean-up, the next run removes the folder
@@ -336,7 +339,7 @@ async def _make_backup(
         # A failed run (a full disk) frees what it wrote; the day's earlier backup was never touched.
         shutil.rmtree(staging, ignore_errors=True)
         raise BackupError(f"backup to {folder} failed: {exc}") from exc
-    return BackupResult(folder, exported.files, exported.rows, removed, exported.damaged)
+    return BackupResult(folder, exported.files, exported.rows, removed, exported.damaged, users)
 
 
 def prune_backups(backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int) -> int:

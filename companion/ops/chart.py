@@ -1,55 +1,81 @@
-"""A small PNG bar chart written with the standard library (zlib + struct), for ``/mem_stats``.
+"""The ``/mem_stats`` usage chart: LLM tokens per local day, stacked by kind, drawn with matplotlib.
 
-matplotlib (a dev dependency) would bring ~80 MB into the bot's runtime (matplotlib 35 MB, fontTools
-30 MB, Pillow 7 MB, kiwisolver 5 MB, contourpy 1 MB) and 1.4 s to import ``matplotlib.pyplot`` (measured
-on the dev machine under load) for one picture; this draws the one chart the stats need (stacked bars
-per day) in ~7 ms, a 4 KB PNG. Labels and numbers go in the message text next to it, so the picture
-carries no text.
+matplotlib is optional (requirements-charts.txt): with its dependencies it is ~80 MB installed
+(matplotlib 35 MB, fontTools 30 MB, Pillow 7 MB, kiwisolver 5 MB) for one admin picture, and importing
+it costs about a second. So it is imported here, inside ``usage_png``, only when an admin asks for the
+chart: the bot's start-up and memory never pay for it, and without it ``/mem_stats`` still answers with
+every number in text and says how to get the chart.
+
+Labels are Chinese when a CJK font is installed (matplotlib would draw missing glyphs as boxes), and
+English otherwise.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Sequence
+import io
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
-Color = tuple[int, int, int]
-BACKGROUND: Color = (255, 255, 255)
-AXIS: Color = (90, 90, 90)
-PALETTE: tuple[Color, ...] = ((76, 114, 176), (221, 132, 82), (85, 168, 104), (196, 78, 82), (129, 114, 179))
+from companion.core.errors import ChartUnavailableError
 
-
-def stacked_bars(columns: Sequence[Sequence[float]], *, width: int = 560, height: int = 280,
-                 colors: Sequence[Color] = PALETTE) -> bytes:
-    """A PNG of one stacked bar per column; ``columns[i][j]`` is part ``j`` of bar ``i`` (colour ``j``)."""
-    pixels = [bytearray(BACKGROUND * width) for _ in range(height)]
-    margin = 16
-    base = height - margin
-    top = max((sum(parts) for parts in columns), default=0.0) or 1.0
-    slot = (width - 2 * margin) / max(len(columns), 1)
-    for index, parts in enumerate(columns):
-        left = int(margin + index * slot + slot * 0.15)
-        right = int(margin + (index + 1) * slot - slot * 0.15)
-        y = base
-        for part, value in enumerate(parts):
-            span = round(value / top * (base - margin))
-            _fill(pixels, left, max(y - span, margin), right, y, colors[part % len(colors)])
-            y -= span
-    _fill(pixels, margin, base, width - margin, base + 2, AXIS)
-    return _png(width, height, pixels)
+# Fonts with Simplified Chinese glyphs, as matplotlib names them, most common on servers first.
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "Microsoft YaHei", "PingFang SC", "SimHei", "Heiti SC",
+             "Sarasa Gothic SC", "AR PL UMing CN")
+COLORS = ("#4c72b0", "#dd8452", "#55a868")  # cached prompt, uncached prompt, completion
+WIDTH_IN, HEIGHT_IN, DPI = 8.0, 4.0, 100  # an 800 x 400 PNG: readable in a Telegram preview
 
 
-def _fill(pixels: list[bytearray], x0: int, y0: int, x1: int, y1: int, color: Color) -> None:
-    run = bytes(color) * max(x1 - x0, 0)
-    for y in range(max(y0, 0), min(y1, len(pixels))):
-        pixels[y][x0 * 3:x1 * 3] = run
+@dataclass(frozen=True)
+class Labels:
+    title: str
+    axis: str
+    series: tuple[str, str, str]  # cached prompt, uncached prompt, completion
 
 
-def _png(width: int, height: int, rows: Sequence[bytearray]) -> bytes:
-    raw = b"".join(b"\x00" + bytes(row) for row in rows)  # filter type 0 per scanline
+CHINESE = Labels("最近7天的模型词元（按天）", "词元", ("输入·缓存命中", "输入·未缓存", "输出"))
+ENGLISH = Labels("LLM tokens per day, last 7 days", "tokens", ("prompt, cached", "prompt, uncached", "completion"))
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+def pick_labels(installed: Collection[str]) -> tuple[Labels, str | None]:
+    """Chinese labels and the font to draw them with when one of ``CJK_FONTS`` is installed."""
+    for font in CJK_FONTS:
+        if font in installed:
+            return CHINESE, font
+    return ENGLISH, None
+
+
+def usage_png(days: Sequence[str], columns: Sequence[tuple[int, int, int]]) -> bytes:
+    """A PNG of one stacked bar per day (``days`` as YYYY-MM-DD; ``columns[i]``: cached prompt,
+    uncached prompt and completion tokens of day ``i``), each bar topped by its total."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import StrMethodFormatter
+    except ImportError as exc:
+        raise ChartUnavailableError("matplotlib is not installed (pip install -r requirements-charts.txt)") from exc
+    matplotlib.use("Agg")  # no display on a server; Figure alone never opens a window either
+    labels, font = pick_labels({f.name for f in font_manager.fontManager.ttflist})
+    with matplotlib.rc_context({"font.family": [font, "DejaVu Sans"]} if font else None):
+        figure = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
+        axes = figure.add_subplot()
+        ticks = [day[5:] for day in days] or ["—"]  # MM-DD: the title says which week
+        bottoms = [0] * len(ticks)
+        for part, (name, color) in enumerate(zip(labels.series, COLORS, strict=True)):
+            values = [column[part] for column in columns] or [0]
+            axes.bar(ticks, values, bottom=bottoms, color=color, label=name, width=0.6)
+            bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+        for x, total in enumerate(bottoms):
+            axes.annotate(f"{total:,}", (x, total), ha="center", va="bottom", fontsize=8,
+                          xytext=(0, 2), textcoords="offset points")
+        axes.set_title(labels.title)
+        axes.set_ylabel(labels.axis)
+        axes.set_ylim(0, max(max(bottoms) * 1.25, 1))  # headroom for the totals and the one-row legend
+        axes.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        axes.spines[["top", "right"]].set_visible(False)
+        axes.legend(loc="upper left", ncols=3, fontsize=8, frameon=False)
+        figure.tight_layout()
+        out = io.BytesIO()
+        figure.savefig(out, format="png", dpi=DPI)
+    return out.getvalue()

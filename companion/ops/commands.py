@@ -25,12 +25,31 @@ def require_database(settings: Settings) -> None:
                           "project folder)")
 
 
-def progress_line(label: str) -> Callable[[int, int], None]:
-    def report(done: int, total: int) -> None:
-        if done == total or done % max(total // 20, 1) == 0:
-            print(f"\r{label}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+def counted(users: int, scopes: int) -> str:
+    """Users and scopes as ``users`` counts them: a user has a private scope and one per group."""
+    return f"{users} users in {scopes} scopes"
 
-    return report
+
+class ProgressLine:
+    """``label: done/total`` rewritten in place on stderr. Used as a context manager: on the way out an
+    unfinished line is ended, so an error printed after it starts a line of its own."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.open = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if done == total or done % max(total // 20, 1) == 0:
+            self.open = done != total
+            print(f"\r{self.label}: {done}/{total}", end="" if self.open else "\n", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.open:
+            print(file=sys.stderr, flush=True)
+            self.open = False
 
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
@@ -44,12 +63,14 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
         raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
     storage = await open_store(settings.database)
     try:
-        result = await stoppable_backup(
-            storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress_line("backup")
-        )
+        with ProgressLine("backup") as progress:
+            result = await stoppable_backup(
+                storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress
+            )
     finally:
         await storage.close()
-    print(f"backup written to {result.folder}: {result.files} users, {result.rows} memories")
+    scopes = counted(result.users, result.files + len(result.damaged))
+    print(f"backup written to {result.folder}: {scopes}, {result.rows} memories")
     if result.damaged:
         print(f"error: {len(result.damaged)} scopes could not be read and are not in the CSV files "
               f"(the snapshot holds them as they are): {'; '.join(result.damaged)}", file=sys.stderr)
@@ -62,13 +83,14 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops import dblock
     from companion.ops.restore import restore
 
-    with dblock.hold(settings.db_path, "restore"):
+    with dblock.hold(settings.db_path, "restore"), ProgressLine("restore") as progress:
         result = await restore(
-            args.path, settings.db_path, utcnow(), force=args.force, progress=progress_line("restore"),
+            args.path, settings.db_path, utcnow(), force=args.force, progress=progress,
             keep=settings.restore_keep_copies, tz=settings.tz,
         )
     kept = f"; previous database kept at {result.kept_old}" if result.kept_old else ""
-    print(f"restored {result.rows} memories and {result.tombstones} tombstones of {result.scopes} users into "
+    print(f"restored {result.rows} memories and {result.tombstones} tombstones of "
+          f"{counted(result.users, result.scopes)} into "
           f"{settings.db_path}{kept}")
     if result.reforgotten:
         print(f"forgot {result.reforgotten} memories again: they were forgotten after this backup was made")
@@ -90,9 +112,22 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     storage = await open_store(settings.database)
     try:
         memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
+        elsewhere = [(scope, len(await storage.fetch_memories(scope))) for scope in await storage.scopes()
+                     if scope.user_id == args.user_id and scope.chat_id != args.chat]
     finally:
         await storage.close()
-    print(memories_table(memories, settings.tz) if memories else f"no memories for user {args.user_id}")
+    if memories:
+        print(memories_table(memories, settings.tz))
+        return 0
+    where = "their private chat" if args.chat is None else f"chat {args.chat}"
+    print(f"no memories for user {args.user_id} in {where}")
+    others = [(scope, count) for scope, count in elsewhere if count]
+    if others:
+        # A user's group memories live in scopes of their own: name them, and how to list them.
+        shown = ", ".join(f"{'private chat (no --chat)' if scope.chat_id is None else f'--chat {scope.chat_id}'}"
+                          f" ({count} active)" for scope, count in others)
+        print(f"they have active memories in {len(others)} other scopes: {shown}; list one with "
+              f"`python bot.py memories {args.user_id} --chat CHAT_ID`")
     return 0
 
 

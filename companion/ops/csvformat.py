@@ -44,7 +44,7 @@ MAX_CELL_CHARS: Mapping[str, int] = {"event": MAX_EVENT_CHARS, "status_reason": 
 
 LABELS: Mapping[type[StrEnum], Mapping[str, str]] = {
     Validity: {"permanent": "永久", "30d": "30天", "7d": "7天"},
-    MemoryType: {"preference": "偏好", "fact": "事实", "instruction": "指令", "event": "事件"},
+    MemoryType: {"preference": "偏好", "fact": "事实", "instruction": "要求", "event": "事件"},
     Origin: {"extracted": "对话提取", "explicit": "用户要求", "tool": "模型工具", "admin": "管理员",
              "restore": "备份恢复"},
     Status: {"active": "有效", "archived": "已归档", "superseded": "已取代", "forgotten": "已遗忘"},

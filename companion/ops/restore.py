@@ -53,6 +53,7 @@ class RestoreResult:
     tombstones: int = 0  # forgotten memories, restored as content-free tombstones
     reforgotten: int = 0  # memories of the backup forgotten since, forgotten again
     cut: int = 0  # over-long cells cut to their cap
+    users: int = 0  # distinct users over ``scopes`` (a user has a private scope and one per group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,7 @@ async def restore(
         reforgotten = await reforget(staging, live, fresh, now)
         with open_snapshot(staging) as reader:
             scopes, rows, tombstones = reader.tally()
+            users = len({scope.user_id for scope, _ in reader.scopes()})
         _settle(staging)
     except StorageError as exc:
         remove_staging(db_path)
@@ -224,7 +226,8 @@ async def restore(
         raise
     kept = _swap_in(staging, db_path, now)
     cut = sum(p.cut for p in data) if data is not None else 0
-    return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep), tombstones, reforgotten, cut)
+    return RestoreResult(scopes, rows, kept, prune_before_restore(db_path, keep), tombstones, reforgotten, cut,
+                         users)
 
 
 async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> set[int]:
