@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bot")
 
 # Relative paths in .env and the environment are resolved against this folder, and .env is read from
-# it, so the bot finds the same database whatever folder it is started from (README, Configuration).
+# it, so the bot finds the same database whatever folder it is started from (docs/operator.md, "Configuration").
 PROJECT_DIR = Path(__file__).resolve().parent
 
 

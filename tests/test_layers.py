@@ -1,6 +1,6 @@
 """Imports point down only: each module may import its own package and the layers below it.
 
-The layer map is the architecture paragraph of the README in code; a new package must be placed here.
+The layer map is docs/architecture.md ("Layers") in code; a new package must be placed here.
 """
 
 from __future__ import annotations
