@@ -19,6 +19,7 @@ from memory import MemoryEngine
 PAGE_SIZE = 5
 QUERY_CHARS = 40  # a command's keyword (/memories, /forget, /why) is cut to this before any search
 ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
+NO_ARCHIVED = "没有已归档的记忆。"  # the archived view, emptied by restoring its last one: the others are still there
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,8 @@ async def memory_page(engine: MemoryEngine, scope: Scope, page: int, query: str,
         found = await engine.memories(scope)
     found.sort(key=lambda m: (0 if archived else ORDER[m.tier], -m.importance, -m.id))
     if not found:
-        return Page(texts.nothing_found(query) if query else texts.NO_MEMORIES, (), 0, 0)
+        empty = NO_ARCHIVED if archived else texts.nothing_found(query) if query else texts.NO_MEMORIES
+        return Page(empty, (), 0, 0)
     pages = max(1, math.ceil(len(found) / PAGE_SIZE))
     page = min(max(page, 0), pages - 1)
     shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
