@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from companion.chat import texts
+from companion.chat import commands, texts
 from companion.chat.choices import number
+from companion.chat.commands import Place
 from companion.chat.views import NO_ARCHIVED
-from companion.console import Read, run_console
+from companion.console import HELP, Read, run_console
 from companion.core.models import Scope, Status
 from tests.fakes import FakeLLM
 from tests.process import ROOT, clean_env
@@ -235,3 +236,10 @@ async def test_forget_command_lists_numbered_matches(rig: Rig) -> None:
 ])
 def test_a_typed_choice_number(typed: str, chosen: int | None) -> None:
     assert number(typed) == chosen
+
+
+@pytest.mark.parametrize("name", [r.name for r in commands.rows(Place.CONSOLE) if r.name not in {"help", "quit"}])
+async def test_every_console_row_is_answered_by_its_own_command(rig: Rig, name: str) -> None:
+    shown = await console(rig, f"/{name}")
+    assert HELP not in after(shown, f"/{name}")
+    assert rig.llm.chat_requests() == []
