@@ -21,7 +21,6 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.commands import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
-from companion.chat.steering import forget_all_count
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Tier
 from companion.core.tiers import Action, Suggestion
@@ -154,16 +153,12 @@ async def on_undo(query: CallbackQuery, callback_data: UndoCB, engine: MemoryEng
 
 async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[str, InlineKeyboardMarkup | None]:
     """The answer to ``/forget <args>``: with buttons when it lists memories (the lists a group never sees)."""
-    if not args:
-        return "用法：/forget 关键词，或 /forget all 忘掉全部。", None
-    if args.lower() in {"all", "全部"}:
-        # Offered even with no memory stored: queued turns and the short-term context go too.
-        count = await forget_all_count(engine, scope)
-        return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
-    found = await engine.search(scope, args[:QUERY_CHARS], utcnow(), limit=5)
-    if not found:
-        return texts.nothing_found(args[:QUERY_CHARS]), None
-    return texts.confirm_forget(found), keyboards.forget_choices(found, scope)
+    asked = await views.forget_prompt(engine, scope, args, utcnow())
+    if asked.forget_all is not None:
+        return asked.text, keyboards.forget_all(asked.forget_all, scope)
+    if asked.matches:
+        return asked.text, keyboards.forget_choices(list(asked.matches), scope)
+    return asked.text, None
 
 
 async def forget_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:

@@ -15,7 +15,6 @@ from datetime import datetime
 
 from companion.chat import texts, views
 from companion.chat.pipeline import ChatService, Reply
-from companion.chat.steering import forget_all_count
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Tier
 from companion.core.tiers import Action
@@ -131,20 +130,12 @@ class TypedChoices:
 
     async def forget_command(self, args: str) -> str:
         """``/forget 关键词`` and ``/forget all``, as the Telegram command asks them."""
-        self._pending = None
-        args = args.strip()
-        if not args:
-            return "用法：/forget 关键词，或 /forget all 忘掉全部。"
-        if args.lower() in {"all", "全部"}:
-            count = await forget_all_count(self.engine, self.scope)
-            self._pending = _ForgetAll(count)
-            return f"{texts.confirm_forget_all(count)}\n{FORGET_ALL_MENU}"
-        query = args[:views.QUERY_CHARS]
-        found = await self.engine.search(self.scope, query, self.now(), limit=5)
-        if not found:
-            return texts.nothing_found(query)
-        self._pending = _ForgetOne(tuple(found))
-        return f"{texts.confirm_forget(found)}\n{FORGET_MENU}"
+        asked = await views.forget_prompt(self.engine, self.scope, args, self.now())
+        if asked.forget_all is not None:
+            self._pending = _ForgetAll(asked.forget_all)
+            return f"{asked.text}\n{FORGET_ALL_MENU}"
+        self._pending = _ForgetOne(asked.matches) if asked.matches else None
+        return f"{asked.text}\n{FORGET_MENU}" if asked.matches else asked.text
 
     async def memories(self, query: str = "", page: int = 0, archived: bool = False, note: str = "") -> str:
         """A ``/memories`` page; its items and paging wait for a typed answer."""

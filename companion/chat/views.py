@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from companion.chat import texts
+from companion.chat.steering import FORGET_MATCHES, forget_all_count
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.timeutil import show
 from memory import MemoryEngine
@@ -48,6 +49,29 @@ async def memory_page(engine: MemoryEngine, scope: Scope, page: int, query: str,
     page = min(max(page, 0), pages - 1)
     shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
     return Page(texts.memory_list(shown, page, pages, query=query, archived=archived), tuple(shown), page, pages)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetPrompt:
+    text: str
+    matches: tuple[Memory, ...] = ()  # numbered choices: Telegram adds a button per match
+    forget_all: int | None = None  # a confirmation of forgetting everything (this many memories)
+
+
+async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str, now: datetime) -> ForgetPrompt:
+    """The answer to ``/forget <args>``: the matches to choose from, or the confirmation of ``all``."""
+    args = args.strip()
+    if not args:
+        return ForgetPrompt("用法：/forget 关键词，或 /forget all 忘掉全部。")
+    if args.lower() in {"all", "全部"}:
+        # Offered even with no memory stored: queued turns and the short-term context go too.
+        count = await forget_all_count(engine, scope)
+        return ForgetPrompt(texts.confirm_forget_all(count), forget_all=count)
+    query = args[:QUERY_CHARS]
+    found = await engine.search(scope, query, now, limit=FORGET_MATCHES)
+    if not found:
+        return ForgetPrompt(texts.nothing_found(query))
+    return ForgetPrompt(texts.confirm_forget(found), matches=tuple(found))
 
 
 async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo, now: datetime,
