@@ -2,7 +2,9 @@
 
 In a terminal, prompt_toolkit reads the lines: arrow keys, history and editing work, and Ctrl-C or Ctrl-D
 leave at once. Piped input (tests, ``bot.py console < script.txt``) is read line by line instead. The
-commands are handled here, as the Telegram handlers do, and never reach the model.
+commands are handled here, with the engine calls the Telegram handlers make, and never reach the model.
+Where Telegram shows buttons (receipts, forget lists, ``/memories`` pages) the console numbers the
+choices and reads the answer from the next line (``companion.chat.choices``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import TextIO
 
 from prompt_toolkit import PromptSession
 
-from companion.chat import commands, texts
+from companion.chat import commands, texts, views
+from companion.chat.choices import TypedChoices
 from companion.chat.commands import Place
 from companion.chat.pipeline import ChatService
 from companion.core.models import Scope
@@ -96,23 +99,43 @@ async def run_console(
     if read is None:
         read = prompt_reader() if is_terminal(sys.stdin, stdout) else stream_reader(sys.stdin, stdout)
     known = known_commands()
+    choices = TypedChoices(chat, scope)
     say(INTRO)
     say(SPEAKER + await chat.start(scope))
     while (line := await read()) is not None:
         text = line.strip()
         if not text:
             continue
-        command = known.get(text.split(maxsplit=1)[0].lower())
+        head, _, args = text.partition(" ")
+        command = known.get(head.lower())
         if command == "quit":
             break
-        if command == "start_aiGF":
-            say(SPEAKER + await chat.start(scope))
-        elif command == "stop_aiGF":
-            say(SPEAKER + await chat.stop(scope))
-        elif text.startswith("/"):
-            say(help_text())  # /help, and any other command: never sent to the model
+        if command is not None or text.startswith("/"):
+            choices.lapse()  # a command answers no pending choice
+            say(await _command(chat, scope, choices, command, args.strip()))
+        elif (answer := await choices.answer(text)) is not None:
+            say(SPEAKER + answer)
         elif not chat.is_active(scope):
             say(SPEAKER + texts.NOT_STARTED)
         else:
-            say(SPEAKER + (await chat.reply(scope, text)).text)
+            say(SPEAKER + choices.after_reply(await chat.reply(scope, text)))
     await chat.drain()
+
+
+async def _command(chat: ChatService, scope: Scope, choices: TypedChoices, command: str | None, args: str) -> str:
+    if command == "start_aiGF":
+        return SPEAKER + await chat.start(scope)
+    if command == "stop_aiGF":
+        return SPEAKER + await chat.stop(scope)
+    if command == "memories":
+        return await choices.memories(args)
+    if command == "forget":
+        return await choices.forget_command(args)
+    if command == "why":
+        text, _ = await views.why_text(chat.engine, scope, args[:views.QUERY_CHARS], chat.config.tz, chat.clock())
+        return text
+    if command == "stats":
+        return await views.stats_text(chat.engine, scope, chat.clock())
+    if command == "reset":
+        return SPEAKER + await chat.reset(scope)
+    return help_text()  # /help, and any other command: never sent to the model

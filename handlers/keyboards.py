@@ -14,14 +14,14 @@ from aiogram.filters.callback_data import CallbackData
 from aiogram.types import InlineKeyboardMarkup
 from aiogram.utils.keyboard import InlineKeyboardBuilder
 
+from companion.chat.views import PAGE_SIZE as PAGE_SIZE  # the handlers and tests import them from here
+from companion.chat.views import QUERY_CHARS as QUERY_CHARS
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.text import sendable
 from companion.core.tiers import Action, Suggestion
 
-PAGE_SIZE = 5
 CALLBACK_BYTES = 64  # Telegram's limit on a button's callback data, in UTF-8 bytes
 ALERT_CHARS = 190  # the answer to a button press (Telegram allows 200 characters)
-QUERY_CHARS = 40  # a command's keyword (/memories, /forget, /why) is cut to this before any search
 
 
 # The ``action`` of each kind of button. The data fields stay plain strings, so a button with an action

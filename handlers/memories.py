@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, tzinfo
@@ -17,22 +16,20 @@ from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
-from companion.chat import texts
+from companion.chat import texts, views
 from companion.chat.buffer import MessageBuffer
 from companion.chat.commands import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
-from companion.chat.steering import forget_all_count
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.tiers import Action, Suggestion
-from companion.core.timeutil import show, utcnow
+from companion.core.timeutil import utcnow
 from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary, set_weekly
 from handlers import keyboards
 from handlers.commands import command
 from handlers.keyboards import (
     ALERT_CHARS,
-    PAGE_SIZE,
     QUERY_CHARS,
     REVIEW_UNDO,
     ForgetAction,
@@ -54,7 +51,6 @@ log = logging.getLogger(__name__)
 
 UNDO_SECONDS = 60
 SUPERGROUP_BASE = 1_000_000_000_000  # a supergroup's id is -(SUPERGROUP_BASE + n); its message links name n
-ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
 
 
 # ---- /memories -------------------------------------------------------------------------------------
@@ -62,23 +58,10 @@ ORDER = {Tier.LONG: 0, Tier.MEDIUM: 1, Tier.SHORT: 2}
 async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archived: bool,
                 now: datetime) -> tuple[str, InlineKeyboardMarkup | None]:
     query = keyboards.page_query(query)
-    if archived:
-        found = await engine.memories(scope, {Status.ARCHIVED})
-    elif query:
-        found = await engine.search(scope, query, now, limit=50)
-    else:
-        found = await engine.memories(scope)
-    found.sort(key=lambda m: (0 if archived else ORDER[m.tier], -m.importance, -m.id))
-    if not found and archived:
-        return texts.NO_ARCHIVED, keyboards.back_to_list()
-    if not found:
-        return (texts.nothing_found(query) if query else texts.NO_MEMORIES), None
-    pages = max(1, math.ceil(len(found) / PAGE_SIZE))
-    page = min(max(page, 0), pages - 1)
-    # Looking at the list is not using a memory: only recalls and mentions in chat count (``/why``, reviews).
-    shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
-    return (texts.memory_list(shown, page, pages, query=query, archived=archived),
-            keyboards.memory_page(shown, page, pages, query, archived))
+    found = await views.memory_page(engine, scope, page, query, archived, now)
+    if not found.shown:
+        return found.text, keyboards.back_to_list() if archived else None  # an empty archive: a way back
+    return found.text, keyboards.memory_page(list(found.shown), found.page, found.pages, query, archived)
 
 
 async def list_memories(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
@@ -173,16 +156,12 @@ async def on_undo(query: CallbackQuery, callback_data: UndoCB, engine: MemoryEng
 
 async def forget_prompt(engine: MemoryEngine, scope: Scope, args: str) -> tuple[str, InlineKeyboardMarkup | None]:
     """The answer to ``/forget <args>``: with buttons when it lists memories (the lists a group never sees)."""
-    if not args:
-        return "用法：/forget 关键词，或 /forget all 忘掉全部。", None
-    if args.lower() in {"all", "全部"}:
-        # Offered even with no memory stored: queued turns and the short-term context go too.
-        count = await forget_all_count(engine, scope)
-        return texts.confirm_forget_all(count), keyboards.forget_all(count, scope)
-    found = await engine.search(scope, args[:QUERY_CHARS], utcnow(), limit=5)
-    if not found:
-        return texts.nothing_found(args[:QUERY_CHARS]), None
-    return texts.confirm_forget(found), keyboards.forget_choices(found, scope)
+    asked = await views.forget_prompt(engine, scope, args, utcnow())
+    if asked.forget_all is not None:
+        return asked.text, keyboards.forget_all(asked.forget_all, scope)
+    if asked.matches:
+        return asked.text, keyboards.forget_choices(list(asked.matches), scope)
+    return asked.text, None
 
 
 async def forget_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
@@ -252,18 +231,7 @@ def message_link(memory: Memory) -> str | None:
 
 async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo) -> tuple[str, bool]:
     """The answer to ``/why <args>`` and whether it shows a memory (then a group never sees it)."""
-    if not args:
-        return "用法：/why 关键词", False
-    found = await engine.search(scope, args, utcnow(), statuses={Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED},
-                                limit=1)
-    if not found:
-        return texts.nothing_found(args), False
-    story = await engine.why(scope, found[0].id)
-
-    def when(moment: object) -> str:
-        return show(moment, tz) if isinstance(moment, datetime) else ""
-
-    return texts.why(story.memory, story.replaced, story.replaced_by, when, message_link(story.memory)), True
+    return await views.why_text(engine, scope, args, tz, utcnow(), message_link)
 
 
 async def why_command(message: Message, command: CommandObject, engine: MemoryEngine, tz: tzinfo) -> None:
@@ -278,9 +246,7 @@ async def stats_command(message: Message, engine: MemoryEngine) -> None:
     scope = scope_of(message)
     if scope is None:
         return
-    s = await engine.stats(scope, utcnow())
-    await message.answer(texts.stats({t.value: n for t, n in s.by_tier.items()}, {t.value: n for t, n in
-                                      s.by_type.items()}, s.archived, s.learned_this_week, s.evicted_this_week))
+    await message.answer(await views.stats_text(engine, scope, utcnow()))
 
 
 async def reset_command(message: Message, chat: ChatService) -> None:

@@ -82,6 +82,11 @@ TABLE: tuple[CommandRow, ...] = (
     # The terminal (companion/console.py).
     CommandRow("start_aiGF", _C, help="开启陪伴模式", ignore_case=True),
     CommandRow("stop_aiGF", _C, help="关闭陪伴模式（长期记忆会保留）", ignore_case=True),
+    CommandRow("memories", _C, help="看看我记得什么（翻页、忘掉、归档、升级、恢复）", args="[关键词]", topic=_MEM),
+    CommandRow("forget", _C, help="让我忘掉某些事或全部（回复编号选择）", args="关键词 | all", topic=_MEM),
+    CommandRow("why", _C, help="这条记忆是怎么来的", args="关键词", topic=_MEM),
+    CommandRow("stats", _C, help="记忆统计", topic=_MEM),
+    CommandRow("reset", _C, help="结束这段对话，重新开始"),
     CommandRow("help", _C, help="查看帮助"),
     CommandRow("quit", _C, help="退出（也可以按 Ctrl-D 或 Ctrl-C）", aliases=("exit", "q")),
 )
