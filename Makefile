@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test stress console backup lint clean
 
-$(VENV)/.runtime: requirements.txt
-	@echo "Installing the bot's requirements into $(VENV) (once, and again when requirements.txt changes);"
-	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba and their dependencies)..."
+# The bot gets the /mem_stats chart too (requirements-charts.txt); the engine's wheel does not need it.
+$(VENV)/.runtime: requirements.txt requirements-charts.txt
+	@echo "Installing the bot's requirements into $(VENV) (once, and again when a requirements file changes);"
+	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements-charts.txt
 	@echo "Installed."
 	touch $@
 

@@ -92,10 +92,17 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     # Every start-up problem (a missing, malformed or rejected token or key, no route) is found before
     # aiogram and the chat's libraries are imported: they cost seconds of CPU, the checks a fraction of one.
     settings.require_for_chat(telegram=True)
-    await preflight(settings, telegram=True)
+    from companion.ops import dblock  # fcntl only: a database in use is refused before Telegram is asked
 
+    with dblock.hold(settings.db_path, "the bot"):
+        await preflight(settings, telegram=True)
+        return await serve(settings)
+
+
+async def serve(settings: Settings) -> int:
+    """The bot itself, once the checks passed; the caller holds the database lock."""
     from companion.chat.stopping import wind_down
-    from companion.ops import dblock, jobs, reviews
+    from companion.ops import jobs, reviews
     from companion.ops.staging import remove_staging
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
@@ -104,57 +111,57 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from handlers.groups import resume_moves, set_menus
     from handlers.memories import proactive_senders
 
-    with dblock.hold(settings.db_path, "the bot"):
-        if remove_staging(settings.db_path):
-            log.info("removed the half-built database of a restore that was killed")
-        async with companion(settings) as (chat, parts):
-            bot, dispatcher, buffer = build_bot(settings, chat, parts)
-            scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
+    if remove_staging(settings.db_path):
+        log.info("removed the half-built database of a restore that was killed")
+    async with companion(settings) as (chat, parts):
+        bot, dispatcher, buffer = build_bot(settings, chat, parts)
+        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
 
-            async def blocked(scope: Scope) -> None:
-                await switch_off_blocked(chat, buffer, scope)
+        async def blocked(scope: Scope) -> None:
+            await switch_off_blocked(chat, buffer, scope)
 
-            reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
-                             *proactive_senders(bot, blocked))
-            background: list[asyncio.Task[Any]] = []
-            upgrading: asyncio.Task[int] | None = None
-            try:
-                await parts.engine.ready()  # the dictionaries, loading since the engine opened
-                # Before polling: a group move a crash cut short is finished (its marker says so), so the
-                # new supergroup's first message finds its members under the new id.
-                groups = dispatcher["groups"]
-                await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
-                await set_menus(bot, bot_commands())
-                await register_admin_commands(bot, settings.admin_ids)
-                scheduler.start()
-                # Decay and a missed backup run beside polling: users are answered while they run.
-                background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings)))
-                # Memory tables left at an old version are upgraded in small batches, never at start-up.
-                upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
-                background.append(upgrading)
-                log.info("bot started; polling %s", settings.telegram_api_base)
-                await dispatcher.start_polling(bot, close_bot_session=False)
-            finally:
-                if upgrading is not None:
-                    upgrading.cancel()  # the table upgrade resumes at the next start
-                if scheduler.running:  # a start-up failure comes before the scheduler started
-                    scheduler.shutdown(wait=False)
-                # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned
-                # with their turns still queued (companion.chat.stopping).
-                await wind_down(chat, buffer, background, settings.stop_timeout_seconds)
-                await bot.session.close()
+        reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
+                         *proactive_senders(bot, blocked))
+        background: list[asyncio.Task[Any]] = []
+        upgrading: asyncio.Task[int] | None = None
+        try:
+            await parts.engine.ready()  # the dictionaries, loading since the engine opened
+            # Before polling: a group move a crash cut short is finished (its marker says so), so the
+            # new supergroup's first message finds its members under the new id.
+            groups = dispatcher["groups"]
+            await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
+            await set_menus(bot, bot_commands())
+            await register_admin_commands(bot, settings.admin_ids)
+            scheduler.start()
+            # Decay and a missed backup run beside polling: users are answered while they run.
+            background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings)))
+            # Memory tables left at an old version are upgraded in small batches, never at start-up.
+            upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
+            background.append(upgrading)
+            log.info("bot started; polling %s", settings.telegram_api_base)
+            await dispatcher.start_polling(bot, close_bot_session=False)
+        finally:
+            if upgrading is not None:
+                upgrading.cancel()  # the table upgrade resumes at the next start
+            if scheduler.running:  # a start-up failure comes before the scheduler started
+                scheduler.shutdown(wait=False)
+            # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned
+            # with their turns still queued (companion.chat.stopping).
+            await wind_down(chat, buffer, background, settings.stop_timeout_seconds)
+            await bot.session.close()
     log.info("bot stopped")
     return 0
 
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
     settings.require_for_chat(telegram=False)  # no Telegram token: the console talks to the model only
-    await preflight(settings, telegram=False)
-    from companion.console import is_terminal, run_console
-    from companion.core.models import Scope
     from companion.ops import dblock
 
     with dblock.hold(settings.db_path, "the console"), ExitStack() as logs:
+        await preflight(settings, telegram=False)
+        from companion.console import is_terminal, run_console
+        from companion.core.models import Scope
+
         if is_terminal():
             # Log lines printed to the terminal would land inside the line being typed.
             log_file = settings.data_dir / "console.log"
