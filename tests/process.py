@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import pty
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.fakes import FakeLLM, FakeTelegram
@@ -49,3 +52,65 @@ async def start_bot(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Proces
         sys.executable, str(ROOT / "bot.py"), env=env, cwd=cwd,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
+
+
+class Terminal:
+    """``python bot.py console`` in a pseudo-terminal, as a person sees it: everything it showed, and typing."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, primary: int) -> None:
+        self.proc = proc
+        self.primary = primary
+        self.screen = bytearray()
+        self.changed = asyncio.Event()
+
+    def on_readable(self) -> None:
+        try:
+            self.screen.extend(os.read(self.primary, 4096))
+        except OSError:  # the child closed the terminal
+            asyncio.get_running_loop().remove_reader(self.primary)
+        self.changed.set()
+
+    def type(self, keys: str | bytes) -> None:
+        os.write(self.primary, keys.encode() if isinstance(keys, str) else keys)
+
+    async def read_until(self, marker: str, timeout: float = 90, start: int = 0) -> str:
+        """What was shown from ``start`` once ``marker`` is among it."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while marker.encode() not in self.screen[start:]:
+            assert asyncio.get_running_loop().time() < deadline, \
+                f"{marker!r} never shown; screen: {self.screen.decode(errors='replace')!r}"
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 0.5)
+        return self.screen[start:].decode(errors="replace")
+
+    async def type_until(self, line: str, marker: str, timeout: float = 90) -> str:
+        """Type a line (Enter included) and return what it brought up to ``marker``."""
+        start = len(self.screen)
+        if line:
+            self.type(f"{line}\r")
+        return await self.read_until(marker, timeout, start)
+
+
+@contextlib.asynccontextmanager
+async def console_terminal(env: dict[str, str], cwd: Path) -> AsyncIterator[Terminal]:
+    """The console in a pseudo-terminal (TERM set, nobody answering cursor queries); killed if still running."""
+    env = env | {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    primary, secondary = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "console", cwd=cwd, env=env,
+        stdin=secondary, stdout=secondary, stderr=secondary,
+    )
+    os.close(secondary)
+    terminal = Terminal(proc, primary)
+    loop = asyncio.get_running_loop()
+    os.set_blocking(primary, False)
+    loop.add_reader(primary, terminal.on_readable)
+    try:
+        yield terminal
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        loop.remove_reader(primary)
+        os.close(primary)

@@ -4,10 +4,7 @@ out of the prompt."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
-import os
-import pty
 import signal
 import sys
 import time
@@ -25,7 +22,7 @@ from companion.chat import texts
 from companion.console import HELP, prompt_reader, run_console
 from companion.core.models import Scope
 from tests.fakes import FakeLLM
-from tests.process import ROOT, clean_env
+from tests.process import ROOT, clean_env, console_terminal
 from tests.scripted import user_words
 from tests.support import Rig
 
@@ -111,50 +108,16 @@ async def test_ctrl_c_ends_piped_console_without_waiting_for_a_line(fake_llm: Fa
 async def test_terminal_console_keeps_log_lines_out_of_the_prompt(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.fail_next(1, status=500)  # the reply fails: a WARNING is logged while the user is at the prompt
     env = clean_env() | {"LLM_API_KEY": "sk-console", "LLM_BASE_URL": fake_llm.base_url, "LLM_MAX_RETRIES": "0",
-                         "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups"),
-                         "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}  # nobody answers cursor queries
-    primary, secondary = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
-        stdin=secondary, stdout=secondary, stderr=secondary,
-    )
-    os.close(secondary)
-    screen = bytearray()
-    loop = asyncio.get_running_loop()
-    changed = asyncio.Event()
-
-    def on_readable() -> None:
-        try:
-            screen.extend(os.read(primary, 4096))
-        except OSError:  # the child closed the terminal
-            loop.remove_reader(primary)
-        changed.set()
-
-    os.set_blocking(primary, False)
-    loop.add_reader(primary, on_readable)
-
-    async def read_until(marker: str, timeout: float = 90) -> None:
-        deadline = loop.time() + timeout
-        while marker.encode() not in screen:
-            assert loop.time() < deadline, f"{marker!r} never shown; screen: {screen.decode(errors='replace')!r}"
-            changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), 0.5)
-
-    try:
-        await read_until(texts.GREETING_NEW)
-        os.write(primary, f"你好{LEFT}呀\r".encode())
-        await read_until(texts.LLM_DOWN)
-        after_reply = screen.index(texts.LLM_DOWN.encode())
-        await wait_until(lambda: "你>".encode() in screen[after_reply:], 15)  # the next prompt is up
-        os.write(primary, b"\x04")  # Ctrl-D
-        await asyncio.wait_for(proc.wait(), 15)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        loop.remove_reader(primary)
-        os.close(primary)
+                         "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups")}
+    async with console_terminal(env, tmp_path) as term:
+        await term.read_until(texts.GREETING_NEW)
+        term.type(f"你好{LEFT}呀\r")
+        await term.read_until(texts.LLM_DOWN)
+        after_reply = term.screen.index(texts.LLM_DOWN.encode())
+        await term.read_until("你>", 15, after_reply)  # the next prompt is up
+        term.type(b"\x04")  # Ctrl-D
+        await asyncio.wait_for(term.proc.wait(), 15)
+    proc, screen = term.proc, term.screen
     shown = screen.decode(errors="replace")
     log = (tmp_path / "data" / "console.log").read_text(encoding="utf-8")
     assert "reply failed" in log

@@ -7,11 +7,8 @@ against the fake LLM."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
-import os
-import pty
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +21,7 @@ from companion.chat.commands import Place
 from companion.console import HELP, Read, run_console
 from companion.core.models import Scope, Status
 from tests.fakes import FakeLLM
-from tests.process import ROOT, clean_env
+from tests.process import ROOT, clean_env, console_terminal
 from tests.scripted import user_words
 from tests.support import Rig
 
@@ -108,57 +105,19 @@ async def test_piped_console_saves_lists_explains_counts_forgets_and_wipes(fake_
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
 async def test_terminal_console_forgets_by_number_and_by_receipt(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.set_chat_reply("好呀")
-    env = env_for(fake_llm, tmp_path) | {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    primary, secondary = pty.openpty()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
-        stdin=secondary, stdout=secondary, stderr=secondary)
-    os.close(secondary)
-    screen = bytearray()
-    loop = asyncio.get_running_loop()
-    changed = asyncio.Event()
-
-    def on_readable() -> None:
-        try:
-            screen.extend(os.read(primary, 4096))
-        except OSError:
-            loop.remove_reader(primary)
-        changed.set()
-
-    os.set_blocking(primary, False)
-    loop.add_reader(primary, on_readable)
-
-    async def type_until(line: str, marker: str, timeout: float = 90) -> str:
-        start = len(screen)
-        if line:
-            os.write(primary, f"{line}\r".encode())
-        deadline = loop.time() + timeout
-        while marker.encode() not in screen[start:]:
-            assert loop.time() < deadline, f"{marker!r} never shown; screen: {screen.decode(errors='replace')!r}"
-            changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), 0.5)
-        return screen[start:].decode(errors="replace")
-
-    try:
-        await type_until("", texts.GREETING_NEW)
-        await type_until("记住：我每周一去游泳", "3 忘掉")
-        await type_until("记住：我女儿叫小米", "3 忘掉")
-        await type_until("3", texts.forgotten(1))
-        await type_until("忘掉游泳", "取消")
-        await type_until("第1条", texts.forgotten(1))
-        shown = await type_until("/memories", texts.NO_MEMORIES)
+    async with console_terminal(env_for(fake_llm, tmp_path), tmp_path) as term:
+        await term.read_until(texts.GREETING_NEW)
+        await term.type_until("记住：我每周一去游泳", "3 忘掉")
+        await term.type_until("记住：我女儿叫小米", "3 忘掉")
+        await term.type_until("3", texts.forgotten(1))
+        await term.type_until("忘掉游泳", "取消")
+        await term.type_until("第1条", texts.forgotten(1))
+        shown = await term.type_until("/memories", texts.NO_MEMORIES)
         while "你>" not in shown.split(texts.NO_MEMORIES, 1)[1]:  # the next prompt is up: Ctrl-D reaches it
-            shown = shown + await type_until("", "你>", 15)
-        os.write(primary, b"\x04")  # Ctrl-D
-        await asyncio.wait_for(proc.wait(), 15)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        loop.remove_reader(primary)
-        os.close(primary)
-    assert proc.returncode == 0
+            shown = shown + await term.type_until("", "你>", 15)
+        term.type(b"\x04")  # Ctrl-D
+        await asyncio.wait_for(term.proc.wait(), 15)
+    assert term.proc.returncode == 0
     assert fake_llm.chat_requests() == []
 
 
