@@ -110,6 +110,7 @@ async def serve(settings: Settings) -> int:
     from handlers.delivery import switch_off_blocked
     from handlers.groups import resume_moves, set_menus
     from handlers.memories import proactive_senders
+    from handlers.webhook import receive
 
     if remove_staging(settings.db_path):
         log.info("removed the half-built database of a restore that was killed")
@@ -138,8 +139,7 @@ async def serve(settings: Settings) -> int:
             # Memory tables left at an old version are upgraded in small batches, never at start-up.
             upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
             background.append(upgrading)
-            log.info("bot started; polling %s", settings.telegram_api_base)
-            await dispatcher.start_polling(bot, close_bot_session=False)
+            await receive(dispatcher, bot, settings)
         finally:
             if upgrading is not None:
                 upgrading.cancel()  # the table upgrade resumes at the next start

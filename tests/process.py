@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import pty
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -52,6 +53,15 @@ async def start_bot(env: dict[str, str], cwd: Path) -> asyncio.subprocess.Proces
         sys.executable, str(ROOT / "bot.py"), env=env, cwd=cwd,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
+
+
+async def stop_bot(proc: asyncio.subprocess.Process, timeout: float = 60) -> str:
+    """SIGTERM, then everything the process printed; the stop must be clean (exit code 0)."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    output = (await asyncio.wait_for(proc.communicate(), timeout))[0].decode()
+    assert proc.returncode == 0, output
+    return output
 
 
 class Terminal:

@@ -6,8 +6,6 @@ facts still come back and the week-long trip has faded."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeLLM, FakeTelegram
-from tests.process import bot_env, run_cli, start_bot
+from tests.process import bot_env, run_cli, start_bot, stop_bot
 from tests.scripted import ScriptedBrain, model_context
 
 USER = 5301
@@ -80,14 +78,6 @@ def age_database(db: Path, days: int) -> None:
         conn.close()
 
 
-async def stop(proc: asyncio.subprocess.Process) -> str:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-    output = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
-    assert proc.returncode == 0, output
-    return output
-
-
 async def test_a_month_with_the_companion(servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path) -> None:
     tg, llm = servers
     brain = ScriptedBrain(facts=FACTS, summaries={"吉他": ("聊到最近在学吉他，手指有点疼", ["吉他", "练琴"])},
@@ -127,7 +117,7 @@ async def test_a_month_with_the_companion(servers: tuple[FakeTelegram, FakeLLM],
         await chat.chatter(4)
         assert "小李" in await chat.ask("你还记得该怎么称呼我吗")
     finally:
-        output = await stop(proc)
+        output = await stop_bot(proc)
     assert "花生" not in output and "朵朵" not in output, "memory text reached the log above DEBUG"
 
     code, listing, err = await run_cli(env, tmp_path, "memories", str(USER))
@@ -153,7 +143,7 @@ async def test_a_month_with_the_companion(servers: tuple[FakeTelegram, FakeLLM],
         # The week-long trip is over: it has faded, however the turn touches it.
         assert "去上海出差" not in await chat.ask("上海出差的行李还没收拾完")
     finally:
-        await stop(proc)
+        await stop_bot(proc)
     code, listing, err = await run_cli(env, tmp_path, "memories", str(USER))
     assert code == 0, err
     assert "对花生过敏" in listing and "去上海出差" not in listing

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -16,6 +20,7 @@ DB_NAME = "memory.sqlite3"
 # sqlite:///<path>: a relative path after the three slashes, an absolute one after four (SQLAlchemy's spelling).
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_LLM_BASE_URL = "https://api.deepseek.com"
+WEBHOOK_SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 LOCAL_KEY = "no-key"  # sent to a server of one's own when LLM_API_KEY is empty; Ollama and llama.cpp ignore it
 # Where each required key comes from, said in the same line that says it is missing.
 WHERE_TO_GET = {
@@ -44,6 +49,12 @@ class Settings(BaseSettings):
 
     telegram_bot_token: SecretStr | None = None
     telegram_api_base: str = "https://api.telegram.org"
+    # Webhook mode (docs/operator.md, "Webhook"): Telegram posts updates to WEBHOOK_URL, which a reverse proxy
+    # with TLS forwards to WEBHOOK_LISTEN:WEBHOOK_PORT. Empty: the bot polls.
+    webhook_url: str = ""
+    webhook_secret: SecretStr | None = None
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: int = Field(default=8080, ge=1, le=65535)
     llm_api_key: SecretStr | None = None
     llm_base_url: str = DEFAULT_LLM_BASE_URL
     llm_model: str = "deepseek-chat"
@@ -130,6 +141,22 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError(f"must be an http(s) URL Telegram can reach, not {value!r}")
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # Telegram's own rule for secret_token; checked here so a bad one stops the start, not every update.
+        if value is not None and value.get_secret_value() and not WEBHOOK_SECRET_RE.fullmatch(value.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+        return value
+
     @model_validator(mode="after")
     def _one_embedding_backend(self) -> Settings:
         if self.embedding_base_url and self.embedding_local_model:
@@ -144,6 +171,20 @@ class Settings(BaseSettings):
         if self.embedding_base_url:
             return "openai"
         return "local" if self.embedding_local_model else None
+
+    @property
+    def webhook_path(self) -> str:
+        """The path of WEBHOOK_URL, which the bot serves (the proxy forwards it unchanged)."""
+        return urlsplit(self.webhook_url).path or "/"
+
+    def webhook_token(self) -> str:
+        """The secret Telegram sends with every update: WEBHOOK_SECRET, or one derived from the bot token, so
+        every process of one bot agrees on it without another setting and nobody without the token can guess it."""
+        if self.webhook_secret is not None and self.webhook_secret.get_secret_value():
+            return self.webhook_secret.get_secret_value()
+        assert self.telegram_bot_token is not None
+        token = self.telegram_bot_token.get_secret_value().encode()
+        return hmac.new(token, b"companion-webhook", hashlib.sha256).hexdigest()
 
     @property
     def tz(self) -> ZoneInfo:

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from .base import FakeServer
+from .webhook import WebhookDelivery
 
 JSONDict = dict[str, Any]
 
@@ -136,7 +137,7 @@ class FakeTelegram(FakeServer):
         self._closing = False
         # Bot API method names are case-insensitive, hence lower-case keys.
         self._methods: dict[str, Callable[[JSONDict], Awaitable[Any]]] = {
-            "getme": self._get_me, "deletewebhook": self._true, "close": self._true, "logout": self._true,
+            "getme": self._get_me, "close": self._true, "logout": self._true,
             "setmycommands": self._set_my_commands, "getmycommands": self._get_my_commands,
             "deletemycommands": self._delete_my_commands, "sendchataction": self._send_chat_action,
             "sendmessage": self._send_message, "editmessagetext": self._edit_message_text,
@@ -165,6 +166,11 @@ class FakeTelegram(FakeServer):
         self._methods["getchatmember"] = self._get_chat_member
         self._methods["getchat"] = self._get_chat
 
+        # Webhook mode: updates are POSTed to the bot instead of waiting for getUpdates.
+        self.webhook = WebhookDelivery(lambda: self._updates, self._confirm, lambda: self._changed)
+        self._methods.update({"setwebhook": self._set_webhook, "deletewebhook": self._delete_webhook,
+                              "getwebhookinfo": self._get_webhook_info})
+
     def _routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
 
@@ -175,6 +181,7 @@ class FakeTelegram(FakeServer):
     async def stop(self) -> None:
         self._closing = True  # releases long polls still held open by live clients
         self._notify()
+        await self.webhook.stop()
         await super().stop()
 
     def fail_next(
@@ -637,7 +644,39 @@ class FakeTelegram(FakeServer):
         record["reply_markup"] = params.get("reply_markup")
         return self._message_json(record)
 
+    def _confirm(self, update_id: int) -> None:
+        self._updates = [u for u in self._updates if u["update_id"] != update_id]
+        self._notify()
+
+    async def _set_webhook(self, params: JSONDict) -> bool:
+        url = str(params.get("url") or "")
+        if not url:
+            await self.webhook.delete()
+            return True
+        if not url.startswith(("http://", "https://")):
+            raise _ApiError(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
+        secret = str(params.get("secret_token") or "")
+        if secret and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        if params.get("drop_pending_updates"):
+            self._updates = []
+        allowed = params.get("allowed_updates")
+        self.webhook.set(url, secret, allowed if isinstance(allowed, list) else None)
+        return True
+
+    async def _delete_webhook(self, params: JSONDict) -> bool:
+        await self.webhook.delete()
+        if params.get("drop_pending_updates"):
+            self._updates = []
+        return True
+
+    async def _get_webhook_info(self, params: JSONDict) -> JSONDict:
+        return self.webhook.info()
+
     async def _get_updates(self, params: JSONDict) -> list[JSONDict]:
+        if self.webhook.url:
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is active; "
+                                 "use deleteWebhook to delete the webhook first")
         offset = params.get("offset")
         # Confirmation is permanent, as on Telegram; a negative offset keeps only the newest -offset.
         if isinstance(offset, int) and offset > 0:

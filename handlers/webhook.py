@@ -1,0 +1,73 @@
+"""How updates reach the bot: long polling (the default), or Telegram's webhook (``WEBHOOK_URL``).
+
+In webhook mode the bot serves aiogram's aiohttp handler on ``WEBHOOK_LISTEN:WEBHOOK_PORT`` behind the
+operator's TLS proxy. Every request must carry the secret token Telegram was given (``X-Telegram-Bot-Api-
+Secret-Token``); one without it is refused with 401 before anything is read. Updates are answered at once
+and handled in the background, as polling handles them, so the per-user order and the message buffer work
+the same in both modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from urllib.parse import urlsplit
+
+from aiogram import Bot, Dispatcher
+from aiogram.webhook.aiohttp_server import SimpleRequestHandler, setup_application
+from aiohttp import web
+
+from companion.config.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def receive(dispatcher: Dispatcher, bot: Bot, settings: Settings) -> None:
+    """Take updates until the process is told to stop (SIGTERM or Ctrl-C), by webhook or by polling."""
+    if settings.webhook_url:
+        await serve_webhook(dispatcher, bot, settings, stop_signal())
+        return
+    # A webhook left by an earlier run in webhook mode would refuse every getUpdates (409 Conflict);
+    # removing it keeps the updates Telegram holds, which polling then takes.
+    await bot.delete_webhook(drop_pending_updates=False)
+    log.info("bot started; polling %s", settings.telegram_api_base)
+    await dispatcher.start_polling(bot, close_bot_session=False)
+
+
+def stop_signal() -> asyncio.Event:
+    """Set on SIGTERM or SIGINT (aiogram's polling installs the same; a webhook server does not)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, stop: asyncio.Event) -> None:
+    """Serve the webhook until ``stop`` is set, then stop taking requests. The webhook stays registered with
+    Telegram, which keeps new updates until this bot (or another process of it) answers again."""
+    app = web.Application()
+    handler = SimpleRequestHandler(dispatcher, bot, secret_token=settings.webhook_token())
+    app.router.add_route("POST", settings.webhook_path, handler.handle)  # not ``register``: it closes the bot's session
+    setup_application(app, dispatcher, bot=bot)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.webhook_listen, settings.webhook_port).start()
+        await bot.set_webhook(
+            settings.webhook_url, secret_token=settings.webhook_token(), drop_pending_updates=False,
+            allowed_updates=dispatcher.resolve_used_update_types(),
+        )
+        log.info("bot started; webhook at %s (listening on %s:%d)", _shown(settings.webhook_url),
+                 settings.webhook_listen, settings.webhook_port)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        log.info("webhook server stopped")
+
+
+def _shown(url: str) -> str:
+    """The URL without a query string, where an operator might have put something secret."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
