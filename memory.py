@@ -260,6 +260,11 @@ class MemoryEngine:
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
                                           earlier=earlier, reply=reply)
 
+    async def known_words(self, scope: Scope, words: Iterable[str]) -> set[str]:
+        """Those of ``words`` an active memory of the scope already holds (from the cached recall index)."""
+        index = await self._cache.index(scope)
+        return {word for word in words if index.holds(word)}
+
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
     ) -> list[int]:

@@ -329,6 +329,25 @@ async def test_repeated_news_word_extracts_once(rig: Rig) -> None:
     assert brain.extraction_calls == 2, "感冒 once, then 离职 once"
 
 
+@pytest.mark.parametrize(("stored", "calls"), [
+    (None, 1),  # news: learned at once
+    (MemoryDraft("2025-12-01 感冒了，在家休息", ["感冒", "休息"], 80, Validity.DAYS_30), 0),  # known: it waits
+    (MemoryDraft("2025-12-01 喜欢喝奶茶", ["奶茶"], 60, Validity.DAYS_30), 1),  # something else known: news
+])
+async def test_an_important_word_already_remembered_is_not_news(
+    rig: Rig, stored: MemoryDraft | None, calls: int
+) -> None:
+    if stored is not None:
+        await seed(rig, stored)
+    brain = ScriptedBrain()
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我又感冒了")
+    await rig.chat.drain()
+    assert brain.extraction_calls == calls
+    assert await rig.engine.pending_count(ME) == 1 - calls, "the turn stays queued for the regular extraction"
+
+
 async def test_news_in_quick_succession_shares_one_extraction(rig: Rig) -> None:
     brain = ScriptedBrain()
     brain.install(rig.llm)

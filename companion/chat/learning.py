@@ -61,9 +61,9 @@ class Learning:
                 return
             session.unqueued.popleft()
 
-    def after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
+    async def after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
         session.since_extraction += 1
-        session.news_waiting |= self._is_news(session, text)
+        session.news_waiting |= await self._is_news(scope, session, text)
         # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
         last = session.last_extraction_turn
         news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
@@ -76,16 +76,25 @@ class Learning:
         elif scope not in self._refreshing:
             self._spawn(self._refresh_profile(scope, now), f"profile-{scope.key}")
 
-    def _is_news(self, session: Session, text: str) -> bool:
-        """An important word extracts at once the first time; talking on about the same thing (a cold
-        over several turns) waits for the regular extraction instead of paying for one per turn."""
-        news = [
+    async def _is_news(self, scope: Scope, session: Session, text: str) -> bool:
+        """An important word extracts at once when it is news: the first time it comes up, and only while
+        no memory of the scope holds it yet. Talking on about the same thing (a cold over several turns, the
+        cold that was learned last week) waits for the regular extraction instead of paying for one per
+        mention; the turn is queued either way, so nothing it tells is lost."""
+        said = [
             word for word in self._important
             if word in text and session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
         ]
-        for word in news:
+        if not said:
+            return False
+        for word in said:
             session.news_turns[word] = session.turn
-        return bool(news)
+        try:
+            known = await self.engine.known_words(scope, said)
+        except StorageError as exc:
+            log.warning("could not read what %s already knows; treating the turn as news: %s", scope.key, exc)
+            known = set()
+        return bool(set(said) - known)
 
     # ---- background work -------------------------------------------------------------------------
 

@@ -354,7 +354,7 @@ class ChatService:
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         if group is None or group.remember:
-            self._learning.after_turn(scope, session, text, now)
+            await self._learning.after_turn(scope, session, text, now)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
 
     def _toolset(self, scope: Scope, group: GroupTurn | None) -> Toolset:

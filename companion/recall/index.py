@@ -150,6 +150,10 @@ class ScopeIndex:
             self._keywords[keyword].append(memory.id)
         self._chars.add(memory.id, [memory.event, *memory.keywords])
 
+    def holds(self, word: str) -> bool:
+        """Whether some memory of the scope already says ``word`` (a term, a keyword or in its words)."""
+        return bool(self._postings.get(stem(word))) or any(word in m.event for m in self.memories.values())
+
     def _memory_terms(self, memory: Memory) -> dict[str, float]:
         words = memory.terms or (self._tokenize(memory.event) if self._tokenize else [])
         terms = {stem(w): TEXT_WEIGHT for w in words}
