@@ -49,7 +49,12 @@ async def _receive(conn: Connection, timeout: float, driver: multiprocessing.pro
     return conn.recv()
 
 
-async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
+ECHO_ANSWER = "嗯嗯，我在呢。今天过得怎么样？有什么想跟我说的吗？"  # a companion-length answer
+
+
+async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, Any]:
+    """The bot under load; ``echo``: the baseline, an aiogram bot that answers every message at once with
+    the same client, session and dispatcher but no memory and no model (the limit of this path)."""
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
     driver = context.Process(target=driver_main, args=(there, config), name="bench-bot-driver", daemon=True)
@@ -57,7 +62,8 @@ async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
     try:
         info = await _receive(here, 60, driver)
         with tempfile.TemporaryDirectory(prefix="bench-bot-") as tmp:
-            report = await _serve(here, driver, bot_settings(Path(tmp), info), config)
+            serve = _serve_echo if echo else _serve
+            report = await serve(here, driver, bot_settings(Path(tmp), info), config)
         here.send("stop")
         report.update(await _receive(here, 30, driver))
     finally:
@@ -65,6 +71,7 @@ async def run_bot_bench(config: BotConfig) -> dict[str, Any]:
         if driver.is_alive():
             driver.terminate()
     report["config"] = asdict(config)
+    report["bot"] = "echo" if echo else "companion"
     report["machine"] = machine()
     return report
 
@@ -92,6 +99,36 @@ async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, 
     return report
 
 
+async def _serve_echo(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
+                      config: BotConfig) -> dict[str, Any]:
+    from aiogram import Dispatcher
+    from aiogram.types import Message
+
+    from handlers import build_client
+
+    assert settings.telegram_bot_token is not None
+    bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
+    dispatcher = Dispatcher()
+
+    @dispatcher.message()
+    async def answer(message: Message) -> None:
+        await message.answer(ECHO_ANSWER)
+
+    polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
+    try:
+        cpu = cpu_seconds()
+        conn.send("go")
+        report: dict[str, Any] = await _receive(conn, 120 + config.users * config.messages * 0.1, driver)
+        report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
+        report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
+        report["llm_calls_final"] = {}
+    finally:
+        await dispatcher.stop_polling()
+        await polling
+        await bot.session.close()
+    return report
+
+
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median throughput, carrying a summary of every run."""
     ordered = sorted(runs, key=lambda r: float(r["messages_per_s"]))
@@ -100,6 +137,12 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     report["runs"] = [{k: run[k] for k in keys} for run in runs]
     report["exactly_one_answer_each"] = all(run["exactly_one_answer_each"] for run in runs)
     return report
+
+
+def format_baseline(bot: dict[str, Any], echo: dict[str, Any]) -> str:
+    ratio = float(bot["messages_per_s"]) / max(float(echo["messages_per_s"]), 1e-9)
+    return (f"echo baseline (aiogram, no memory, no model): {echo['messages_per_s']} messages/s, "
+            f"{echo['bot_cpu_ms_per_message']} ms CPU per message; the companion reaches {ratio:.0%} of it")
 
 
 def format_bot(report: dict[str, Any]) -> str:

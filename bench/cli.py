@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     bot.add_argument("--messages", type=_positive, default=20, help="messages per user")
     bot.add_argument("--repeat", type=_positive, default=1, help="runs; the median by throughput is reported")
     bot.add_argument("--parts", action="store_true", help="also measure the CPU of each part of a turn")
+    bot.add_argument("--baseline", action="store_true",
+                     help="also run an echo bot through the same aiogram path, alternating with the companion")
     bot.add_argument("--json", type=Path, help="also write the results here")
     cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
     cost.add_argument("--turns", type=_positive, default=200)
@@ -279,11 +281,19 @@ def run_scale_command(args: argparse.Namespace) -> int:
 
 def run_bot_command(args: argparse.Namespace) -> int:
     from bench.botdriver import BotConfig
-    from bench.botload import format_bot, median_run, run_bot_bench
+    from bench.botload import format_baseline, format_bot, median_run, run_bot_bench
 
     config = BotConfig(users=args.users, messages=args.messages)
-    report = median_run([asyncio.run(run_bot_bench(config)) for _ in range(args.repeat)])
+    runs, echoes = [], []
+    for _ in range(args.repeat):  # alternating, so both see the same machine
+        runs.append(asyncio.run(run_bot_bench(config)))
+        if args.baseline:
+            echoes.append(asyncio.run(run_bot_bench(config, echo=True)))
+    report = median_run(runs)
     print(format_bot(report))
+    if echoes:
+        report["echo_baseline"] = median_run(echoes)
+        print(format_baseline(report, report["echo_baseline"]))
     if args.parts:
         from bench.botparts import format_parts, measure_parts
 
