@@ -27,10 +27,10 @@ from bench.brain import ScriptedModel
 from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
 from bench.timing import latency_summary
-from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import Scope
+from companion.engine.tools import memory_tools
 from companion.llm.client import LLMClient
 from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
@@ -58,7 +58,7 @@ class CostConfig:
     turns: int = 200
     minutes_per_turn: float = 3.0
     seed: int = 7
-    tools: bool = False  # offer the real memory tools (companion/chat/memory_tools.py)
+    tools: bool = False  # offer the real memory tools (companion/engine/tools.py)
 
 
 class SimClock:

@@ -113,7 +113,7 @@ async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[st
 # measured peak is the bot's, not that of a process without Telegram.
 BOT_MODULES = ("aiogram", "aiogram.client.session.aiohttp", "handlers", "handlers.admin", "handlers.commands",
                "handlers.delivery", "handlers.groups", "handlers.memories", "companion.chat.pipeline",
-               "companion.chat.memory_tools", "companion.ops.jobs", "companion.ops.reviews", "companion.ops.upgrade",
+               "companion.engine.tools", "companion.ops.jobs", "companion.ops.reviews", "companion.ops.upgrade",
                "companion.llm.client")
 
 
