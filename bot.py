@@ -108,7 +108,7 @@ async def serve(settings: Settings) -> int:
     from handlers.commands import bot_commands
     from handlers.delivery import switch_off_blocked
     from handlers.groups import resume_moves, set_menus
-    from handlers.memories import proactive_senders
+    from handlers.reviews import proactive_senders
 
     if remove_staging(settings.db_path):
         log.info("removed the half-built database of a restore that was killed")

@@ -388,6 +388,13 @@ class MemoryEngine:
     async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
         return await self._curator.review(scope, handle, action, now)
 
+    async def undo_review(
+        self, scope: Scope, handle: int, action: tiers.Action, now: datetime, *, done_at: datetime,
+        tier: Tier | None = None, review_at: datetime | None = None,
+    ) -> Memory:
+        return await self._curator.undo_review(scope, handle, action, now, done_at=done_at, tier=tier,
+                                               review_at=review_at)
+
     async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
         return await self._curator.stats(scope, now)
 

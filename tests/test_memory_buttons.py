@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Tier, Validity
-from handlers.memories import send_review
+from handlers.reviews import send_review
 from tests.support import USER, Live
 
 OTHER = 5151
