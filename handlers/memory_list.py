@@ -95,8 +95,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
         await query.answer(texts.MEMORY_GONE, show_alert=True)
         return
     await query.answer(note[:ALERT_CHARS])
-    receipt = query.message.text and query.message.text.startswith(("记住了", "改好了", "改成了", "已撤销"))
-    if callback_data.action == MemoryAction.FORGET and receipt:
+    if callback_data.action == MemoryAction.FORGET and keyboards.is_receipt(query.message.reply_markup):
         await edit_shown(query.message, texts.forgotten(1), None)  # a receipt for a forgotten memory
         return
     restored = callback_data.action == MemoryAction.RESTORE
