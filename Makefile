@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test stress console backup lint clean
 
-# The bot gets the /mem_stats chart too (requirements-charts.txt); the engine's wheel does not need it.
-$(VENV)/.runtime: requirements.txt requirements-charts.txt
+# requirements.txt is the engine's, the bot's and the operator tools' requirements together (the wheel's
+# dependencies and its extras [bot] and [ops]); the bot gets the /mem_stats chart too (requirements-charts.txt).
+RUNTIME := requirements.txt requirements-engine.txt requirements-bot.txt requirements-ops.txt requirements-charts.txt
+
+$(VENV)/.runtime: $(RUNTIME)
 	@echo "Installing the bot's requirements into $(VENV) (once, and again when a requirements file changes);"
 	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +19,7 @@ $(VENV)/.runtime: requirements.txt requirements-charts.txt
 	@echo "Installed."
 	touch $@
 
-$(VENV)/.dev: requirements.txt requirements-dev.txt $(VENV)/.runtime
+$(VENV)/.dev: $(RUNTIME) requirements-dev.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 

@@ -53,7 +53,6 @@ PROJECT_DIR = Path(__file__).resolve().parent
 
 @asynccontextmanager
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
-    from companion.chat.memory_tools import memory_tools
     from companion.chat.pipeline import ChatConfig, ChatService
     from companion.chat.stopping import wind_down
 
@@ -66,7 +65,7 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
 
         # Tools are built per reply for the turn's scope; LLM_TOOLS_ENABLED=false leaves the plain call.
         chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings),
-                           tools=memory_tools(parts.engine, forget=forget))
+                           tools=parts.engine.tools(forget=forget))
         await chat.load()
         try:
             yield chat, parts
@@ -109,7 +108,7 @@ async def serve(settings: Settings) -> int:
     from handlers.commands import bot_commands
     from handlers.delivery import switch_off_blocked
     from handlers.groups import resume_moves, set_menus
-    from handlers.memories import proactive_senders
+    from handlers.reviews import proactive_senders
     from handlers.webhook import receive
 
     if remove_staging(settings.db_path):

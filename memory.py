@@ -36,6 +36,7 @@ from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.steering import Curator
+from companion.engine.tools import Forget, memory_tools
 from companion.engine.types import (
     Consolidation,
     DecayReport,
@@ -52,6 +53,7 @@ from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
+from companion.llm.tools import ToolFactory
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
@@ -391,8 +393,20 @@ class MemoryEngine:
     async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
         return await self._curator.review(scope, handle, action, now)
 
+    async def undo_review(
+        self, scope: Scope, handle: int, action: tiers.Action, now: datetime, *, done_at: datetime,
+        tier: Tier | None = None, review_at: datetime | None = None,
+    ) -> Memory:
+        return await self._curator.undo_review(scope, handle, action, now, done_at=done_at, tier=tier,
+                                               review_at=review_at)
+
     async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
         return await self._curator.stats(scope, now)
+
+    def tools(self, *, forget: Forget | None = None) -> ToolFactory:
+        """The memory tools a model may call, built per call for the caller's scope
+        (``companion.engine.tools``); ``forget``: the host's, when it keeps its own copies to scrub."""
+        return memory_tools(self, forget=forget, clock=self._clock)
 
     # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
 

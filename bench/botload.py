@@ -89,13 +89,13 @@ async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, 
             report: dict[str, Any] = await _receive(conn, timeout, driver)
             report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
             report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
-            report["llm_calls"] = dict(chat.llm.usage.calls)
+            report["llm_calls"] = chat.llm.usage.calls()
         finally:
             await dispatcher.stop_polling()
             await polling
             await buffer.close()
             await bot.session.close()
-    report["llm_calls_final"] = dict(chat.llm.usage.calls)
+    report["llm_calls_final"] = chat.llm.usage.calls()
     return report
 
 

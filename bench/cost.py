@@ -27,10 +27,10 @@ from bench.brain import ScriptedModel
 from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
 from bench.timing import latency_summary
-from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import Scope
+from companion.engine.tools import memory_tools
 from companion.llm.client import LLMClient
 from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
@@ -58,7 +58,7 @@ class CostConfig:
     turns: int = 200
     minutes_per_turn: float = 3.0
     seed: int = 7
-    tools: bool = False  # offer the real memory tools (companion/chat/memory_tools.py)
+    tools: bool = False  # offer the real memory tools (companion/engine/tools.py)
 
 
 class SimClock:
@@ -170,8 +170,9 @@ def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: 
         "turns_with_recall": sum(1 for recalled, _ in replies if recalled),
         "recalled_memories_mentioned": sum(mentioned for _, mentioned in replies),
         "memories_stored": stored,
-        "client_usage": {"calls": dict(llm.usage.calls), "prompt_chars": dict(llm.usage.prompt_chars),
-                         "completion_chars": dict(llm.usage.completion_chars)},
+        "client_usage": {"calls": llm.usage.calls(),
+                         "prompt_chars": {p: t.prompt_chars for p, t in llm.usage.by_purpose().items()},
+                         "completion_chars": {p: t.completion_chars for p, t in llm.usage.by_purpose().items()}},
         "server_requests": {p: sizes[p]["calls"] for p in sizes},
         "cache": share_summary(shares),
         "cache_per_call": [{k: round(v, 3) for k, v in share.items()} for share in shares],

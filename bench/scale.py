@@ -112,9 +112,9 @@ async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[st
 # What ``python bot.py`` imports before it answers (aiogram's types alone are ~120 MB): loaded here so the
 # measured peak is the bot's, not that of a process without Telegram.
 BOT_MODULES = ("aiogram", "aiogram.client.session.aiohttp", "handlers", "handlers.admin", "handlers.commands",
-               "handlers.delivery", "handlers.groups", "handlers.memories", "companion.chat.pipeline",
-               "companion.chat.memory_tools", "companion.ops.jobs", "companion.ops.reviews", "companion.ops.upgrade",
-               "companion.llm.client")
+               "handlers.delivery", "handlers.groups", "handlers.memory_list", "handlers.forgetting",
+               "handlers.reviews", "handlers.user_commands", "companion.chat.pipeline", "companion.engine.tools",
+               "companion.ops.jobs", "companion.ops.reviews", "companion.ops.upgrade", "companion.llm.client")
 
 
 def _load_bot_modules() -> float:

@@ -1,5 +1,5 @@
 """Getting replies to Telegram: wait out flood limits (429), notice a user who blocked the bot (403),
-and show "typing…" without letting that cosmetic call fail a turn."""
+show "typing…" without letting that cosmetic call fail a turn, and edit a shown message in place."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from aiogram.exceptions import (
 )
 from aiogram.methods import GetMe, GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
-from aiogram.types import InlineKeyboardMarkup, ReplyParameters
+from aiogram.types import InlineKeyboardMarkup, Message, ReplyParameters
 
 from companion.chat import texts
 from companion.chat.buffer import MessageBuffer
@@ -137,3 +137,11 @@ async def switch_off_blocked(chat: ChatService, buffer: MessageBuffer, scope: Sc
     is sent to them; what they said and was not answered stays queued for memory."""
     await chat.stop(scope, unanswered=buffer.take(scope))
     log.info("user %s blocked the bot; companion mode switched off", scope.key)
+
+
+async def edit_shown(message: Message, text: str, markup: InlineKeyboardMarkup | None) -> None:
+    """Show ``text`` (its first message-sized part) and ``markup`` in place of ``message``; nothing is sent
+    when both are what it shows already (Telegram refuses an edit that changes nothing)."""
+    for part in texts.split_message(text)[:1]:
+        if part != message.text or markup != message.reply_markup:
+            await message.edit_text(part, reply_markup=markup)

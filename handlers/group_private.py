@@ -15,9 +15,10 @@ from aiogram.types import InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
+from handlers.forgetting import forget_prompt
 from handlers.keyboards import PAGE_SIZE, QUERY_CHARS
-from handlers.memories import forget_prompt, why_text
 from handlers.scope import scope_of
+from handlers.user_commands import why_text
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)

@@ -136,6 +136,13 @@ def receipt(memory: Memory, replaced: Memory | None = None) -> InlineKeyboardMar
     return kb.as_markup()
 
 
+def is_receipt(markup: InlineKeyboardMarkup | None) -> bool:
+    """Whether a message's buttons are a receipt's: only a receipt has the 👌 (``MemoryAction.OK``) button."""
+    ok = MemoryCB.__prefix__ + MemoryCB.__separator__ + MemoryAction.OK.value + MemoryCB.__separator__
+    return markup is not None and any((button.callback_data or "").startswith(ok)
+                                      for row in markup.inline_keyboard for button in row)
+
+
 def forget_choices(memories: Sequence[Memory], scope: Scope | None = None) -> InlineKeyboardMarkup:
     """``scope``: a group scope when the buttons go to the user's private chat."""
     kb = InlineKeyboardBuilder()

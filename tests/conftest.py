@@ -13,9 +13,9 @@ import pytest
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
-from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Scope
+from companion.engine.tools import memory_tools
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
 from tests.fakes import FakeLLM, FakeTelegram

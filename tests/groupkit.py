@@ -17,7 +17,6 @@ from pydantic import Field
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
-from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
@@ -106,7 +105,7 @@ async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = F
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
         engine = await engine_on(store, settings, EXTRACTOR, client)
-        factory = memory_tools(engine) if memory_tools_on else search_tool(engine) if tools else None
+        factory = engine.tools() if memory_tools_on else search_tool(engine) if tools else None
         chat = ChatService(engine, client, ChatConfig.from_settings(settings), rng=random.Random(1), tools=factory)
         await chat.load()
         buffer = MessageBuffer(settings.quiet_seconds)

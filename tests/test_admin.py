@@ -27,15 +27,16 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.core.usage import UsageRecord
 from companion.llm.client import LLMClient
-from companion.ops.admin import AdminService, usage_chart, usage_sink
+from companion.ops.admin import AdminService, usage_chart
 from companion.ops.admin_texts import NO_CHART, PRIVATE_ONLY
 from companion.ops.assembly import engine_on
 from companion.ops.chart import CHINESE, ENGLISH, Labels, pick_labels
 from companion.ops.csvformat import HEADERS
 from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import EVERY_STATUS, UsageCell, UsageRow
+from companion.storage.base import EVERY_STATUS, UsageCell
 from companion.storage.sqlite import SQLiteStore
 from companion.storage.usage import SQLiteUsageLog
 from handlers import build_dispatcher
@@ -80,7 +81,7 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
         store = await SQLiteStore.open(settings.db_path)
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5,
-                           usage_sink=usage_sink(SQLiteUsageLog(store)), clock=clock)
+                           usage_sink=SQLiteUsageLog(store).add, clock=clock)
         engine = await engine_on(store, settings, KeywordExtractor(), client)
         chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(1))
         admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
@@ -212,8 +213,8 @@ def _seed(data_dir: Path) -> tuple[int, int]:
     return asyncio.run(seed())
 
 
-def _usage_row(now: datetime) -> UsageRow:
-    return UsageRow(now, "reply", "deepseek-chat", 1200, 80, 1000, 200, 850.0)
+def _usage_row(now: datetime) -> UsageRecord:
+    return UsageRecord(now, "reply", "deepseek-chat", 1200, 80, 1000, 200, 850.0)
 
 
 def test_cli_users_forget_export_stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -255,7 +256,7 @@ async def test_usage_report_by_local_day_and_purpose(tmp_path: Path) -> None:
         late = datetime(2025, 12, 22, 17, 0, tzinfo=UTC)  # 01:00 on the 23rd in Shanghai
         for at, purpose, hit in ((late, "reply", 900), (late, "reply", None), (late - timedelta(hours=2), "reply", 0),
                                  (late, "extraction", None), (late - timedelta(days=9), "reply", 1)):
-            await log.add(UsageRow(at, purpose, "deepseek-chat", 1000, 50, hit, None if hit is None else 1000 - hit,
+            await log.add(UsageRecord(at, purpose, "deepseek-chat", 1000, 50, hit, None if hit is None else 1000 - hit,
                                    400.0, ok=purpose != "extraction"))
         cells = await log.report(late - timedelta(days=7), timedelta(hours=8))
     finally:

@@ -12,7 +12,7 @@ from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Validity
 from companion.core.timeutil import utcnow
 from companion.ops import reviews
-from handlers.memories import proactive_senders
+from handlers.reviews import proactive_senders
 from tests.fakes.telegram import JSONDict
 from tests.groupkit import BOT, GroupBot, group_bot
 

@@ -6,6 +6,9 @@ The layer map is docs/architecture.md ("Layers") in code; a new package must be 
 from __future__ import annotations
 
 import ast
+import re
+import sys
+from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
 import pytest
@@ -153,6 +156,67 @@ def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:
     targets = [package_of(t) for _, t in imports_of(bad)]
     assert [LAYERS[t] for t in targets if t] == [4, 3]
     assert all(LAYERS[t] >= LAYERS["companion.engine"] for t in targets if t)
+
+
+# What ``pip install .`` must run without: the engine's packages (``memory.py`` and ``companion/`` below the
+# chat layer but for ``config``, the bot's settings). The Telegram bot, the console and the operator tools
+# come as the extras [bot] and [ops]; none of their packages may be imported by the engine, even lazily.
+WHEEL_ENGINE = ("companion.core", "companion.storage", "companion.recall", "companion.llm", "prompts",
+                "companion.engine", "memory")
+NOT_THE_ENGINES = frozenset({"aiogram", "pandas", "apscheduler", "prompt_toolkit", "tqdm", "matplotlib",
+                             "pydantic_settings"})
+# Optional backends an engine module loads by name only when configured (their own requirements files).
+OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3"})
+
+
+def engine_files() -> list[Path]:
+    return [f for f in project_files() if package_of(module_name(f)) in WHEEL_ENGINE]
+
+
+def third_party(path: Path) -> set[str]:
+    """Top-level names of the modules a file imports that are neither the standard library nor the project."""
+    tops = {target.split(".")[0] for _, target in imports_of(path)}
+    tops |= set(re.findall(r"import_module\(\"(\w+)", path.read_text(encoding="utf-8")))
+    return {t for t in tops if t not in sys.stdlib_module_names and package_of(t) is None and t != "companion"}
+
+
+def requirement_names(file: Path) -> set[str]:
+    lines = (line.split("#")[0].strip() for line in file.read_text(encoding="utf-8").splitlines())
+    return {_requirement_name(line) for line in lines if line}
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=~!;\[ (]", requirement)[0].lower().replace("_", "-")
+
+
+@pytest.mark.parametrize("path", engine_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_imports_nothing_of_the_bot_or_the_operator_tools(path: Path) -> None:
+    found = [f"line {line}: {target}" for line, target in imports_of(path) if target.split(".")[0] in NOT_THE_ENGINES]
+    assert not found, (f"{path.relative_to(ROOT)} imports what only the [bot]/[ops] extras install:\n"
+                       + "\n".join(found))
+
+
+def test_the_engine_requirements_cover_every_package_the_engine_imports() -> None:
+    """requirements-engine.txt is the wheel's dependency list: what the engine imports must be in it."""
+    declared = requirement_names(ROOT / "requirements-engine.txt")
+    # A declared package's own unconditional requirements come with it (pydantic brings pydantic-core).
+    brought = {_requirement_name(r) for d in declared for r in requires(d) or () if ";" not in r}
+    distributions = packages_distributions()
+    missing = {}
+    for path in engine_files():
+        for module in third_party(path) - OPTIONAL:
+            names = {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
+            if not names & (declared | brought):
+                missing[module] = str(path.relative_to(ROOT))
+    assert not missing, f"imported by the engine but not in requirements-engine.txt: {missing}"
+    assert declared.isdisjoint({n.replace("_", "-") for n in NOT_THE_ENGINES} | {"prompt-toolkit"})
+
+
+def test_the_extras_guard_catches_a_bot_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import pandas as pd\nfrom aiogram import Bot\nimport numpy\n", encoding="utf-8")
+    assert {t.split(".")[0] for _, t in imports_of(bad)} & NOT_THE_ENGINES == {"pandas", "aiogram"}
+    assert third_party(bad) == {"pandas", "aiogram", "numpy"}
 
 
 def test_every_package_says_what_it_may_import() -> None:

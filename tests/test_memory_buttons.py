@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Tier, Validity
-from handlers.memories import send_review
+from handlers.reviews import send_review
 from tests.support import USER, Live
 
 OTHER = 5151
@@ -36,7 +36,8 @@ async def test_receipt_buttons_fine_edit_forget(live: Live) -> None:
 
     edited_receipt = live.tg.sent_messages(USER)[-1]
     await live.press(USER, edited_receipt, "忘掉", 2)
-    await live.tg.wait_for_edit(USER, int(edited_receipt["message_id"]), "忘掉了")
+    forgotten = await live.tg.wait_for_edit(USER, int(edited_receipt["message_id"]), "忘掉了")
+    assert forgotten["text"] == texts.forgotten(1) and not live.tg.buttons(forgotten)  # the receipt, not a list
     assert await live.rig.engine.memories(Scope(USER)) == []
 
 

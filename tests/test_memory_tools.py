@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.engine.tools import memory_tools
+from companion.llm.client import ToolCall
+from companion.llm.tools import Toolset
 from companion.storage.base import EVERY_STATUS
 from tests.support import Rig
 
@@ -202,3 +204,19 @@ async def test_results_are_bounded(rig: Rig, chat: ChatService) -> None:
     [listed] = results(rig)
     assert len(content) <= 3000 and listed["total"] == 25 and listed.get("truncated") is True
     assert 0 < len(listed["memories"]) <= 20
+
+
+async def test_any_host_gets_the_same_tools_from_the_engine_bound_to_its_scope(rig: Rig) -> None:
+    """No chat layer: a host asks the engine for the tools of a scope and dispatches the model's calls."""
+    alice, bob = Toolset(rig.engine.tools()(ALICE)), Toolset(rig.engine.tools()(BOB))
+    assert alice.names == ["save_memory", "search_memories", "update_memory", "forget_memory", "list_memories",
+                           "move_memory", "archive_memory", "get_due_memories"]
+    saved = await alice.dispatch(ToolCall("c1", "save_memory", json.dumps({"content": "我对花生过敏"})))
+    handle = json.loads(saved.content)["saved"]["handle"]
+    probe = await bob.dispatch(ToolCall("c2", "forget_memory", json.dumps({"handle": handle})))
+    assert not probe.ok and "no memory with handle" in json.loads(probe.content)["error"]
+    found = await alice.dispatch(ToolCall("c3", "search_memories", json.dumps({"query": "花生"})))
+    assert [m["handle"] for m in json.loads(found.content)["memories"]] == [handle]
+    gone = await alice.dispatch(ToolCall("c4", "forget_memory", json.dumps({"handle": handle})))
+    assert json.loads(gone.content) == {"forgotten": 1, "handle": handle}
+    assert await rig.engine.memories(ALICE) == []

@@ -13,7 +13,7 @@ import pytest
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import reviews
 from handlers.delivery import switch_off_blocked
-from handlers.memories import proactive_senders
+from handlers.reviews import proactive_senders
 from tests.scripted import ScriptedBrain
 from tests.support import USER, Live
 

@@ -10,9 +10,11 @@ import pytest
 
 from companion.chat import texts
 from companion.chat.intents import Intent, Kind, read_intent, read_review_answer
-from companion.core.models import Scope, Status, Tier
+from companion.core.errors import NothingToUndoError, NotYourMemoryError
+from companion.core.models import MemoryDraft, Scope, Status, Tier, Validity
 from companion.core.tiers import Action
 from companion.core.timeutil import to_db
+from companion.engine.steering import REVIEW_UNDO_WINDOW
 from tests.support import Rig
 
 ME = Scope(4242)
@@ -143,3 +145,25 @@ async def test_reset_keeps_a_summary_and_clears_context(rig: Rig) -> None:
 ])
 def test_replies_are_plain_text(raw: str, shown: str) -> None:
     assert texts.plain(raw) == shown
+
+
+async def test_a_review_answer_is_undone_by_the_engine_within_its_window(rig: Rig) -> None:
+    now = rig.clock()
+    [h] = await rig.engine.remember(ME, [MemoryDraft("在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)], now)
+    before = await rig.engine.get(ME, h)
+    assert before.tier is Tier.SHORT and before.review_at is not None
+    promoted = await rig.engine.review(ME, h, Action.PROMOTE, now)
+    assert promoted.tier is Tier.MEDIUM
+    with pytest.raises(NotYourMemoryError):
+        await rig.engine.undo_review(Scope(1), h, Action.PROMOTE, now, done_at=now, tier=Tier.SHORT)
+    back = await rig.engine.undo_review(ME, h, Action.PROMOTE, now + timedelta(seconds=30), done_at=now,
+                                        tier=Tier.SHORT, review_at=before.review_at)
+    assert back.tier is Tier.SHORT and back.review_at == before.review_at
+    await rig.engine.review(ME, h, Action.ARCHIVE, now)
+    late = now + REVIEW_UNDO_WINDOW + timedelta(seconds=1)
+    with pytest.raises(NothingToUndoError):
+        await rig.engine.undo_review(ME, h, Action.ARCHIVE, late, done_at=now)
+    assert (await rig.engine.get(ME, h)).status is Status.ARCHIVED
+    assert (await rig.engine.undo_review(ME, h, Action.ARCHIVE, now, done_at=now)).status is Status.ACTIVE
+    with pytest.raises(NothingToUndoError):
+        await rig.engine.undo_review(ME, h, Action.FORGET, now, done_at=now)

@@ -16,10 +16,10 @@ from openai import AsyncOpenAI, BadRequestError
 from pydantic import Field
 
 from companion.core.errors import LLMBadResponseError, LLMUnavailableError
+from companion.core.usage import UsageRecord, UsageTotals
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import Tool, Toolset
-from companion.llm.usage import UsageRecord, UsageTotals
 from tests.fakes import FakeLLM
 from tests.fakes.llm import ToolCallAnswer, embedding
 
@@ -28,12 +28,16 @@ WHEN = datetime(2025, 12, 23, 17, 30, tzinfo=UTC)  # 01:30 the next day in Shang
 
 
 @pytest.fixture
-async def client(fake_llm: FakeLLM) -> AsyncIterator[tuple[LLMClient, UsageTotals]]:
-    totals = UsageTotals()
+async def client(fake_llm: FakeLLM) -> AsyncIterator[tuple[LLMClient, list[UsageRecord]]]:
+    records: list[UsageRecord] = []
+
+    async def keep(record: UsageRecord) -> None:
+        records.append(record)
+
     llm = LLMClient(api_key="sk-test", base_url=fake_llm.base_url, model="deepseek-chat", max_retries=0,
-                    timeout=5, usage_sink=totals, clock=lambda: WHEN)
+                    timeout=5, usage_sink=keep, clock=lambda: WHEN)
     try:
-        yield llm, totals
+        yield llm, records
     finally:
         await llm.close()
 
@@ -59,7 +63,7 @@ def memory_tools(saved: list[str]) -> Toolset:
 
 
 async def test_without_tools_the_request_is_the_plain_chat_call(
-    fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]
+    fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]
 ) -> None:
     llm, _ = client
     result = await run_tool_loop(llm, MESSAGES, Toolset())
@@ -68,8 +72,8 @@ async def test_without_tools_the_request_is_the_plain_chat_call(
     assert set(body) == {"model", "messages", "temperature", "max_tokens"}
 
 
-async def test_a_tool_call_then_an_answer(fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]) -> None:
-    llm, totals = client
+async def test_a_tool_call_then_an_answer(fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]) -> None:
+    llm, records = client
     saved: list[str] = []
     fake_llm.queue_tool_calls(("save_memory", {"content": "对花生过敏", "importance": 90}))
     fake_llm.queue_chat("记住啦，以后会注意花生的。")
@@ -84,11 +88,11 @@ async def test_a_tool_call_then_an_answer(fake_llm: FakeLLM, client: tuple[LLMCl
     assert tool == {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"],
                     "content": '{"saved":true,"handle":"m1"}'}
     assert second["tools"] == first["tools"], "the tool definitions stay in the cached prefix"
-    assert [(r.purpose, r.tool_calls) for r in totals.records] == [("reply", 1), ("reply_tool", 0)]
+    assert [(r.purpose, r.tool_calls) for r in records] == [("reply", 1), ("reply_tool", 0)]
 
 
 async def test_a_bad_call_is_answered_to_the_model_and_the_user_still_gets_a_reply(
-    fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]
+    fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]
 ) -> None:
     llm, _ = client
     saved: list[str] = []
@@ -105,7 +109,7 @@ async def test_a_bad_call_is_answered_to_the_model_and_the_user_still_gets_a_rep
 
 
 async def test_rounds_are_bounded_and_the_last_call_forbids_tools(
-    fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]
+    fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]
 ) -> None:
     llm, _ = client
     saved: list[str] = []
@@ -117,7 +121,7 @@ async def test_rounds_are_bounded_and_the_last_call_forbids_tools(
     assert saved == ["又一条", "又一条"]
 
 
-async def test_time_is_bounded(fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]) -> None:
+async def test_time_is_bounded(fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]) -> None:
     llm, _ = client
     fake_llm.queue_tool_calls(("slow_search", {"query": "花生"}), ("save_memory", {"content": "花生"}))
     fake_llm.queue_chat("先聊点别的吧")
@@ -128,7 +132,7 @@ async def test_time_is_bounded(fake_llm: FakeLLM, client: tuple[LLMClient, Usage
     assert fake_llm.requests[-1]["tool_choice"] == "none"
 
 
-async def test_calls_per_answer_are_bounded(fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]) -> None:
+async def test_calls_per_answer_are_bounded(fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]) -> None:
     llm, _ = client
     saved: list[str] = []
     fake_llm.queue_tool_calls(*[("save_memory", {"content": f"第{i}条"}) for i in range(5)])
@@ -140,7 +144,7 @@ async def test_calls_per_answer_are_bounded(fake_llm: FakeLLM, client: tuple[LLM
 
 
 async def test_tool_calls_where_words_are_required_are_a_bad_response(
-    fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]
+    fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]
 ) -> None:
     llm, _ = client
     fake_llm.set_chat_reply(ToolCallAnswer([("save_memory", {"content": "x"})]))
@@ -149,15 +153,18 @@ async def test_tool_calls_where_words_are_required_are_a_bad_response(
 
 
 async def test_usage_records_carry_cache_split_latency_and_failures(
-    fake_llm: FakeLLM, client: tuple[LLMClient, UsageTotals]
+    fake_llm: FakeLLM, client: tuple[LLMClient, list[UsageRecord]]
 ) -> None:
-    llm, totals = client
+    llm, records = client
     await llm.chat(MESSAGES)
     await llm.chat([*MESSAGES, {"role": "assistant", "content": "好"}, {"role": "user", "content": "再说一遍"}])
     fake_llm.fail_next(status=500)
     with pytest.raises(LLMUnavailableError):
         await llm.chat(MESSAGES, purpose="profile")
-    first, second, failed = totals.records
+    first, second, failed = records
+    totals = UsageTotals()
+    for record in records:
+        totals.add(record)
     assert first.cache_hit_tokens == 0 and first.cache_miss_tokens == first.prompt_tokens > 0
     assert second.cache_hit_tokens is not None and second.cache_hit_tokens >= first.prompt_tokens - 1
     assert second.cache_hit_tokens + (second.cache_miss_tokens or 0) == second.prompt_tokens
@@ -168,8 +175,10 @@ async def test_usage_records_carry_cache_split_latency_and_failures(
     reply = totals.by_purpose()["reply"]
     assert reply.calls == 2 and reply.cache_hit_share is not None and 0 < reply.cache_hit_share < 1
     assert totals.by_day()[date(2025, 12, 23)].failures == 1
-    assert llm.usage.cache_hit_tokens["reply"] == second.cache_hit_tokens
-    assert llm.usage.cache_miss_tokens["reply"] == (first.cache_miss_tokens or 0) + (second.cache_miss_tokens or 0)
+    # The client's own tally adds up the same records the sink got.
+    assert llm.usage.by_purpose() == totals.by_purpose() and llm.usage.calls() == {"reply": 2, "profile": 1}
+    assert reply.cache_miss_tokens == (first.cache_miss_tokens or 0) + (second.cache_miss_tokens or 0)
+    assert first.prompt_chars == len("你是小伴记住我对花生过敏") and first.completion_chars == len("好的，我在听。")
 
 
 async def test_a_failing_sink_never_fails_the_call(fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:

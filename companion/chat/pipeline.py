@@ -24,7 +24,6 @@ from companion.chat import texts
 from companion.chat.group import GroupTurn
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
-from companion.chat.memory_tools import SOURCE_TURN
 from companion.chat.persona import render_reference
 from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
 from companion.chat.steering import opening_reviews, steer
@@ -35,6 +34,7 @@ from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
 from companion.core.timeutil import from_db, utcnow
+from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset

@@ -1,5 +1,6 @@
 """The user steers their memories: reads checked against the owner, saves of a judged memory, edits,
-tier moves, archive and restore, pins, answers to reviews, search_memories, provenance (/why) and counts (/stats).
+tier moves, archive and restore, pins, answers to reviews and their undo, search_memories, provenance (/why) and
+counts (/stats).
 Every change goes through the writer, so caches, profile and vectors follow."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from companion.core import tiers
-from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import (
     Memory,
     MemoryDraft,
@@ -28,6 +29,8 @@ from companion.engine.types import MemoryStats, Provenance, Saved
 from companion.engine.writer import MemoryWriter
 from companion.recall.filters import MemoryFilter, matches_words
 from companion.storage.base import ACTIVE_ONLY, EVERY_STATUS, MemoryStore
+
+REVIEW_UNDO_WINDOW = timedelta(seconds=60)  # how long an answer to a review can be taken back
 
 
 class SearchRecall(Protocol):
@@ -173,6 +176,27 @@ class Curator:
             gone = (await self._writer.forget(scope, [handle], StatusReason.USER)).memories
             return gone[0] if gone else memory
         return await self.keep(scope, handle, now)
+
+    async def undo_review(
+        self, scope: Scope, handle: int, action: tiers.Action, now: datetime, *, done_at: datetime,
+        tier: Tier | None = None, review_at: datetime | None = None,
+    ) -> Memory:
+        """Take back an answer to a review given at ``done_at``, within ``REVIEW_UNDO_WINDOW``: an archived
+        memory comes back, a promoted one returns to ``tier`` (the tier it had), and the review time returns
+        to ``review_at`` when given. Forgetting is final. Raises NothingToUndoError past the window, for a
+        forget, or for a promote without the tier it left."""
+        if now - done_at > REVIEW_UNDO_WINDOW:
+            raise NothingToUndoError("the review's undo window has passed")
+        if action is tiers.Action.FORGET or (action is tiers.Action.PROMOTE and tier is None):
+            raise NothingToUndoError(f"a review's {action.value} cannot be undone here")
+        memory = await self.get(scope, handle)  # owner check before anything changes
+        if action is tiers.Action.ARCHIVE:
+            memory = await self.restore(scope, handle, now)
+        elif action is tiers.Action.PROMOTE and tier is not None:
+            memory = await self.move(scope, handle, tier, now)
+        if review_at is not None:
+            memory = await self.set_review(scope, handle, review_at)
+        return memory
 
     async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
         everything = await self._store.fetch_memories(scope, EVERY_STATUS)

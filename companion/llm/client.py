@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,28 +23,13 @@ from openai.types.chat import ChatCompletion
 
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
-from companion.llm.usage import UsageRecord, UsageSink, cache_split
+from companion.core.usage import UsageRecord, UsageSink, UsageTotals
 
 log = logging.getLogger(__name__)
 
 # Chat messages as the API takes them: role and content, plus tool_calls / tool_call_id for tool turns.
 Message = dict[str, Any]
 ToolChoice = str  # "auto" | "none" | "required"
-
-
-
-@dataclass(slots=True)
-class Usage:
-    """Calls and prompt/completion sizes per purpose (reply, extraction, profile), for cost reports."""
-
-    calls: Counter[str] = field(default_factory=Counter)
-    prompt_chars: Counter[str] = field(default_factory=Counter)
-    completion_chars: Counter[str] = field(default_factory=Counter)
-    prompt_tokens: Counter[str] = field(default_factory=Counter)
-    completion_tokens: Counter[str] = field(default_factory=Counter)
-    cache_hit_tokens: Counter[str] = field(default_factory=Counter)
-    cache_miss_tokens: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +64,16 @@ class LLMClient:
     """Chat, tool-calling and JSON-mode calls. The SDK retries connection errors, 429 and 5xx with
     exponential backoff (``max_retries``); what still fails becomes ``LLMUnavailableError``.
 
-    Every request becomes a ``UsageRecord`` handed to ``usage_sink`` (settable after construction, so the
-    composition root can wire it once storage is open); a failing sink is logged and never fails a call."""
+    Every request becomes one ``UsageRecord``, added to ``usage`` (this client's tally by day and purpose)
+    and handed to ``usage_sink`` (settable after construction, so the composition root can wire the store's
+    usage log once storage is open); a failing sink is logged and never fails a call."""
 
     def __init__(
         self, *, api_key: str, base_url: str, model: str, timeout: float = 30.0, max_retries: int = 3,
         usage_sink: UsageSink | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.model = model
-        self.usage = Usage()
+        self.usage = UsageTotals()
         self.usage_sink = usage_sink
         self._clock = clock
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
@@ -131,54 +115,41 @@ class LLMClient:
             messages, purpose=purpose, temperature=0.2, max_tokens=max_tokens,
             response_format={"type": "json_object"},
         )
-        with self._counting_failures(purpose):
-            return _json_object(completion.content or "", purpose)
-
-    @contextmanager
-    def _counting_failures(self, purpose: str) -> Iterator[None]:
-        try:
-            yield
-        except LLMError:
-            self.usage.failures[purpose] += 1
-            raise
+        return _json_object(completion.content or "", purpose)
 
     async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> Completion:
-        self.usage.calls[purpose] += 1
-        self.usage.prompt_chars[purpose] += sum(len(str(m.get("content") or "")) for m in messages)
+        prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
         started = time.perf_counter()
         try:
-            with self._counting_failures(purpose):
-                response = await self._request(messages, purpose, options)
-                completion = _completion(response, purpose)
+            response = await self._request(messages, purpose, options)
+            completion = _completion(response, purpose)
         except LLMError:
-            await self._record(purpose, None, started, ok=False)
+            await self._record(purpose, None, started, prompt_chars, None)
             raise
-        self.usage.completion_chars[purpose] += len(completion.content or "")
-        if response.usage is not None:
-            self.usage.prompt_tokens[purpose] += response.usage.prompt_tokens
-            self.usage.completion_tokens[purpose] += response.usage.completion_tokens
-            hit, miss = cache_split(response.usage)
-            self.usage.cache_hit_tokens[purpose] += hit or 0
-            self.usage.cache_miss_tokens[purpose] += miss or 0
-        await self._record(purpose, response, started, ok=True, tool_calls=len(completion.tool_calls))
+        await self._record(purpose, response, started, prompt_chars, completion)
         log.debug("llm %s answered %d chars, %d tool calls", purpose, len(completion.content or ""),
                   len(completion.tool_calls))
         return completion
 
     async def _record(
-        self, purpose: str, response: ChatCompletion | None, started: float, *, ok: bool, tool_calls: int = 0
+        self, purpose: str, response: ChatCompletion | None, started: float, prompt_chars: int,
+        completion: Completion | None,
     ) -> None:
-        if self.usage_sink is None:
-            return
-        usage = response.usage if response is not None else None
+        """One record per request (``completion`` None: it failed), to the tally and to the sink."""
+        usage = response.usage if response is not None and completion is not None else None
         hit, miss = cache_split(usage)
         record = UsageRecord(
             at=self._clock(), purpose=purpose, model=self.model,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cache_hit_tokens=hit, cache_miss_tokens=miss,
-            latency_ms=round((time.perf_counter() - started) * 1000, 3), ok=ok, tool_calls=tool_calls,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3), ok=completion is not None,
+            tool_calls=len(completion.tool_calls) if completion else 0, prompt_chars=prompt_chars,
+            completion_chars=len(completion.content or "") if completion else 0,
         )
+        self.usage.add(record)
+        if self.usage_sink is None:
+            return
         try:
             await self.usage_sink(record)
         except Exception:  # an edge: accounting must never cost the user a reply
@@ -207,6 +178,24 @@ class LLMClient:
             # A non-JSON 200 (a proxy's HTML error page) comes back from the SDK as a bare string.
             raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion")
         return response
+
+
+def cache_split(usage: Any) -> tuple[int | None, int | None]:
+    """(hit, miss) prompt tokens from an SDK usage object. DeepSeek sends ``prompt_cache_hit_tokens`` and
+    ``prompt_cache_miss_tokens`` as extra fields; OpenAI-style servers send
+    ``prompt_tokens_details.cached_tokens``; anything else has no split."""
+    if usage is None:
+        return None, None
+    extra: dict[str, Any] = getattr(usage, "model_extra", None) or {}
+    hit, miss = extra.get("prompt_cache_hit_tokens"), extra.get("prompt_cache_miss_tokens")
+    if isinstance(hit, int) and isinstance(miss, int):
+        return hit, miss
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    prompt = getattr(usage, "prompt_tokens", None)
+    if isinstance(cached, int) and isinstance(prompt, int):
+        return cached, max(prompt - cached, 0)
+    return None, None
 
 
 def _completion(response: ChatCompletion, purpose: str) -> Completion:

@@ -9,9 +9,10 @@ and validates the model's arguments. Types: ``str``, ``int``, ``float``, ``bool`
 arguments are refused (``extra="forbid"``).
 
 Binding to a scope happens in code, never in arguments. Tools are built per reply call by a
-``ToolFactory`` that receives the caller's ``Scope`` and returns closures over it::
+``ToolFactory`` that receives the caller's ``Scope`` and returns closures over it (the memory tools,
+``companion/engine/tools.py``, are made so)::
 
-    def memory_tools(engine: MemoryEngine) -> ToolFactory:
+    def memory_tools(engine: ToolEngine) -> ToolFactory:
         def build(scope: Scope) -> list[Tool]:
             async def forget_memory(handle: Handle) -> dict[str, object]:
                 '''Forget one memory of this user.
@@ -19,7 +20,7 @@ Binding to a scope happens in code, never in arguments. Tools are built per repl
                 Args:
                     handle: the memory's handle, as search_memories showed it.
                 '''
-                return {"forgotten": await engine.forget_handle(scope, handle)}
+                return {"forgotten": await engine.forget(scope, [handle])}
             return [Tool.function(forget_memory)]
         return build
 

@@ -4,7 +4,6 @@ and the command line (``python bot.py users | forget | export | stats``).
 Changes go through the engine's API (owner-checked handles, the same save, edit and forget as the
 user's own), so an admin edit updates the recall index and profile like any other. Reading every user
 (stats, export) walks the store scope by scope, each read its own short transaction, reporting progress.
-Also the adapter that writes the LLM client's ``UsageRecord`` into the usage table.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ from datetime import datetime, timedelta, tzinfo
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.timeutil import utcnow
-from companion.llm.usage import UsageRecord, UsageSink
 from companion.ops.chart import usage_png
 from companion.ops.export import export_csv_bytes
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageCell, UsageLog, UsageRow
+from companion.storage.base import EVERY_STATUS, MemoryStore, UsageCell, UsageLog
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]
@@ -28,19 +26,6 @@ Forget = Callable[[Scope, Iterable[int] | None], Awaitable[int]]
 REPORT_DAYS = 7
 HISTOGRAM = ((0, 20), (20, 40), (40, 60), (60, 80), (80, 101))
 DEFAULT_IMPORTANCE = 60.0
-
-
-def usage_sink(log: UsageLog) -> UsageSink:
-    """The LLM client's sink: every call becomes one row (one short transaction after the answer)."""
-
-    async def sink(record: UsageRecord) -> None:
-        await log.add(UsageRow(
-            at=record.at, purpose=record.purpose, model=record.model, prompt_tokens=record.prompt_tokens,
-            completion_tokens=record.completion_tokens, cache_hit_tokens=record.cache_hit_tokens,
-            cache_miss_tokens=record.cache_miss_tokens, latency_ms=record.latency_ms, ok=record.ok,
-            tool_calls=record.tool_calls))
-
-    return sink
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,7 +105,6 @@ class Services:
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
-    from companion.ops.admin import usage_sink
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.factory import open_store
 
@@ -118,7 +117,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
         try:
             usage = store.usage_log()
             if llm is not None and usage is not None:
-                llm.usage_sink = usage_sink(usage)  # every call's tokens and latency, one table
+                llm.usage_sink = usage.add  # every call's tokens and latency, one row after its answer
             engine = await engine_on(store, settings, keywords, llm)
             try:
                 yield Services(store, engine, llm)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.usage import UsageRecord
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
 EVERY_STATUS: frozenset[Status] = frozenset(Status)
@@ -211,22 +212,6 @@ class VectorIndex(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class UsageRow:
-    """One call, as stored. Cache counts are None when the server did not report a split."""
-
-    at: datetime
-    purpose: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int | None
-    cache_miss_tokens: int | None
-    latency_ms: float
-    ok: bool = True
-    tool_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class UsageCell:
     """One (local day, purpose) of the report."""
 
@@ -243,7 +228,9 @@ class UsageCell:
 
 
 class UsageLog(Protocol):
-    async def add(self, row: UsageRow) -> None: ...
+    async def add(self, record: UsageRecord) -> None:
+        """Keep one call (the LLM client's record; an ``LLMClient.usage_sink``)."""
+        ...
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
         """Calls since ``since`` by local day and purpose, oldest day first; days cut at ``offset`` from UTC."""

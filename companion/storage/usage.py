@@ -4,8 +4,8 @@ per-day, per-purpose report over it.
 The table and its migration set (``USAGE``, registered with ``migrations``) are this module's; ``sqlite``
 imports it so every store has the table. Every write
 is one short transaction of one INSERT, made after the model answered, never across the await.
-Storage imports only ``core``, so rows come in as plain fields; ``companion.ops.usage`` adapts the LLM
-client's ``UsageRecord`` to them.
+Rows come in as the LLM client's own ``UsageRecord`` (``companion.core.usage``): ``add`` is the client's
+usage sink.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from companion.core.timeutil import to_db
-from companion.storage.base import UsageCell, UsageRow
+from companion.core.usage import UsageRecord
+from companion.storage.base import UsageCell
 from companion.storage.connection import storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 
@@ -49,14 +50,15 @@ class SQLiteUsageLog:
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
 
-    async def add(self, row: UsageRow) -> None:
+    async def add(self, record: UsageRecord) -> None:
         try:
             async with self._store.transaction() as conn:
                 await conn.execute(
                     "INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, "
                     "cache_miss_tokens, latency_ms, ok, tool_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (to_db(row.at), row.purpose, row.model, row.prompt_tokens, row.completion_tokens,
-                     row.cache_hit_tokens, row.cache_miss_tokens, row.latency_ms, int(row.ok), row.tool_calls),
+                    (to_db(record.at), record.purpose, record.model, record.prompt_tokens, record.completion_tokens,
+                     record.cache_hit_tokens, record.cache_miss_tokens, record.latency_ms, int(record.ok),
+                     record.tool_calls),
                 )
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc

@@ -1,27 +1,31 @@
-"""The memory tools the model may call during a reply, bound to the caller's scope in code.
+"""The memory tools a model may call, bound to the caller's scope in code; every host offers these.
 
-``memory_tools(engine)`` is the ``ToolFactory`` the pipeline calls once per reply with the turn's
-``Scope``; every tool is a closure over that scope, so no argument can name another user, chat or table.
+``memory_tools(engine)`` (also ``MemoryEngine.tools()``) is the ``ToolFactory`` a host calls once per model
+call with the caller's ``Scope``: the chat pipeline per reply, the console, another host's plugin. Every
+tool is a closure over that scope, so no argument can name another user, chat or table.
 A handle of another scope is refused by the engine's owner check (``NotYourMemoryError``) and reported
 to the model exactly like a handle that does not exist, so a probe learns nothing and nothing changes.
 
 The tools are thin: each calls the same engine API the user's own steering uses (``save_draft`` behind
 "记住……", ``search``, ``edit``, ``move``, ``archive``, ``due_reviews``), and forgetting goes through the
-chat service's ``forget`` when given, which also scrubs the short-term context. Results are plain data;
-``Tool`` bounds them (items and characters) before the model sees them.
+host's ``forget`` when given (the chat service's also scrubs its short-term context), else the engine's.
+Results are plain data; ``Tool`` bounds them (items and characters) before the model sees them.
 
-Only ``save_memory`` is marked ``group_safe``: in a group chat the pipeline offers just that one (and
-nothing where the group turned memory off), because whatever a read tool returns could be quoted in a
-reply the whole group reads; lists of a group's memories go privately, through the commands.
+Only ``save_memory`` is marked ``group_safe``: where many people read the answer (a group chat) a host
+offers just that one, because whatever a read tool returns could be quoted to all of them; which tools a
+group gets, and whether any, is the host's policy (the chat pipeline's ``GroupTurn``).
+
+``ToolEngine`` is what the tools need of the engine (``memory.MemoryEngine`` has it), so this module
+stays below ``memory.py`` and a test can hand in anything with those methods.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from contextvars import ContextVar
 from datetime import datetime, time, tzinfo
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
@@ -29,8 +33,8 @@ from companion.core import tiers as tier_rules
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier
 from companion.core.timeutil import local_date, utcnow
+from companion.engine.types import EngineConfig, Saved
 from companion.llm.tools import ResultBounds, Tool, ToolError, ToolFactory
-from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +55,38 @@ FORGET_CANDIDATES = 5
 LIST_LIMIT = 20
 BOUNDS = ResultBounds(max_items=LIST_LIMIT, max_string=200, max_chars=3000)
 NOT_FOUND = "no memory with handle {handle} among this user's memories"
-# The key of the turn being answered (``Turn.key``), set by the pipeline around the reply's tool loop: a
-# memory the model saves in its own words still knows the turn that told it, so forgetting it drops that
-# turn from the queue and the short-term context.
+# The key of the turn being answered (``Turn.key``), set by the host around the model call: a memory the
+# model saves in its own words still knows the turn that told it, so forgetting it drops that turn from
+# the queue and the short-term context.
 SOURCE_TURN: ContextVar[str | None] = ContextVar("source_turn", default=None)
+
+
+class ToolEngine(Protocol):
+    """The engine calls the tools make (``memory.MemoryEngine``'s public API)."""
+
+    @property
+    def config(self) -> EngineConfig: ...
+
+    async def get(self, scope: Scope, handle: int) -> Memory: ...
+
+    async def save(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Saved: ...
+
+    async def search(self, scope: Scope, query: str, now: datetime, *, tiers_: Collection[Tier] | None = None,
+                     types: Collection[MemoryType] | None = None, since: datetime | None = None,
+                     limit: int = 20, use: bool = False) -> list[Memory]: ...
+
+    async def edit(self, scope: Scope, handle: int, text: str | None, now: datetime, *,
+                   importance: float | None = None) -> Memory: ...
+
+    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory: ...
+
+    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory: ...
+
+    async def memories(self, scope: Scope) -> list[Memory]: ...
+
+    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tier_rules.Suggestion]]: ...
+
+    async def forget(self, scope: Scope, ids: Iterable[int] | None = None) -> int: ...
 
 
 def view(memory: Memory, tz: tzinfo) -> dict[str, Any]:
@@ -65,10 +97,10 @@ def view(memory: Memory, tz: tzinfo) -> dict[str, Any]:
 
 
 def memory_tools(
-    engine: MemoryEngine, *, forget: Forget | None = None, clock: Callable[[], datetime] = utcnow
+    engine: ToolEngine, *, forget: Forget | None = None, clock: Callable[[], datetime] = utcnow
 ) -> ToolFactory:
-    """The factory of the eight memory tools. ``forget`` (the chat service's, which also scrubs the
-    short-term context) defaults to the engine's."""
+    """The factory of the eight memory tools. ``forget`` (a host's, such as the chat service's, which also
+    scrubs its short-term context) defaults to the engine's."""
     tz = engine.config.tz
 
     async def drop(scope: Scope, handles: Iterable[int]) -> int:

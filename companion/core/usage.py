@@ -1,23 +1,23 @@
-"""Cost accounting: one ``UsageRecord`` per LLM call, handed to an optional async sink.
+"""Cost accounting: one ``UsageRecord`` per LLM call, the one record type from the client to the usage log.
 
-The client builds the record (purpose, model, tokens, DeepSeek's cache hit/miss split, latency) and
-awaits the sink; where the records go (a table, a report) is the caller's business. ``UsageTotals``
-adds records up by local day and purpose, for tests, the benchmarks and small reports.
+The LLM client builds the record (purpose, model, tokens, the server's cache hit/miss split, latency),
+adds it to its own in-process ``UsageTotals`` and awaits an optional ``UsageSink``; a store's usage log
+(``MemoryStore.usage_log().add``) is such a sink, and so is a ``UsageTotals`` (tests, the benchmarks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime, tzinfo
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
     """One request to the model. ``cache_hit_tokens``/``cache_miss_tokens`` are None when the server did
     not report them (only DeepSeek and OpenAI-style ``cached_tokens`` servers do). A failed request has
-    ``ok=False`` and zero tokens: it still cost latency and, past the first byte, maybe money."""
+    ``ok=False`` and zero tokens: it still cost latency and, past the first byte, maybe money. The
+    character counts measure a call where the server reports no tokens; the usage table keeps tokens."""
 
     at: datetime
     purpose: str
@@ -29,27 +29,11 @@ class UsageRecord:
     latency_ms: float
     ok: bool = True
     tool_calls: int = 0
+    prompt_chars: int = 0
+    completion_chars: int = 0
 
 
 UsageSink = Callable[[UsageRecord], Awaitable[None]]
-
-
-def cache_split(usage: Any) -> tuple[int | None, int | None]:
-    """(hit, miss) prompt tokens from an SDK usage object. DeepSeek sends ``prompt_cache_hit_tokens`` and
-    ``prompt_cache_miss_tokens`` as extra fields; OpenAI-style servers send
-    ``prompt_tokens_details.cached_tokens``; anything else has no split."""
-    if usage is None:
-        return None, None
-    extra: dict[str, Any] = getattr(usage, "model_extra", None) or {}
-    hit, miss = extra.get("prompt_cache_hit_tokens"), extra.get("prompt_cache_miss_tokens")
-    if isinstance(hit, int) and isinstance(miss, int):
-        return hit, miss
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None)
-    prompt = getattr(usage, "prompt_tokens", None)
-    if isinstance(cached, int) and isinstance(prompt, int):
-        return cached, max(prompt - cached, 0)
-    return None, None
 
 
 @dataclass(slots=True)
@@ -62,6 +46,8 @@ class Totals:
     cache_miss_tokens: int = 0
     tool_calls: int = 0
     latency_ms: float = 0.0
+    prompt_chars: int = 0
+    completion_chars: int = 0
 
     def add(self, record: UsageRecord) -> None:
         self.calls += 1
@@ -72,6 +58,12 @@ class Totals:
         self.cache_miss_tokens += record.cache_miss_tokens or 0
         self.tool_calls += record.tool_calls
         self.latency_ms += record.latency_ms
+        self.prompt_chars += record.prompt_chars
+        self.completion_chars += record.completion_chars
+
+    def merge(self, other: Totals) -> None:
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def cache_hit_share(self) -> float | None:
@@ -82,28 +74,31 @@ class Totals:
 
 @dataclass(slots=True)
 class UsageTotals:
-    """An in-memory sink: ``await totals(record)`` adds the record to its (local day, purpose) cell."""
+    """A sink that adds records up by (local day, purpose): ``await totals(record)``. It keeps the sums,
+    never the records, so a long-running process can tally every call."""
 
     tz: tzinfo = UTC
-    records: list[UsageRecord] = field(default_factory=list)
     cells: dict[tuple[date, str], Totals] = field(default_factory=dict)
 
     async def __call__(self, record: UsageRecord) -> None:
         self.add(record)
 
     def add(self, record: UsageRecord) -> None:
-        self.records.append(record)
         key = (record.at.astimezone(self.tz).date(), record.purpose)
         self.cells.setdefault(key, Totals()).add(record)
 
     def by_purpose(self) -> dict[str, Totals]:
         out: dict[str, Totals] = {}
-        for record in self.records:
-            out.setdefault(record.purpose, Totals()).add(record)
+        for (_day, purpose), cell in self.cells.items():
+            out.setdefault(purpose, Totals()).merge(cell)
         return out
 
     def by_day(self) -> dict[date, Totals]:
         out: dict[date, Totals] = {}
-        for record in self.records:
-            out.setdefault(record.at.astimezone(self.tz).date(), Totals()).add(record)
+        for (day, _purpose), cell in self.cells.items():
+            out.setdefault(day, Totals()).merge(cell)
         return out
+
+    def calls(self) -> dict[str, int]:
+        """Calls per purpose (the benchmarks' count of what a run asked the model)."""
+        return {purpose: totals.calls for purpose, totals in self.by_purpose().items()}

@@ -1,0 +1,100 @@
+"""A private chat's one-message commands: /why, /stats, /reset, /weekly, /start and its button."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import tzinfo
+
+from aiogram import F, Router
+from aiogram.exceptions import TelegramBadRequest
+from aiogram.filters import CommandObject
+from aiogram.types import CallbackQuery, Message
+
+from companion.chat import texts, views
+from companion.chat.commands import Place
+from companion.chat.pipeline import ChatService
+from companion.core.models import Memory, Scope
+from companion.core.timeutil import utcnow
+from companion.ops.reviews import set_weekly
+from handlers import keyboards
+from handlers.commands import command
+from handlers.keyboards import QUERY_CHARS, StartAction, StartCB
+from handlers.scope import scope_of, scope_of_callback
+from memory import MemoryEngine
+
+SUPERGROUP_BASE = 1_000_000_000_000  # a supergroup's id is -(SUPERGROUP_BASE + n); its message links name n
+WEEKLY_OFF_WORDS = frozenset({"off", "关", "关闭", "0"})
+
+
+def message_link(memory: Memory) -> str | None:
+    """Telegram links to a message only in supergroups and channels (t.me/c/<id>/<message>)."""
+    chat_id, message_id = memory.source_chat_id, memory.source_message_id
+    if chat_id is None or message_id is None or chat_id > -SUPERGROUP_BASE:
+        return None
+    return f"https://t.me/c/{-chat_id - SUPERGROUP_BASE}/{message_id}"
+
+
+async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo) -> tuple[str, bool]:
+    """The answer to ``/why <args>`` and whether it shows a memory (then a group never sees it)."""
+    return await views.why_text(engine, scope, args, tz, utcnow(), message_link)
+
+
+async def why_command(message: Message, command: CommandObject, engine: MemoryEngine, tz: tzinfo) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    text, _ = await why_text(engine, scope, (command.args or "").strip()[:QUERY_CHARS], tz)
+    await message.answer(text)
+
+
+async def stats_command(message: Message, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    await message.answer(await views.stats_text(engine, scope, utcnow()))
+
+
+async def reset_command(message: Message, chat: ChatService) -> None:
+    scope = scope_of(message)
+    if scope is not None:
+        await message.answer(await chat.reset(scope))
+
+
+async def weekly_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    on = (command.args or "").strip().lower() not in WEEKLY_OFF_WORDS
+    await set_weekly(engine, scope, on)
+    await message.answer(texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
+
+
+async def start_command(message: Message, chat: ChatService) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    if chat.is_active(scope):
+        await message.answer(texts.help_text())
+        return
+    await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())
+
+
+async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
+    scope = scope_of_callback(query)
+    await query.answer()
+    if scope is not None and isinstance(query.message, Message):
+        # A double tap: both presses carry the keyboard, the second edit is "not modified"; still start.
+        with contextlib.suppress(TelegramBadRequest):
+            await query.message.edit_reply_markup(reply_markup=None)
+        await query.message.answer(await chat.start(scope))
+
+
+def build() -> Router:
+    router = Router(name="user_commands")
+    router.message.register(why_command, command(Place.PRIVATE, "why"))
+    router.message.register(stats_command, command(Place.PRIVATE, "stats"))
+    router.message.register(reset_command, command(Place.PRIVATE, "reset"))
+    router.message.register(weekly_command, command(Place.PRIVATE, "weekly"))
+    router.message.register(start_command, command(Place.PRIVATE, "start"))
+    router.callback_query.register(on_start_button, StartCB.filter(F.action == StartAction.ON))
+    return router
