@@ -265,7 +265,10 @@ def run_loo_command(args: argparse.Namespace) -> int:
     from bench.loo import format_folds, run_loo
 
     report = run_loo(args.datasets, args.shares, args.goal)
-    print(format_folds(report["folds"]))
+    print("fixed share:")
+    print(format_folds(report["fixed share"]))
+    print("scope-adaptive (share >= the scope's usual share for the turn + margin):")
+    print(format_folds(report["scope-adaptive"]))
     if args.json:
         write_json(args.json, report)
     return 0

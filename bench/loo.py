@@ -38,6 +38,8 @@ BOT_LIMIT = 2
 DEPTH = 10
 # The gate never runs without a share; this admits every candidate that passes the coverage rule.
 ANY_SHARE = 1e-9
+REFERENCE = 20
+MARGINS = (None, 0.0, 0.1, 0.2, 0.3)  # the scope-adaptive rule: share >= the usual share + margin (None: off)
 
 
 @dataclass
@@ -47,12 +49,15 @@ class Turn:
     relevant: tuple[str, ...] = ()
     ranked: dict[str, list[str]] = field(default_factory=dict)  # window -> ungated ranking (positives)
     candidates: dict[str, list[tuple[tuple[str, ...], float]]] = field(default_factory=dict)  # window -> gate input
+    # window -> the scope's usual share for this turn: the median share of its first REFERENCE candidates
+    reference: dict[str, float] = field(default_factory=dict)
 
-    def injected(self, window: str, share: float, limit: int = BOT_LIMIT) -> list[str]:
+    def injected(self, window: str, share: float, limit: int = BOT_LIMIT, margin: float | None = None) -> list[str]:
         out: list[str] = []
         admitted = 0
+        floor = share if margin is None else max(share, self.reference[window] + margin)
         for ids, match in self.candidates[window]:
-            if match >= share and admitted < limit:
+            if match >= floor and admitted < limit:
                 admitted += 1
                 out.extend(ids)
         return out
@@ -72,16 +77,16 @@ class Record:
         return {"hit@1": sum(hit_at_k(t.ranked[window], t.relevant, 1) for t in positives) / n,
                 "recall@5": sum(recall_at_k(t.ranked[window], t.relevant, 5) for t in positives) / n}
 
-    def gate(self, window: str, share: float) -> dict[str, float]:
+    def gate(self, window: str, share: float, margin: float | None = None) -> dict[str, float]:
         positives = self.positives()
-        out = {"gated hit": sum(any(i in t.relevant for i in t.injected(window, share)) for t in positives)
-               / (len(positives) or 1)}
+        out = {"gated hit": sum(any(i in t.relevant for i in t.injected(window, share, margin=margin))
+                                for t in positives) / (len(positives) or 1)}
         for label, turns in (("false injection, other user", [t for t in self.turns if t.kind == "other user"]),
                              ("false injection, chit-chat", [t for t in self.turns if t.kind == "chit-chat"]),
                              ("false injection, certified", [t for t in self.turns
                                                              if t.kind != "positive" and t.certified])):
             if turns:
-                out[label] = sum(bool(t.injected(window, share)) for t in turns) / len(turns)
+                out[label] = sum(bool(t.injected(window, share, margin=margin)) for t in turns) / len(turns)
         return out
 
 
@@ -96,6 +101,14 @@ async def _candidates(engine: MemoryEngine, scope: Scope, line: QueryLine, windo
     found = await engine.recall(scope, line.text, line.time, cooldown=None, earlier=earlier, reply=reply,
                                 limit=GATE_DEPTH, min_match=ANY_SHARE)
     return [(tuple(rows.expand(number, [r.memory.id], 10**6)), r.match) for r in found]
+
+
+async def _reference(engine: MemoryEngine, scope: Scope, line: QueryLine, window: str) -> float:
+    earlier, reply = _window(line, window)
+    found = await engine.recall(scope, line.text, line.time, cooldown=None, earlier=earlier, reply=reply,
+                                limit=None, min_match=ANY_SHARE)
+    shares = sorted(r.match for r in found[:REFERENCE])
+    return shares[len(shares) // 2] if shares else 0.0
 
 
 async def _ranked(engine: MemoryEngine, scope: Scope, line: QueryLine, window: str, rows: _RowMap,
@@ -134,10 +147,12 @@ async def _gate_inputs(engine: MemoryEngine, scope: Scope, line: QueryLine, rows
     for window, alias in same.items():
         if alias != window:
             turn.candidates[window] = turn.candidates[alias]
+            turn.reference[window] = turn.reference[alias]
             if ranking:
                 turn.ranked[window] = turn.ranked[alias]
             continue
         turn.candidates[window] = await _candidates(engine, scope, line, window, rows, number)
+        turn.reference[window] = await _reference(engine, scope, line, window)
         if ranking:
             turn.ranked[window] = await _ranked(engine, scope, line, window, rows, number)
 
@@ -177,32 +192,38 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
         out.turns.append(turn)
 
 
-def _worst_fi(record: Record, window: str, share: float) -> float:
-    gate = record.gate(window, share)
-    return gate.get("false injection, certified", 0.0)
+def _worst_fi(record: Record, window: str, share: float, margin: float | None) -> float:
+    return record.gate(window, share, margin).get("false injection, certified", 0.0)
 
 
-def choose(train: Sequence[Record], shares: Sequence[float], goal: float) -> tuple[str, float]:
-    """The window with the best mean hit@1 over ``train``, then the lowest share at which every training set's
-    certified false injection is within ``goal`` (the highest share tried when none is)."""
+def choose(train: Sequence[Record], shares: Sequence[float], goal: float,
+           margins: Sequence[float | None] = (None,)) -> tuple[str, float, float | None]:
+    """The window with the best mean hit@1 over ``train``; then, among the (share, margin) pairs at which every
+    training set's certified false injection is within ``goal``, the one with the best mean gated hit (the one
+    with the lowest worst false injection when none is)."""
     window = max(WINDOWS, key=lambda w: (sum(r.ranking(w)["hit@1"] for r in train), -list(WINDOWS).index(w)))
-    ordered = sorted(shares)
-    share = next((s for s in ordered if all(_worst_fi(r, window, s) <= goal for r in train)), ordered[-1])
-    return window, share
+    pairs = [(s, m) for s in sorted(shares) for m in margins]
+    fits = [(s, m) for s, m in pairs if all(_worst_fi(r, window, s, m) <= goal for r in train)]
+    if fits:
+        share, margin = max(fits, key=lambda p: sum(r.gate(window, p[0], p[1])["gated hit"] for r in train))
+    else:
+        share, margin = min(pairs, key=lambda p: max(_worst_fi(r, window, p[0], p[1]) for r in train))
+    return window, share, margin
 
 
-def leave_one_out(records: Sequence[Record], shares: Sequence[float], goal: float) -> list[dict[str, Any]]:
+def leave_one_out(records: Sequence[Record], shares: Sequence[float], goal: float,
+                  margins: Sequence[float | None] = (None,)) -> list[dict[str, Any]]:
     folds = []
     for held in records:
         train = [r for r in records if r is not held]
-        window, share = choose(train, shares, goal)
-        own_window, own_share = choose([held], shares, goal)
+        window, share, margin = choose(train, shares, goal, margins)
+        own = choose([held], shares, goal, margins)
         folds.append({
-            "held out": held.name, "window": window, "share": share,
+            "held out": held.name, "window": window, "share": share, "margin": margin,
             **{k: round(v, 4) for k, v in held.ranking(window).items()},
-            **{k: round(v, 4) for k, v in held.gate(window, share).items()},
-            "held-out set's own choice": {"window": own_window, "share": own_share,
-                                          **{k: round(v, 4) for k, v in held.gate(own_window, own_share).items()}},
+            **{k: round(v, 4) for k, v in held.gate(window, share, margin).items()},
+            "held-out set's own choice": {"window": own[0], "share": own[1], "margin": own[2],
+                                          **{k: round(v, 4) for k, v in held.gate(*own).items()}},
         })
     return folds
 
@@ -221,13 +242,15 @@ def sweep(records: Sequence[Record], shares: Sequence[float]) -> dict[str, Any]:
 
 def run_loo(paths: Sequence[Path], shares: Sequence[float], goal: float) -> dict[str, Any]:
     records = [asyncio.run(record(path.stem, read_dataset(path))) for path in paths]
-    return {"goal": goal, "folds": leave_one_out(records, shares, goal), "sets": sweep(records, shares)}
+    return {"goal": goal, "fixed share": leave_one_out(records, shares, goal),
+            "scope-adaptive": leave_one_out(records, shares, goal, MARGINS), "sets": sweep(records, shares)}
 
 
 def format_folds(folds: Sequence[Mapping[str, Any]]) -> str:
-    rows = ["held out        window          share  hit@1  rec@5  gated hit  FI other  FI certified"]
+    rows = ["held out        window          share margin  hit@1  rec@5  gated hit  FI other  FI certified"]
     for fold in folds:
-        rows.append(f"{fold['held out']:<15} {fold['window']:<15} {fold['share']:5.2f}  {fold['hit@1']:.3f}  "
+        margin = "  -  " if fold["margin"] is None else f"{fold['margin']:5.2f}"
+        rows.append(f"{fold['held out']:<15} {fold['window']:<15} {fold['share']:5.2f} {margin}  {fold['hit@1']:.3f}  "
                     f"{fold['recall@5']:.3f}  {fold['gated hit']:9.3f}  "
                     f"{fold.get('false injection, other user', float('nan')):8.3f}  "
                     f"{fold.get('false injection, certified', float('nan')):12.3f}")
