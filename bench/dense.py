@@ -72,7 +72,9 @@ def dense_settings(url: str | None, model: str | None, data_dir: Path, local: st
         embedding_batch_size=configured.embedding_batch_size,
         embedding_min_similarity=configured.embedding_min_similarity,
         embedding_min_standout=configured.embedding_min_standout,
-        embedding_query_timeout_seconds=max(configured.embedding_query_timeout_seconds, 10.0),
+        # A replay embeds whole scopes at once, on a machine the encoder may share: generous timeouts.
+        embedding_timeout_seconds=max(configured.embedding_timeout_seconds, 120.0),
+        embedding_query_timeout_seconds=max(configured.embedding_query_timeout_seconds, 30.0),
     )
 
 
