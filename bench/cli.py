@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     loo.add_argument("--shares", type=_shares, default=(0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7))
     loo.add_argument("--goal", type=float, default=0.10, help="false injection allowed on certified negatives")
     loo.add_argument("--json", type=Path, help="also write the results here")
+    loo.add_argument("--keep", type=Path, metavar="DIR", help="also pickle the turn records here (local use)")
     dense_loo = commands.add_parser("dense-loo", help="leave-one-dataset-out choice of the dense gate from "
                                                       "several `recall --embeddings --json` results")
     dense_loo.add_argument("results", type=Path, nargs="+")
@@ -264,7 +265,7 @@ def _gate_sweep(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 def run_loo_command(args: argparse.Namespace) -> int:
     from bench.loo import format_folds, run_loo
 
-    report = run_loo(args.datasets, args.shares, args.goal)
+    report = run_loo(args.datasets, args.shares, args.goal, args.keep)
     print("fixed share:")
     print(format_folds(report["fixed share"]))
     print("scope-adaptive (share >= the scope's usual share for the turn + margin):")

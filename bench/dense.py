@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,12 +46,16 @@ SYSTEMS = ("engine", "dense", "engine+dense")
 BOT_LIMIT = 2
 WIDE = 20  # the keyword candidates the bot fuses (DensePolicy.depth)
 FLOORS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.7)
-STANDOUTS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+STANDOUTS = (1.0, 2.0, 3.0, 4.0, 5.0)
+OVER_CHANCE = (0.25, 0.5, 1.0, 1.5, 2.0)
+FUSION_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
 
 
 def _policies() -> dict[str, DensePolicy]:
     out = {f"cosine >= {f:g}": DensePolicy(min_similarity=f, min_standout=0.0) for f in FLOORS}
-    out.update({f"standout >= {z:g}": DensePolicy(min_similarity=0.0, min_standout=z) for z in STANDOUTS})
+    out.update({f"z >= {z:g}": DensePolicy(min_similarity=0.0, min_standout=z, by_scope_size=False)
+                for z in STANDOUTS})
+    out.update({f"z >= chance + {z:g}": DensePolicy(min_similarity=0.0, min_standout=z) for z in OVER_CHANCE})
     return out
 
 
@@ -171,7 +175,8 @@ class DenseReplay:
                 if turn.relevant:
                     positives += 1
                     hit += any(i in turn.relevant for i in gated)
-                    ranking.add("q", self._ids(turn, self._ranked(name, turn), depth), turn.relevant, 0.0)
+                    ranking.add("q", self._ids(turn, self._ranked(name, turn, policy.weight), depth), turn.relevant,
+                                0.0)
                 else:
                     negatives += 1
                     injected += bool(gated)
@@ -182,13 +187,13 @@ class DenseReplay:
             out[name] = summary
         return out
 
-    def _ranked(self, name: str, turn: Turn) -> list[int]:
+    def _ranked(self, name: str, turn: Turn, weight: float) -> list[int]:
         dense = [h for h, _ in turn.hits[: DensePolicy().depth]]
         if name == "engine":
             return turn.ranked
         if name == "dense":
             return [h for h, _ in turn.hits]
-        return [h for h, _ in reciprocal_rank_fusion([turn.ranked, dense])]
+        return [h for h, _ in reciprocal_rank_fusion([turn.ranked, dense], weights=(1.0, weight))]
 
     def _gated(self, name: str, turn: Turn, policy: DensePolicy) -> list[int]:
         if name == "engine":
@@ -198,7 +203,8 @@ class DenseReplay:
             return admitted[:BOT_LIMIT]
         if not admitted:
             return turn.lexical[:BOT_LIMIT]
-        return [h for h, _ in reciprocal_rank_fusion([turn.lexical, admitted])][:BOT_LIMIT]
+        return [h for h, _ in reciprocal_rank_fusion([turn.lexical, admitted], weights=(1.0, policy.weight))][
+            :BOT_LIMIT]
 
     def agrees_with_live(self) -> float:
         """Share of turns on which the offline fusion under the configured policy equals the engine's own."""
@@ -242,6 +248,10 @@ def run_dense_command(args: argparse.Namespace) -> int:
           f"(EMBEDDING_MIN_SIMILARITY, EMBEDDING_MIN_STANDOUT); vectors scored by {replay.dense.vectors.backend}")
     print(format_table(configured))
     sweep = {name: replay.systems(p) for name, p in DENSE_POLICIES.items()}
+    weights = {f"{w:g}": replay.systems(replace(policy, weight=w))["engine+dense"] for w in FUSION_WEIGHTS}
+    print("dense weight in the fusion: " + ", ".join(
+        f"{w}: hit@1 {v['hit@1']:.3f}, recall@5 {v['recall@5']:.3f}, gated hit {v['gated hit']:.3f}"
+        for w, v in weights.items()))
     print("dense gate              dense gated hit / FI    engine+dense gated hit / FI")
     for name, systems in sweep.items():
         d, f = systems["dense"], systems["engine+dense"]
@@ -249,7 +259,8 @@ def run_dense_command(args: argparse.Namespace) -> int:
               f"          {f['gated hit']:.3f} / {f['false injection, other user']:.3f}")
     report: dict[str, Any] = {"queries": count, "model": replay.dense.model, **configured,
                               "offline fusion equals the engine's": replay.agrees_with_live(),
-                              "dense gate sweep": sweep, "notes": dict(replay.notes)}
+                              "dense gate sweep": sweep, "fusion weight sweep": weights,
+                              "notes": dict(replay.notes)}
     if args.json:
         write_json(args.json, report)
     return 0

@@ -13,7 +13,9 @@ held-out set beside the gated hit, with the held-out set's own best share for co
 from __future__ import annotations
 
 import asyncio
+import pickle
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ class Turn:
     candidates: dict[str, list[tuple[tuple[str, ...], float]]] = field(default_factory=dict)  # window -> gate input
     # window -> the scope's usual share for this turn: the median share of its first REFERENCE candidates
     reference: dict[str, float] = field(default_factory=dict)
+    size: int = 0  # memories (engine rows) in the scope asked
 
     def injected(self, window: str, share: float, limit: int = BOT_LIMIT, margin: float | None = None) -> list[str]:
         out: list[str] = []
@@ -164,6 +167,7 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
     texts: dict[str, set[str]] = {}
     subjects: dict[str, set[str]] = {}
     by_id: dict[tuple[str, str], str] = {}
+    sizes: Counter[int] = Counter()
     for line in lines:
         number = scopes.setdefault(line.user, len(scopes) + 1)
         if isinstance(line, MemoryLine):
@@ -171,12 +175,13 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
             subjects.setdefault(line.user, set()).update(line.subjects)
             by_id[(line.user, line.id)] = line.text
             for row in (await engine.remember(Scope(number), [draft_for(line)], now=line.time))[:1]:
+                sizes[number] += (number, row) not in rows.rows
                 rows.add(number, row, line.id)
             continue
         if line.negative:
-            turn = Turn("chit-chat", not line.about)
+            turn = Turn("chit-chat", not line.about, size=sizes[number])
         else:
-            turn = Turn("positive", True, tuple(line.relevant))
+            turn = Turn("positive", True, tuple(line.relevant), size=sizes[number])
             questions.append(line)
         await _gate_inputs(engine, Scope(number), line, rows, number, turn, ranking=not line.negative)
         out.turns.append(turn)
@@ -187,7 +192,7 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
         gold = [by_id[(line.user, r)] for r in line.relevant if (line.user, r) in by_id]
         certified = not names_the_same_thing(line.text, gold, texts.get(other, ())) and not shares_subject(
             line.subjects, subjects.get(other, set()), annotated)
-        turn = Turn("other user", certified)
+        turn = Turn("other user", certified, size=sizes[scopes[other]])
         await _gate_inputs(engine, Scope(scopes[other]), line, rows, scopes[other], turn, ranking=False)
         out.turns.append(turn)
 
@@ -240,8 +245,13 @@ def sweep(records: Sequence[Record], shares: Sequence[float]) -> dict[str, Any]:
     return out
 
 
-def run_loo(paths: Sequence[Path], shares: Sequence[float], goal: float) -> dict[str, Any]:
+def run_loo(paths: Sequence[Path], shares: Sequence[float], goal: float, keep: Path | None = None) -> dict[str, Any]:
+    """``keep``: also pickle each set's records into this folder, to try other gates on them offline."""
     records = [asyncio.run(record(path.stem, read_dataset(path))) for path in paths]
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        for record_ in records:
+            (keep / f"{record_.name}.pickle").write_bytes(pickle.dumps(record_))
     return {"goal": goal, "fixed share": leave_one_out(records, shares, goal),
             "scope-adaptive": leave_one_out(records, shares, goal, MARGINS), "sets": sweep(records, shares)}
 

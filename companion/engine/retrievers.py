@@ -45,12 +45,14 @@ QUERY_CACHE = 256  # turns' vectors kept: each turn comes back as context on the
 @dataclass(frozen=True, slots=True)
 class DensePolicy:
     min_similarity: float = 0.2  # an absolute floor below which nothing is close, whatever the scope
-    # A memory found by meaning alone must stand this many standard deviations above the mean similarity of
-    # the scope's ``standout_sample`` nearest memories to the turn; 0 turns the rule off.
+    # A memory found by meaning alone must stand this many standard deviations above the best similarity the
+    # scope's memories would reach by chance (``standout``); 0 turns the rule off.
     min_standout: float = 2.0
-    standout_sample: int = 50
+    standout_sample: int = 1000  # the scope's memories read for its usual similarity (all, in most scopes)
+    by_scope_size: bool = True  # measure from the expected best of the scope's size, not from the mean
     retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
     depth: int = 20  # candidates each retriever contributes to the fusion
+    weight: float = 1.0  # the dense ranking's weight in the fusion (the keyword ranking's is 1)
     sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
 
 
@@ -277,7 +279,8 @@ class DenseRetriever:
         if not dense:
             return list(lexical[: rules.limit])
         by_id = {r.memory.id: r for r in lexical}
-        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense])[: rules.limit]
+        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense],
+                                       weights=(1.0, self.policy.weight))[: rules.limit]
         return [
             Recalled(memory=by_id[h].memory, score=score, match=by_id[h].match) if h in by_id
             else Recalled(memory=found[h], score=score, match=similar[h])
@@ -286,14 +289,17 @@ class DenseRetriever:
 
 
 def standout(hits: Sequence[tuple[int, float]], policy: DensePolicy) -> list[tuple[int, float]]:
-    """The hits (closest first) at or above the policy's floor that stand at least ``min_standout`` standard
-    deviations above the scope's usual similarity to this turn: the mean of the hits ranked below the first
-    ``STANDOUT_SKIP`` (the ones a turn may recall), up to ``standout_sample``. A scope with fewer than
-    ``MIN_REFERENCE`` such memories has no usual similarity to stand out from: there the floor alone decides."""
+    """The hits (closest first) at or above the policy's floor that stand out from the scope's usual
+    similarity to this turn: the similarities of its other memories (all but the first ``STANDOUT_SKIP``, the
+    ones a turn may recall, up to ``standout_sample``). The bar is ``min_standout`` standard deviations above
+    their mean, plus, with ``by_scope_size``, sqrt(2 ln n) more: about how far the best of n unrelated memories
+    lies above the mean by chance, so a scope of 600 memories needs a clearer winner than one of 8. A scope
+    with fewer than ``MIN_REFERENCE`` other memories has no usual similarity: there the floor alone decides."""
     reference = [s for _, s in hits[STANDOUT_SKIP : policy.standout_sample]]
     floor = policy.min_similarity
     if policy.min_standout > 0 and len(reference) >= MIN_REFERENCE:
         mean = sum(reference) / len(reference)
         spread = max(MIN_SPREAD, math.sqrt(sum((s - mean) ** 2 for s in reference) / len(reference)))
-        floor = max(floor, mean + policy.min_standout * spread)
+        chance = math.sqrt(2 * math.log(len(hits))) if policy.by_scope_size else 0.0
+        floor = max(floor, mean + (chance + policy.min_standout) * spread)
     return [(h, s) for h, s in hits if s >= floor]
