@@ -70,7 +70,7 @@ def test_the_dense_bench_command(server_in_thread: FakeEmbeddings, tmp_path: Pat
     # Every system is gated and measured on other-user turns, and the offline fusion is the engine's own.
     assert {"gated hit", "false injection, other user"} <= set(report["engine"]) & set(report["engine+dense"])
     assert report["offline fusion equals the engine's"] == 1.0
-    assert "standout >= 2" in report["dense gate sweep"]
+    assert "z >= 5" in report["dense gate sweep"] and "0.5" in report["fusion weight sweep"]
     # Memories are embedded in one batch per user, not one request per memory.
     assert len([r for r in server_in_thread.requests if len(r["input"]) > 1]) == 2
 

@@ -40,7 +40,7 @@ def test_a_margin_over_the_scope_s_usual_share_adapts_where_one_share_cannot() -
 
 
 def test_a_dense_candidate_must_stand_out_from_the_scope_s_usual_similarity() -> None:
-    policy = DensePolicy(min_similarity=0.0, min_standout=2.0)
+    policy = DensePolicy(min_similarity=0.0, min_standout=2.0, by_scope_size=True)
     flat = [(1, 0.71), (2, 0.70), (3, 0.70), (4, 0.69), (5, 0.70), (6, 0.71)]  # a model that scores all alike
     assert standout(flat, policy) == []
     clear = [(1, 0.62), (2, 0.41), (3, 0.30), (4, 0.31), (5, 0.29), (6, 0.30)]

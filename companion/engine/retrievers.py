@@ -45,11 +45,11 @@ QUERY_CACHE = 256  # turns' vectors kept: each turn comes back as context on the
 @dataclass(frozen=True, slots=True)
 class DensePolicy:
     min_similarity: float = 0.2  # an absolute floor below which nothing is close, whatever the scope
-    # A memory found by meaning alone must stand this many standard deviations above the best similarity the
-    # scope's memories would reach by chance (``standout``); 0 turns the rule off.
-    min_standout: float = 2.0
+    # A memory found by meaning alone must stand this many standard deviations above the scope's usual
+    # similarity to the turn (``standout``); 0 turns the rule off. Measured leave-one-dataset-out (§7).
+    min_standout: float = 5.0
     standout_sample: int = 1000  # the scope's memories read for its usual similarity (all, in most scopes)
-    by_scope_size: bool = True  # measure from the expected best of the scope's size, not from the mean
+    by_scope_size: bool = False  # measure from the expected best of the scope's size (measured, not better)
     retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
     depth: int = 20  # candidates each retriever contributes to the fusion
     weight: float = 1.0  # the dense ranking's weight in the fusion (the keyword ranking's is 1)
