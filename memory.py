@@ -253,7 +253,9 @@ class MemoryEngine:
             allowed=allowed,
         )
         ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
-        return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
+        if self.dense is None:
+            return ranked
+        return await self.dense.fuse(scope, text, now, rules, ranked, earlier=earlier, reply=reply)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.convert import ConvertStats, convert_dulemon, convert_locomo, convert_memdaily, write_converted
+from bench.convert import (
+    ConvertStats,
+    convert_dulemon,
+    convert_kdconv,
+    convert_locomo,
+    convert_memdaily,
+    write_converted,
+)
 from bench.convert.memdaily import find_dulemon
 from bench.dataset import DatasetError, read_dataset
 from bench.metrics import DEFAULT_KS, InjectionCounts, Summary
@@ -62,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--by-group", action="store_true",
                         help="also print hit@1, hit@2 and recall@5 per LoCoMo category or MemDaily file")
     recall.add_argument("--embeddings", metavar="URL",
-                        help="measure the dense path against this OpenAI-compatible embeddings endpoint")
+                        help="measure the dense path against this OpenAI-compatible embeddings endpoint, or a "
+                             "local sentence-transformers model folder")
     recall.add_argument("--embedding-model", help="model name for --embeddings (default: EMBEDDING_MODEL)")
     recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
                         help="calibrate the gate: gated hit and false injection at each minimum share, "
@@ -70,6 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--newest-only", type=_positive, metavar="N",
                         help="the bot may recall only each scope's N newest memories (a tier filter that "
                              "limited a reply to the 2 newest short-term ones; for comparison)")
+    loo = commands.add_parser("loo", help="leave-one-dataset-out choice of the gate's share and the query window")
+    loo.add_argument("datasets", type=Path, nargs="+")
+    loo.add_argument("--shares", type=_shares, default=(0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7))
+    loo.add_argument("--goal", type=float, default=0.10, help="false injection allowed on certified negatives")
+    loo.add_argument("--json", type=Path, help="also write the results here")
+    loo.add_argument("--keep", type=Path, metavar="DIR", help="also pickle the turn records here (local use)")
+    dense_loo = commands.add_parser("dense-loo", help="leave-one-dataset-out choice of the dense gate from "
+                                                      "several `recall --embeddings --json` results")
+    dense_loo.add_argument("results", type=Path, nargs="+")
+    dense_loo.add_argument("--goal", type=float, default=0.10, help="false injection allowed on other-user turns")
+    dense_loo.add_argument("--json", type=Path, help="also write the results here")
     merge = commands.add_parser("merge", help="precision and recall of 'same fact' for the old and new merge rules")
     merge.add_argument("pairs", type=Path, nargs="?", default=None, help="pairs (default bench/data/merge_pairs.jsonl)")
     merge.add_argument("--json", type=Path, help="also write the results here")
@@ -126,7 +145,10 @@ def _add_convert(convert: argparse.ArgumentParser) -> None:
     memdaily.add_argument("--dulemon", type=Path,
                           help="DuLeMon samples.json for distractor sentences (default: found beside SRC)")
     sources.add_parser("dulemon", help="DuLeMon samples.json")
-    for sub in (locomo, memdaily, sources.choices["dulemon"]):
+    kdconv = sources.add_parser("kdconv", help="KdConv: a fetched git snapshot (or a folder holding data/)")
+    kdconv.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    kdconv.add_argument("--domains", default="film,music,travel", help="comma-separated: film, music, travel")
+    for sub in (locomo, memdaily, sources.choices["dulemon"], kdconv):
         sub.add_argument("src", type=Path)
         sub.add_argument("out", type=Path)
         sub.add_argument("--limit", type=_positive, help="only the first N samples/trajectories/sessions "
@@ -145,6 +167,10 @@ def run_convert(args: argparse.Namespace) -> int:
         lines = convert_memdaily(args.src, stats, min_candidates=args.min_candidates, seed=args.seed,
                                  limit=args.limit, pattern=args.files, dulemon=dulemon)
         title = "memdaily"
+    elif args.source == "kdconv":
+        domains = [d for d in args.domains.split(",") if d.strip()]
+        lines = convert_kdconv(args.src, stats, args.limit, domains=domains, split=args.split)
+        title = f"kdconv ({args.split})"
     else:
         lines = convert_dulemon(args.src, stats, args.limit)
         title = "dulemon"
@@ -236,6 +262,25 @@ def _gate_sweep(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         out[f"{share:g}"] = counts.summary()
         print(f"min share {share:g}: " + format_injections(counts).partition(": ")[2])
     return out
+
+
+def run_loo_command(args: argparse.Namespace) -> int:
+    from bench.loo import format_folds, run_loo
+
+    report = run_loo(args.datasets, args.shares, args.goal, args.keep)
+    print("fixed share:")
+    print(format_folds(report["fixed share"]))
+    print("scope-adaptive (share >= the scope's usual share for the turn + margin):")
+    print(format_folds(report["scope-adaptive"]))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
+def _dense_loo(args: argparse.Namespace) -> int:
+    from bench.dense import run_dense_loo_command
+
+    return run_dense_loo_command(args)
 
 
 def run_latency_command(args: argparse.Namespace) -> int:
@@ -348,7 +393,8 @@ def run_plots(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_command,
-            "recall-latency": run_latency_command,
+            "recall-latency": run_latency_command, "loo": run_loo_command,
+            "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots}
 

@@ -1,14 +1,19 @@
-"""``python -m bench recall DATASET --embeddings URL``: the dense path against an operator's embeddings
-endpoint, beside the keyword engine, in one replay of the dataset.
+"""``python -m bench recall DATASET --embeddings URL``: the dense path against an embeddings endpoint, beside the
+keyword engine, in one replay of the dataset, every system with the same query and the same gate treatment.
 
-Three systems answer every query: ``engine`` (keyword recall, as the bot runs without a backend),
-``dense`` (the nearest memories by cosine, no floor) and ``engine+dense`` (what the bot runs with a backend:
-both fused by rank, the similarity floor applied). Memories are written through ``remember`` with the dense
-retriever detached, then embedded in batches (``DenseRetriever.sync``) before the next query of that user,
-so a dataset costs a few requests per user instead of one per memory. Queries without relevant memories
-(if the dataset has them) measure false injection: how often a system recalls anything at all.
-The model, key and dimensions come from the usual settings (``EMBEDDING_MODEL``, ``EMBEDDING_API_KEY``,
-``EMBEDDING_DIMENSIONS``), or ``--embedding-model``.
+Three systems: ``engine`` (keyword recall, as the bot runs without a backend), ``dense`` (the memories nearest
+in meaning) and ``engine+dense`` (what the bot runs with a backend: both fused by rank). Every system reads the
+same query, the turn with its conversation window (the user's earlier turns and the companion's last reply, as
+the bot passes them), and is measured twice: its ranking with every gate lifted (hit@k, recall@k, MRR), and
+what the bot would inject with the gates on (limit 2): the gated hit on the questions, and the false injection
+on every question asked of another user's memories (``bench.recall.partners``), for every data set.
+
+The dense gate is applied offline to the recorded nearest memories, so one replay measures every policy of
+``DENSE_POLICIES`` (an absolute cosine floor, or how far a memory stands out from the scope's usual similarity
+to the turn, ``companion.engine.retrievers.standout``); the fused figures are the engine's own fusion of the
+recorded keyword candidates and the admitted dense ones. The configured policy also runs live through
+``MemoryEngine.recall`` for the fused row's latency. ``python -m bench dense-loo A.json B.json ...`` chooses the
+dense policy leave-one-dataset-out from several such runs.
 """
 
 from __future__ import annotations
@@ -19,98 +24,199 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from bench.dataset import DatasetLine, MemoryLine, read_dataset
+from bench.dataset import DatasetLine, MemoryLine, QueryLine, read_dataset
 from bench.metrics import MetricsAccumulator
-from bench.recall import draft_for
-from bench.timing import write_json
+from bench.recall import _RowMap, draft_for, partners
+from bench.timing import latency_summary, write_json
 from companion.config.settings import Settings, load_settings
 from companion.core.models import Scope
-from companion.engine.retrievers import DenseRetriever
+from companion.engine.retrievers import DensePolicy, DenseRetriever, standout
 from companion.ops.assembly import open_engine
+from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 
 SYSTEMS = ("engine", "dense", "engine+dense")
+BOT_LIMIT = 2
+WIDE = 20  # the keyword candidates the bot fuses (DensePolicy.depth)
+FLOORS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.7)
+STANDOUTS = (1.0, 2.0, 3.0, 4.0, 5.0)
+OVER_CHANCE = (0.25, 0.5, 1.0, 1.5, 2.0)
+FUSION_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
 
 
-def dense_settings(url: str, model: str | None, data_dir: Path) -> Settings:
-    """The operator's embedding settings with this endpoint (and model); nothing else from the environment
-    changes what the engine does."""
+def _policies() -> dict[str, DensePolicy]:
+    out = {f"cosine >= {f:g}": DensePolicy(min_similarity=f, min_standout=0.0) for f in FLOORS}
+    out.update({f"z >= {z:g}": DensePolicy(min_similarity=0.0, min_standout=z, by_scope_size=False)
+                for z in STANDOUTS})
+    out.update({f"z >= chance + {z:g}": DensePolicy(min_similarity=0.0, min_standout=z) for z in OVER_CHANCE})
+    return out
+
+
+DENSE_POLICIES = _policies()
+
+
+def dense_settings(url: str | None, model: str | None, data_dir: Path, local: str | None = None) -> Settings:
+    """The operator's embedding settings with this endpoint (or local model folder); nothing else from the
+    environment changes what the engine does."""
     configured = load_settings()
+    backend: dict[str, Any] = (
+        {"embedding_local_model": local, "embedding_base_url": ""} if local else
+        {"embedding_base_url": url, "embedding_model": model or configured.embedding_model or "bge-m3",
+         "embedding_local_model": ""})
     return load_settings(
-        _env_file=None, data_dir=data_dir, embedding_base_url=url,
-        embedding_model=model or configured.embedding_model or "bge-m3",
+        _env_file=None, data_dir=data_dir, **backend,
         embedding_api_key=configured.embedding_api_key, embedding_dimensions=configured.embedding_dimensions,
         embedding_batch_size=configured.embedding_batch_size,
         embedding_min_similarity=configured.embedding_min_similarity,
-        embedding_query_timeout_seconds=max(configured.embedding_query_timeout_seconds, 10.0),
+        embedding_min_standout=configured.embedding_min_standout,
+        # A replay embeds whole scopes at once, on a machine the encoder may share: generous timeouts.
+        embedding_timeout_seconds=max(configured.embedding_timeout_seconds, 120.0),
+        embedding_query_timeout_seconds=max(configured.embedding_query_timeout_seconds, 30.0),
     )
+
+
+@dataclass
+class Turn:
+    """What one turn gives each system, as engine rows, for the offline gates."""
+
+    number: int
+    relevant: tuple[str, ...]  # () on a question asked of another user
+    ranked: list[int] = field(default_factory=list)  # keyword ranking, gate lifted
+    lexical: list[int] = field(default_factory=list)  # keyword candidates past the bot's gate (widened)
+    hits: list[tuple[int, float]] = field(default_factory=list)  # nearest memories, closest first
+    live: list[int] = field(default_factory=list)  # what the engine with the configured dense gate injects
 
 
 class DenseReplay:
     def __init__(self, engine: MemoryEngine, dense: DenseRetriever, ks: Sequence[int]) -> None:
         self.engine = engine
         self.dense = dense
-        self.results = {name: MetricsAccumulator(ks) for name in SYSTEMS}
-        self.injected: Counter[str] = Counter()
+        self.ks = ks
+        self.rows = _RowMap()
+        self.turns: list[Turn] = []
+        self.latency: dict[str, list[float]] = {name: [] for name in SYSTEMS}
         self.notes: Counter[str] = Counter()
-        self._rows: dict[tuple[int, int], list[str]] = {}
         self._scopes: dict[str, int] = {}
+        self._texts: dict[str, set[str]] = {}
         self._unembedded: set[int] = set()
 
-    def _ids(self, number: int, handles: Iterable[int], depth: int) -> list[str]:
-        out: list[str] = []
-        for handle in handles:
-            out.extend(self._rows.get((number, handle), ()))
-        return out[:depth]
-
     async def run(self, lines: Iterable[DatasetLine]) -> None:
+        questions: list[QueryLine] = []
         for line in lines:
             number = self._scopes.setdefault(line.user, len(self._scopes) + 1)
-            scope = Scope(number)
             if isinstance(line, MemoryLine):
                 # Embedded in one batch before this user's next query.
-                written = await self.engine.remember(scope, [draft_for(line)], now=line.time, embed=False)
+                written = await self.engine.remember(Scope(number), [draft_for(line)], now=line.time, embed=False)
                 for handle in written[:1]:
-                    self._rows.setdefault((number, handle), []).append(line.id)
+                    self.rows.add(number, handle, line.id)
+                self._texts.setdefault(line.user, set()).add(line.text)
                 self._unembedded.add(number)
                 self.notes["memories"] += 1
                 continue
-            if number in self._unembedded:
-                started = time.perf_counter()
-                self.notes["vectors written"] += await self.dense.sync(scope, line.time, limit=1_000_000)
-                self.notes["embedding ms (writes)"] += round((time.perf_counter() - started) * 1000)
-                self._unembedded.discard(number)
-            await self._query(scope, number, line.id, line.text, line.time, tuple(line.relevant))
+            await self._sync(number, line.time)
+            if line.negative:
+                continue  # the other-user turns are every set's negatives
+            questions.append(line)
+            self.turns.append(await self._turn(number, line, tuple(line.relevant)))
+        partner = partners(list(self._scopes), self._texts)
+        for line in questions if partner else ():
+            other = self._scopes[partner[line.user]]
+            await self._sync(other, line.time)
+            self.turns.append(await self._turn(other, line, ()))
 
-    async def _query(self, scope: Scope, number: int, query_id: str, text: str, at: datetime,
-                     relevant: tuple[str, ...]) -> None:
-        depth = self.results["engine"].depth
-        for name in SYSTEMS:
+    async def _sync(self, number: int, at: datetime) -> None:
+        if number in self._unembedded:
             started = time.perf_counter()
-            if name == "dense":
-                handles = [h for h, _ in await self.dense.nearest(scope, text, depth)]
-            else:
-                self.engine.dense = self.dense if name == "engine+dense" else None
-                recalled = await self.engine.recall(scope, text, at, limit=None, min_importance=0.0, cooldown=None)
-                self.engine.dense = self.dense
-                handles = [r.memory.id for r in recalled]
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            if relevant:
-                self.results[name].add(query_id, self._ids(number, handles, depth), relevant, elapsed_ms)
-            elif name != "dense":
-                self.injected[name] += bool(handles)
-        if not relevant:
-            self.notes["queries without a relevant memory"] += 1
+            self.notes["vectors written"] += await self.dense.sync(Scope(number), at, limit=1_000_000)
+            self.notes["embedding ms (writes)"] += round((time.perf_counter() - started) * 1000)
+            self._unembedded.discard(number)
+
+    async def _turn(self, number: int, line: QueryLine, relevant: tuple[str, ...]) -> Turn:
+        scope, engine = Scope(number), self.engine
+        turn = Turn(number, relevant)
+        window: dict[str, Any] = {"earlier": line.context, "reply": line.reply}
+        engine.dense = None
+        turn.ranked = [r.memory.id for r in await engine.recall(
+            scope, line.text, line.time, limit=None, min_importance=0.0, min_match=0.0, cooldown=None, **window)]
+        started = time.perf_counter()
+        bot = await engine.recall(scope, line.text, line.time, cooldown=None, **window)
+        self.latency["engine"].append((time.perf_counter() - started) * 1000)
+        turn.lexical = [r.memory.id for r in await engine.recall(scope, line.text, line.time, limit=WIDE,
+                                                                   cooldown=None, **window)]
+        self.notes["keyword bot path equals the widened cut"] += [r.memory.id for r in bot] == turn.lexical[:BOT_LIMIT]
+        started = time.perf_counter()
+        turn.hits = await self.dense.nearest(scope, line.text, self.dense.policy.standout_sample, **window)
+        self.latency["dense"].append((time.perf_counter() - started) * 1000)
+        engine.dense = self.dense
+        started = time.perf_counter()
+        turn.live = [r.memory.id for r in await engine.recall(scope, line.text, line.time, cooldown=None, **window)]
+        self.latency["engine+dense"].append((time.perf_counter() - started) * 1000)
+        return turn
+
+    def _ids(self, turn: Turn, rows: Iterable[int], depth: int) -> list[str]:
+        return self.rows.expand(turn.number, rows, depth)
+
+    def systems(self, policy: DensePolicy) -> dict[str, Any]:
+        """Each system's ranking (gates lifted), gated hit and false injection under this dense gate."""
+        depth = max(self.ks)
+        out: dict[str, Any] = {}
+        for name in SYSTEMS:
+            ranking = MetricsAccumulator(self.ks)
+            hit = positives = injected = negatives = 0
+            for turn in self.turns:
+                gated = self._ids(turn, self._gated(name, turn, policy), 10**6)
+                if turn.relevant:
+                    positives += 1
+                    hit += any(i in turn.relevant for i in gated)
+                    ranking.add("q", self._ids(turn, self._ranked(name, turn, policy.weight), depth), turn.relevant,
+                                0.0)
+                else:
+                    negatives += 1
+                    injected += bool(gated)
+            summary = {k: v for k, v in ranking.summary().items() if k != "latency_ms"} if positives else {}
+            summary["gated hit"] = round(hit / (positives or 1), 4)
+            summary["false injection, other user"] = round(injected / (negatives or 1), 4)
+            summary["latency_ms"] = latency_summary(self.latency[name]) if self.latency[name] else {}
+            out[name] = summary
+        return out
+
+    def _ranked(self, name: str, turn: Turn, weight: float) -> list[int]:
+        dense = [h for h, _ in turn.hits[: DensePolicy().depth]]
+        if name == "engine":
+            return turn.ranked
+        if name == "dense":
+            return [h for h, _ in turn.hits]
+        return [h for h, _ in reciprocal_rank_fusion([turn.ranked, dense], weights=(1.0, weight))]
+
+    def _gated(self, name: str, turn: Turn, policy: DensePolicy) -> list[int]:
+        if name == "engine":
+            return turn.lexical[:BOT_LIMIT]
+        admitted = [h for h, _ in standout(turn.hits, policy)][: policy.depth]
+        if name == "dense":
+            return admitted[:BOT_LIMIT]
+        if not admitted:
+            return turn.lexical[:BOT_LIMIT]
+        return [h for h, _ in reciprocal_rank_fusion([turn.lexical, admitted], weights=(1.0, policy.weight))][
+            :BOT_LIMIT]
+
+    def agrees_with_live(self) -> float:
+        """Share of turns on which the offline fusion under the configured policy equals the engine's own."""
+        policy = self.dense.policy
+        same = sum(self._gated("engine+dense", t, policy) == t.live for t in self.turns)
+        return round(same / (len(self.turns) or 1), 4)
 
 
-async def replay_dense(lines: Iterable[DatasetLine], ks: Sequence[int], url: str, model: str | None) -> DenseReplay:
+async def replay_dense(lines: Iterable[DatasetLine], ks: Sequence[int], url: str | None, model: str | None,
+                       local: str | None = None) -> DenseReplay:
     with tempfile.TemporaryDirectory(prefix="bench-dense-") as tmp:
-        settings = dense_settings(url, model, Path(tmp))
+        settings = dense_settings(url, model, Path(tmp), local)
         engine = await open_engine(settings, KeywordExtractor())
         try:
             if engine.dense is None:
@@ -125,25 +231,70 @@ async def replay_dense(lines: Iterable[DatasetLine], ks: Sequence[int], url: str
 def run_dense_command(args: argparse.Namespace) -> int:
     from bench.cli import format_table
 
-    replay = asyncio.run(replay_dense(read_dataset(args.dataset), args.k, args.embeddings, args.embedding_model))
+    local = args.embeddings if Path(args.embeddings).is_dir() else None
+    replay = asyncio.run(replay_dense(read_dataset(args.dataset), args.k, None if local else args.embeddings,
+                                      args.embedding_model, local))
     if replay.dense.available is False:
         print("the embedding backend failed during the run: dense numbers are partial", file=sys.stderr)
-    count = replay.results["engine"].count
+    count = sum(1 for t in replay.turns if t.relevant)
     if count == 0:
         print(f"{args.dataset}: no queries", file=sys.stderr)
         return 2
-    systems = {name: acc.summary() for name, acc in replay.results.items()}
-    negatives = replay.notes["queries without a relevant memory"]
     print("dense run: " + ", ".join(f"{k} {v}" for k, v in sorted(replay.notes.items())), file=sys.stderr)
-    print(f"{count} queries, model {replay.dense.model}, similarity floor {replay.dense.policy.min_similarity} "
-          f"(EMBEDDING_MIN_SIMILARITY), vectors scored by {replay.dense.vectors.backend}")
-    print(format_table(systems))
-    report: dict[str, object] = {"queries": count, "model": replay.dense.model, **systems}
-    if negatives:
-        rates = {name: round(replay.injected[name] / negatives, 4) for name in ("engine", "engine+dense")}
-        print("false injection over " + str(negatives) + " queries: "
-              + ", ".join(f"{name} {rate:.3f}" for name, rate in rates.items()))
-        report["false_injection"] = rates
+    policy = replay.dense.policy
+    configured = replay.systems(policy)
+    print(f"{count} queries, {len(replay.turns) - count} asked of another user; model {replay.dense.model}, "
+          f"dense gate: cosine >= {policy.min_similarity:g}, standout >= {policy.min_standout:g} "
+          f"(EMBEDDING_MIN_SIMILARITY, EMBEDDING_MIN_STANDOUT); vectors scored by {replay.dense.vectors.backend}")
+    print(format_table(configured))
+    sweep = {name: replay.systems(p) for name, p in DENSE_POLICIES.items()}
+    weights = {f"{w:g}": replay.systems(replace(policy, weight=w))["engine+dense"] for w in FUSION_WEIGHTS}
+    print("dense weight in the fusion: " + ", ".join(
+        f"{w}: hit@1 {v['hit@1']:.3f}, recall@5 {v['recall@5']:.3f}, gated hit {v['gated hit']:.3f}"
+        for w, v in weights.items()))
+    print("dense gate              dense gated hit / FI    engine+dense gated hit / FI")
+    for name, systems in sweep.items():
+        d, f = systems["dense"], systems["engine+dense"]
+        print(f"{name:<22}  {d['gated hit']:.3f} / {d['false injection, other user']:.3f}"
+              f"          {f['gated hit']:.3f} / {f['false injection, other user']:.3f}")
+    report: dict[str, Any] = {"queries": count, "model": replay.dense.model, **configured,
+                              "offline fusion equals the engine's": replay.agrees_with_live(),
+                              "dense gate sweep": sweep, "fusion weight sweep": weights,
+                              "notes": dict(replay.notes)}
     if args.json:
         write_json(args.json, report)
     return 0
+
+
+def choose_policy(train: Sequence[Mapping[str, Any]], goal: float) -> str:
+    """The policy with the best mean fused gated hit among those whose fused false injection is within ``goal``
+    on every training set (the one with the lowest worst false injection when none is)."""
+    def worst(name: str) -> float:
+        return max(float(r["dense gate sweep"][name]["engine+dense"]["false injection, other user"]) for r in train)
+
+    def gain(name: str) -> float:
+        return sum(float(r["dense gate sweep"][name]["engine+dense"]["gated hit"]) for r in train)
+
+    fits = [name for name in DENSE_POLICIES if worst(name) <= goal]
+    return max(fits, key=gain) if fits else min(DENSE_POLICIES, key=worst)
+
+
+def run_dense_loo_command(args: argparse.Namespace) -> int:
+    import json
+
+    reports = {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in args.results}
+    folds = []
+    print("held out            chosen on the others   fused gated hit / FI   dense gated hit / FI   "
+          "keyword gated hit / FI")
+    for held, report in reports.items():
+        name = choose_policy([r for k, r in reports.items() if k != held], args.goal)
+        row = report["dense gate sweep"][name]
+        folds.append({"held out": held, "policy": name, **{s: row[s] for s in SYSTEMS}})
+        cells = "   ".join(f"{row[s]['gated hit']:.3f} / {row[s]['false injection, other user']:.3f}"
+                           for s in ("engine+dense", "dense", "engine"))
+        print(f"{held:<18}  {name:<21}  {cells}")
+    if args.json:
+        write_json(args.json, {"goal": args.goal, "folds": folds})
+    return 0
+
+

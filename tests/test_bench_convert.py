@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench import cli
-from bench.convert import ConvertStats, convert_dulemon, convert_locomo, convert_memdaily
+from bench.convert import ConvertStats, convert_dulemon, convert_kdconv, convert_locomo, convert_memdaily
 from bench.convert.common import join_segmented
 from bench.convert.distractors import DistractorPool, is_unrelated, synthetic_small_talk
 from bench.convert.locomo import Mode, clean_dia_ids, parse_locomo_time
@@ -317,3 +317,35 @@ def test_smoke_on_the_shared_files(tmp_path: Path) -> None:
         assert stats.queries > 0 and stats.memories > 0, name
         assert len(lines) == stats.memories + stats.queries
     assert stats.users == {"dulemon:0", "dulemon:1", "dulemon:2"}
+
+
+def _kdconv_dialogue() -> dict[str, Any]:
+    ticket = {"name": "恭王府", "attrname": "门票", "attrvalue": "40元"}
+    info = {"name": "恭王府", "attrname": "Information", "attrvalue": "清代规模最大的一座王府"}
+    return {"name": "恭王府", "messages": [
+        {"message": "知道恭王府吗？"},
+        {"message": "知道，是清代规模最大的一座王府。", "attrs": [info]},
+        {"message": "那它的门票怎么收费？"},
+        {"message": "门票40元。", "attrs": [ticket]},
+        {"message": "好的，谢谢", "attrs": [ticket]},  # grounded after a grounded message: no query
+    ]}
+
+
+def test_kdconv_triples_become_memories_and_grounded_replies_queries(tmp_path: Path) -> None:
+    for domain in ("film", "travel"):
+        (tmp_path / "data" / domain).mkdir(parents=True)
+        (tmp_path / "data" / domain / "test.json").write_text(
+            json.dumps([_kdconv_dialogue()], ensure_ascii=False), encoding="utf-8")
+    stats = ConvertStats()
+    lines = list(convert_kdconv(tmp_path, stats, domains=["travel"]))
+    memories = [line for line in lines if isinstance(line, MemoryLine)]
+    queries = [line for line in lines if isinstance(line, QueryLine)]
+    assert [m.text for m in memories] == ["恭王府：清代规模最大的一座王府", "恭王府的门票是40元"]
+    assert [(q.text, q.relevant) for q in queries] == [
+        ("知道恭王府吗？", ("kdconv-travel:0:k0",)), ("那它的门票怎么收费？", ("kdconv-travel:0:k1",))]
+    # The window: the same speaker's earlier message and the other side's last one.
+    assert queries[1].context == ("知道恭王府吗？",) and queries[1].reply == "知道，是清代规模最大的一座王府。"
+    both = convert_kdconv(tmp_path, ConvertStats(), domains=["film", "travel"])
+    assert {line.user for line in both} == {"kdconv-film:0", "kdconv-travel:0"}
+    with pytest.raises(ValueError, match="cannot read"):
+        list(convert_kdconv(tmp_path / "nowhere", ConvertStats()))

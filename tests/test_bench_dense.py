@@ -57,6 +57,7 @@ def server_in_thread() -> Iterator[FakeEmbeddings]:
 def test_the_dense_bench_command(server_in_thread: FakeEmbeddings, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDING_MIN_SIMILARITY", "0.15")  # the fake's scale, read like an operator's setting
+    monkeypatch.setenv("EMBEDDING_MIN_STANDOUT", "0")
     out = tmp_path / "dense.json"
     args = ["recall", str(dataset(tmp_path / "tiny.jsonl")), "--k", "1,2,5", "--json", str(out),
             "--embeddings", server_in_thread.base_url, "--embedding-model", "fake-ngrams"]
@@ -66,13 +67,20 @@ def test_the_dense_bench_command(server_in_thread: FakeEmbeddings, tmp_path: Pat
     assert report["queries"] == 3 and report["model"] == "fake-ngrams"
     assert report["dense"]["hit@1"] == 1.0 and report["engine+dense"]["hit@1"] == 1.0
     assert report["engine"]["hit@1"] < 1.0  # keywords alone miss the paraphrases
+    # Every system is gated and measured on other-user turns, and the offline fusion is the engine's own.
+    assert {"gated hit", "false injection, other user"} <= set(report["engine"]) & set(report["engine+dense"])
+    assert report["offline fusion equals the engine's"] == 1.0
+    assert "z >= 5" in report["dense gate sweep"] and "0.5" in report["fusion weight sweep"]
     # Memories are embedded in one batch per user, not one request per memory.
     assert len([r for r in server_in_thread.requests if len(r["input"]) > 1]) == 2
 
 
-async def test_queries_without_a_relevant_memory_measure_false_injection(tmp_path: Path) -> None:
-    lines: list[DatasetLine] = [*memories("u1"), QueryLine("u1", "q1", LATER, "狗狗最近怎么样", ("u1m0",))]
+async def test_every_row_reads_the_same_window_and_other_users_are_negatives(tmp_path: Path) -> None:
+    lines: list[DatasetLine] = [*memories("u1"), *memories("u2"),
+                                QueryLine("u1", "q1", LATER, "它最近怎么样", ("u1m0",), ("我家狗狗",), "豆豆真可爱")]
     async with FakeEmbeddings(synonyms=SYNONYMS) as fake:
         replay = await replay_dense(lines, (1, 5), fake.base_url, "fake-ngrams")
-    assert replay.results["dense"].count == 1 and replay.notes["vectors written"] == 4
-    assert not replay.injected
+        window = [set(r["input"]) for r in fake.requests if "它最近怎么样" in r["input"]]
+    assert replay.notes["vectors written"] == 8
+    assert window and {"我家狗狗", "豆豆真可爱"} <= window[0]  # the dense query reads the window too
+    assert [t.relevant for t in replay.turns] == [("u1m0",), ()]  # the question, then asked of u2

@@ -386,3 +386,12 @@ def test_a_touched_memory_covers_part_of_one_clause(extractor: KeywordExtractor,
     query = build_query(turn, extractor.keywords)
     assert index.rank(query, NOW, OPEN)[0].memory.id == 1  # ranked first either way: the gate decides
     assert (1 in [r.memory.id for r in index.rank(query, NOW, BOT)]) is touched
+
+
+def test_a_question_word_glued_to_the_verb_does_not_hide_the_topic(extractor: KeywordExtractor) -> None:
+    # jieba cuts 哪天练 as one word; no memory holds it, and it used to keep the guitar memories below the gate.
+    assert "哪天练" not in extractor.keywords("我这周哪天练吉他来着")
+    facts = ["我周三和周五晚上练吉他", "家里的小狗叫豆豆，三岁了", "今天晚饭吃了牛肉面"]
+    index = ScopeIndex([dataclasses.replace(mem(i, extractor.keywords(e), event=e), terms=extractor.keywords(e))
+                        for i, e in enumerate(facts, start=1)], extractor.keywords)
+    assert recall(index, extractor, "我这周哪天练吉他来着", BOT) == [1]

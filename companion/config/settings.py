@@ -109,7 +109,8 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
     embedding_timeout_seconds: float = Field(default=10.0, gt=0)
     embedding_query_timeout_seconds: float = Field(default=2.0, gt=0)
-    embedding_min_similarity: float = Field(default=0.5, ge=-1, le=1)
+    embedding_min_similarity: float = Field(default=0.2, ge=-1, le=1)
+    embedding_min_standout: float = Field(default=5.0, ge=0)
     embedding_retry_after_seconds: float = Field(default=60.0, ge=0)
 
     @field_validator("admin_ids", "important_keywords", mode="before")

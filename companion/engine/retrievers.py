@@ -3,7 +3,12 @@
 Memories are embedded when they are written (outside the scope lock, batched) and their vectors kept by the
 store's vectors capability (``MemoryStore.open_vectors``; SQLite keeps them in its own database); a turn is
 embedded once and the scope's nearest memories are fused with the keyword ranking by reciprocal rank
-fusion. A failing backend never fails a reply: recall falls back to keywords with one warning, and
+fusion. The turn's vector is the weighted mean of the turn's, the user's two previous turns' and the companion's
+last reply's (the keyword query's window and weights), so a turn that names its topic only before still finds it.
+A dense candidate is admitted by how far it stands out from the scope's other nearest memories for this turn
+(``standout``), not by one absolute cosine: a model's cosines and a scope's spread differ by model, language and
+set, while "clearly closer than the rest" holds across them (measured leave-one-dataset-out, BENCHMARKS.md §7).
+A failing backend never fails a reply: recall falls back to keywords with one warning, and
 the backend is tried again after ``retry_after`` seconds.
 Memories whose embedding failed are picked up by the scope's next write or by ``python bot.py reindex``.
 """
@@ -11,7 +16,9 @@ Memories whose embedding failed are picked up by the scope's next write or by ``
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,19 +29,30 @@ from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder
 from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.index import RecallFilter
+from companion.recall.query import CURRENT_WEIGHT, EARLIER_USER_TURNS, REPLY_WEIGHT
 from companion.storage.base import MemoryStore, VectorIndex, VectorRow, text_hash
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut: ask for more
+STANDOUT_SKIP = 2  # the nearest few are the candidates, not the scope's usual similarity
+MIN_REFERENCE = 3
+MIN_SPREAD = 0.01  # cosines this close together are one level: no spread to divide by
+QUERY_CACHE = 256  # turns' vectors kept: each turn comes back as context on the next two
 
 
 @dataclass(frozen=True, slots=True)
 class DensePolicy:
-    min_similarity: float = 0.5  # a memory found by meaning alone must be at least this close
+    min_similarity: float = 0.2  # an absolute floor below which nothing is close, whatever the scope
+    # A memory found by meaning alone must stand this many standard deviations above the scope's usual
+    # similarity to the turn (``standout``); 0 turns the rule off. Measured leave-one-dataset-out (§7).
+    min_standout: float = 5.0
+    standout_sample: int = 1000  # the scope's memories read for its usual similarity (all, in most scopes)
+    by_scope_size: bool = False  # measure from the expected best of the scope's size (measured, not better)
     retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
     depth: int = 20  # candidates each retriever contributes to the fusion
+    weight: float = 1.0  # the dense ranking's weight in the fusion (the keyword ranking's is 1)
     sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
 
 
@@ -54,6 +72,7 @@ class DenseRetriever:
         self.policy = policy or DensePolicy()
         self.clock = clock  # monotonic seconds, for the retry timer
         self._down_until: float | None = None  # set while the backend is failing
+        self._queries: OrderedDict[str, list[float]] = OrderedDict()
 
     @classmethod
     async def start(
@@ -154,8 +173,9 @@ class DenseRetriever:
     ) -> list[Memory]:
         """Search by meaning: the scope's memories in ``statuses`` that pass ``filters`` and the similarity
         floor, closest first, at most ``limit``; [] when the backend is down."""
-        hits = await self.nearest(scope, text, limit * SEARCH_DEPTH_FACTOR + len(exclude))
-        wanted = [h for h, s in hits if s >= self.policy.min_similarity and h not in exclude]
+        hits = await self.nearest(scope, text, max(limit * SEARCH_DEPTH_FACTOR + len(exclude),
+                                                   self.policy.standout_sample))
+        wanted = [h for h in self.admitted(hits) if h not in exclude]
         found = {m.id: m for m in await self._store.fetch_by_ids(scope, wanted)}
         admitted = [found[h] for h in wanted if h in found and found[h].status in statuses]
         return [m for m in admitted if filters.admits(m)][:limit]
@@ -189,26 +209,64 @@ class DenseRetriever:
 
     # ---- recall ----------------------------------------------------------------------------------
 
-    async def nearest(self, scope: Scope, text: str, k: int) -> list[tuple[int, float]]:
-        """(handle, similarity) of the scope's closest memories to ``text``; [] when the backend is down."""
+    async def nearest(self, scope: Scope, text: str, k: int, *, earlier: Sequence[str] = (),
+                      reply: str | None = None) -> list[tuple[int, float]]:
+        """(handle, similarity) of the scope's closest memories to ``text`` read with its window (``earlier``,
+        the user's previous turns, oldest first; ``reply``, the companion's last reply); [] when the backend
+        is down."""
+        vector = await self.query_vector(text, earlier=earlier, reply=reply)
+        if vector is None:
+            return []
+        return await self.vectors.nearest(scope, self.model, vector, k)
+
+    async def query_vector(self, text: str, *, earlier: Sequence[str] = (),
+                           reply: str | None = None) -> list[float] | None:
+        """The window's vectors, weighted as the keyword query weighs its messages, summed and normalised;
+        None when there is nothing to embed or the backend is down. Texts embedded on an earlier turn come
+        from a small cache, so a turn costs one request for its new text."""
         if not text.strip():
-            return []
-        vectors = await self._embed([text], query=True, doing="embedding a turn")
-        if not vectors:
-            return []
-        return await self.vectors.nearest(scope, self.model, vectors[0], k)
+            return None
+        recent = [t for t in earlier if t.strip()][-EARLIER_USER_TURNS:]
+        window = [(text, CURRENT_WEIGHT)]
+        window += [(t, CURRENT_WEIGHT / (1 + d)) for d, t in enumerate(reversed(recent), start=1)]
+        if reply and reply.strip():
+            window.append((reply, REPLY_WEIGHT))
+        missing = list(dict.fromkeys(t for t, _ in window if t not in self._queries))
+        if missing:
+            vectors = await self._embed(missing, query=True, doing="embedding a turn")
+            if vectors is None:
+                return None
+            for t, v in zip(missing, vectors, strict=True):
+                self._queries[t] = v
+        summed: list[float] = []
+        for t, weight in window:
+            self._queries.move_to_end(t)
+            vector = self._queries[t]
+            summed = [weight * x for x in vector] if not summed else [a + weight * x for a, x in
+                                                                        zip(summed, vector, strict=True)]
+        while len(self._queries) > QUERY_CACHE:
+            self._queries.popitem(last=False)
+        norm = math.sqrt(sum(x * x for x in summed)) or 1.0
+        return [x / norm for x in summed]
+
+    def admitted(self, hits: Sequence[tuple[int, float]]) -> dict[int, float]:
+        """The hits that pass the dense gate (``standout``), closest first."""
+        return dict(standout(hits, self.policy))
 
     def widen(self, rules: RecallFilter) -> RecallFilter:
         """The keyword ranking's rules when it is to be fused: more candidates than the final cap."""
         return rules if rules.limit is None else replace(rules, limit=max(rules.limit, self.policy.depth))
 
     async def fuse(
-        self, scope: Scope, text: str, now: datetime, rules: RecallFilter, lexical: Sequence[Recalled]
+        self, scope: Scope, text: str, now: datetime, rules: RecallFilter, lexical: Sequence[Recalled], *,
+        earlier: Sequence[str] = (), reply: str | None = None,
     ) -> list[Recalled]:
         """Keyword results (already gated by ``rules``) fused with the memories closest in meaning that
-        pass the same rules and the similarity floor; capped at ``rules.limit``."""
-        hits = await self.nearest(scope, text, self.policy.depth)
-        similar = {h: s for h, s in hits if s >= self.policy.min_similarity}
+        pass the same rules and the dense gate (lifted with the keyword gate, ``rules.min_match == 0``);
+        capped at ``rules.limit``."""
+        hits = await self.nearest(scope, text, max(self.policy.depth, self.policy.standout_sample),
+                                  earlier=earlier, reply=reply)
+        similar = dict(hits[: self.policy.depth]) if rules.min_match <= 0 else self.admitted(hits)
         found = {m.id: m for m in await self._store.fetch_by_ids(scope, list(similar))}
         gone = [h for h in similar if h not in found or found[h].status is Status.FORGOTTEN]
         if gone:
@@ -221,9 +279,27 @@ class DenseRetriever:
         if not dense:
             return list(lexical[: rules.limit])
         by_id = {r.memory.id: r for r in lexical}
-        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense])[: rules.limit]
+        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense],
+                                       weights=(1.0, self.policy.weight))[: rules.limit]
         return [
             Recalled(memory=by_id[h].memory, score=score, match=by_id[h].match) if h in by_id
             else Recalled(memory=found[h], score=score, match=similar[h])
             for h, score in fused
         ]
+
+
+def standout(hits: Sequence[tuple[int, float]], policy: DensePolicy) -> list[tuple[int, float]]:
+    """The hits (closest first) at or above the policy's floor that stand out from the scope's usual
+    similarity to this turn: the similarities of its other memories (all but the first ``STANDOUT_SKIP``, the
+    ones a turn may recall, up to ``standout_sample``). The bar is ``min_standout`` standard deviations above
+    their mean, plus, with ``by_scope_size``, sqrt(2 ln n) more: about how far the best of n unrelated memories
+    lies above the mean by chance, so a scope of 600 memories needs a clearer winner than one of 8. A scope
+    with fewer than ``MIN_REFERENCE`` other memories has no usual similarity: there the floor alone decides."""
+    reference = [s for _, s in hits[STANDOUT_SKIP : policy.standout_sample]]
+    floor = policy.min_similarity
+    if policy.min_standout > 0 and len(reference) >= MIN_REFERENCE:
+        mean = sum(reference) / len(reference)
+        spread = max(MIN_SPREAD, math.sqrt(sum((s - mean) ** 2 for s in reference) / len(reference)))
+        chance = math.sqrt(2 * math.log(len(hits))) if policy.by_scope_size else 0.0
+        floor = max(floor, mean + (chance + policy.min_standout) * spread)
+    return [(h, s) for h, s in hits if s >= floor]

@@ -57,6 +57,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         important_keywords=tuple(settings.important_keywords),
         cache_memories=memories_for(settings.index_cache_mb),
         dense=DensePolicy(min_similarity=settings.embedding_min_similarity,
+                          min_standout=settings.embedding_min_standout,
                           retry_after=settings.embedding_retry_after_seconds),
     )
 

@@ -26,6 +26,12 @@ _DIGITS = re.compile(r"^[\d.,:/\-]+$")
 _LEADING_DATE = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}\s+")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 KEYWORD_CACHE = 4096
+# jieba glues a question word to the verb after it ("哪天练" in 我这周哪天练吉他来着): such a word matches no
+# memory ("我周三练吉他" holds 练, not 哪天练) and fills the turn's content with units no memory has. The question
+# part is cut off; what remains is a content word when it is one.
+_QUESTION_HEAD = re.compile(
+    r"^(?:为什么|什么时候|哪天|哪里|哪儿|哪个|哪些|什么|怎么|多少|几点|几时|几天|几个|几次)(?=.)"
+)
 
 
 class KeywordExtractor:
@@ -105,6 +111,8 @@ class KeywordExtractor:
         date = _LEADING_DATE.match(folded)
         for raw in self._tokenizer.lcut(folded[date.end():] if date else folded):
             word = raw.strip()
+            if word not in self._stopwords:
+                word = _QUESTION_HEAD.sub("", word)
             if self._is_content(word):
                 out.append(word[:MAX_KEYWORD_CHARS])
         return out
