@@ -50,7 +50,7 @@ from companion.engine.types import (
 )
 from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
-from companion.llm.client import LLMClient
+from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
@@ -76,7 +76,7 @@ __all__ = [
 
 class MemoryEngine:
     def __init__(
-        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: JsonModel | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -101,7 +101,7 @@ class MemoryEngine:
 
     @classmethod
     async def create(
-        cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: JsonModel | None = None,
         *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
@@ -118,7 +118,7 @@ class MemoryEngine:
 
     @classmethod
     async def open(
-        cls, url: str, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        cls, url: str, config: EngineConfig, keywords: KeywordExtractor, llm: JsonModel | None = None,
         *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
         """Open the store ``url`` names (``open_store``) and an engine that owns it (closed with it)."""

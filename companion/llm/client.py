@@ -25,12 +25,12 @@ from openai.types.chat import ChatCompletion
 
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
+from companion.llm.base import Message as Message  # re-exported: callers build messages with it
+from companion.llm.base import json_object
 from companion.llm.usage import UsageRecord, UsageSink, cache_split
 
 log = logging.getLogger(__name__)
 
-# Chat messages as the API takes them: role and content, plus tool_calls / tool_call_id for tool turns.
-Message = dict[str, Any]
 ToolChoice = str  # "auto" | "none" | "required"
 
 
@@ -132,7 +132,7 @@ class LLMClient:
             response_format={"type": "json_object"},
         )
         with self._counting_failures(purpose):
-            return _json_object(completion.content or "", purpose)
+            return json_object(completion.content or "", purpose)
 
     @contextmanager
     def _counting_failures(self, purpose: str) -> Iterator[None]:
@@ -222,15 +222,3 @@ def _completion(response: ChatCompletion, purpose: str) -> Completion:
     if content is None and not calls:
         raise LLMBadResponseError(f"{purpose}: blank answer")
     return Completion(content=content, tool_calls=calls, finish_reason=choice.finish_reason)
-
-
-def _json_object(text: str, purpose: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
-    except RecursionError:  # nesting deeper than the parser's stack: still just a bad answer
-        raise LLMBadResponseError(f"{purpose}: JSON nested too deeply") from None
-    if not isinstance(data, dict):
-        raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
-    return data

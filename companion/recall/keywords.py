@@ -26,6 +26,8 @@ _DIGITS = re.compile(r"^[\d.,:/\-]+$")
 _LEADING_DATE = re.compile(r"\s*\d{4}-\d{1,2}-\d{1,2}\s+")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 KEYWORD_CACHE = 4096
+# Found beside this module, so a host that vendors the engine under another package name finds them too.
+RESOURCES = __name__.rpartition(".")[0] + ".resources"
 
 
 class KeywordExtractor:
@@ -51,7 +53,7 @@ class KeywordExtractor:
                 return
             jieba.setLogLevel(logging.WARNING)
             self._tokenizer.initialize()
-            package = resources.files("companion.recall.resources")
+            package = resources.files(RESOURCES)
             with resources.as_file(package / "userdict.txt") as path:
                 self._tokenizer.load_userdict(str(path))
             text = (package / "stopwords.txt").read_text(encoding="utf-8")

@@ -1,0 +1,131 @@
+"""Real AstrBot (pinned, in its own virtualenv) running the built plugin against the fake LLM.
+
+The virtualenv is ``.venv-astrbot/`` at the repository's root, made on first use (a few minutes: AstrBot
+has ~140 dependencies) and reused after; ``ASTRBOT_VENV`` points at another one. Nothing here skips: a
+machine that cannot build it fails the tests, in CI too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from companion.hosts.astrbot.build import NAME, build
+from tests.fakes import FakeLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+ASTRBOT = "astrbot==4.14.6"
+HARNESS = Path(__file__).with_name("harness.py")
+REPLY_TIMEOUT = 90
+
+
+def astrbot_venv() -> Path:
+    venv = Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
+    python = venv / "bin" / "python"
+    requirements = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
+    ready = venv / f".ready-{ASTRBOT}-{abs(hash(requirements.read_text(encoding='utf-8'))) % 10**8}"
+    if ready.exists():
+        return python
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", ASTRBOT, "-r", str(requirements)],
+                   check=True, timeout=1800)
+    ready.touch()
+    return python
+
+
+@pytest.fixture(scope="session")
+def astrbot_python() -> Path:
+    return astrbot_venv()
+
+
+@pytest.fixture(scope="session")
+def built_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder, _ = build(tmp_path_factory.mktemp("dist"))
+    return folder
+
+
+class AstrBot:
+    """One AstrBot process; ``send`` is one message through its pipeline, answered with the replies."""
+
+    def __init__(self, process: asyncio.subprocess.Process, ready: dict[str, Any]) -> None:
+        self.process = process
+        self.ready = ready
+
+    async def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write((json.dumps(command, ensure_ascii=False) + "\n").encode())
+        await self.process.stdin.drain()
+        line = await asyncio.wait_for(self.process.stdout.readline(), REPLY_TIMEOUT)
+        assert line, "AstrBot exited"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def send(self, text: str, *, sender: str, platform: str = "qq", group: str = "") -> list[str]:
+        answer = await self._ask({"op": "send", "platform": platform, "sender": sender, "group": group,
+                                  "text": text})
+        self.files: list[str] = answer["files"]
+        replies: list[str] = answer["replies"]
+        return replies
+
+    async def measure(self) -> dict[str, float]:
+        return await self._ask({"op": "measure"})
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            try:
+                await self._ask({"op": "stop"})
+            finally:
+                with_timeout = asyncio.wait_for(self.process.wait(), 30)
+                try:
+                    await with_timeout
+                except TimeoutError:
+                    self.process.kill()
+                    await self.process.wait()
+
+
+async def start_astrbot(python: Path, root: Path, llm: FakeLLM) -> AstrBot:
+    log = (root / "astrbot.log").open("ab")
+    process = await asyncio.create_subprocess_exec(
+        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=root, limit=2**22,
+    )
+    log.close()
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 180)
+    if not line:
+        await process.wait()
+        raise AssertionError("AstrBot did not start:\n" + (root / "astrbot.log").read_text(errors="replace")[-4000:])
+    return AstrBot(process, json.loads(line))
+
+
+def install(plugin: Path, root: Path) -> None:
+    """Copy the built plugin folder into AstrBot's plugins folder, as a user installing it by hand does."""
+    import shutil
+
+    target = root / "data" / "plugins" / NAME
+    if not target.exists():
+        shutil.copytree(plugin, target)
+
+
+@pytest.fixture
+async def astrbot_root(tmp_path: Path, built_plugin: Path) -> Path:
+    root = tmp_path / "astrbot"
+    install(built_plugin, root)
+    return root
+
+
+@pytest.fixture
+async def astrbot(astrbot_python: Path, astrbot_root: Path, fake_llm: FakeLLM) -> AsyncIterator[AstrBot]:
+    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
+    try:
+        yield bot
+    finally:
+        await bot.stop()

@@ -1,0 +1,122 @@
+"""The built plugin inside real AstrBot: tools save in the speaker's scope, requests carry it to that
+speaker only, commands, export, forget, import and a restart (issue 20, "Proof")."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from companion.hosts.astrbot.build import NAME
+from tests.astrbot.conftest import AstrBot, start_astrbot
+from tests.astrbot.model import last_user, memory_block, saved, script, told
+from tests.fakes import FakeLLM
+
+SAID = "我对花生过敏"
+SECRET = saved(SAID)
+
+
+async def test_a_tool_call_saves_in_the_speakers_scope_and_only_they_are_told(
+    astrbot: AstrBot, fake_llm: FakeLLM
+) -> None:
+    fake_llm.responder = script
+    replies = await astrbot.send(f"/记住：{SAID}", sender="alice", group="g1")
+    assert replies == ["好的，记住了。"]
+    tools = [t["function"]["name"] for t in fake_llm.requests[0]["tools"]]
+    assert "companion_memory_add" in tools and "companion_memory_forget" in tools
+
+    fake_llm.requests.clear()
+    await astrbot.send("/今天吃什么好", sender="alice", group="g1")
+    assert SECRET in last_user(fake_llm.requests[-1])
+
+    for who, group, platform in (("bob", "g1", "qq"), ("alice", "g2", "qq"), ("alice", "", "qq"),
+                                 ("alice", "g1", "lark")):
+        fake_llm.requests.clear()
+        text = "/今天吃什么好" if group else "今天吃什么好"
+        await astrbot.send(text, sender=who, group=group, platform=platform)
+        assert fake_llm.requests, (who, group, platform)
+        assert all(SECRET not in told(r) for r in fake_llm.requests), (who, group, platform)
+
+
+async def test_admin_commands_export_and_forget(astrbot: AstrBot, fake_llm: FakeLLM) -> None:
+    fake_llm.responder = script
+    (added,) = await astrbot.send("/增加记忆 carol 喜欢猫 7", sender="admin1")
+    handle = added.rsplit("#", 1)[1].rstrip("。")
+    assert added == f"已为 carol 增加记忆 #{handle}。"
+    refused = await astrbot.send("/增加记忆 carol 喜欢狗", sender="dave")
+    assert not any("已为" in r for r in refused)
+    await astrbot.send("/删除记忆 carol " + handle, sender="dave")
+    await astrbot.send("/修改记忆 carol " + handle + " 喜欢狗", sender="dave")
+
+    fake_llm.requests.clear()
+    await astrbot.send("最近怎么样", sender="carol")
+    block = memory_block(fake_llm.requests[-1])
+    assert "喜欢猫" in block and "喜欢狗" not in block
+
+    assert await astrbot.send(f"/修改记忆 carol {handle} 喜欢橘猫 9", sender="admin1") == \
+        [f"已修改 carol 的记忆 #{handle}。"]
+    await astrbot.send("/导出记忆", sender="dave")
+    assert astrbot.files == []
+    replies = await astrbot.send("/导出记忆", sender="admin1")
+    assert replies[0].startswith("已导出 1 条记忆")
+    (exported,) = astrbot.files
+    rows = list(csv.DictReader(io.StringIO(Path(exported).read_text(encoding="utf-8-sig"))))
+    assert [(r["scope"], r["id"], r["content"], r["importance"]) for r in rows] == \
+        [("qq:carol", handle, "喜欢橘猫", "9")]
+
+    assert await astrbot.send(f"/忘记 {handle}", sender="mallory") == [f"没有找到这条记忆（编号 {handle}）。"]
+    assert await astrbot.send(f"/忘记 {handle}", sender="carol") == [f"好的，已经忘掉第 {handle} 条。"]
+    fake_llm.requests.clear()
+    await astrbot.send("最近怎么样", sender="carol")
+    assert "橘猫" not in told(fake_llm.requests[-1])
+
+    await astrbot.send(f"/记住：{SAID}", sender="carol")
+    assert (await astrbot.send("/忘记全部", sender="carol"))[0].startswith("确定要忘掉")
+    assert await astrbot.send("/忘记全部 确认", sender="carol") == ["好的，已经全部忘掉了（1 条）。"]
+    assert await astrbot.send("/我的记忆", sender="carol") == ["我还没有记住关于你的事。"]
+
+
+PER_USER = [  # the per-user design's {user_id}.json
+    {"id": 1, "content": "喜欢喝乌龙茶", "time": 1735689600, "importance": 6, "last_access_time": 1735776000,
+     "valid_time": 0},
+    {"id": 2, "content": "下周要考驾照", "time": 1735689600, "importance": 9, "last_access_time": 1735776000,
+     "valid_time": 86400 * 365 * 50},
+]
+PER_GROUP = {"users": {"u7": [  # the group design's {group_id}.json
+    {"id": "a1", "type": "instruction", "content": "叫他老七", "created_at": "2025-01-02 10:00:00",
+     "updated_at": "2025-01-03 10:00:00"},
+]}}
+
+
+async def test_import_of_both_formats_and_a_restart_keep_everything(
+    astrbot_python: Path, astrbot_root: Path, fake_llm: FakeLLM
+) -> None:
+    fake_llm.responder = script
+    folder = astrbot_root / "data" / "plugin_data" / NAME / "import"
+    folder.mkdir(parents=True)
+    (folder / "12345.json").write_text(json.dumps(PER_USER, ensure_ascii=False), encoding="utf-8")
+    (folder / "g9.json").write_text(json.dumps(PER_GROUP, ensure_ascii=False), encoding="utf-8")
+    (folder / "broken.json").write_text("[1, 2", encoding="utf-8")
+    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
+    try:
+        assert await bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 3 条，已存在跳过 0 条，无法识别 1 个。"]
+        assert await bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 0 条，已存在跳过 3 条，无法识别 1 个。"]
+        await bot.send(f"/记住：{SAID}", sender="12345")
+    finally:
+        await bot.stop()
+
+    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
+    try:
+        fake_llm.requests.clear()
+        await bot.send("周末干嘛", sender="12345")
+        block = memory_block(fake_llm.requests[-1])
+        assert all(text in block for text in ("喜欢喝乌龙茶", "下周要考驾照", SECRET)), block
+        fake_llm.requests.clear()
+        await bot.send("/周末干嘛", sender="u7", group="g9")
+        assert "叫他老七" in memory_block(fake_llm.requests[-1])
+        fake_llm.requests.clear()
+        await bot.send("周末干嘛", sender="u7")
+        assert "叫他老七" not in told(fake_llm.requests[-1])
+    finally:
+        await bot.stop()
