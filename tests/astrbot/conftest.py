@@ -7,6 +7,7 @@ machine that cannot build it fails the tests, in CI too."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -30,7 +31,9 @@ def astrbot_venv() -> Path:
     venv = Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
     python = venv / "bin" / "python"
     requirements = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
-    ready = venv / f".ready-{ASTRBOT}-{abs(hash(requirements.read_text(encoding='utf-8'))) % 10**8}"
+    # Made again when the pin or the plugin's requirements change.
+    stamp = hashlib.sha256(f"{ASTRBOT}\n{requirements.read_text(encoding='utf-8')}".encode()).hexdigest()[:12]
+    ready = venv / f".ready-{stamp}"
     if ready.exists():
         return python
     if not python.exists():

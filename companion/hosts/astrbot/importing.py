@@ -12,16 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
-from companion.core import rules
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Tier
+from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import EXPIRY, LABELS, Imported, MemoryService, validity_for
-from companion.storage.factory import open_store, sqlite_url
 
 IMPORTED = "astrbot:imported:"  # scope key + record hash -> handle
 
@@ -105,44 +103,39 @@ def _group_record(speaker: Speaker, item: dict[str, Any], tz: tzinfo) -> Record:
 
 
 async def import_folder(service: MemoryService, folder: Path, platform: str) -> Imported:
-    """Every ``*.json`` in ``folder``. Written through a connection of its own, so the engine's recall
-    indexes see another writer's commit and reload."""
+    """Every ``*.json`` in ``folder``, written through the engine (its recall indexes stay current); the
+    record's last access is kept as the memory's."""
     added = skipped = bad = 0
     now = service.now()
-    store = await open_store(sqlite_url(service.data_dir / "memory.sqlite3"))
-    try:
-        for path in sorted(folder.glob("*.json")):
-            try:
-                found = list(records(path, platform, service.options.tz))
-            except (ValueError, OSError):
-                bad += 1
+    store = service.store
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found = list(records(path, platform, service.options.tz))
+        except (ValueError, OSError):
+            bad += 1
+            continue
+        for record in found:
+            scope = record.speaker.scope
+            mark = f"{IMPORTED}{scope.key}:{record.digest}"
+            if await store.get_meta(mark) is not None:
+                skipped += 1
                 continue
-            for record in found:
-                scope = record.speaker.scope
-                mark = f"{IMPORTED}{scope.key}:{record.digest}"
-                if await store.get_meta(mark) is not None:
-                    skipped += 1
-                    continue
-                memory = _memory(service, record, now)
-                (handle,) = await store.import_rows(scope, [memory], now, keep_ids=False)
-                await store.set_meta(mark, str(handle))
-                await store.set_meta(LABELS + scope.key, record.speaker.label)
-                if record.seconds > 0:
-                    raw = await store.get_meta(EXPIRY + scope.key)
-                    table = {} if raw is None else dict(json.loads(raw))
-                    table[str(handle)] = ((record.created or now) + timedelta(seconds=record.seconds)).timestamp()
-                    await store.set_meta(EXPIRY + scope.key, json.dumps(table))
-                added += 1
-    finally:
-        await store.close()
+            (handle, *_) = await service.engine.remember(scope, [_draft(service, record, now)], now)
+            if record.accessed is not None:
+                await service.engine.touch(scope, [handle], record.accessed)
+            await store.set_meta(mark, str(handle))
+            await store.set_meta(LABELS + scope.key, record.speaker.label)
+            if record.seconds > 0:
+                raw = await store.get_meta(EXPIRY + scope.key)
+                table = {} if raw is None else dict(json.loads(raw))
+                table[str(handle)] = ((record.created or now) + timedelta(seconds=record.seconds)).timestamp()
+                await store.set_meta(EXPIRY + scope.key, json.dumps(table))
+            added += 1
     return Imported(added, skipped, bad)
 
 
-def _memory(service: MemoryService, record: Record, now: datetime) -> Memory:
-    words = service.engine.keywords.keywords(record.content)
-    draft = MemoryDraft(event=record.content, keywords=words, importance=record.importance,
-                        validity=validity_for(record.seconds), type=record.type, origin=Origin.EXPLICIT,
-                        created_at=record.created or now, terms=service.engine.keywords.tokens(record.content),
-                        tier=Tier.LONG if record.seconds <= 0 else None)
-    memory = rules.new_memory(draft, 0, now)
-    return replace(memory, updated_at=record.updated or memory.updated_at, last_accessed_at=record.accessed)
+def _draft(service: MemoryService, record: Record, now: datetime) -> MemoryDraft:
+    return MemoryDraft(event=record.content, keywords=service.engine.keywords.keywords(record.content),
+                       importance=record.importance, validity=validity_for(record.seconds), type=record.type,
+                       origin=Origin.EXPLICIT, created_at=record.created or now, source_at=record.updated,
+                       tier=Tier.LONG if record.seconds <= 0 else None)
