@@ -15,10 +15,12 @@ import pytest
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import MemoryType
 from companion.hosts.astrbot import texts
+from companion.hosts.astrbot.arguments import BadArgument
+from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.importing import import_folder
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import BadArgument, MemoryService, for_prompt, scrub
+from companion.hosts.astrbot.service import MemoryService, for_prompt
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

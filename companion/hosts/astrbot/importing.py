@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
+from companion.hosts.astrbot.arguments import validity_for
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import EXPIRY, LABELS, Imported, MemoryService, validity_for
+from companion.hosts.astrbot.service import EXPIRY, LABELS, Imported, MemoryService
 
 IMPORTED = "astrbot:imported:"  # scope key + record hash -> handle
 

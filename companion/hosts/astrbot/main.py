@@ -11,7 +11,7 @@ import logging
 import shlex
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astrbot.api import AstrBotConfig
 from astrbot.api.event import AstrMessageEvent, MessageEventResult, filter
@@ -19,12 +19,16 @@ from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools
 
 from companion.core.errors import CompanionError, LLMUnavailableError
+from companion.core.models import Origin
 from companion.hosts.astrbot import texts
-from companion.hosts.astrbot.importing import import_folder
+from companion.hosts.astrbot.arguments import BadArgument
+from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import BadArgument, MemoryService, scrub
 from companion.llm.base import Message, json_object
+
+if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
+    from companion.hosts.astrbot.service import MemoryService
 
 log = logging.getLogger("astrbot_plugin_companion_memory")
 NAME = "astrbot_plugin_companion_memory"
@@ -50,6 +54,12 @@ class ProviderModel:
         if text.startswith("```"):
             text = text.strip("`").removeprefix("json").strip()
         return json_object(text, purpose)
+
+
+def engine_class() -> type[MemoryService]:
+    from companion.hosts.astrbot.service import MemoryService
+
+    return MemoryService
 
 
 def speaker_of(event: AstrMessageEvent) -> Speaker:
@@ -79,12 +89,22 @@ class CompanionMemory(Star):
         self._nightly: asyncio.Task[None] | None = None
         self._confirming: set[str] = set()
 
+    @filter.on_astrbot_loaded()
+    async def warm(self) -> None:
+        """Open the engine once AstrBot is up, so neither the plugin's load nor the first request waits."""
+        try:
+            await self.service()
+        except Exception:
+            log.exception("the memory engine did not open; the next request tries again")
+
     async def service(self) -> MemoryService:
         async with self._opening:
             if self._service is None:
+                # The engine's modules (jieba, numpy: ~0.6 s) import in a thread, off AstrBot's loop.
+                service_class = await asyncio.to_thread(engine_class)
                 data = Path(StarTools.get_data_dir(NAME))
                 llm = ProviderModel(self.context) if self.options.learning else None
-                self._service = await MemoryService.open(data, self.options, llm)
+                self._service = await service_class.open(data, self.options, llm)
                 self._nightly = asyncio.create_task(self._service.run_nightly())
             return self._service
 
@@ -270,54 +290,41 @@ class CompanionMemory(Star):
 
     # ---- the admins' commands (the per-user design's names, English aliases) -------------------------
 
+    async def _admin(self, event: AstrMessageEvent, least: int, usage: str, work: Any) -> str:
+        """An admin command naming a user (``args[0]``) in the place it is sent from: that member here."""
+        args = words_of(event)
+        if len(args) < least:
+            return usage
+        try:
+            return str(await work(await self.service(), speaker_of(event).member(args[0]), args))
+        except BadArgument as exc:
+            return texts.TOOL_BAD.format(why=exc)
+        except CompanionError:
+            return texts.ADMIN_NOT_FOUND.format(user=args[0], id=args[1])
+
     @filter.permission_type(filter.PermissionType.ADMIN)
     @filter.command("增加记忆", alias={"add_memory"})
     async def admin_add(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
-        args = words_of(event)
-        if len(args) < 2:
-            yield final(event, texts.ADMIN_USAGE_ADD)
-            return
-        target = speaker_of(event).member(args[0])
-        try:
-            memory = await (await self.service()).add(target, args[1], args[2] if len(args) > 2 else 5,
-                                                      args[3] if len(args) > 3 else 0, "fact")
-        except BadArgument as exc:
-            yield final(event, texts.TOOL_BAD.format(why=exc))
-            return
-        yield final(event, texts.ADMIN_ADDED.format(user=args[0], id=memory.id))
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            memory = await service.add(target, args[1], *args[2:4], origin=Origin.EXPLICIT)
+            return texts.ADMIN_ADDED.format(user=args[0], id=memory.id)
+        yield final(event, await self._admin(event, 2, texts.ADMIN_USAGE_ADD, work))
 
     @filter.permission_type(filter.PermissionType.ADMIN)
     @filter.command("删除记忆", alias={"del_memory"})
     async def admin_delete(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
-        args = words_of(event)
-        if len(args) < 2:
-            yield final(event, texts.ADMIN_USAGE_DELETE)
-            return
-        try:
-            gone = await (await self.service()).drop(speaker_of(event).member(args[0]), args[1])
-        except BadArgument as exc:
-            yield final(event, texts.TOOL_BAD.format(why=exc))
-            return
-        text = texts.ADMIN_DELETED if gone else texts.ADMIN_NOT_FOUND
-        yield final(event, text.format(user=args[0], id=args[1]))
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            gone = await service.drop(target, args[1])
+            return (texts.ADMIN_DELETED if gone else texts.ADMIN_NOT_FOUND).format(user=args[0], id=args[1])
+        yield final(event, await self._admin(event, 2, texts.ADMIN_USAGE_DELETE, work))
 
     @filter.permission_type(filter.PermissionType.ADMIN)
     @filter.command("修改记忆", alias={"edit_memory"})
     async def admin_edit(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
-        args = words_of(event)
-        if len(args) < 3:
-            yield final(event, texts.ADMIN_USAGE_EDIT)
-            return
-        try:
-            memory = await (await self.service()).update(speaker_of(event).member(args[0]), args[1], args[2],
-                                                         args[3] if len(args) > 3 else None)
-        except BadArgument as exc:
-            yield final(event, texts.TOOL_BAD.format(why=exc))
-            return
-        except CompanionError:
-            yield final(event, texts.ADMIN_NOT_FOUND.format(user=args[0], id=args[1]))
-            return
-        yield final(event, texts.ADMIN_EDITED.format(user=args[0], id=memory.id))
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            memory = await service.update(target, args[1], args[2], args[3] if len(args) > 3 else None)
+            return texts.ADMIN_EDITED.format(user=args[0], id=memory.id)
+        yield final(event, await self._admin(event, 3, texts.ADMIN_USAGE_EDIT, work))
 
     @filter.permission_type(filter.PermissionType.ADMIN)
     @filter.command("导出记忆", alias={"export_memory"})
@@ -336,6 +343,8 @@ class CompanionMemory(Star):
         service = await self.service()
         folder = service.data_dir / "import"
         folder.mkdir(exist_ok=True)
+        from companion.hosts.astrbot.importing import import_folder
+
         report = await import_folder(service, folder, str(event.get_platform_id()))
         yield final(event, texts.ADMIN_IMPORTED.format(added=report.added, skipped=report.skipped,
                                                              bad=report.bad))

@@ -8,10 +8,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from memory import EngineConfig
+if TYPE_CHECKING:
+    from memory import EngineConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,8 @@ class Options:
         return ZoneInfo(self.timezone)
 
     def engine_config(self) -> EngineConfig:
+        from memory import EngineConfig  # the engine loads when the plugin first needs it, not at load
+
         return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz)
 
 

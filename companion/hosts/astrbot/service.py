@@ -19,9 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
 from companion.core.timeutil import utcnow
 from companion.hosts.astrbot import texts
+from companion.hosts.astrbot.arguments import (
+    BadArgument,
+    content_of,
+    handle_of,
+    importance_of,
+    seconds_of,
+    type_of,
+    validity_for,
+)
+from companion.hosts.astrbot.fences import fenced
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
 from companion.llm.base import JsonModel
@@ -33,7 +43,6 @@ from memory import MemoryEngine
 log = logging.getLogger(__name__)
 
 TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FACT: 2, MemoryType.EVENT: 3}
-MAX_CONTENT = 500
 MAX_LIST = 30
 MAX_SEARCH = 10
 LABELS = "astrbot:label:"  # scope key -> ``Speaker.label``, for exports
@@ -42,93 +51,10 @@ CSV_FIELDS = ("scope", "id", "type", "tier", "importance", "content", "created_a
               "last_accessed_at", "expires_at")
 
 
-class BadArgument(ValueError):
-    """A tool or command argument out of bounds; the message says which (shown to the model or admin)."""
-
-
-def importance_of(value: object, default: float = 5) -> float:
-    """The designs' 1-10 importance as the engine's 0-100."""
-    try:
-        number = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else default
-    except ValueError:
-        raise BadArgument("importance 应为 1-10 的数字") from None
-    if not 1 <= number <= 10:
-        raise BadArgument("importance 应为 1-10")
-    return number * 10
-
-
-def seconds_of(value: object) -> int:
-    try:
-        number = int(float(value)) if isinstance(value, int | float | str) and not isinstance(value, bool) else 0
-    except ValueError:
-        raise BadArgument("valid_time 应为秒数") from None
-    if number < 0 or number > 100 * 365 * 86400:
-        raise BadArgument("valid_time 应在 0 到 100 年之间（秒）")
-    return number
-
-
-def validity_for(seconds: int) -> Validity:
-    if seconds <= 0:
-        return Validity.PERMANENT
-    return Validity.DAYS_7 if seconds <= 7 * 86400 else Validity.DAYS_30 if seconds <= 30 * 86400 \
-        else Validity.PERMANENT
-
-
-def type_of(value: object) -> MemoryType:
-    try:
-        return MemoryType(str(value or "fact").strip().lower())
-    except ValueError:
-        raise BadArgument("type 应为 preference / fact / instruction / event") from None
-
-
-def content_of(value: object) -> str:
-    text = " ".join(str(value or "").split())
-    if not text:
-        raise BadArgument("content 不能为空")
-    if len(text) > MAX_CONTENT:
-        raise BadArgument(f"content 最多 {MAX_CONTENT} 字")
-    return text
-
-
-def handle_of(value: object) -> int:
-    try:
-        number = int(str(value).strip().lstrip("#"))
-    except ValueError:
-        raise BadArgument("id 应为记忆编号") from None
-    if number <= 0:
-        raise BadArgument("id 应为记忆编号")
-    return number
-
-
 def for_prompt(memories: Sequence[Memory], limit: int) -> list[Memory]:
     """The speaker's memories a request carries: instruction > preference > fact > event, then newest."""
     ranked = sorted(memories, key=lambda m: (TYPE_ORDER.get(m.type, 9), -m.created_at.timestamp()))
     return ranked[:limit]
-
-
-def scrub(contexts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The history without anything the plugin put into an earlier request (memory blocks, tool results)."""
-    cleaned: list[dict[str, Any]] = []
-    for message in contexts:
-        content = message.get("content")
-        if isinstance(content, str) and texts.BEGIN in content:
-            message = {**message, "content": _cut(content)}
-        elif isinstance(content, list):
-            parts = [p for p in content if not (isinstance(p, dict) and texts.BEGIN in str(p.get("text", "")))]
-            message = {**message, "content": parts}
-        cleaned.append(message)
-    return cleaned
-
-
-def _cut(text: str) -> str:
-    while (start := text.find(texts.BEGIN)) >= 0:
-        end = text.find(texts.END, start)
-        text = text[:start] + (text[end + len(texts.END):] if end >= 0 else "")
-    return text.strip() or "（已省略）"
-
-
-def fenced(body: str) -> str:
-    return f"{texts.BEGIN}\n{body}\n{texts.END}"
 
 
 @dataclass(frozen=True, slots=True)
