@@ -83,7 +83,7 @@ def test_settings_are_bounded_and_fall_back_to_defaults() -> None:
 
 def test_scrub_takes_the_plugins_blocks_out_of_the_history() -> None:
     block = f"{texts.BEGIN}\n- [1] 喜欢猫\n{texts.END}"
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": f"你好\n\n{block}"},
         {"role": "user", "content": [{"type": "text", "text": "看图"}, {"type": "text", "text": block}]},
         {"role": "tool", "content": block, "tool_call_id": "1"},

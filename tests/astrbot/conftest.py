@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,31 +18,44 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from companion.hosts.astrbot.build import NAME, build
+from tests.astrbot.model import script
 from tests.fakes import FakeLLM
 
 ROOT = Path(__file__).resolve().parents[2]
-ASTRBOT = "astrbot==4.14.6"
+ASTRBOT = "astrbot==4.14.6"  # the newest AstrBot for Python 3.11
+NEWEST = "astrbot==4.29.3"  # the newest AstrBot when the plugin was written (Python >= 3.12)
 HARNESS = Path(__file__).with_name("harness.py")
 REPLY_TIMEOUT = 90
 
 
-def astrbot_venv() -> Path:
-    venv = Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
+def astrbot_venv(venv: Path | None = None, pin: str = ASTRBOT, base: str = sys.executable) -> Path:
+    """The Python of a virtualenv holding ``pin`` and the plugin's requirements, made when missing."""
+    venv = venv or Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
     python = venv / "bin" / "python"
     requirements = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
     # Made again when the pin or the plugin's requirements change.
-    stamp = hashlib.sha256(f"{ASTRBOT}\n{requirements.read_text(encoding='utf-8')}".encode()).hexdigest()[:12]
+    stamp = hashlib.sha256(f"{pin}\n{requirements.read_text(encoding='utf-8')}".encode()).hexdigest()[:12]
     ready = venv / f".ready-{stamp}"
     if ready.exists():
         return python
     if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", ASTRBOT, "-r", str(requirements)],
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", pin, "-r", str(requirements)],
                    check=True, timeout=1800)
     ready.touch()
     return python
+
+
+def python312() -> str | None:
+    """A Python 3.12 interpreter on PATH or under pyenv, for the newest AstrBot."""
+    found = shutil.which("python3.12")
+    if found:
+        return found
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))
+    return str(pyenv[-1]) if pyenv else None
 
 
 @pytest.fixture(scope="session")
@@ -111,24 +125,36 @@ async def start_astrbot(python: Path, root: Path, llm: FakeLLM) -> AstrBot:
 
 def install(plugin: Path, root: Path) -> None:
     """Copy the built plugin folder into AstrBot's plugins folder, as a user installing it by hand does."""
-    import shutil
-
     target = root / "data" / "plugins" / NAME
     if not target.exists():
         shutil.copytree(plugin, target)
 
 
-@pytest.fixture
-async def astrbot_root(tmp_path: Path, built_plugin: Path) -> Path:
-    root = tmp_path / "astrbot"
+class Rig:
+    """One AstrBot root shared by a module's tests (AstrBot takes ~20 s to start): its process, the fake
+    model it talks to, and a restart on the same data."""
+
+    def __init__(self, python: Path, root: Path, llm: FakeLLM, bot: AstrBot) -> None:
+        self.python, self.root, self.llm, self.bot = python, root, llm, bot
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data" / "plugin_data" / NAME
+
+    async def restart(self) -> None:
+        await self.bot.stop()
+        self.bot = await start_astrbot(self.python, self.root, self.llm)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(astrbot_python: Path, built_plugin: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> AsyncIterator[Rig]:
+    root = tmp_path_factory.mktemp("astrbot")
     install(built_plugin, root)
-    return root
-
-
-@pytest.fixture
-async def astrbot(astrbot_python: Path, astrbot_root: Path, fake_llm: FakeLLM) -> AsyncIterator[AstrBot]:
-    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
-    try:
-        yield bot
-    finally:
-        await bot.stop()
+    async with FakeLLM() as llm:
+        llm.responder = script
+        shared = Rig(astrbot_python, root, llm, await start_astrbot(astrbot_python, root, llm))
+        try:
+            yield shared
+        finally:
+            await shared.bot.stop()

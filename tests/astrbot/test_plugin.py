@@ -1,5 +1,6 @@
 """The built plugin inside real AstrBot: tools save in the speaker's scope, requests carry it to that
-speaker only, commands, export, forget, import and a restart (issue 20, "Proof")."""
+speaker only, commands, export, forget, import and a restart (issue 20, "Proof"). The tests share one
+AstrBot (each uses senders of its own); the last restarts it and finds what the others left."""
 
 from __future__ import annotations
 
@@ -8,19 +9,20 @@ import io
 import json
 from pathlib import Path
 
-from companion.hosts.astrbot.build import NAME
-from tests.astrbot.conftest import AstrBot, start_astrbot
-from tests.astrbot.model import last_user, memory_block, saved, script, told
-from tests.fakes import FakeLLM
+import pytest
+
+from tests.astrbot.conftest import Rig
+from tests.astrbot.model import last_user, memory_block, saved, told
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SAID = "我对花生过敏"
 SECRET = saved(SAID)
 
 
-async def test_a_tool_call_saves_in_the_speakers_scope_and_only_they_are_told(
-    astrbot: AstrBot, fake_llm: FakeLLM
-) -> None:
-    fake_llm.responder = script
+async def test_a_tool_call_saves_in_the_speakers_scope_and_only_they_are_told(rig: Rig) -> None:
+    astrbot, fake_llm = rig.bot, rig.llm
+    fake_llm.requests.clear()
     replies = await astrbot.send(f"/记住：{SAID}", sender="alice", group="g1")
     assert replies == ["好的，记住了。"]
     tools = [t["function"]["name"] for t in fake_llm.requests[0]["tools"]]
@@ -39,8 +41,8 @@ async def test_a_tool_call_saves_in_the_speakers_scope_and_only_they_are_told(
         assert all(SECRET not in told(r) for r in fake_llm.requests), (who, group, platform)
 
 
-async def test_admin_commands_export_and_forget(astrbot: AstrBot, fake_llm: FakeLLM) -> None:
-    fake_llm.responder = script
+async def test_admin_commands_export_and_forget(rig: Rig) -> None:
+    astrbot, fake_llm = rig.bot, rig.llm
     (added,) = await astrbot.send("/增加记忆 carol 喜欢猫 7", sender="admin1")
     handle = added.rsplit("#", 1)[1].rstrip("。")
     assert added == f"已为 carol 增加记忆 #{handle}。"
@@ -58,7 +60,7 @@ async def test_admin_commands_export_and_forget(astrbot: AstrBot, fake_llm: Fake
         [f"已修改 carol 的记忆 #{handle}。"]
     await astrbot.send("/导出记忆", sender="dave")
     assert astrbot.files == []
-    replies = await astrbot.send("/导出记忆", sender="admin1")
+    replies = await astrbot.send("/导出记忆 橘猫", sender="admin1")
     assert replies[0].startswith("已导出 1 条记忆")
     (exported,) = astrbot.files
     rows = list(csv.DictReader(io.StringIO(Path(exported).read_text(encoding="utf-8-sig"))))
@@ -89,34 +91,34 @@ PER_GROUP = {"users": {"u7": [  # the group design's {group_id}.json
 ]}}
 
 
-async def test_import_of_both_formats_and_a_restart_keep_everything(
-    astrbot_python: Path, astrbot_root: Path, fake_llm: FakeLLM
-) -> None:
-    fake_llm.responder = script
-    folder = astrbot_root / "data" / "plugin_data" / NAME / "import"
-    folder.mkdir(parents=True)
+async def test_imports_of_both_formats_double_nothing(rig: Rig) -> None:
+    folder = rig.data / "import"
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "12345.json").write_text(json.dumps(PER_USER, ensure_ascii=False), encoding="utf-8")
     (folder / "g9.json").write_text(json.dumps(PER_GROUP, ensure_ascii=False), encoding="utf-8")
     (folder / "broken.json").write_text("[1, 2", encoding="utf-8")
-    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
-    try:
-        assert await bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 3 条，已存在跳过 0 条，无法识别 1 个。"]
-        assert await bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 0 条，已存在跳过 3 条，无法识别 1 个。"]
-        await bot.send(f"/记住：{SAID}", sender="12345")
-    finally:
-        await bot.stop()
+    assert await rig.bot.send("/导入记忆", sender="dave") != ["导入完成：新增 3 条，已存在跳过 0 条，无法识别 1 个。"]
+    assert await rig.bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 3 条，已存在跳过 0 条，无法识别 1 个。"]
+    assert await rig.bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 0 条，已存在跳过 3 条，无法识别 1 个。"]
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="12345")
+    block = memory_block(rig.llm.requests[-1])
+    assert "喜欢喝乌龙茶" in block and "下周要考驾照" in block, block
 
-    bot = await start_astrbot(astrbot_python, astrbot_root, fake_llm)
-    try:
-        fake_llm.requests.clear()
-        await bot.send("周末干嘛", sender="12345")
-        block = memory_block(fake_llm.requests[-1])
-        assert all(text in block for text in ("喜欢喝乌龙茶", "下周要考驾照", SECRET)), block
-        fake_llm.requests.clear()
-        await bot.send("/周末干嘛", sender="u7", group="g9")
-        assert "叫他老七" in memory_block(fake_llm.requests[-1])
-        fake_llm.requests.clear()
-        await bot.send("周末干嘛", sender="u7")
-        assert "叫他老七" not in told(fake_llm.requests[-1])
-    finally:
-        await bot.stop()
+
+async def test_a_restart_keeps_everything(rig: Rig) -> None:
+    await rig.bot.send(f"/记住：{SAID}", sender="12345")
+    await rig.restart()
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="12345")
+    block = memory_block(rig.llm.requests[-1])
+    assert all(text in block for text in ("喜欢喝乌龙茶", "下周要考驾照", SECRET)), block
+    rig.llm.requests.clear()
+    await rig.bot.send("/周末干嘛", sender="u7", group="g9")
+    assert "叫他老七" in memory_block(rig.llm.requests[-1])
+    rig.llm.requests.clear()
+    await rig.bot.send("/今天吃什么好", sender="alice", group="g1")
+    assert SECRET in memory_block(rig.llm.requests[-1])
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="u7")
+    assert "叫他老七" not in told(rig.llm.requests[-1])
