@@ -195,3 +195,20 @@ async def test_learning_goes_through_the_hosts_model_every_few_exchanges(service
     await service.wait_idle()
     assert [m.event for m in await service.memories(ALICE_G1)] == ["喜欢爬山"]
     assert await service.memories(ALICE_G1.private()) == []
+
+
+async def test_capacity_evicts_the_least_important_then_the_least_recently_used(tmp_path: Path, clock: Clock) -> None:
+    service = await MemoryService.open(tmp_path / "cap", Options(capacity=10), None, clock)
+    try:
+        kept = []
+        for i in range(10):
+            clock.now += timedelta(minutes=1)
+            animal = "猫狗鱼鸟虫马牛羊鸡鸭"[i]
+            kept.append(await service.add(ALICE_G1, f"第{i}条：{animal}", importance=2 if i < 2 else 6))
+        clock.now += timedelta(minutes=1)
+        await service.add(ALICE_G1, "最新的一条：喜欢下雨天", importance=5)
+        left = {m.event for m in await service.memories(ALICE_G1)}
+        assert len(left) == 10 and kept[0].event not in left and kept[1].event in left
+        assert "最新的一条：喜欢下雨天" in left
+    finally:
+        await service.close()

@@ -139,4 +139,4 @@ def _draft(service: MemoryService, record: Record, now: datetime) -> MemoryDraft
     return MemoryDraft(event=record.content, keywords=service.engine.keywords.keywords(record.content),
                        importance=record.importance, validity=validity_for(record.seconds), type=record.type,
                        origin=Origin.EXPLICIT, created_at=record.created or now, source_at=record.updated,
-                       tier=Tier.LONG if record.seconds <= 0 else None)
+                       tier=Tier.MEDIUM if record.seconds <= 0 else None)

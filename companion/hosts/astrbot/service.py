@@ -168,9 +168,11 @@ class MemoryService:
             type_of(kind)
         now = self._clock()
         await self._label(speaker)
+        # Lasting memories stay medium-term, where the capacity counts them (the per-user design evicts any
+        # memory); a move to long-term (the tool) exempts one.
         draft = MemoryDraft(event=text, keywords=self.engine.keywords.keywords(text), importance=weight,
                             validity=validity_for(seconds), type=mtype, origin=origin, source_at=now,
-                            tier=Tier.LONG if seconds <= 0 else None)
+                            tier=Tier.MEDIUM if seconds <= 0 else None)
         memory = await self.engine.save_draft(speaker.scope, draft, now)
         await self._set_expiry(speaker.scope, memory.id, seconds, now)
         return memory
