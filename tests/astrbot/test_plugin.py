@@ -79,6 +79,16 @@ async def test_admin_commands_export_and_forget(rig: Rig) -> None:
     assert await astrbot.send("/我的记忆", sender="carol") == ["我还没有记住关于你的事。"]
 
 
+async def test_a_group_sees_a_short_list_where_it_cannot_go_privately(rig: Rig) -> None:
+    for i in range(7):
+        await rig.bot.send(f"/增加记忆 gina 第{i}件事 5", sender="admin1", group="g3")
+    (listed,) = await rig.bot.send("/我的记忆", sender="gina", group="g3")
+    assert listed.splitlines()[0] == "我记得关于你的这些（7 条）：" and len(listed.splitlines()) == 7
+    assert "还有 2 条没有列出" in listed
+    assert await rig.bot.send("/我的记忆", sender="gina") == ["我还没有记住关于你的事。"]
+    assert await rig.bot.send("/我的记忆", sender="hank", group="g3") == ["我还没有记住关于你的事。"]
+
+
 PER_USER = [  # the per-user design's {user_id}.json
     {"id": 1, "content": "喜欢喝乌龙茶", "time": 1735689600, "importance": 6, "last_access_time": 1735776000,
      "valid_time": 0},

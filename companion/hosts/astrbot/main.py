@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not 
 
 log = logging.getLogger("astrbot_plugin_companion_memory")
 NAME = "astrbot_plugin_companion_memory"
+SHORT_LIST = 6  # lines of "what you remember" a group sees when the list cannot go privately
 
 
 class ProviderModel:
@@ -259,9 +260,23 @@ class CompanionMemory(Star):
             yield final(event, texts.NOTHING)
             return
         lines = [texts.YOU_SAID.format(count=len(found)), *(f"{m.id}. {m.event}" for m in found)]
-        if speaker.in_group and len(lines) > 6:
-            lines = [*lines[:6], texts.MORE.format(more=len(lines) - 6)]
+        if speaker.in_group and len(lines) > SHORT_LIST:
+            if await self._privately(event, "\n".join(lines)):
+                yield final(event, texts.SENT_PRIVATELY)
+                return
+            lines = [*lines[:SHORT_LIST], texts.MORE.format(more=len(lines) - SHORT_LIST)]
         yield final(event, "\n".join(lines))
+
+    async def _privately(self, event: AstrMessageEvent, text: str) -> bool:
+        """Send to the speaker's private chat where the platform can start one; False where it cannot."""
+        from astrbot.api.event import MessageChain
+
+        try:
+            return bool(await self.context.send_message(
+                f"{event.get_platform_id()}:FriendMessage:{event.get_sender_id()}", MessageChain().message(text)))
+        except Exception:  # a platform without proactive private messages: the group gets a short list
+            log.debug("no private message on %s", event.get_platform_id(), exc_info=True)
+            return False
 
     @filter.command("忘记", alias={"forget"})
     async def forget_one(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:

@@ -22,7 +22,7 @@ RECALLED = "和这句话相关的回忆："
 
 NOTHING = "我还没有记住关于你的事。"
 YOU_SAID = "我记得关于你的这些（{count} 条）："
-MORE = "……还有 {more} 条。私聊我发送 /我的记忆 可以看全部。"
+MORE = "……还有 {more} 条没有列出（群里只列前几条，可以让我搜索某件事）。"
 SENT_PRIVATELY = "已私聊发给你了。"
 FORGOT_ONE = "好的，已经忘掉第 {id} 条。"
 NOT_YOURS = "没有找到这条记忆（编号 {id}）。"
