@@ -108,10 +108,12 @@ class AstrBot:
                     await self.process.wait()
 
 
-async def start_astrbot(python: Path, root: Path, llm: FakeLLM) -> AstrBot:
+async def start_astrbot(python: Path, root: Path, llm: FakeLLM, *, plugin: bool = True) -> AstrBot:
+    """AstrBot on ``root`` (``plugin=False``: alone, a benchmark's baseline), once it is ready for messages."""
+    root.mkdir(parents=True, exist_ok=True)
     log = (root / "astrbot.log").open("ab")
     process = await asyncio.create_subprocess_exec(
-        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1",
+        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1", *(() if plugin else ("--no-plugin",)),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=root, limit=2**22,
     )
     log.close()

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 ROOT, LLM_URL = Path(sys.argv[1]), sys.argv[2]
+BASELINE = sys.argv[3:] == ["--no-plugin"]  # AstrBot alone, for the benchmark's side-by-side baseline
 # AstrBot logs to stdout: the protocol keeps the real stdout, everything else goes to stderr.
 PROTOCOL = os.fdopen(os.dup(1), "w", encoding="utf-8")
 os.dup2(2, 1)
@@ -100,9 +101,9 @@ async def main() -> None:
     await asyncio.sleep(0.2)
     boot = time.perf_counter() - started
     star = lifecycle.star_context.get_registered_star(PLUGIN)
-    if star is None or star.star_cls is None:
+    if (star is None or star.star_cls is None) and not BASELINE:
         raise SystemExit(f"plugin {PLUGIN} did not load")
-    plugin = star.star_cls
+    plugin = None if BASELINE else star.star_cls
     loop = asyncio.get_running_loop()
     out = PROTOCOL
     print(json.dumps({"ready": True, "boot_seconds": round(boot, 3)}), file=out, flush=True)
@@ -115,42 +116,47 @@ async def main() -> None:
             event = HarnessEvent(command["text"], command["platform"], command["sender"], command.get("group", ""))
             info = lifecycle.astrbot_config_mgr.get_conf_info(event.unified_msg_origin)
             await lifecycle.pipeline_scheduler_mapping[info["id"]].execute(event)
-            service = await plugin.service()
-            await service.wait_idle()
+            if plugin is not None:  # learning runs in the background: let it finish before the answer
+                await (await plugin.service()).wait_idle()
             print(json.dumps({"replies": event.replies, "files": event.files}, ensure_ascii=False), file=out,
                   flush=True)
         elif command["op"] == "measure":
             print(json.dumps(await measure(plugin)), file=out, flush=True)
         elif command["op"] == "stop":
             break
-    await plugin.terminate()
+    if plugin is not None:
+        await plugin.terminate()
     await lifecycle.stop()
     runner.cancel()
     print(json.dumps({"stopped": True}), file=out, flush=True)
 
 
 async def measure(plugin) -> dict[str, float]:
-    """The plugin's own costs: opening its engine, the request hook per call, and the process's memory."""
+    """The plugin's own costs: opening its engine, the request hook per call (20 memories, recall on), and
+    the process's peak memory (AstrBot's alone with ``--no-plugin``)."""
+    import importlib
     import resource
 
-    await plugin.terminate()
-    began = time.perf_counter()
-    await plugin.service()
-    opened = time.perf_counter() - began
-    event = HarnessEvent("我最近在学游泳，周末去哪里玩好", "qq", "bench", "")
-    service = await plugin.service()
-    for i in range(20):
-        await service.add(__import__(plugin.__module__.rsplit(".", 1)[0] + ".companion.hosts.astrbot.scopes",
-                                     fromlist=["Speaker"]).Speaker("qq", "bench"), f"第{i}件事：喜欢游泳和爬山{i}")
-    timings = []
-    for _ in range(50):
-        req = ProviderRequest(prompt=event.message_str, contexts=[], system_prompt="你是助手。")
+    found: dict[str, float] = {}
+    if plugin is not None:
+        await plugin.terminate()
         began = time.perf_counter()
-        await plugin.remind(event, req)
-        timings.append(time.perf_counter() - began)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"open_seconds": round(opened, 4), "hook_ms_median": round(statistics.median(timings) * 1000, 3),
-            "max_rss_mb": round(rss, 1)}
+        service = await plugin.service()
+        found["open_seconds"] = round(time.perf_counter() - began, 4)
+        scopes = importlib.import_module(f"data.plugins.{PLUGIN}.companion.hosts.astrbot.scopes")
+        speaker = scopes.Speaker("qq", "bench")
+        for i in range(20):
+            await service.add(speaker, f"第{i}件事：喜欢游泳和爬山{i}")
+        event = HarnessEvent("我最近在学游泳，周末去哪里玩好", "qq", "bench", "")
+        timings = []
+        for _ in range(50):
+            req = ProviderRequest(prompt=event.message_str, contexts=[], system_prompt="你是助手。")
+            began = time.perf_counter()
+            await plugin.remind(event, req)
+            timings.append(time.perf_counter() - began)
+        found["hook_ms_median"] = round(statistics.median(timings) * 1000, 3)
+    found["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return found
 
 
 if __name__ == "__main__":
