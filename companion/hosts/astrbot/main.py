@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not 
 
 log = logging.getLogger("astrbot_plugin_companion_memory")
 NAME = "astrbot_plugin_companion_memory"
+TOOLS = tuple(f"companion_memory_{verb}" for verb in
+              ("add", "search", "list", "update", "forget", "move", "archive", "due"))
 SHORT_LIST = 6  # lines of "what you remember" a group sees when the list cannot go privately
 
 
@@ -125,6 +127,9 @@ class CompanionMemory(Star):
             req.contexts = scrub(req.contexts)
             if self.options.tools:
                 req.system_prompt = f"{req.system_prompt}\n{texts.GUIDANCE}".strip()
+            elif req.func_tool is not None:  # switched off in the WebUI: the model is not offered them
+                for name in TOOLS:
+                    req.func_tool.remove_tool(name)
             block = await service.reference(speaker_of(event), req.prompt or "")
             if block:
                 req.prompt = f"{req.prompt or ''}\n\n{block}"
