@@ -64,9 +64,14 @@ def astrbot_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def built_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder, _ = build(tmp_path_factory.mktemp("dist"))
-    return folder
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``make astrbot-plugin``'s folder and zip."""
+    return build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def built_plugin(built: tuple[Path, Path]) -> Path:
+    return built[0]
 
 
 class AstrBot:
@@ -91,6 +96,13 @@ class AstrBot:
         self.files: list[str] = answer["files"]
         replies: list[str] = answer["replies"]
         return replies
+
+    async def install(self, archive: Path, scratch: Path) -> bool:
+        """Install the plugin from a copy of its zip (AstrBot deletes the zip it installed)."""
+        copy = scratch / archive.name
+        shutil.copyfile(archive, copy)
+        installed: bool = (await self._ask({"op": "install", "zip": str(copy)}))["installed"]
+        return installed
 
     async def measure(self) -> dict[str, float]:
         return await self._ask({"op": "measure"})
@@ -149,14 +161,15 @@ class Rig:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def rig(astrbot_python: Path, built_plugin: Path, tmp_path_factory: pytest.TempPathFactory
+async def rig(astrbot_python: Path, built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
               ) -> AsyncIterator[Rig]:
+    """AstrBot without the plugin, which is then installed from its zip as the WebUI's upload does."""
     root = tmp_path_factory.mktemp("astrbot")
-    install(built_plugin, root)
     async with FakeLLM() as llm:
         llm.responder = script
         shared = Rig(astrbot_python, root, llm, await start_astrbot(astrbot_python, root, llm))
         try:
+            assert await shared.bot.install(built[1], tmp_path_factory.mktemp("upload"))
             yield shared
         finally:
             await shared.bot.stop()

@@ -3,7 +3,8 @@
 ``python harness.py ROOT LLM_URL``: ROOT is AstrBot's root (``data/plugins/`` must hold the built plugin).
 Each stdin line is a JSON command; each answer one JSON line on stdout (AstrBot's logs go to stderr):
 ``{"op": "send", "platform", "sender", "group", "text"}`` runs one message through AstrBot's pipeline as
-its event bus does and answers ``{"replies": [...], "files": [...]}``; ``{"op": "measure"}`` answers the
+its event bus does and answers ``{"replies": [...], "files": [...]}``; ``{"op": "install", "zip"}``
+installs the plugin from its zip as the WebUI's upload does; ``{"op": "measure"}`` answers the
 plugin's start-up, hook overhead and the process's memory; ``{"op": "stop"}`` stops AstrBot and exits.
 Messages are events of any platform id (AstrBot's webchat adapter speaks for one platform only), so one
 AstrBot serves QQ-like, Lark-like and webchat senders, private and in groups, side by side."""
@@ -100,10 +101,13 @@ async def main() -> None:
     runner = asyncio.create_task(lifecycle.start())
     await asyncio.sleep(0.2)
     boot = time.perf_counter() - started
-    star = lifecycle.star_context.get_registered_star(PLUGIN)
-    if (star is None or star.star_cls is None) and not BASELINE:
+    def loaded():
+        star = lifecycle.star_context.get_registered_star(PLUGIN)
+        return None if star is None else star.star_cls
+
+    plugin = loaded()
+    if plugin is None and not BASELINE and (ROOT / "data" / "plugins" / PLUGIN).exists():
         raise SystemExit(f"plugin {PLUGIN} did not load")
-    plugin = None if BASELINE else star.star_cls
     loop = asyncio.get_running_loop()
     out = PROTOCOL
     print(json.dumps({"ready": True, "boot_seconds": round(boot, 3)}), file=out, flush=True)
@@ -120,6 +124,10 @@ async def main() -> None:
                 await (await plugin.service()).wait_idle()
             print(json.dumps({"replies": event.replies, "files": event.files}, ensure_ascii=False), file=out,
                   flush=True)
+        elif command["op"] == "install":  # the WebUI's upload: AstrBot unpacks the zip and loads it
+            await lifecycle.plugin_manager.install_plugin_from_file(command["zip"])
+            plugin = loaded()
+            print(json.dumps({"installed": plugin is not None}), file=out, flush=True)
         elif command["op"] == "measure":
             print(json.dumps(await measure(plugin)), file=out, flush=True)
         elif command["op"] == "stop":

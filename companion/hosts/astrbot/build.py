@@ -90,9 +90,10 @@ def build(dist: Path) -> tuple[Path, Path]:
         shutil.copyfile(readme, target / "README.md")
     archive = dist / f"{NAME}.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        # The folder's own entry first: AstrBot's installer takes the zip's first name as the folder to unpack.
+        zipped.write(target, f"{NAME}/")
         for path in sorted(target.rglob("*")):
-            if path.is_file():
-                zipped.write(path, path.relative_to(dist).as_posix())
+            zipped.write(path, path.relative_to(dist).as_posix() + ("/" if path.is_dir() else ""))
     return target, archive
 
 
