@@ -1,8 +1,9 @@
 """The AstrBot plugin: a ``Star`` that gives every speaker long-term memory through the companion engine.
 
-The only module importing ``astrbot``; everything it does is ``service.MemoryService``. The engine opens on
-first use (AstrBot's providers are ready by then); the model used for learning is AstrBot's own current
-provider. A failure in here is logged and never costs AstrBot its reply."""
+The only module importing ``astrbot``; everything it does is ``service.MemoryService``. The engine imports
+and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever comes first), so
+loading the plugin stays cheap; the model used for learning is AstrBot's own current provider, looked up
+at each call. A failure in here is logged and never costs AstrBot its reply."""
 
 from __future__ import annotations
 
@@ -123,8 +124,8 @@ class CompanionMemory(Star):
     @filter.on_llm_request()
     async def remind(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
         try:
+            req.contexts = scrub(req.contexts)  # first: even without the engine, no earlier block stays
             service = await self.service()
-            req.contexts = scrub(req.contexts)
             if self.options.tools:
                 req.system_prompt = f"{req.system_prompt}\n{texts.GUIDANCE}".strip()
             elif req.func_tool is not None:  # switched off in the WebUI: the model is not offered them
