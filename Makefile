@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test stress console backup lint clean
+.PHONY: run test stress console backup lint clean astrbot-plugin
 
 # requirements.txt is the engine's, the bot's and the operator tools' requirements together (the wheel's
 # dependencies and its extras [bot] and [ops]); the bot gets the /mem_stats chart too (requirements-charts.txt).
@@ -43,6 +43,10 @@ test: lint
 stress: $(VENV)/.dev
 	STRESS=full FUZZ_EXAMPLES=300 $(PY) -m pytest -p no:cacheprovider tests/stress tests/test_fuzz_inputs.py \
 		tests/test_fuzz_edges.py tests/test_keyboards_fuzz.py tests/test_backup_scopes.py tests/test_fuzz_recovery.py
+
+# The AstrBot plugin: dist/astrbot_plugin_companion_memory/ and its zip (docs/astrbot.md).
+astrbot-plugin:
+	$(PYTHON) -m companion.hosts.astrbot.build dist
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

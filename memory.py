@@ -51,7 +51,7 @@ from companion.engine.types import (
 )
 from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
-from companion.llm.client import LLMClient
+from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
 from companion.recall.index import RecallFilter
@@ -78,7 +78,7 @@ __all__ = [
 
 class MemoryEngine:
     def __init__(
-        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
+        self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: JsonModel | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -103,7 +103,7 @@ class MemoryEngine:
 
     @classmethod
     async def create(
-        cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: JsonModel | None = None,
         *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
@@ -120,7 +120,7 @@ class MemoryEngine:
 
     @classmethod
     async def open(
-        cls, url: str, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
+        cls, url: str, config: EngineConfig, keywords: KeywordExtractor, llm: JsonModel | None = None,
         *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> MemoryEngine:
         """Open the store ``url`` names (``open_store``) and an engine that owns it (closed with it)."""

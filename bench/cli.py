@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--requests", type=Path, help="also write every request body here, one JSON per line")
     cost.add_argument("--shares-of", type=Path, metavar="FILE",
                       help="only print the prompt-cache shares of request bodies recorded with --requests")
+    astrbot = commands.add_parser("astrbot", help="the AstrBot plugin's start-up, hook and memory costs")
+    astrbot.add_argument("--rounds", type=_positive, default=3)
+    astrbot.add_argument("--json", type=Path, help="also write the results here")
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
     return parser
@@ -392,11 +395,22 @@ def run_plots(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_astrbot_command(args: argparse.Namespace) -> int:
+    from bench.astrbot import run
+
+    results = run(args.rounds)
+    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_command,
             "recall-latency": run_latency_command, "loo": run_loo_command,
             "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
-            "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots}
+            "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots,
+            "astrbot": run_astrbot_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

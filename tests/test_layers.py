@@ -28,10 +28,12 @@ LAYERS: dict[str, int] = {
     "companion.chat": 4,
     "companion.ops": 4,
     "companion.console": 5,
+    "companion.hosts": 4,
     "handlers": 6,
     "bot": 7,
 }
 NO_TELEGRAM_BELOW = 6  # nothing under handlers/ imports aiogram
+ASTRBOT_HOST = "companion.hosts.astrbot"  # the only package that may import astrbot
 
 # The storage seam: above companion/storage/ only the protocols, the factory and SQLite's named
 # maintenance capability may be imported, never a backend's module (sqlite, inmemory, vectors, usage...).
@@ -85,6 +87,8 @@ def test_imports_point_down(path: Path) -> None:
     for line, target in imports_of(path):
         if target.split(".")[0] == "aiogram" and LAYERS[own] < NO_TELEGRAM_BELOW:
             upward.append(f"line {line}: {target} (aiogram below handlers/)")
+        if target.split(".")[0] == "astrbot" and not module_name(path).startswith(ASTRBOT_HOST):
+            upward.append(f"line {line}: {target} (astrbot outside {ASTRBOT_HOST})")
         other = package_of(target)
         if other is None or other == own:
             continue

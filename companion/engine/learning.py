@@ -16,7 +16,7 @@ from companion.core.models import Memory, MemoryDraft, MemoryType, Recalled, Sco
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date, show
 from companion.engine.saving import guess_draft, parse_saved
-from companion.llm.client import LLMClient
+from companion.llm.base import JsonModel
 from companion.recall.index import Tokenize
 from companion.storage.base import MemoryStore
 
@@ -40,7 +40,7 @@ async def related(store: MemoryStore, scope: Scope, touched: Sequence[Recalled])
 
 
 class Learner:
-    def __init__(self, llm: LLMClient | None, keywords: Tokenize, tz: tzinfo) -> None:
+    def __init__(self, llm: JsonModel | None, keywords: Tokenize, tz: tzinfo) -> None:
         self.llm = llm
         self._keywords = keywords
         self._tz = tz

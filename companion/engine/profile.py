@@ -20,7 +20,7 @@ from companion.core.extraction import clean_keywords
 from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Scope, Tier, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
-from companion.llm.client import LLMClient
+from companion.llm.base import JsonModel
 from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
 
 
 class ProfileService:
-    def __init__(self, storage: MemoryStore, llm: LLMClient | None, tz: tzinfo, policy: ProfilePolicy) -> None:
+    def __init__(self, storage: MemoryStore, llm: JsonModel | None, tz: tzinfo, policy: ProfilePolicy) -> None:
         self._storage = storage
         self._llm = llm
         self._tz = tz

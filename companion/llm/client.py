@@ -24,11 +24,11 @@ from openai.types.chat import ChatCompletion
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
 from companion.core.usage import UsageRecord, UsageSink, UsageTotals
+from companion.llm.base import Message as Message  # re-exported: callers build messages with it
+from companion.llm.base import json_object
 
 log = logging.getLogger(__name__)
 
-# Chat messages as the API takes them: role and content, plus tool_calls / tool_call_id for tool turns.
-Message = dict[str, Any]
 ToolChoice = str  # "auto" | "none" | "required"
 
 
@@ -115,7 +115,7 @@ class LLMClient:
             messages, purpose=purpose, temperature=0.2, max_tokens=max_tokens,
             response_format={"type": "json_object"},
         )
-        return _json_object(completion.content or "", purpose)
+        return json_object(completion.content or "", purpose)
 
     async def _complete(self, messages: Sequence[Message], *, purpose: str, **options: Any) -> Completion:
         prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
@@ -211,15 +211,3 @@ def _completion(response: ChatCompletion, purpose: str) -> Completion:
     if content is None and not calls:
         raise LLMBadResponseError(f"{purpose}: blank answer")
     return Completion(content=content, tool_calls=calls, finish_reason=choice.finish_reason)
-
-
-def _json_object(text: str, purpose: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMBadResponseError(f"{purpose}: invalid JSON ({exc.msg})") from None
-    except RecursionError:  # nesting deeper than the parser's stack: still just a bad answer
-        raise LLMBadResponseError(f"{purpose}: JSON nested too deeply") from None
-    if not isinstance(data, dict):
-        raise LLMBadResponseError(f"{purpose}: JSON answer is not an object")
-    return data

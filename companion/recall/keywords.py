@@ -32,6 +32,8 @@ KEYWORD_CACHE = 4096
 _QUESTION_HEAD = re.compile(
     r"^(?:为什么|什么时候|哪天|哪里|哪儿|哪个|哪些|什么|怎么|多少|几点|几时|几天|几个|几次)(?=.)"
 )
+# Found beside this module, so a host that vendors the engine under another package name finds them too.
+RESOURCES = __name__.rpartition(".")[0] + ".resources"
 
 
 class KeywordExtractor:
@@ -57,7 +59,7 @@ class KeywordExtractor:
                 return
             jieba.setLogLevel(logging.WARNING)
             self._tokenizer.initialize()
-            package = resources.files("companion.recall.resources")
+            package = resources.files(RESOURCES)
             with resources.as_file(package / "userdict.txt") as path:
                 self._tokenizer.load_userdict(str(path))
             text = (package / "stopwords.txt").read_text(encoding="utf-8")

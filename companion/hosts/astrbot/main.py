@@ -1,0 +1,371 @@
+"""The AstrBot plugin: a ``Star`` that gives every speaker long-term memory through the companion engine.
+
+The only module importing ``astrbot``; everything it does is ``service.MemoryService``. The engine imports
+and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever comes first), so
+loading the plugin stays cheap; the model used for learning is AstrBot's own current provider, looked up
+at each call. A failure in here is logged and never costs AstrBot its reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from astrbot.api import AstrBotConfig
+from astrbot.api.event import AstrMessageEvent, MessageEventResult, filter
+from astrbot.api.provider import LLMResponse, ProviderRequest
+from astrbot.api.star import Context, Star, StarTools
+
+from companion.core.errors import CompanionError, LLMUnavailableError
+from companion.core.models import Origin
+from companion.hosts.astrbot import texts
+from companion.hosts.astrbot.arguments import BadArgument
+from companion.hosts.astrbot.fences import scrub
+from companion.hosts.astrbot.options import Options
+from companion.hosts.astrbot.scopes import Speaker
+from companion.llm.base import Message, json_object
+
+if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
+    from companion.hosts.astrbot.service import MemoryService
+
+log = logging.getLogger("astrbot_plugin_companion_memory")
+NAME = "astrbot_plugin_companion_memory"
+TOOLS = tuple(f"companion_memory_{verb}" for verb in
+              ("add", "search", "list", "update", "forget", "move", "archive", "due"))
+SHORT_LIST = 6  # lines of "what you remember" a group sees when the list cannot go privately
+
+
+class ProviderModel:
+    """The engine's JSON model over AstrBot's configured provider: no second API key. The provider is
+    looked up at each call, so a provider added or switched in the WebUI is used at once."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    async def json(self, messages: Sequence[Message], *, purpose: str, max_tokens: int = 1200) -> dict[str, Any]:
+        provider = self._context.get_using_provider()
+        if provider is None:
+            raise LLMUnavailableError(f"{purpose}: no provider configured in AstrBot")
+        prompt = "\n\n".join(str(m.get("content") or "") for m in messages)
+        try:
+            answer = await provider.text_chat(prompt=prompt, contexts=[], system_prompt="")
+        except Exception as exc:  # a provider's own errors, whatever the vendor
+            raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
+        text = (answer.completion_text or "").strip()
+        if text.startswith("```"):
+            text = text.strip("`").removeprefix("json").strip()
+        return json_object(text, purpose)
+
+
+def engine_class() -> type[MemoryService]:
+    from companion.hosts.astrbot.service import MemoryService
+
+    return MemoryService
+
+
+def speaker_of(event: AstrMessageEvent) -> Speaker:
+    return Speaker(str(event.get_platform_id()), str(event.get_sender_id()), str(event.get_group_id() or ""))
+
+
+def final(event: AstrMessageEvent, text: str) -> MessageEventResult:
+    """A command's answer, which ends the event: the command is not also sent to the model."""
+    return event.plain_result(text).stop_event()
+
+
+def words_of(event: AstrMessageEvent) -> list[str]:
+    """The command's arguments (the command word itself dropped)."""
+    try:
+        parts = shlex.split(event.message_str)
+    except ValueError:
+        parts = event.message_str.split()
+    return parts[1:]
+
+
+class CompanionMemory(Star):
+    def __init__(self, context: Context, config: AstrBotConfig | None = None) -> None:
+        super().__init__(context)
+        self.options = Options.read(config)
+        self._service: MemoryService | None = None
+        self._opening = asyncio.Lock()
+        self._nightly: asyncio.Task[None] | None = None
+        self._confirming: set[str] = set()
+
+    @filter.on_astrbot_loaded()
+    async def warm(self) -> None:
+        """Open the engine once AstrBot is up, so neither the plugin's load nor the first request waits."""
+        try:
+            await self.service()
+        except Exception:
+            log.exception("the memory engine did not open; the next request tries again")
+
+    async def service(self) -> MemoryService:
+        async with self._opening:
+            if self._service is None:
+                # The engine's modules (jieba, numpy: ~0.6 s) import in a thread, off AstrBot's loop.
+                service_class = await asyncio.to_thread(engine_class)
+                data = Path(StarTools.get_data_dir(NAME))
+                llm = ProviderModel(self.context) if self.options.learning else None
+                self._service = await service_class.open(data, self.options, llm)
+                self._nightly = asyncio.create_task(self._service.run_nightly())
+            return self._service
+
+    async def terminate(self) -> None:
+        if self._nightly is not None:
+            self._nightly.cancel()
+        if self._service is not None:
+            await self._service.close()
+            self._service = None
+
+    # ---- the request and the reply ------------------------------------------------------------------
+
+    @filter.on_llm_request()
+    async def remind(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
+        try:
+            req.contexts = scrub(req.contexts)  # first: even without the engine, no earlier block stays
+            service = await self.service()
+            if self.options.tools:
+                req.system_prompt = f"{req.system_prompt}\n{texts.GUIDANCE}".strip()
+            elif req.func_tool is not None:  # switched off in the WebUI: the model is not offered them
+                for name in TOOLS:
+                    req.func_tool.remove_tool(name)
+            block = await service.reference(speaker_of(event), req.prompt or "")
+            if block:
+                req.prompt = f"{req.prompt or ''}\n\n{block}"
+        except Exception:  # an edge: AstrBot answers without memory rather than not at all
+            log.exception("memory injection failed")
+
+    @filter.on_llm_response()
+    async def learn(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
+        try:
+            service = await self.service()
+            await service.note_exchange(speaker_of(event), event.message_str, resp.completion_text or "")
+        except Exception:
+            log.exception("queueing the exchange for learning failed")
+
+    # ---- the model's tools (bound to the speaker in code) --------------------------------------------
+
+    async def _tool(self, event: AstrMessageEvent, work: Any) -> str:
+        if not self.options.tools:
+            return "记忆工具已关闭。"
+        try:
+            return texts.BEGIN + "\n" + str(await work(await self.service(), speaker_of(event))) + "\n" + texts.END
+        except BadArgument as exc:
+            return texts.TOOL_BAD.format(why=exc)
+        except CompanionError as exc:
+            return texts.TOOL_BAD.format(why=type(exc).__name__)
+
+    @filter.llm_tool(name="companion_memory_add")
+    async def tool_add(self, event: AstrMessageEvent, content: str, importance: float = 5, valid_time: float = 0,
+                       type: str = "fact") -> str:
+        """保存一条关于当前说话人的长期记忆。对方让你记住、或说出持久的偏好/事实/要求时使用。
+
+        Args:
+            content(string): 要记住的内容，一句话，第三人称或原话
+            importance(number): 重要性 1-10，默认 5
+            valid_time(number): 有效秒数，0 表示长期有效
+            type(string): preference / fact / instruction / event
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            memory = await service.add(speaker, content, importance, valid_time, type)
+            return texts.TOOL_SAVED.format(id=memory.id, text=memory.event)
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_search")
+    async def tool_search(self, event: AstrMessageEvent, query: str) -> str:
+        """在当前说话人的记忆里搜索。
+
+        Args:
+            query(string): 要找的内容
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            found = await service.search(speaker, query)
+            return "\n".join(f"[{m.id}] {m.event}" for m in found) or texts.TOOL_NONE
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_list")
+    async def tool_list(self, event: AstrMessageEvent, type: str = "") -> str:
+        """列出当前说话人的记忆（可按类型）。
+
+        Args:
+            type(string): 可选：preference / fact / instruction / event
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            found = await service.listing(speaker, type)
+            return "\n".join(f"[{m.id}] ({m.type.value}) {m.event}" for m in found) or texts.TOOL_NONE
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_update")
+    async def tool_update(self, event: AstrMessageEvent, id: float, content: str, importance: float = 0) -> str:
+        """改正当前说话人的一条记忆。
+
+        Args:
+            id(number): 记忆编号
+            content(string): 新内容
+            importance(number): 可选，新的重要性 1-10
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            memory = await service.update(speaker, int(id), content, importance or None)
+            return texts.TOOL_UPDATED.format(id=memory.id, text=memory.event)
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_forget")
+    async def tool_forget(self, event: AstrMessageEvent, target: str) -> str:
+        """忘掉当前说话人的记忆：一个编号、一段描述，或 all 表示全部。
+
+        Args:
+            target(string): 编号、描述或 all
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            return texts.TOOL_FORGOT.format(count=await service.forget(speaker, target))
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_move")
+    async def tool_move(self, event: AstrMessageEvent, id: float, tier: str) -> str:
+        """把一条记忆移到短期、中期或长期。
+
+        Args:
+            id(number): 记忆编号
+            tier(string): short / medium / long
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            memory = await service.move(speaker, int(id), tier)
+            return texts.TOOL_MOVED.format(id=memory.id, tier=texts.TIER_NAMES[memory.tier.value])
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_archive")
+    async def tool_archive(self, event: AstrMessageEvent, id: float) -> str:
+        """归档一条不再需要、但不想删除的记忆。
+
+        Args:
+            id(number): 记忆编号
+        """
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            memory = await service.archive(speaker, int(id))
+            return texts.TOOL_ARCHIVED.format(id=memory.id)
+        return await self._tool(event, work)
+
+    @filter.llm_tool(name="companion_memory_due")
+    async def tool_due(self, event: AstrMessageEvent) -> str:
+        """列出当前说话人到期该回顾的记忆（可以问对方是否还需要）。"""
+        async def work(service: MemoryService, speaker: Speaker) -> str:
+            found = await service.due(speaker)
+            return "\n".join(f"[{m.id}] {m.event}" for m in found) or texts.TOOL_NONE
+        return await self._tool(event, work)
+
+    # ---- the users' commands ---------------------------------------------------------------------------
+
+    @filter.command("我的记忆", alias={"mymemory"})
+    async def mine(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        service = await self.service()
+        speaker = speaker_of(event)
+        found = await service.listing(speaker)
+        if not found:
+            yield final(event, texts.NOTHING)
+            return
+        lines = [texts.YOU_SAID.format(count=len(found)), *(f"{m.id}. {m.event}" for m in found)]
+        if speaker.in_group and len(lines) > SHORT_LIST:
+            if await self._privately(event, "\n".join(lines)):
+                yield final(event, texts.SENT_PRIVATELY)
+                return
+            lines = [*lines[:SHORT_LIST], texts.MORE.format(more=len(lines) - SHORT_LIST)]
+        yield final(event, "\n".join(lines))
+
+    async def _privately(self, event: AstrMessageEvent, text: str) -> bool:
+        """Send to the speaker's private chat where the platform can start one; False where it cannot."""
+        from astrbot.api.event import MessageChain
+
+        try:
+            return bool(await self.context.send_message(
+                f"{event.get_platform_id()}:FriendMessage:{event.get_sender_id()}", MessageChain().message(text)))
+        except Exception:  # a platform without proactive private messages: the group gets a short list
+            log.debug("no private message on %s", event.get_platform_id(), exc_info=True)
+            return False
+
+    @filter.command("忘记", alias={"forget"})
+    async def forget_one(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        service = await self.service()
+        args = words_of(event)
+        if not args or not args[0].lstrip("#").isdigit():
+            yield final(event, texts.USAGE_FORGET)
+            return
+        gone = await service.drop(speaker_of(event), args[0])
+        handle = args[0].lstrip("#")
+        yield final(event, (texts.FORGOT_ONE if gone else texts.NOT_YOURS).format(id=handle))
+
+    @filter.command("忘记全部", alias={"forget_all"})
+    async def forget_all(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        service = await self.service()
+        speaker = speaker_of(event)
+        key = speaker.scope.key
+        if words_of(event)[:1] in (["确认"], ["confirm"]) and key in self._confirming:
+            self._confirming.discard(key)
+            count = await service.engine.forget(speaker.scope, None)
+            yield final(event, texts.FORGOT_ALL.format(count=count))
+            return
+        self._confirming.add(key)
+        count = len(await service.memories(speaker))
+        yield final(event, texts.CONFIRM_ALL.format(count=count) if count else texts.NOTHING)
+
+    # ---- the admins' commands (the per-user design's names, English aliases) -------------------------
+
+    async def _admin(self, event: AstrMessageEvent, least: int, usage: str, work: Any) -> str:
+        """An admin command naming a user (``args[0]``) in the place it is sent from: that member here."""
+        args = words_of(event)
+        if len(args) < least:
+            return usage
+        try:
+            return str(await work(await self.service(), speaker_of(event).member(args[0]), args))
+        except BadArgument as exc:
+            return texts.TOOL_BAD.format(why=exc)
+        except CompanionError:
+            return texts.ADMIN_NOT_FOUND.format(user=args[0], id=args[1])
+
+    @filter.permission_type(filter.PermissionType.ADMIN)
+    @filter.command("增加记忆", alias={"add_memory"})
+    async def admin_add(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            memory = await service.add(target, args[1], *args[2:4], origin=Origin.EXPLICIT)
+            return texts.ADMIN_ADDED.format(user=args[0], id=memory.id)
+        yield final(event, await self._admin(event, 2, texts.ADMIN_USAGE_ADD, work))
+
+    @filter.permission_type(filter.PermissionType.ADMIN)
+    @filter.command("删除记忆", alias={"del_memory"})
+    async def admin_delete(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            gone = await service.drop(target, args[1])
+            return (texts.ADMIN_DELETED if gone else texts.ADMIN_NOT_FOUND).format(user=args[0], id=args[1])
+        yield final(event, await self._admin(event, 2, texts.ADMIN_USAGE_DELETE, work))
+
+    @filter.permission_type(filter.PermissionType.ADMIN)
+    @filter.command("修改记忆", alias={"edit_memory"})
+    async def admin_edit(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        async def work(service: MemoryService, target: Speaker, args: list[str]) -> str:
+            memory = await service.update(target, args[1], args[2], args[3] if len(args) > 3 else None)
+            return texts.ADMIN_EDITED.format(user=args[0], id=memory.id)
+        yield final(event, await self._admin(event, 3, texts.ADMIN_USAGE_EDIT, work))
+
+    @filter.permission_type(filter.PermissionType.ADMIN)
+    @filter.command("导出记忆", alias={"export_memory"})
+    async def admin_export(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        import astrbot.api.message_components as comp
+
+        args = words_of(event)
+        path, count = await (await self.service()).export_csv(args[0] if args else "")
+        yield event.chain_result([comp.Plain(texts.ADMIN_EXPORTED.format(count=count, path=path.name)),
+                                  comp.File(name=path.name, file=str(path))]).stop_event()
+
+    @filter.permission_type(filter.PermissionType.ADMIN)
+    @filter.command("导入记忆", alias={"import_memory"})
+    async def admin_import(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        """Imports every JSON file in the plugin's data folder ``import/`` for this platform."""
+        service = await self.service()
+        folder = service.data_dir / "import"
+        folder.mkdir(exist_ok=True)
+        from companion.hosts.astrbot.importing import import_folder
+
+        report = await import_folder(service, folder, str(event.get_platform_id()))
+        yield final(event, texts.ADMIN_IMPORTED.format(added=report.added, skipped=report.skipped,
+                                                             bad=report.bad))

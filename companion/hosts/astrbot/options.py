@@ -1,0 +1,83 @@
+"""The plugin's settings as AstrBot's WebUI edits them (``_conf_schema.json``), bounded, and the engine
+config they give. A missing or malformed value falls back to its default: a bad setting never stops the
+plugin from loading."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import time
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:
+    from memory import EngineConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    capacity: int = 200
+    inject_limit: int = 10
+    recall_limit: int = 3
+    tools: bool = True
+    learning: bool = True
+    learn_every: int = 4  # finished exchanges queued before one extraction
+    decay: bool = True
+    backup_time: time = time(3, 30)
+    backup_keep: int = 7
+    timezone: str = "Asia/Shanghai"
+    embedding_base_url: str = ""
+    embedding_model: str = ""
+    embedding_api_key: str = ""
+
+    @classmethod
+    def read(cls, raw: Mapping[str, Any] | None) -> Options:
+        raw = raw or {}
+        default = cls()
+
+        def number(key: str, low: int, high: int) -> int:
+            value = raw.get(key, getattr(default, key))
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                return int(getattr(default, key))
+            try:
+                return max(low, min(high, int(value)))
+            except ValueError:
+                return int(getattr(default, key))
+
+        def flag(key: str) -> bool:
+            value = raw.get(key, getattr(default, key))
+            return value if isinstance(value, bool) else bool(getattr(default, key))
+
+        def text(key: str) -> str:
+            value = raw.get(key, getattr(default, key))
+            return value.strip() if isinstance(value, str) else str(getattr(default, key))
+
+        zone = text("timezone")
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = default.timezone
+        return cls(
+            capacity=number("capacity", 10, 5000), inject_limit=number("inject_limit", 0, 30),
+            recall_limit=number("recall_limit", 0, 10), tools=flag("tools"), learning=flag("learning"),
+            learn_every=number("learn_every", 1, 50), decay=flag("decay"),
+            backup_time=_clock_time(text("backup_time"), default.backup_time),
+            backup_keep=number("backup_keep", 0, 365), timezone=zone,
+            embedding_base_url=text("embedding_base_url"), embedding_model=text("embedding_model"),
+            embedding_api_key=text("embedding_api_key"),
+        )
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def engine_config(self) -> EngineConfig:
+        from memory import EngineConfig  # the engine loads when the plugin first needs it, not at load
+
+        return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz)
+
+
+def _clock_time(value: str, default: time) -> time:
+    match = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", value)
+    return time(int(match.group(1)), int(match.group(2))) if match else default

@@ -1,0 +1,324 @@
+"""The plugin's behaviour on the engine, free of AstrBot: what a request is told, the model's memory tools,
+the users' and admins' commands, exports, backups and daily upkeep. Every call names a ``Speaker`` taken
+from the event in code; nothing a model or a user types can name another scope, bar an admin command.
+
+Exact lifetimes (the per-user design's ``valid_time`` in seconds) are kept beside the engine's coarser
+validity, per scope, and a memory past its time is forgotten the next time its scope is read."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
+from companion.core.timeutil import utcnow
+from companion.hosts.astrbot import texts
+from companion.hosts.astrbot.arguments import (
+    BadArgument,
+    content_of,
+    handle_of,
+    importance_of,
+    seconds_of,
+    type_of,
+    validity_for,
+)
+from companion.hosts.astrbot.fences import fenced
+from companion.hosts.astrbot.options import Options
+from companion.hosts.astrbot.scopes import Speaker
+from companion.llm.base import JsonModel
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.base import MemoryStore
+from companion.storage.factory import open_store, sqlite_url
+from memory import MemoryEngine
+
+log = logging.getLogger(__name__)
+
+TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FACT: 2, MemoryType.EVENT: 3}
+MAX_LIST = 30
+MAX_SEARCH = 10
+LABELS = "astrbot:label:"  # scope key -> ``Speaker.label``, for exports
+EXPIRY = "astrbot:expiry:"  # scope key -> {handle: unix time} (exact lifetimes)
+CSV_FIELDS = ("scope", "id", "type", "tier", "importance", "content", "created_at", "updated_at",
+              "last_accessed_at", "expires_at")
+
+
+def for_prompt(memories: Sequence[Memory], limit: int) -> list[Memory]:
+    """The speaker's memories a request carries: instruction > preference > fact > event, then newest."""
+    ranked = sorted(memories, key=lambda m: (TYPE_ORDER.get(m.type, 9), -m.created_at.timestamp()))
+    return ranked[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    added: int
+    skipped: int
+    bad: int
+
+
+class MemoryService:
+    def __init__(self, engine: MemoryEngine, store: MemoryStore, options: Options, data_dir: Path,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self.engine = engine
+        self.store = store
+        self.options = options
+        self.data_dir = data_dir
+        self._clock = clock
+        self._labelled: set[str] = set()
+        self._learning: set[Scope] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def open(cls, data_dir: Path, options: Options, llm: JsonModel | None,
+                   clock: Callable[[], datetime] = utcnow) -> MemoryService:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = await open_store(sqlite_url(data_dir / "memory.sqlite3"))
+        try:
+            embedder = None
+            if options.embedding_base_url and options.embedding_model:
+                from companion.llm.embeddings import OpenAIEmbedder
+
+                embedder = OpenAIEmbedder(base_url=options.embedding_base_url, model=options.embedding_model,
+                                          api_key=options.embedding_api_key)
+            engine = await MemoryEngine.create(store, options.engine_config(), KeywordExtractor(), llm,
+                                               embedder=embedder, clock=clock)
+        except BaseException:
+            await store.close()
+            raise
+        return cls(engine, store, options, data_dir, clock)
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+        await self.engine.close()
+        await self.store.close()
+
+    # ---- reading a scope ---------------------------------------------------------------------------
+
+    async def _label(self, speaker: Speaker) -> None:
+        key = speaker.scope.key
+        if key not in self._labelled:
+            await self.store.set_meta(LABELS + key, speaker.label)
+            self._labelled.add(key)
+
+    async def _expiry(self, scope: Scope) -> dict[str, float]:
+        raw = await self.store.get_meta(EXPIRY + scope.key)
+        return {} if raw is None else dict(json.loads(raw))
+
+    async def _set_expiry(self, scope: Scope, handle: int, seconds: int, now: datetime) -> None:
+        table = await self._expiry(scope)
+        if seconds > 0:
+            table[str(handle)] = (now + timedelta(seconds=seconds)).timestamp()
+        else:
+            table.pop(str(handle), None)
+        await self.store.set_meta(EXPIRY + scope.key, json.dumps(table))
+
+    async def memories(self, speaker: Speaker) -> list[Memory]:
+        """The speaker's live memories; those past their exact lifetime are forgotten here."""
+        scope = speaker.scope
+        now = self._clock()
+        found = [m for m in await self.engine.memories(scope) if not m.is_expired(now)]
+        table = await self._expiry(scope)
+        gone = [m.id for m in found if table.get(str(m.id), float("inf")) <= now.timestamp()]
+        if gone:
+            await self.engine.forget(scope, gone, reason="expired")
+            for handle in gone:
+                table.pop(str(handle), None)
+            await self.store.set_meta(EXPIRY + scope.key, json.dumps(table))
+        return [m for m in found if m.id not in gone]
+
+    # ---- what a request is told ----------------------------------------------------------------------
+
+    async def reference(self, speaker: Speaker, text: str) -> str | None:
+        """The block for this request: the speaker's memories and the ones this text recalls, fenced."""
+        if self.options.inject_limit <= 0:
+            return None
+        memories = await self.memories(speaker)
+        if not memories:
+            return None
+        shown = for_prompt(memories, self.options.inject_limit)
+        lines = [texts.HEADER, *(f"- [{m.id}] {m.event}" for m in shown)]
+        if self.options.recall_limit and text.strip():
+            live = {m.id for m in memories}
+            ids = {m.id for m in shown}
+            recalled = [r.memory for r in await self.engine.recall(speaker.scope, text, self._clock(), allowed=live)
+                        if r.memory.id not in ids]
+            if recalled:
+                lines += [texts.RECALLED, *(f"- [{m.id}] {m.event}" for m in recalled)]
+        return fenced("\n".join(lines))
+
+    # ---- the model's tools ---------------------------------------------------------------------------
+
+    async def add(self, speaker: Speaker, content: object, importance: object = 5, valid_time: object = 0,
+                  kind: object = "fact", origin: Origin = Origin.TOOL) -> Memory:
+        text, weight, seconds, mtype = content_of(content), importance_of(importance), seconds_of(valid_time), \
+            type_of(kind)
+        now = self._clock()
+        await self._label(speaker)
+        # Lasting memories stay medium-term, where the capacity counts them (the per-user design evicts any
+        # memory); a move to long-term (the tool) exempts one.
+        draft = MemoryDraft(event=text, keywords=self.engine.keywords.keywords(text), importance=weight,
+                            validity=validity_for(seconds), type=mtype, origin=origin, source_at=now,
+                            tier=Tier.MEDIUM if seconds <= 0 else None)
+        memory = await self.engine.save_draft(speaker.scope, draft, now)
+        await self._set_expiry(speaker.scope, memory.id, seconds, now)
+        return memory
+
+    async def search(self, speaker: Speaker, query: object) -> list[Memory]:
+        words = " ".join(str(query or "").split())[:200]
+        if not words:
+            return []
+        live = {m.id for m in await self.memories(speaker)}
+        found = await self.engine.search(speaker.scope, words, self._clock(), limit=MAX_SEARCH, use=True)
+        return [m for m in found if m.id in live]
+
+    async def update(self, speaker: Speaker, handle: object, content: object,
+                     importance: object | None = None) -> Memory:
+        number, text = handle_of(handle), content_of(content)
+        weight = None if importance in (None, "", 0) else importance_of(importance)
+        return await self.engine.edit(speaker.scope, number, text, self._clock(), importance=weight)
+
+    async def forget(self, speaker: Speaker, target: object) -> int:
+        """``all``, a handle, or a description (the memories a search for it finds)."""
+        said = " ".join(str(target or "").split())
+        if not said:
+            raise BadArgument("请说明要忘掉哪条（编号、描述或 all）")
+        if said.lower() in ("all", "全部"):
+            return await self.engine.forget(speaker.scope, None)
+        if said.lstrip("#").isdigit():
+            await self.engine.get(speaker.scope, handle_of(said))
+            return await self.engine.forget(speaker.scope, [handle_of(said)])
+        found = await self.search(speaker, said)
+        return await self.engine.forget(speaker.scope, [m.id for m in found[:3]]) if found else 0
+
+    async def listing(self, speaker: Speaker, kind: object = "") -> list[Memory]:
+        memories = await self.memories(speaker)
+        if kind:
+            wanted = type_of(kind)
+            memories = [m for m in memories if m.type is wanted]
+        return for_prompt(memories, MAX_LIST)
+
+    async def move(self, speaker: Speaker, handle: object, tier: object) -> Memory:
+        try:
+            target = Tier(str(tier).strip().lower())
+        except ValueError:
+            raise BadArgument("tier 应为 short / medium / long") from None
+        return await self.engine.move(speaker.scope, handle_of(handle), target, self._clock())
+
+    async def archive(self, speaker: Speaker, handle: object) -> Memory:
+        return await self.engine.archive(speaker.scope, handle_of(handle), self._clock())
+
+    async def due(self, speaker: Speaker) -> list[Memory]:
+        return [m for m, _ in await self.engine.due_reviews(speaker.scope, self._clock())]
+
+    # ---- admin ---------------------------------------------------------------------------------------
+
+    async def drop(self, speaker: Speaker, handle: object) -> bool:
+        number = handle_of(handle)
+        try:
+            await self.engine.get(speaker.scope, number)
+        except (MemoryNotFoundError, NotYourMemoryError):
+            return False
+        return await self.engine.forget(speaker.scope, [number], reason="admin") > 0
+
+    async def export_csv(self, keyword: str = "", folder: Path | None = None) -> tuple[Path, int]:
+        """Every scope's active memories (those naming ``keyword`` when given) as a CSV with a BOM, which
+        Excel opens as UTF-8."""
+        now = self._clock()
+        rows: list[list[str]] = []
+        for scope in await self.store.scopes():
+            label = await self.store.get_meta(LABELS + scope.key) or scope.key
+            expiry = await self._expiry(scope)
+            for m in await self.engine.memories(scope):
+                if m.is_expired(now) or (keyword and keyword not in m.event):
+                    continue
+                until = expiry.get(str(m.id))
+                expires = datetime.fromtimestamp(until, UTC) if until else m.expires_at
+                rows.append([label, str(m.id), m.type.value, m.tier.value, f"{m.importance / 10:g}", m.event,
+                             _iso(m.created_at), _iso(m.updated_at), _iso(m.last_accessed_at), _iso(expires)])
+        target = (folder or self.data_dir / "exports") / f"memories-{now:%Y%m%d-%H%M%S}.csv"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(CSV_FIELDS)
+        writer.writerows(rows)
+        await asyncio.to_thread(target.write_text, buffer.getvalue(), encoding="utf-8-sig")
+        return target, len(rows)
+
+    # ---- learning from the conversation -----------------------------------------------------------
+
+    async def note_exchange(self, speaker: Speaker, user: str, reply: str) -> None:
+        """Queue a finished exchange; enough queued starts one extraction in the background."""
+        if not self.options.learning or not self.engine.can_extract or not user.strip():
+            return
+        scope = speaker.scope
+        await self._label(speaker)
+        await self.engine.note_turn(scope, Turn(user=user[:2000], reply=reply[:2000], at=self._clock()))
+        if scope not in self._learning and await self.engine.pending_count(scope) >= self.options.learn_every:
+            self._learning.add(scope)
+            self._spawn(self._learn(scope))
+
+    async def _learn(self, scope: Scope) -> None:
+        try:
+            await self.engine.consolidate(scope, self._clock())
+        except LLMError as exc:
+            log.warning("learning for a scope failed (turns stay queued): %s", exc)
+        finally:
+            self._learning.discard(scope)
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self) -> None:
+        """Wait for background learning (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    # ---- nightly upkeep --------------------------------------------------------------------------
+
+    async def nightly(self) -> Path | None:
+        """Daily decay (when on) and a CSV backup of every memory, keeping the newest ``backup_keep``."""
+        if self.options.decay:
+            await self.engine.decay(self._clock())
+        if self.options.backup_keep <= 0:
+            return None
+        folder = self.data_dir / "backups"
+        path, _ = await self.export_csv(folder=folder)
+        for old in sorted(folder.glob("memories-*.csv"))[:-self.options.backup_keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def next_nightly(self, now: datetime) -> datetime:
+        local = now.astimezone(self.options.tz)
+        at = local.replace(hour=self.options.backup_time.hour, minute=self.options.backup_time.minute,
+                           second=0, microsecond=0)
+        return (at if at > local else at + timedelta(days=1)).astimezone(UTC)
+
+    async def run_nightly(self) -> None:
+        """The plugin's scheduler: sleeps to the configured time; a failed night is logged, never fatal."""
+        while True:
+            now = self._clock()
+            await asyncio.sleep(max(1.0, (self.next_nightly(now) - now).total_seconds()))
+            try:
+                await self.nightly()
+            except Exception:  # an edge: the next night tries again
+                log.exception("nightly memory upkeep failed")
+
+
+def _iso(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,50 @@
+"""What users and the model read from the plugin (Chinese), and the markers that fence injected memory."""
+
+from __future__ import annotations
+
+# Fences around everything the plugin puts into a request: the next request scrubs them from the history
+# AstrBot saved, so one member's memories never stay in a group's shared conversation.
+BEGIN = "<companion-memory>"
+END = "</companion-memory>"
+
+GUIDANCE = (
+    "你有长期记忆工具（companion_memory_*），它们只作用于当前正在说话的这个人。"
+    "当对方明确让你记住什么、说出持久的偏好、事实或对你的要求时，用 companion_memory_add 保存"
+    "（type：preference 偏好 / fact 事实 / instruction 要求 / event 事件；importance 1-10；"
+    "valid_time 为有效秒数，0 表示长期有效）。"
+    "对方纠正旧信息时用 companion_memory_update；对方让你忘掉时用 companion_memory_forget；"
+    "需要回忆更多细节时用 companion_memory_search 或 companion_memory_list。"
+    "不要保存寒暄、一次性的小事或别人的隐私；不要向其他人透露这些记忆。"
+)
+
+HEADER = "关于正在和你说话的这个人，你记得（仅供参考，不必逐条提起）："
+RECALLED = "和这句话相关的回忆："
+
+NOTHING = "我还没有记住关于你的事。"
+YOU_SAID = "我记得关于你的这些（{count} 条）："
+MORE = "……还有 {more} 条没有列出（群里只列前几条，可以让我搜索某件事）。"
+SENT_PRIVATELY = "已私聊发给你了。"
+FORGOT_ONE = "好的，已经忘掉第 {id} 条。"
+NOT_YOURS = "没有找到这条记忆（编号 {id}）。"
+CONFIRM_ALL = "确定要忘掉我记得的关于你的全部 {count} 条吗？确定请发送 /忘记全部 确认"
+FORGOT_ALL = "好的，已经全部忘掉了（{count} 条）。"
+USAGE_FORGET = "用法：/忘记 <编号>，编号见 /我的记忆"
+
+ADMIN_ADDED = "已为 {user} 增加记忆 #{id}。"
+ADMIN_DELETED = "已删除 {user} 的记忆 #{id}。"
+ADMIN_EDITED = "已修改 {user} 的记忆 #{id}。"
+ADMIN_USAGE_ADD = "用法：/增加记忆 <用户ID> <内容> [重要性1-10] [有效秒数]"
+ADMIN_USAGE_DELETE = "用法：/删除记忆 <用户ID> <编号>"
+ADMIN_USAGE_EDIT = "用法：/修改记忆 <用户ID> <编号> <内容> [重要性1-10]"
+ADMIN_EXPORTED = "已导出 {count} 条记忆：{path}"
+ADMIN_IMPORTED = "导入完成：新增 {added} 条，已存在跳过 {skipped} 条，无法识别 {bad} 个。"
+ADMIN_NOT_FOUND = "{user} 没有编号为 {id} 的记忆。"
+
+TOOL_SAVED = "已保存（编号 {id}）：{text}"
+TOOL_NONE = "没有找到相关记忆。"
+TOOL_UPDATED = "已更新（编号 {id}）：{text}"
+TOOL_FORGOT = "已忘掉 {count} 条。"
+TOOL_MOVED = "编号 {id} 已移到{tier}。"
+TOOL_ARCHIVED = "编号 {id} 已归档。"
+TOOL_BAD = "参数不对：{why}"
+TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期记忆"}

@@ -1,0 +1,175 @@
+"""Real AstrBot (pinned, in its own virtualenv) running the built plugin against the fake LLM.
+
+The virtualenv is ``.venv-astrbot/`` at the repository's root, made on first use (a few minutes: AstrBot
+has ~140 dependencies) and reused after; ``ASTRBOT_VENV`` points at another one. Nothing here skips: a
+machine that cannot build it fails the tests, in CI too."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from companion.hosts.astrbot.build import NAME, build
+from tests.astrbot.model import script
+from tests.fakes import FakeLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+ASTRBOT = "astrbot==4.14.6"  # the newest AstrBot for Python 3.11
+NEWEST = "astrbot==4.29.3"  # the newest AstrBot when the plugin was written (Python >= 3.12)
+HARNESS = Path(__file__).with_name("harness.py")
+REPLY_TIMEOUT = 90
+
+
+def astrbot_venv(venv: Path | None = None, pin: str = ASTRBOT, base: str = sys.executable) -> Path:
+    """The Python of a virtualenv holding ``pin`` and the plugin's requirements, made when missing."""
+    venv = venv or Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
+    python = venv / "bin" / "python"
+    requirements = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
+    # Made again when the pin or the plugin's requirements change.
+    stamp = hashlib.sha256(f"{pin}\n{requirements.read_text(encoding='utf-8')}".encode()).hexdigest()[:12]
+    ready = venv / f".ready-{stamp}"
+    if ready.exists():
+        return python
+    if not python.exists():
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", pin, "-r", str(requirements)],
+                   check=True, timeout=1800)
+    ready.touch()
+    return python
+
+
+def python312() -> str | None:
+    """A Python 3.12 interpreter on PATH or under pyenv, for the newest AstrBot."""
+    found = shutil.which("python3.12")
+    if found:
+        return found
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))
+    return str(pyenv[-1]) if pyenv else None
+
+
+@pytest.fixture(scope="session")
+def astrbot_python() -> Path:
+    return astrbot_venv()
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``make astrbot-plugin``'s folder and zip."""
+    return build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def built_plugin(built: tuple[Path, Path]) -> Path:
+    return built[0]
+
+
+class AstrBot:
+    """One AstrBot process; ``send`` is one message through its pipeline, answered with the replies."""
+
+    def __init__(self, process: asyncio.subprocess.Process, ready: dict[str, Any]) -> None:
+        self.process = process
+        self.ready = ready
+
+    async def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write((json.dumps(command, ensure_ascii=False) + "\n").encode())
+        await self.process.stdin.drain()
+        line = await asyncio.wait_for(self.process.stdout.readline(), REPLY_TIMEOUT)
+        assert line, "AstrBot exited"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def send(self, text: str, *, sender: str, platform: str = "qq", group: str = "") -> list[str]:
+        answer = await self._ask({"op": "send", "platform": platform, "sender": sender, "group": group,
+                                  "text": text})
+        self.files: list[str] = answer["files"]
+        replies: list[str] = answer["replies"]
+        return replies
+
+    async def install(self, archive: Path, scratch: Path) -> bool:
+        """Install the plugin from a copy of its zip (AstrBot deletes the zip it installed)."""
+        copy = scratch / archive.name
+        shutil.copyfile(archive, copy)
+        installed: bool = (await self._ask({"op": "install", "zip": str(copy)}))["installed"]
+        return installed
+
+    async def measure(self) -> dict[str, float]:
+        return await self._ask({"op": "measure"})
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            try:
+                await self._ask({"op": "stop"})
+            finally:
+                with_timeout = asyncio.wait_for(self.process.wait(), 30)
+                try:
+                    await with_timeout
+                except TimeoutError:
+                    self.process.kill()
+                    await self.process.wait()
+
+
+async def start_astrbot(python: Path, root: Path, llm: FakeLLM, *, plugin: bool = True) -> AstrBot:
+    """AstrBot on ``root`` (``plugin=False``: alone, a benchmark's baseline), once it is ready for messages."""
+    root.mkdir(parents=True, exist_ok=True)
+    log = (root / "astrbot.log").open("ab")
+    process = await asyncio.create_subprocess_exec(
+        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1", *(() if plugin else ("--no-plugin",)),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=root, limit=2**22,
+    )
+    log.close()
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 180)
+    if not line:
+        await process.wait()
+        raise AssertionError("AstrBot did not start:\n" + (root / "astrbot.log").read_text(errors="replace")[-4000:])
+    return AstrBot(process, json.loads(line))
+
+
+def install(plugin: Path, root: Path) -> None:
+    """Copy the built plugin folder into AstrBot's plugins folder, as a user installing it by hand does."""
+    target = root / "data" / "plugins" / NAME
+    if not target.exists():
+        shutil.copytree(plugin, target)
+
+
+class Rig:
+    """One AstrBot root shared by a module's tests (AstrBot takes ~20 s to start): its process, the fake
+    model it talks to, and a restart on the same data."""
+
+    def __init__(self, python: Path, root: Path, llm: FakeLLM, bot: AstrBot) -> None:
+        self.python, self.root, self.llm, self.bot = python, root, llm, bot
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data" / "plugin_data" / NAME
+
+    async def restart(self) -> None:
+        await self.bot.stop()
+        self.bot = await start_astrbot(self.python, self.root, self.llm)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(astrbot_python: Path, built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+              ) -> AsyncIterator[Rig]:
+    """AstrBot without the plugin, which is then installed from its zip as the WebUI's upload does."""
+    root = tmp_path_factory.mktemp("astrbot")
+    async with FakeLLM() as llm:
+        llm.responder = script
+        shared = Rig(astrbot_python, root, llm, await start_astrbot(astrbot_python, root, llm))
+        try:
+            assert await shared.bot.install(built[1], tmp_path_factory.mktemp("upload"))
+            yield shared
+        finally:
+            await shared.bot.stop()
