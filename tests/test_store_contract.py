@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from companion.storage.base import (
     WEEKLY,
     MemoryStore,
 )
-from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
@@ -46,13 +44,10 @@ DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
 
 
-@pytest.fixture(params=backends())
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    """Every registered backend, opened as a host opens it (``open_store``)."""
-    url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
-    opened = await open_store(url)
-    yield opened
-    await opened.close()
+@pytest.fixture
+def store(any_store: MemoryStore) -> MemoryStore:
+    """Every registered backend (``conftest.any_store``)."""
+    return any_store
 
 
 def draft(event: str, **extra: object) -> MemoryDraft:
