@@ -150,17 +150,17 @@ async def test_an_upgraded_database_keeps_its_settings(tmp_path: Path) -> None:
     """The ``meta`` keys of the release before typed settings move to ``settings`` with their values."""
     path = tmp_path / "memory.sqlite3"
     before = CORE.names.index("0007_settings")
-    async with aiosqlite.connect(path) as conn:
-        await conn.execute("BEGIN")
-        await migrations.migrate_shared(conn, "2025-12-01T00:00:00Z", [
+    async with aiosqlite.connect(path) as old:
+        await old.execute("BEGIN")
+        await migrations.migrate_shared(old, "2025-12-01T00:00:00Z", [
             MigrationSet("core", CORE.steps[:before]), *(s for s in migrations.SHARED_SETS if s.owner != "core")])
         group = Scope(101, -5)
-        await conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+        await old.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
             ("group_memory:-5", "off"), ("share_private:101", "on"), ("moved:-5:to", "-1000000000005"),
             ("last_decay_at", "2025-12-22T03:00:00Z"), (f"weekly:{ALICE.key}", "on"),
             (f"review_sent:{group.key}", "2025-12-21T03:00:00Z"), (f"weekly_sent:{ALICE.key}", "2025-12-20T03:00:00Z"),
             (f"last_extraction:{ALICE.key}", "2025-12-22T02:00:00Z"), ("something_else", "kept")])
-        await conn.commit()
+        await old.commit()
     store = await SQLiteStore.open(path)
     try:
         assert await store.get_setting(GROUP_MEMORY, -5) is False

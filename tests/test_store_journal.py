@@ -159,7 +159,7 @@ async def test_settings_keep_their_types_and_keys_apart(store: MemoryStore) -> N
     await store.set_setting(WEEKLY, ALICE, False)  # a second write replaces the first
     assert await store.get_setting(WEEKLY, ALICE) is False
     with pytest.raises(TypeError):
-        await store.set_setting(WEEKLY, 101, True)  # type: ignore[arg-type]  # keyed by a scope, not an id
+        await store.set_setting(WEEKLY, 101, True)  # type: ignore[misc]  # keyed by a scope
 
 
 async def test_stream_memories_returns_every_memory_in_every_status(store: MemoryStore) -> None:
