@@ -20,9 +20,8 @@ from typing import Any
 from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
 from companion.hosts.astrbot.arguments import validity_for
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import EXPIRY, LABELS, Imported, MemoryService
-
-IMPORTED = "astrbot:imported:"  # scope key + record hash -> handle
+from companion.hosts.astrbot.service import Imported, MemoryService
+from companion.storage.base import EXACT_EXPIRY, HOST_LABEL, IMPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,20 +116,20 @@ async def import_folder(service: MemoryService, folder: Path, platform: str) -> 
             continue
         for record in found:
             scope = record.speaker.scope
-            mark = f"{IMPORTED}{scope.key}:{record.digest}"
-            if await store.get_meta(mark) is not None:
+            imported = await store.get_setting(IMPORTED, scope) or {}
+            if record.digest in imported:
                 skipped += 1
                 continue
             (handle, *_) = await service.engine.remember(scope, [_draft(service, record, now)], now)
             if record.accessed is not None:
                 await service.engine.touch(scope, [handle], record.accessed)
-            await store.set_meta(mark, str(handle))
-            await store.set_meta(LABELS + scope.key, record.speaker.label)
+            await store.set_setting(IMPORTED, scope, {**imported, record.digest: handle})
+            await store.set_setting(HOST_LABEL, scope, record.speaker.label)
             if record.seconds > 0:
-                raw = await store.get_meta(EXPIRY + scope.key)
-                table = {} if raw is None else dict(json.loads(raw))
+                lifetimes: dict[str, float] | None = await store.get_setting(EXACT_EXPIRY, scope)
+                table = dict(lifetimes) if lifetimes else {}
                 table[str(handle)] = ((record.created or now) + timedelta(seconds=record.seconds)).timestamp()
-                await store.set_meta(EXPIRY + scope.key, json.dumps(table))
+                await store.set_setting(EXACT_EXPIRY, scope, table)
             added += 1
     return Imported(added, skipped, bad)
 

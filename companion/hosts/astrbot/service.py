@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
 from companion.llm.base import JsonModel
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import MemoryStore
+from companion.storage.base import EXACT_EXPIRY, HOST_LABEL, MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
 
@@ -45,8 +44,6 @@ log = logging.getLogger(__name__)
 TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FACT: 2, MemoryType.EVENT: 3}
 MAX_LIST = 30
 MAX_SEARCH = 10
-LABELS = "astrbot:label:"  # scope key -> ``Speaker.label``, for exports
-EXPIRY = "astrbot:expiry:"  # scope key -> {handle: unix time} (exact lifetimes)
 CSV_FIELDS = ("scope", "id", "type", "tier", "importance", "content", "created_at", "updated_at",
               "last_accessed_at", "expires_at")
 
@@ -111,12 +108,12 @@ class MemoryService:
     async def _label(self, speaker: Speaker) -> None:
         key = speaker.scope.key
         if key not in self._labelled:
-            await self.store.set_meta(LABELS + key, speaker.label)
+            await self.store.set_setting(HOST_LABEL, speaker.scope, speaker.label)
             self._labelled.add(key)
 
     async def _expiry(self, scope: Scope) -> dict[str, float]:
-        raw = await self.store.get_meta(EXPIRY + scope.key)
-        return {} if raw is None else dict(json.loads(raw))
+        found: dict[str, float] | None = await self.store.get_setting(EXACT_EXPIRY, scope)
+        return dict(found) if found else {}
 
     async def _set_expiry(self, scope: Scope, handle: int, seconds: int, now: datetime) -> None:
         table = await self._expiry(scope)
@@ -124,7 +121,7 @@ class MemoryService:
             table[str(handle)] = (now + timedelta(seconds=seconds)).timestamp()
         else:
             table.pop(str(handle), None)
-        await self.store.set_meta(EXPIRY + scope.key, json.dumps(table))
+        await self.store.set_setting(EXACT_EXPIRY, scope, table)
 
     async def memories(self, speaker: Speaker) -> list[Memory]:
         """The speaker's live memories; those past their exact lifetime are forgotten here."""
@@ -137,7 +134,7 @@ class MemoryService:
             await self.engine.forget(scope, gone, reason="expired")
             for handle in gone:
                 table.pop(str(handle), None)
-            await self.store.set_meta(EXPIRY + scope.key, json.dumps(table))
+            await self.store.set_setting(EXACT_EXPIRY, scope, table)
         return [m for m in found if m.id not in gone]
 
     # ---- what a request is told ----------------------------------------------------------------------
@@ -240,7 +237,7 @@ class MemoryService:
         now = self._clock()
         rows: list[list[str]] = []
         for scope in await self.store.scopes():
-            label = await self.store.get_meta(LABELS + scope.key) or scope.key
+            label = await self.store.get_setting(HOST_LABEL, scope) or scope.key
             expiry = await self._expiry(scope)
             for m in await self.engine.memories(scope):
                 if m.is_expired(now) or (keyword and keyword not in m.event):
