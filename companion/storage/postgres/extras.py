@@ -116,3 +116,9 @@ class PgUsageLog:
             second(since), offset.total_seconds())
         return [UsageCell(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                           round(float(r[8]), 1), int(r[9])) for r in rows]
+
+    async def page(self, after: int, limit: int) -> list[tuple[int, UsageRow]]:
+        rows = await self._store._fetch(
+            "SELECT id, at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, cache_miss_tokens, "
+            "latency_ms, ok, tool_calls FROM llm_usage WHERE id > $1 ORDER BY id LIMIT $2", after, limit)
+        return [(int(r[0]), UsageRow(*r[1:])) for r in rows]

@@ -241,6 +241,9 @@ class PostgresStore(Pool):
         await self._fetch("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE "
                           "SET value = excluded.value", key, value)
 
+    async def meta_items(self) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in await self._fetch("SELECT key, value FROM meta ORDER BY key")]
+
     # ---- a group chat that changed its id --------------------------------------------------------
 
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
