@@ -16,7 +16,7 @@ from companion.core.tiers import Suggestion
 from companion.ops import reviews
 from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.inmemory import InMemoryStore
+from companion.storage.base import MemoryStore
 from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryEngine
@@ -28,9 +28,9 @@ _KEYWORDS = KeywordExtractor()
 
 
 @pytest.fixture
-async def engine() -> MemoryEngine:
+async def engine(any_store: MemoryStore) -> MemoryEngine:
     _KEYWORDS.load()
-    engine = MemoryEngine(InMemoryStore(), _KEYWORDS, EngineConfig())
+    engine = MemoryEngine(any_store, _KEYWORDS, EngineConfig())
     for scope in (ME, QUIET, OFF):
         await engine.remember(scope, [MemoryDraft(f"{scope.key} 在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)],
                               START)

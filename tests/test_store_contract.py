@@ -3,6 +3,7 @@ in-memory fake), plus a property test that the set-based SQL decay equals the pu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from collections.abc import AsyncIterator
@@ -29,7 +30,7 @@ from companion.core.models import (
     Validity,
 )
 from companion.storage.base import EVERY_STATUS, MemoryStore
-from companion.storage.factory import backends, open_store
+from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
@@ -307,3 +308,19 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
     assert await store.apply_changes(stranger, NOW) == []
     assert await store.fetch_memories(stranger, EVERY_STATUS) == []
     assert await store.scopes() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_another_writer_moves_the_change_counter_and_own_writes_do_not(backend: str, tmp_path: Path) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        url = (await stack.enter_async_context(pg_schema()) if backend == "postgresql"
+               else sqlite_url(tmp_path / "m.sqlite3"))
+        mine, other = await open_store(url), await open_store(url)
+        stack.push_async_callback(other.close)
+        stack.push_async_callback(mine.close)
+        start = await mine.change_counter()
+        await mine.apply_changes(ALICE, NOW, inserts=[draft("自己写的")])
+        await mine.decay_and_clean([ALICE], NOW + 3 * DAY)
+        assert await mine.change_counter() == start
+        await other.apply_changes(BOB, NOW, inserts=[draft("别人写的")])
+        assert await mine.change_counter() != start
