@@ -89,8 +89,8 @@ async def scenario(tmp: Path, steps: list[Step], backend: str = "sqlite") -> Non
         await run_steps(tmp, steps)
 
 
-async def run_steps(tmp: Path, steps: list[Step], **overrides: object) -> None:
-    async with group_bot(tmp, tools=True, **overrides) as g:
+async def run_steps(tmp: Path, steps: list[Step], database_url: str = "") -> None:
+    async with group_bot(tmp, tools=True, database_url=database_url) as g:
         ScriptedBrain(chat=searching_model).install(g.llm)  # type: ignore[arg-type]
         for where in (G1, G2):
             g.tg.add_group(where, admins=(A,))
