@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
-from companion.ops.commands import run_migrate
+from companion.ops.commands import run_memories, run_migrate
 from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
 from companion.storage.base import MemoryStore, UsageRow
 from companion.storage.factory import open_store, sqlite_url
@@ -122,6 +122,10 @@ async def test_the_command_copies_this_installation_and_refuses_itself(tmp_path:
     async with pg_schema() as url:
         assert await run_migrate(settings, argparse.Namespace(source=None, to=url)) == 0
         assert "copied 4 memories" in capsys.readouterr().out
+        # The operator's commands read the server as they read the file (no file there: none is asked for).
+        on_server = make_settings(tmp_path / "elsewhere", database_url=url)
+        assert await run_memories(on_server, argparse.Namespace(user_id=101, chat=None)) == 0
+        assert "喜欢火锅" in capsys.readouterr().out
         back = tmp_path / "back.sqlite3"
         assert await run_migrate(settings, argparse.Namespace(source=url, to=sqlite_url(back))) == 0
         assert "verified 3 scopes" in capsys.readouterr().out

@@ -29,7 +29,7 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage.base import EVERY_STATUS, MemoryStore
+from companion.storage.base import EVERY_STATUS, MemoryStore, UsageRow
 from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
@@ -324,3 +324,28 @@ async def test_another_writer_moves_the_change_counter_and_own_writes_do_not(bac
         assert await mine.change_counter() == start
         await other.apply_changes(BOB, NOW, inserts=[draft("别人写的")])
         assert await mine.change_counter() != start
+
+
+async def test_small_state_is_listed_by_key(store: MemoryStore) -> None:
+    for key, value in (("b:u1", "2"), ("a", "1"), ("a", "3")):
+        await store.set_meta(key, value)
+    assert await store.meta_items() == [("a", "3"), ("b:u1", "2")]
+
+
+async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryStore) -> None:
+    usage = store.usage_log()
+    if usage is None:
+        assert isinstance(store, InMemoryStore)  # the one backend without a usage log
+        return
+    rows = [UsageRow(NOW + timedelta(minutes=n), "reply" if n % 2 else "extract", "m", n, 2 * n,
+                     None if n == 3 else n, None if n == 3 else 0, 1.5 * n, ok=n != 4, tool_calls=n % 3)
+            for n in range(7)]
+    for row in rows:
+        await usage.add(row)
+    first = await usage.page(0, 4)
+    rest = await usage.page(first[-1][0], 10)
+    assert [r for _, r in first + rest] == rows and await usage.page(rest[-1][0], 10) == []
+    [day] = {c.day for c in await usage.report(NOW - DAY, timedelta(hours=8))}
+    assert day == "2025-12-23"
+    cells = await usage.report(NOW - DAY, timedelta(0))
+    assert [(c.purpose, c.calls, c.failures, c.tool_calls) for c in cells] == [("extract", 4, 1, 3), ("reply", 3, 0, 3)]
