@@ -29,7 +29,7 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageRow
+from companion.storage.base import EVERY_STATUS, MemoryStore, UsageRow, VectorRow
 from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
@@ -349,3 +349,41 @@ async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryS
     assert day == "2025-12-23"
     cells = await usage.report(NOW - DAY, timedelta(0))
     assert [(c.purpose, c.calls, c.failures, c.tool_calls) for c in cells] == [("extract", 4, 1, 3), ("reply", 3, 0, 3)]
+
+
+# ---- the vectors capability, on every backend that has one ------------------------------------------
+
+
+def unit(*values: float) -> list[float]:
+    norm = sum(v * v for v in values) ** 0.5
+    return [v / norm for v in values]
+
+
+async def test_vectors_stay_in_their_scope_and_go_with_their_memory(store: MemoryStore) -> None:
+    vectors = await store.open_vectors()
+    if vectors is None:
+        assert isinstance(store, InMemoryStore)
+        return
+    try:
+        a1, a2, a3 = await store.apply_changes(ALICE, NOW, inserts=[draft("猫"), draft("狗"), draft("鱼")])
+        [b1] = await store.apply_changes(BOB, NOW, inserts=[draft("猫")])
+        rows = [VectorRow(a1, "h1", unit(1, 0, 0)), VectorRow(a2, "h2", unit(0, 1, 0)),
+                VectorRow(a3, "h3", unit(1, 1, 0))]
+        assert await vectors.put(ALICE, "m", rows, NOW) == 3
+        assert await vectors.put(ALICE, "m", [VectorRow(b1, "x", unit(1, 0, 0))], NOW) == 0  # Bob's handle
+        assert await vectors.put(BOB, "m", [VectorRow(b1, "hb", unit(1, 0, 0))], NOW) == 1
+        assert await vectors.put(ALICE, "old", [VectorRow(a1, "h1", unit(0, 0, 1))], NOW) == 1  # replaces a1's
+        await vectors.put(ALICE, "m", rows[:1], NOW)
+        assert await vectors.hashes(ALICE, "m") == {a1: "h1", a2: "h2", a3: "h3"}
+        nearest = await vectors.nearest(ALICE, "m", unit(1, 0.1, 0), 2)
+        assert [h for h, _ in nearest] == [a1, a3] and nearest[0][1] == pytest.approx(0.995, abs=1e-3)
+        assert [h for h, _ in await vectors.nearest(BOB, "m", unit(1, 0, 0), 5)] == [b1]
+        await store.forget_everywhere(ALICE, [a2], NOW)
+        assert set(await vectors.hashes(ALICE, "m")) == {a1, a3}
+        await store.apply_changes(ALICE, NOW, forget=[a3])  # a tombstone without the vector's own delete
+        assert await vectors.prune(ALICE) == 1 and await vectors.count() == 2
+        assert await vectors.put(ALICE, "other", [VectorRow(a1, "h9", unit(0, 0, 1))], NOW) == 1
+        assert await vectors.drop_other_models("other") == 1 and await vectors.count("other") == 1
+        assert await vectors.delete([a1, b1]) == 1 and await vectors.count() == 0
+    finally:
+        await vectors.close()
