@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from companion.core import tiers
@@ -32,6 +33,7 @@ from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
+from companion.engine.locks import ScopeLocks
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
@@ -78,7 +80,7 @@ class MemoryEngine:
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> None:
         self._store = store
         self._clock = clock  # UTC now, where a call takes no ``now``
@@ -89,7 +91,8 @@ class MemoryEngine:
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
         self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.forget_cached)
-        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
+        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
+                                    locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
@@ -102,17 +105,18 @@ class MemoryEngine:
     @classmethod
     async def create(
         cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
-        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
+        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
-        backend of semantic recall (owned by the engine from here on), None for keyword recall only."""
+        backend of semantic recall (owned by the engine from here on), None for keyword recall only;
+        ``locks``: the per-scope write exclusion (one process's asyncio locks by default)."""
         # The dictionaries load in a thread while the bot finishes starting (Telegram and model checks); a
         # first message before they are ready waits for the rest of the load.
         keywords.add_words(config.important_keywords)
         loading = None if keywords.loaded else asyncio.wrap_future(keywords.preload())
         dense = await DenseRetriever.start(store, embedder, config.dense)
         cache = DEFAULT_CACHE_MEMORIES if config.cache_memories is None else config.cache_memories
-        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock)
+        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock, locks=locks)
         engine._loading = loading
         return engine
 
@@ -182,9 +186,13 @@ class MemoryEngine:
         current = await self.profiles.current(scope)
         return current[0] if current else None
 
-    def lock(self, scope: Scope) -> asyncio.Lock:
-        """Serialises one scope's writes; other scopes never wait on it."""
+    def lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        """Serialises one scope's writes; other scopes never wait on it. Never held across a model call."""
         return self._writer.lock(scope)
+
+    @property
+    def locks(self) -> ScopeLocks:
+        return self._writer.locks
 
     # ---- remember / forget -----------------------------------------------------------------------
 
@@ -283,8 +291,7 @@ class MemoryEngine:
         if not force and not await self.profiles.due(scope, now):
             current = await self.profiles.current(scope)
             return current[0] if current else None
-        async with self.lock(scope):
-            return await self.profiles.rebuild(scope, now)
+        return await self.profiles.rebuild(scope, now, self.lock)
 
     # ---- decay -----------------------------------------------------------------------------------
 
