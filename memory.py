@@ -54,11 +54,10 @@ from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
-from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
-from companion.recall.query import build_query
 from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store
+from companion.storage.turns import TurnView
 
 __all__ = [
     "Consolidation",
@@ -95,7 +94,7 @@ class MemoryEngine:
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
-        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
+        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config, dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
@@ -242,31 +241,34 @@ class MemoryEngine:
         ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
         join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
-        words = self._context.query_words
-        given = {text: list(keywords)} if keywords is not None else {}
-        # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
-        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
-        if not query:
-            return []
-        index = await self._cache.index(scope)
-        rules = RecallFilter(
-            limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
-            min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
-            min_match=self.config.recall_min_match if min_match is None else min_match,
-            cooldown_turns=self.config.recall_cooldown_turns,
-            turn=turn,
-            cooldown=cooldown,
-            allowed=allowed,
-        )
-        ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
-        return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
+        return await self._context.recall(scope, text, now, turn=turn, cooldown=cooldown, limit=limit,
+                                          min_importance=min_importance, keywords=keywords, earlier=earlier,
+                                          reply=reply, min_match=min_match, allowed=allowed)
+
+    async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
+        """A turn's one read of the store: companion mode, the profile, today's events, the change counter
+        (and the memories when the scope's index is not loaded; its newest ``turns`` short-term turns when
+        asked). A turn that opens here builds its context ``opened`` and ends with ``finish_turn``."""
+        return await self._context.open_turn(scope, turns=turns)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
     ) -> MemoryContext:
+        """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
+        ``finish_turn``)."""
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply)
+                                          earlier=earlier, reply=reply, opened=opened)
+
+    async def finish_turn(
+        self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
+        shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
+    ) -> list[int]:
+        """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
+        extraction (oldest first), an access for each ``shown`` memory (when ``opened``) and a mention for
+        each the ``reply`` mentions, whose ids it returns."""
+        return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
+                                               touched=opened)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime

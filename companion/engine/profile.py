@@ -124,10 +124,22 @@ class ProfileService:
         self._llm = llm
         self._tz = tz
         self.policy = policy
-        self._cache: dict[Scope, tuple[Profile, bool]] = {}
+        # None: read with a turn's context, there is none yet (that turn need not ask again).
+        self._cache: dict[Scope, tuple[Profile, bool] | None] = {}
 
     def invalidate(self, scope: Scope) -> None:
         self._cache.pop(scope, None)
+
+    def prime(self, scope: Scope, stored: tuple[Profile, bool] | None) -> None:
+        """The stored profile, read with a turn's context (another process may have rebuilt it). The
+        same build cached here keeps what this process knows: memories learned after it was built."""
+        cached = self._cache.get(scope)
+        if stored is None:
+            self._cache[scope] = None
+        elif cached is None or cached[0].built_at != stored[0].built_at:
+            self._cache[scope] = stored
+        else:
+            self._cache[scope] = (cached[0], cached[1] or stored[1])
 
     async def current(self, scope: Scope) -> tuple[Profile, bool] | None:
         """The cached or persisted profile and whether it is stale; None before the first build."""
