@@ -153,6 +153,15 @@ class MemoryEngine:
         """Scopes with companion mode on (the flag survives restarts)."""
         return await self._store.active_scopes()
 
+    async def await_edit(self, scope: Scope, handle: int | None) -> None:
+        """The scope's next message is the new text of this memory (None: no longer), as every process
+        sees it (``open_turn`` reads it as ``TurnView.editing``)."""
+        await self._store.set_editing(scope, handle)
+
+    async def companion_mode(self, scope: Scope) -> bool:
+        """Whether the scope has companion mode on, as stored now (another process may have switched it)."""
+        return (await self._store.turn_context(scope, events=0)).active
+
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
         await self._store.set_active(scope, active, now)
         if not active:

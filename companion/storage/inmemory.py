@@ -41,6 +41,7 @@ class InMemoryStore:
         self._short: dict[Scope, list[ShortItem]] = {}
         self._next_short = 1
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
+        self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
 
     async def close(self) -> None:
         return None
@@ -256,8 +257,14 @@ class InMemoryStore:
             change=await self.change_counter(), active=self._scopes.get(scope, False),
             profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
             turns=await self.short_items(scope, ShortKind.TURN, turns),
-            memories=await self.fetch_memories(scope) if memories else None,
+            memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
         )
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        if handle is None:
+            self._editing.pop(scope, None)
+        else:
+            self._editing[scope] = handle
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         # Nothing here can fail half-way: each step is a change to a dict.

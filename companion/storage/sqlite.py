@@ -44,7 +44,15 @@ from companion.storage.rows import (
     row_to_turn,
 )
 from companion.storage.snapshot import STANDALONE
-from companion.storage.turn_sql import QUEUE_TURN, mention_sql, queue_params, read_turn, touch_sql, write_turn
+from companion.storage.turn_sql import (
+    QUEUE_TURN,
+    SET_EDITING,
+    mention_sql,
+    queue_params,
+    read_turn,
+    touch_sql,
+    write_turn,
+)
 from companion.storage.turns import TurnRecord, TurnView
 from companion.storage.usage import SQLiteUsageLog
 
@@ -292,6 +300,10 @@ class SQLiteStore(Connection):
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
 
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_EDITING, (scope.key, handle))
+
     # ---- short-term memory -----------------------------------------------------------------------
 
     async def add_short(
@@ -328,8 +340,6 @@ class SQLiteStore(Connection):
                 "built_at = excluded.built_at, dirty = 0",
                 (scope.key, *profile_to_row(profile), to_db(built_at)),
             )
-
-    # ---- backup (SQLite-specific; used by ops.backup through this store only) --------------------
 
     # ---- a group chat that changed its id -------------------------------------------------------
 
