@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import TypeVar
 
 from companion.core.models import (
     Memory,
@@ -26,9 +27,9 @@ from companion.core.models import (
     Status,
     Turn,
 )
-from companion.core.timeutil import from_db, utcnow
+from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
-from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
+from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
 from companion.engine.locks import ScopeLocks
@@ -54,9 +55,10 @@ from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import ACTIVE_ONLY, MemoryStore
+from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting, TurnView
 from companion.storage.factory import open_store
-from companion.storage.turns import TurnView
+
+V = TypeVar("V")
 
 __all__ = [
     "Consolidation",
@@ -88,13 +90,13 @@ class MemoryEngine(SteeringAPI):
         self.llm = llm
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
-        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.forget_cached)
+        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.drop_cached)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config, dense)
-        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
+        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
@@ -185,8 +187,7 @@ class MemoryEngine(SteeringAPI):
         return await self._store.scopes_with_pending()
 
     async def last_decay_at(self) -> datetime | None:
-        stored = await self._store.get_meta("last_decay_at")
-        return None if stored is None else from_db(stored)
+        return await self._store.get_setting(LAST_DECAY_AT, None)
 
     async def profile(self, scope: Scope) -> Profile | None:
         """The current profile (cached or persisted), or None before the first build."""
@@ -309,13 +310,13 @@ class MemoryEngine(SteeringAPI):
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
         return await self._upkeep.decay(now, batch)
 
-    # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
+    # ---- per-scope settings (review bookkeeping, opt-ins) -----------------------------------------
 
-    async def note(self, scope: Scope, name: str) -> str | None:
-        return await self._store.get_meta(f"{name}:{scope.key}")
+    async def setting(self, setting: Setting[Scope, V], scope: Scope) -> V | None:
+        return await self._store.get_setting(setting, scope)
 
-    async def set_note(self, scope: Scope, name: str, value: str) -> None:
-        await self._store.set_meta(f"{name}:{scope.key}", value)
+    async def set_setting(self, setting: Setting[Scope, V], scope: Scope, value: V) -> None:
+        await self._store.set_setting(setting, scope, value)
 
     # ---- conversation summaries --------------------------------------------------------------------
 
@@ -350,9 +351,9 @@ class MemoryEngine(SteeringAPI):
         """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""
         turns = await self._short.turns(scope)
         events = await self._short.events(scope)
-        last = await self.note(scope, LAST_EXTRACTION)
+        last = await self.setting(LAST_EXTRACTION, scope)
         return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
-                          None if last is None else from_db(last))
+                          last)
 
     # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
 

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from companion.core.models import ShortKind, Status, Turn
 from companion.core.timeutil import to_db
-from companion.storage import shortterm
+from companion.storage import journal, shortterm
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.turns import TurnRecord, TurnView
@@ -54,7 +54,7 @@ def read_turn(
     the scope has none)."""
     conn.execute("BEGIN")
     try:
-        change = conn.execute("PRAGMA data_version").fetchone()
+        change = conn.execute(journal.COUNTER, (key,)).fetchone()
         scope = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
         profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
         state = conn.execute("SELECT editing FROM turn_state WHERE scope_key = ?", (key,)).fetchone()
