@@ -15,7 +15,7 @@ import pytest
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
 from companion.ops.commands import run_memories, run_migrate
 from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
-from companion.storage.base import MemoryStore, UsageRow
+from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, WEEKLY, MemoryStore, UsageRow
 from companion.storage.factory import open_store, sqlite_url
 from tests.pgtest import pg_schema
 from tests.support import make_settings
@@ -46,8 +46,9 @@ async def fill(store: MemoryStore) -> None:
     await store.add_short(ALICE, ShortKind.TURN, "今天好累", "抱抱", NOW, keep=200, keys=("k2",))
     await store.add_short(ALICE, ShortKind.EVENT, "吃了感冒药", None, NOW, keep=30, recalled=True)
     await store.save_profile(ALICE, Profile(core="爱吃火锅"), NOW)
-    await store.set_meta(f"weekly:{ALICE.key}", "on")
-    await store.set_meta("group_memory:-5", "off")
+    await store.set_setting(WEEKLY, ALICE, True)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(LAST_DECAY_AT, None, NOW)
     await store.begin_move(-7, -1000000000007, NOW)
     usage = store.usage_log()
     assert usage is not None
@@ -63,7 +64,7 @@ async def everything(store: MemoryStore) -> tuple[object, ...]:
     usage = store.usage_log()
     assert usage is not None
     rows = [row for _, row in await usage.page(0, 1000)]
-    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.meta_items(),
+    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.all_settings(),
             sorted(await store.unfinished_moves()), rows)
 
 
@@ -76,7 +77,7 @@ async def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path) ->
         try:
             first = await migrate(original, pg, NOW)
             assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 4, 2, 2, 1)
-            assert (first.meta, first.usage, first.moves, first.verified_scopes) == (2, 5, 1, 3)
+            assert (first.meta, first.usage, first.moves, first.verified_scopes) == (3, 5, 1, 3)
             again = await migrate(original, pg, NOW)
             assert dataclasses.replace(again, verified_scopes=0) == Copied()  # nothing twice
             assert again.verified_scopes == 3

@@ -10,16 +10,20 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.core.tiers import Suggestion
-from companion.ops import reviews
+from companion.ops import jobs, reviews
+from companion.ops.leader import ALONE
 from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import MemoryStore
+from companion.storage.base import REVIEW_SENT, WEEKLY, MemoryStore
+from companion.storage.inmemory import InMemoryStore
 from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryEngine
+from tests.support import make_settings
 
 TZ = ZoneInfo("Asia/Shanghai")
 START = datetime(2025, 12, 1, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -70,7 +74,7 @@ async def test_an_unreachable_user_is_not_marked_as_reviewed(engine: MemoryEngin
 
     day7 = START + timedelta(days=7)
     assert await reviews.review_round(engine, day7, TZ, (9, 21), blocked) == 0
-    assert await engine.note(ME, reviews.REVIEW_SENT) is None
+    assert await engine.setting(REVIEW_SENT, ME) is None
 
 
 async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
@@ -82,7 +86,7 @@ async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
 
     now = START + timedelta(days=2)
     assert await reviews.weekly_round(engine, now, send) == 0
-    await engine.set_note(ME, reviews.WEEKLY, "on")
+    await engine.set_setting(WEEKLY, ME, True)
     [memory] = await engine.memories(ME)
     await engine.promote(ME, memory.id, now)
     assert await reviews.weekly_round(engine, now, send) == 1
@@ -108,3 +112,34 @@ async def test_background_upgrade_reaches_every_old_table(tmp_path: Path) -> Non
         assert await store.upgrade_stale() == 0
     finally:
         await store.close()
+
+
+class Follower:
+    """A worker that does not lead: the scheduled jobs are another process's."""
+
+    async def leads(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("leads", [False, True])
+async def test_only_the_leading_process_runs_the_scheduled_jobs(
+    engine: MemoryEngine, tmp_path: Path, leads: bool
+) -> None:
+    leader = ALONE if leads else Follower()
+    scheduler = AsyncIOScheduler(timezone=TZ)
+    weekly: list[Scope] = []
+
+    async def send_weekly(scope: Scope, summary: reviews.WeekSummary) -> bool:
+        weekly.append(scope)
+        return True
+
+    async def send_review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
+        return True
+
+    await reviews.set_weekly(engine, ME, True)
+    reviews.schedule(scheduler, engine, TZ, (0, 24), send_review, send_weekly, leader)
+    decay = jobs.build_scheduler(engine, InMemoryStore(), make_settings(tmp_path), leader).get_job("decay")
+    await scheduler.get_job("weekly").func()
+    await decay.func()
+    assert weekly == ([ME] if leads else [])
+    assert (await engine.last_decay_at() is not None) is leads

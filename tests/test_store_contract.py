@@ -29,7 +29,18 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageRow, VectorRow
+from companion.storage.base import (
+    EVERY_STATUS,
+    GROUP_MEMORY,
+    MOVED_TO,
+    REVIEW_SENT,
+    SHARE_PRIVATE,
+    WEEKLY,
+    MemoryStore,
+    TurnRecord,
+    UsageRow,
+    VectorRow,
+)
 from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
@@ -205,9 +216,13 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     await store.add_turn(old_a, Turn(user="排队的", reply=None, at=NOW))
     await store.add_short(old_a, ShortKind.TURN, "刚才说的", "嗯", NOW, keep=10)
     await store.save_profile(old_b, Profile(core="核心"), NOW)
-    for key, value in ((f"review_sent:{old_a.key}", "t1"), (f"weekly:{new_a.key}", "on"),
-                       (f"weekly:{old_a.key}", "off"), ("group_memory:-5", "off"), ("group_memory:-55", "on")):
-        await store.set_meta(key, value)
+    await store.set_setting(REVIEW_SENT, old_a, NOW)
+    await store.set_setting(WEEKLY, new_a, True)
+    await store.set_setting(WEEKLY, old_a, False)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(GROUP_MEMORY, -55, True)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(SHARE_PRIVATE, 101, True)
 
     assert sorted(s.key for s in await store.move_chat(-5, -1000000000005, NOW)) == sorted([old_a.key, old_b.key])
     new_b = Scope(202, -1000000000005)
@@ -220,11 +235,14 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     assert [t.user for t in await store.pending_turns(new_a, 10)] == ["排队的"]
     assert [i.user for i in await store.short_items(new_a, ShortKind.TURN, 10)] == ["刚才说的"]
     assert (await store.load_profile(new_b)) is not None and await store.load_profile(old_b) is None
-    assert await store.get_meta(f"review_sent:{new_a.key}") == "t1"
-    assert await store.get_meta(f"weekly:{new_a.key}") == "on"  # the new scope's own state wins
-    assert await store.get_meta(f"weekly:{old_a.key}") is None
-    assert await store.get_meta("group_memory:-1000000000005") == "off"
-    assert await store.get_meta("group_memory:-55") == "on"  # another chat's ending is not moved
+    assert await store.get_setting(REVIEW_SENT, new_a) == NOW
+    assert await store.get_setting(WEEKLY, new_a) is True  # the new scope's own state wins
+    assert await store.get_setting(WEEKLY, old_a) is None
+    assert await store.get_setting(GROUP_MEMORY, -1000000000005) is False
+    assert await store.get_setting(GROUP_MEMORY, -5) is None
+    assert await store.get_setting(GROUP_MEMORY, -55) is True  # another chat's is not moved
+    assert await store.get_setting(MOVED_TO, -5) == -1000000000005  # the old id's own record stays
+    assert await store.get_setting(SHARE_PRIVATE, 101) is True
 
     assert await store.move_chat(-5, -1000000000005, NOW) == []  # the second notice moves nothing
     assert len(await store.fetch_memories(new_a)) == 2
@@ -311,25 +329,29 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-async def test_another_writer_moves_the_change_counter_and_own_writes_do_not(backend: str, tmp_path: Path) -> None:
+async def test_another_writer_moves_the_scopes_counter(backend: str, tmp_path: Path) -> None:
+    """Two store objects on one database (two processes): a write by either moves the scope's counter
+    both read, and no other scope's."""
     async with contextlib.AsyncExitStack() as stack:
         url = (await stack.enter_async_context(pg_schema()) if backend == "postgresql"
                else sqlite_url(tmp_path / "m.sqlite3"))
         mine, other = await open_store(url), await open_store(url)
         stack.push_async_callback(other.close)
         stack.push_async_callback(mine.close)
-        start = await mine.change_counter()
         await mine.apply_changes(ALICE, NOW, inserts=[draft("自己写的")])
-        await mine.decay_and_clean([ALICE], NOW + 3 * DAY)
-        assert await mine.change_counter() == start
-        await other.apply_changes(BOB, NOW, inserts=[draft("别人写的")])
-        assert await mine.change_counter() != start
+        start, bob = await mine.change_counter(ALICE), await mine.change_counter(BOB)
+        assert start > 0 and await other.change_counter(ALICE) == start
+        await other.apply_changes(ALICE, NOW, inserts=[draft("别人写的")])
+        assert await mine.change_counter(ALICE) > start and await mine.change_counter(BOB) == bob
 
 
-async def test_small_state_is_listed_by_key(store: MemoryStore) -> None:
-    for key, value in (("b:u1", "2"), ("a", "1"), ("a", "3")):
-        await store.set_meta(key, value)
-    assert await store.meta_items() == [("a", "3"), ("b:u1", "2")]
+async def test_settings_are_listed_as_stored(store: MemoryStore) -> None:
+    await store.set_setting(WEEKLY, ALICE, True)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(WEEKLY, ALICE, False)
+    assert await store.all_settings() == [("group_memory", "-5", "off"), ("moved_to", "-5", "-1000000000005"),
+                                          ("weekly", ALICE.key, "off")]
 
 
 async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryStore) -> None:
@@ -387,3 +409,43 @@ async def test_vectors_stay_in_their_scope_and_go_with_their_memory(store: Memor
         assert await vectors.delete([a1, b1]) == 1 and await vectors.count() == 0
     finally:
         await vectors.close()
+
+
+async def test_one_turn_reads_what_the_reply_needs_at_once(store: MemoryStore) -> None:
+    empty = await store.turn_context(ALICE, events=5, turns=10, memories=True)
+    assert (empty.active, empty.profile, empty.events, empty.turns, empty.memories) == (False, None, [], [], [])
+    assert await store.scopes() == []  # reading a scope never seen creates nothing
+    await store.set_active(ALICE, True, NOW)
+    [a] = await store.apply_changes(ALICE, NOW, inserts=[draft("养了一只猫叫咪咪")])
+    await store.save_profile(ALICE, Profile(core="喜欢猫"), NOW)
+    for i in range(3):
+        await store.add_short(ALICE, ShortKind.EVENT, f"吃了第{i}次药", None, NOW, keep=30)
+    await store.add_short(ALICE, ShortKind.TURN, "你好", "嗨", NOW, keep=200, keys=("k1",))
+    view = await store.turn_context(ALICE, events=2, turns=10, memories=True)
+    assert view.active and view.profile is not None and view.profile[0].core == "喜欢猫"
+    assert [e.user for e in view.events] == ["吃了第1次药", "吃了第2次药"]
+    assert [(t.user, t.reply, t.keys) for t in view.turns] == [("你好", "嗨", ("k1",))]
+    assert view.memories is not None and [m.id for m in view.memories] == [a]
+    light = await store.turn_context(ALICE, events=2)
+    assert light.turns == [] and light.memories is None and light.change == view.change
+    assert (await store.turn_context(BOB, events=2, memories=True)).memories == []  # nothing of Alice's
+
+
+async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
+    a, b = await store.apply_changes(ALICE, NOW, inserts=[draft("一件事"), draft("另一件事")])
+    waiting = Turn("早上好", None, NOW - DAY, key="k1")
+    turn = Turn("我今天好累", "辛苦了", NOW, key="k2")
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=turn, keep=1, recalled=True, queued=[waiting, turn],
+                                              touched=[a, b], mentioned=[a]))
+    assert [(t.user, t.key) for t in await store.pending_turns(ALICE, 10)] == [("早上好", "k1"), ("我今天好累", "k2")]
+    [short] = await store.short_items(ALICE, ShortKind.TURN, 10)
+    assert (short.user, short.reply, short.recalled, short.keys) == ("我今天好累", "辛苦了", True, ("k2",))
+    rows = {m.id: m for m in await store.fetch_memories(ALICE)}
+    assert (rows[a].access_count, rows[b].access_count) == (1, 1)
+    assert (rows[a].mention_count, rows[b].mention_count) == (1, 0) and rows[a].last_mentioned_at == NOW
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=Turn("再见", None, NOW, key="k3"), keep=1))
+    assert [i.user for i in await store.short_items(ALICE, ShortKind.TURN, 10)] == ["再见"]  # the newest ``keep``
+    assert await store.count_pending(ALICE) == 2
+    await store.record_turn(BOB, TurnRecord(at=NOW, queued=[Turn("你好", None, NOW)], touched=[a], mentioned=[a]))
+    assert await store.count_pending(BOB) == 1
+    assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's

@@ -40,6 +40,13 @@ class ShortTermBook:
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
+    def prime(self, scope: Scope, events: list[ShortItem]) -> None:
+        """The scope's newest events, read with a turn's context: fresher than what is cached."""
+        self._events[scope] = events
+        self._events.move_to_end(scope)
+        if len(self._events) > EVENT_CACHE_SCOPES:
+            self._events.popitem(last=False)
+
     async def events(self, scope: Scope) -> list[ShortItem]:
         cached = self._events.get(scope)
         if cached is None:
@@ -61,10 +68,6 @@ class ShortTermBook:
     async def clear(self, scope: Scope, kind: ShortKind | None = None) -> None:
         self._events.pop(scope, None)
         await self._store.drop_short(scope, kind=kind)
-
-    def forget_cached(self) -> None:
-        """Another process wrote the database: read everything again."""
-        self._events.clear()
 
     def drop_cached(self, scope: Scope) -> None:
         self._events.pop(scope, None)

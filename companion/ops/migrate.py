@@ -2,8 +2,9 @@
 back, any pair of backends), through the store protocol only, then verify.
 
 Copied per scope: every memory with its handle, times, status and tombstones, companion mode, the queued
-turns, the short-term items, the profile; then the small state (settings and notes), the LLM usage rows
-and the markers of unfinished chat moves. Safe to re-run: what the target already holds is not copied
+turns, the short-term items, the profile; then the typed settings (switches and notes), the LLM usage rows
+and the markers of unfinished chat moves. The change journal is the target's own (its entries start with
+the copy's). Safe to re-run: what the target already holds is not copied
 again (memories by handle, everything else by value, counted, so duplicates in the source stay duplicates),
 and every run ends by comparing counts and a checksum per scope. Derived data is not copied: the semantic
 vectors (``bot.py reindex`` rebuilds them) and the turn provenance of memories written before the copy.
@@ -21,13 +22,14 @@ from typing import Any
 
 from companion.core.errors import StorageError
 from companion.core.models import Memory, Scope, ShortItem, ShortKind, Turn
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageLog, UsageRow
+from companion.storage.base import EVERY_STATUS, SETTINGS, Keyed, MemoryStore, Setting, UsageLog, UsageRow
 
 # Far above what a scope holds (the short-term buffer keeps 200 turns, the queue drains every few turns).
 ALL = 1_000_000
 USAGE_PAGE = 5_000
 
 Progress = Callable[[int, int], None]
+_SETTINGS = {s.name.value: s for s in SETTINGS}
 
 
 class MigrationMismatchError(StorageError):
@@ -143,6 +145,28 @@ async def copy_scope(source: MemoryStore, target: MemoryStore, scope: Scope, act
         copied.profiles += 1
 
 
+def _typed(name: str, owner: str) -> tuple[Setting[Any, Any], Any]:
+    """The setting a stored row belongs to and its key, as ``Setting.owner`` wrote it."""
+    setting = _SETTINGS.get(name)
+    if setting is None:
+        raise MigrationMismatchError(f"the source holds a setting this version does not know: {name!r}")
+    if setting.keyed is Keyed.DATABASE:
+        return setting, None
+    return setting, Scope.from_key(owner) if setting.keyed is Keyed.SCOPE else int(owner)
+
+
+async def copy_settings(source: MemoryStore, target: MemoryStore) -> int:
+    """Every stored setting the target lacks or holds otherwise; how many were written."""
+    have = set(await target.all_settings())
+    written = 0
+    for name, owner, value in await source.all_settings():
+        if (name, owner, value) not in have:
+            setting, key = _typed(name, owner)
+            await target.set_setting(setting, key, setting.decode(value))
+            written += 1
+    return written
+
+
 async def copy_usage(source: UsageLog | None, target: UsageLog | None) -> int:
     if source is None or target is None:
         return 0
@@ -178,11 +202,7 @@ async def migrate(source: MemoryStore, target: MemoryStore, now: datetime, progr
         await copy_scope(source, target, scope, scope in active, now, copied)
         if progress is not None:
             progress(done, len(scopes))
-    target_meta = dict(await target.meta_items())
-    for k, value in await source.meta_items():
-        if target_meta.get(k) != value:
-            await target.set_meta(k, value)
-            copied.meta += 1
+    copied.meta = await copy_settings(source, target)
     copied.usage = await copy_usage(source.usage_log(), target.usage_log())
     moving = set(await target.unfinished_moves())
     for old, new in await source.unfinished_moves():
@@ -207,8 +227,8 @@ async def verify(source: MemoryStore, target: MemoryStore, copied: Copied) -> No
             copied.mismatched.append(f"{scope.key} (memories, queued turns, short-term: {want.counts()} in the "
                                      f"source, {got.counts()} in the target)")
     copied.verified_scopes = len(scopes) - len(copied.mismatched)
-    if dict(await source.meta_items()).items() - dict(await target.meta_items()).items():
-        copied.mismatched.append("small state (settings and notes)")
+    if set(await source.all_settings()) - set(await target.all_settings()):
+        copied.mismatched.append("settings (switches and notes)")
     if set(await source.unfinished_moves()) - set(await target.unfinished_moves()):
         copied.mismatched.append("unfinished chat moves")
     source_usage, target_usage = source.usage_log(), target.usage_log()
