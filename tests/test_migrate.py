@@ -34,6 +34,7 @@ async def fill(store: MemoryStore) -> None:
         MemoryDraft("以前住在上海", ["上海"], 40.0, tier=Tier.SHORT),
     ], sources=["k1"])
     await store.apply_changes(ALICE, NOW + timedelta(hours=1), forget=[gone])
+    await store.apply_changes(GROUP, NOW, inserts=[MemoryDraft("群里说要去爬山", ["爬山"], 50.0)], sources=["k3", "k4"])
     [stored] = await store.fetch_by_ids(ALICE, [old])
     await store.apply_changes(ALICE, NOW, updates=[dataclasses.replace(stored, status=Status.ARCHIVED,
                                                                        status_reason="user")])
@@ -76,13 +77,17 @@ async def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path) ->
         back = await open_store(sqlite_url(tmp_path / "b.sqlite3"))
         try:
             first = await migrate(original, pg, NOW)
-            assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 4, 2, 2, 1)
+            assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 5, 2, 2, 1)
             assert (first.meta, first.usage, first.moves, first.verified_scopes) == (3, 5, 1, 3)
             again = await migrate(original, pg, NOW)
             assert dataclasses.replace(again, verified_scopes=0) == Copied()  # nothing twice
             assert again.verified_scopes == 3
             await migrate(pg, back, NOW)
             assert await everything(back) == await everything(original) == await everything(pg)
+            # What forgetting follows came along: the turns each memory came from.
+            [climb] = [m.id for m in await back.fetch_memories(GROUP) if m.event == "群里说要去爬山"]
+            assert await back.sources_of(GROUP, [climb]) == {climb: {"k3", "k4"}}
+            assert await back.sources_of(ALICE, [climb]) == {}
             # The handles go on above the copied ones in both directions.
             top = max([m.id for m in await original.fetch_memories(ALICE, set(Status))]
                       + [m.id for m in await original.fetch_memories(GROUP, set(Status))])
@@ -122,7 +127,7 @@ async def test_the_command_copies_this_installation_and_refuses_itself(tmp_path:
     await store.close()
     async with pg_schema() as url:
         assert await run_migrate(settings, argparse.Namespace(source=None, to=url)) == 0
-        assert "copied 4 memories" in capsys.readouterr().out
+        assert "copied 5 memories" in capsys.readouterr().out
         # The operator's commands read the server as they read the file (no file there: none is asked for).
         on_server = make_settings(tmp_path / "elsewhere", database_url=url)
         assert await run_memories(on_server, argparse.Namespace(user_id=101, chat=None)) == 0

@@ -449,3 +449,17 @@ async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
     await store.record_turn(BOB, TurnRecord(at=NOW, queued=[Turn("你好", None, NOW)], touched=[a], mentioned=[a]))
     assert await store.count_pending(BOB) == 1
     assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's
+
+
+async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: MemoryStore) -> None:
+    [a, b] = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")], sources=["k1", "k2"])
+    [c] = await store.apply_changes(BOB, NOW, inserts=[draft("丙")], sources=["k9"])
+    assert await store.sources_of(ALICE, [a, b, c]) == {a: {"k1", "k2"}, b: {"k1", "k2"}}  # Bob's is not Alice's
+    [memory] = await store.fetch_by_ids(ALICE, [a])
+    kept = await store.import_rows(Scope(303), [dataclasses.replace(memory, id=a + 500)], NOW,
+                                   sources={a + 500: ["k7"]})
+    renewed = await store.import_rows(Scope(303), [memory], NOW, keep_ids=False, sources={a: ["k8"]})
+    assert await store.sources_of(Scope(303), kept + renewed) == {kept[0]: {"k7"}, renewed[0]: {"k8"}}
+    await told(store, Scope(303), "复制来的那句话", "k8")
+    assert await store.forget_everywhere(Scope(303), renewed, NOW) == {"k8"}
+    assert await store.pending_turns(Scope(303), 10) == []  # forgetting follows the copied provenance

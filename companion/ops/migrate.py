@@ -1,14 +1,13 @@
 """``python bot.py migrate --to URL``: copy everything of one store into another (SQLite into PostgreSQL and
 back, any pair of backends), through the store protocol only, then verify.
 
-Copied per scope: every memory with its handle, times, status and tombstones, companion mode, the queued
-turns, the short-term items, the profile; then the typed settings (switches and notes), the LLM usage rows
-and the markers of unfinished chat moves. The change journal is the target's own (its entries start with
-the copy's). Safe to re-run: what the target already holds is not copied
-again (memories by handle, everything else by value, counted, so duplicates in the source stay duplicates),
-and every run ends by comparing counts and a checksum per scope. Derived data is not copied: the semantic
-vectors (``bot.py reindex`` rebuilds them) and the turn provenance of memories written before the copy.
-The bot must be stopped meanwhile: a write during the copy would make the verification fail.
+Copied per scope: every memory with its handle, times, status, tombstone and the turns it came from,
+companion mode, the queued turns, the short-term items, the profile; then the typed settings (switches and
+notes), the LLM usage rows and the markers of unfinished chat moves. Safe to re-run: what the target
+already holds is not copied again (memories by handle, everything else by value, counted, so duplicates in
+the source stay duplicates), and every run ends by comparing counts and a checksum per scope. Not copied:
+the semantic vectors (derived: ``bot.py reindex`` rebuilds them) and the change journal (the target's own
+starts with the copy). The bot must be stopped meanwhile: a write during the copy fails the verification.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ class ScopeContent:
     each database numbers its own)."""
 
     memories: tuple[tuple[Any, ...], ...]
+    sources: tuple[tuple[int, tuple[str, ...]], ...]
     turns: tuple[tuple[Any, ...], ...]
     short: tuple[tuple[Any, ...], ...]
     profile: tuple[Any, ...] | None
@@ -100,7 +100,10 @@ async def read_scope(store: MemoryStore, scope: Scope, active: bool) -> ScopeCon
     if loaded is not None and not loaded[1]:  # a stale profile is not copied: the target builds it afresh
         built = loaded[0]
         profile = _plain((built.core, tuple((t.text, t.keywords) for t in built.dynamic), built.built_at))
-    return ScopeContent(tuple(memory_key(m) for m in memories), tuple(turn_key(t) for t in turns),
+    told = await store.sources_of(scope, [m.id for m in memories])
+    return ScopeContent(tuple(memory_key(m) for m in memories),
+                        tuple((h, tuple(sorted(keys))) for h, keys in sorted(told.items())),
+                        tuple(turn_key(t) for t in turns),
                         tuple(short_key(i) for i in short), profile, active)
 
 
@@ -128,7 +131,8 @@ async def copy_scope(source: MemoryStore, target: MemoryStore, scope: Scope, act
         if owner is not None:
             raise MigrationMismatchError(f"handle {memory.id} of {scope.key} belongs to {owner.key} in the target")
     if new:
-        await target.import_rows(scope, new, now, keep_ids=True)
+        told = await source.sources_of(scope, [m.id for m in new])
+        await target.import_rows(scope, new, now, keep_ids=True, sources=told)
     copied.memories += len(new)
     for turn in missing(await source.pending_turns(scope, ALL), await target.pending_turns(scope, ALL), turn_key):
         await target.add_turn(scope, turn)

@@ -16,7 +16,7 @@ scope's call can never reach another's rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -128,10 +128,18 @@ class MemoryRecords(Protocol):
         ...
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         """Write memories with their times as they are (restore): with their handles (which must be
-        unused), or with fresh ones in the same order. Returns the handles."""
+        unused), or with fresh ones in the same order. ``sources``: the turn keys each came from, by the
+        handle it has in ``memories`` (a copy from another database keeps what forgetting follows).
+        Returns the handles."""
+        ...
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        """The keys of the turns each of the scope's memories ``ids`` came from (``apply_changes``'
+        ``sources``); memories without any are left out, other scopes' handles ignored."""
         ...
 
     async def count_memories(self) -> int:

@@ -3,7 +3,7 @@ reference the SQL decay is checked against (it applies ``core.rules`` row by row
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
@@ -32,6 +32,7 @@ from companion.storage.records import (
     change_op,
     forget_op,
 )
+from companion.storage.rows import renumbered
 from companion.storage.turns import TurnRecord, TurnView
 
 K = TypeVar("K")
@@ -216,11 +217,14 @@ class InMemoryStore:
         self._turns[scope] = [t for t in self._turns.get(scope, []) if t.id not in gone]
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         rows = self._ensure(scope)
         if not keep_ids:
-            memories = [replace(m, id=self._next_handle + i) for i, m in enumerate(memories)]
+            handles = [self._next_handle + i for i in range(len(memories))]
+            sources = renumbered(sources, memories, handles)
+            memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
         clash = [m.id for m in memories if m.id in self._owners]
         if clash:
             raise StorageError(f"handles already used: {clash[:5]}")
@@ -228,8 +232,14 @@ class InMemoryStore:
             self._owners[memory.id] = scope
             rows[memory.id] = replace(memory)
             self._next_handle = max(self._next_handle, memory.id + 1)
+        for handle, keys in (sources or {}).items():
+            self._sources.setdefault(handle, set()).update(k for k in keys if k)
         self._journal(scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        rows = self._memories.get(scope, {})
+        return {mid: set(self._sources[mid]) for mid in ids if mid in rows and self._sources.get(mid)}
 
     async def count_memories(self) -> int:
         return sum(m.is_active for rows in self._memories.values() for m in rows.values())

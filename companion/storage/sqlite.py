@@ -18,7 +18,7 @@ import json
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +43,7 @@ from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
 from companion.storage.connection import Connection, storage_error
 from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting
 from companion.storage.rows import (
+    HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
     PROFILE_COLUMNS,
     SELECT_MEMORY,
@@ -50,6 +51,7 @@ from companion.storage.rows import (
     marks,
     memory_to_row,
     profile_to_row,
+    renumbered,
     row_to_memory,
     row_to_profile,
     row_to_turn,
@@ -191,7 +193,8 @@ class SQLiteStore(Connection):
                                        [(scope.key, i) for i in ids])
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         """Write memories with their times as they are (restore); returns their handles. ``keep_ids``
         keeps the handles (they must be unused); otherwise fresh ones are issued in the same order (old
@@ -204,11 +207,27 @@ class SQLiteStore(Connection):
                 )
             else:
                 handles = await writes.new_handles(conn, scope.key, len(memories))
+                sources = renumbered(sources, memories, handles)
                 memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
             table = self.memory_table(scope)
             await conn.executemany(f'INSERT INTO "{table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
+            for handle, keys in sorted((sources or {}).items()):
+                await writes.add_sources(conn, [handle], sorted(keys))
             await journal.record(conn, scope.key, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        if not ids or not await self._readable(scope):
+            return {}
+        found: dict[int, set[str]] = {}
+        for start in range(0, len(ids), HANDLES_PER_STATEMENT):
+            part = list(ids[start:start + HANDLES_PER_STATEMENT])
+            rows = await self._select(
+                f'SELECT s.memory_id, s.turn_key FROM memory_sources AS s JOIN "{self.memory_table(scope)}" AS m '
+                f"ON m.id = s.memory_id WHERE s.memory_id IN ({marks(part)})", part)
+            for mid, turn_key in rows:
+                found.setdefault(int(mid), set()).add(str(turn_key))
+        return found
 
     async def count_memories(self) -> int:
         total = 0

@@ -11,7 +11,7 @@ cleanup are set-based SQL over batches of scopes (``decay.py``); the statements 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -35,6 +35,7 @@ from companion.storage.postgres.rows import (
     turn_to_row,
 )
 from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, Change, ChangeOp, Setting
+from companion.storage.rows import renumbered
 from companion.storage.turns import TurnRecord, TurnView
 
 K = TypeVar("K")
@@ -141,17 +142,32 @@ class PostgresStore(Pool):
                               *key(scope), list(ids))
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         async with self._changing([scope]) as conn:
             await self._ensure_scope(conn, scope, now)
             if not keep_ids:
-                memories = writes.with_handles(memories, await writes.new_handles(conn, len(memories)))
+                handles = await writes.new_handles(conn, len(memories))
+                sources = renumbered(sources, memories, handles)
+                memories = writes.with_handles(memories, handles)
             await writes.insert_rows(conn, scope, memories)
+            await writes.add_sources(conn, [(h, k) for h, keys in (sources or {}).items() for k in sorted(set(keys))
+                                            if k])
             if keep_ids and memories:
                 await writes.bump_handles(conn)
             await journal.record(conn, scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        rows = await self._fetch(
+            "SELECT s.memory_id, s.turn_key FROM memory_sources AS s JOIN memories AS m ON m.id = s.memory_id "
+            "WHERE m.user_id = $1 AND m.chat_id = $2 AND s.memory_id = ANY($3::bigint[])",
+            *key(scope), [int(i) for i in ids])
+        found: dict[int, set[str]] = {}
+        for mid, turn_key in rows:
+            found.setdefault(int(mid), set()).add(str(turn_key))
+        return found
 
     async def count_memories(self) -> int:
         return int(await self._value("SELECT count(*) FROM memories WHERE status = 'active'") or 0)

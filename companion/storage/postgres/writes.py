@@ -56,12 +56,16 @@ async def write(conn: Conn, scope: Scope, inserts: Sequence[MemoryDraft], update
     await insert_rows(conn, scope, [new_memory(d, mid, now) for d, mid in zip(inserts, ids, strict=True)])
     if updates:
         await conn.executemany(UPDATE_MEMORY, [(*key(scope), *memory_to_row(m)) for m in updates])
-    rows = source_rows([*ids, *(m.id for m in updates)], sources)
+    await add_sources(conn, source_rows([*ids, *(m.id for m in updates)], sources))
+    await journal.record(conn, scope, [*((i, ChangeOp.ADDED) for i in ids), *changed], now)
+    return ids
+
+
+async def add_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> None:
+    """Provenance rows (memory handle, turn key); one already there stays."""
     if rows:
         await conn.executemany("INSERT INTO memory_sources (memory_id, turn_key) VALUES ($1, $2) "
                                "ON CONFLICT DO NOTHING", rows)
-    await journal.record(conn, scope, [*((i, ChangeOp.ADDED) for i in ids), *changed], now)
-    return ids
 
 
 async def tombstone(conn: Conn, scope: Scope, ids: Sequence[int], now: datetime, reason: str) -> list[int]:
