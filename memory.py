@@ -279,12 +279,6 @@ class MemoryEngine(SteeringAPI):
         return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
                                                touched=opened)
 
-    async def mark_mentioned(
-        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
-    ) -> list[int]:
-        """The recalled memories the reply mentions, marked as mentioned; returns their ids."""
-        return await self._context.mark_mentioned(scope, reply, recalled, now)
-
     # ---- consolidation (extraction) --------------------------------------------------------------
 
     async def note_turn(self, scope: Scope, turn: Turn) -> None:

@@ -123,15 +123,6 @@ class ContextBuilder:
         self._cache.mentioned(scope, mentioned, now)
         return mentioned
 
-    async def mark_mentioned(
-        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
-    ) -> list[int]:
-        ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
-        if ids:
-            await self._store.mark_mentioned(scope, ids, now)
-            await self._cache.add(scope, ids)
-        return ids
-
 
 def _said_in(core: str, event: str) -> bool:
     """The profile core already carries these words (an event's leading date aside)."""

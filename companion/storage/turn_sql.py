@@ -1,17 +1,19 @@
 """SQLite's side of one turn (``turns``): its read and its write, each one transaction run in one go on
 the plain ``sqlite3`` connection by a caller that holds the store's lock (so no other thread uses the
-connection meanwhile). Also the statements ``SQLiteStore`` shares with them: queueing a turn, an access,
-a mention."""
+connection meanwhile), and the pending edit; ``TurnCalls`` is the part of ``SQLiteStore`` that offers
+them. Also the statements ``SQLiteStore`` shares with them: queueing a turn, an access, a mention."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
-from companion.core.models import ShortKind, Status, Turn
+from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import to_db
-from companion.storage import journal, shortterm
+from companion.storage import journal, migrations, shortterm
+from companion.storage.connection import Connection, storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.turns import TurnRecord, TurnView
@@ -103,3 +105,38 @@ def _count(
         conn.execute(touch_sql(table, len(touched)), (to_db(at), *touched))
     if mentioned:
         conn.executemany(mention_sql(table), [(to_db(at), mid) for mid in mentioned])
+
+
+class TurnCalls(Connection):
+    """``TurnBatch`` on the store's connection; ``SQLiteStore`` inherits it."""
+
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
+        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
+        thread idle meanwhile."""
+        if memories:
+            await self._readable(scope)  # a stale table is upgraded first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                if memories:
+                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
+                return read_turn(self._raw, scope.key, table, events, turns, False)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        """One write transaction in a worker thread (a write may wait for another process's)."""
+        if (record.queued or record.touched or record.mentioned) and \
+                self._version(scope) != migrations.CURRENT_TABLE_VERSION:
+            await self.ensure_scope(scope, record.at)  # registered, and its table current, first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                await asyncio.to_thread(write_turn, self._raw, scope.key, table, record)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_EDITING, (scope.key, handle))
