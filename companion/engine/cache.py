@@ -105,6 +105,10 @@ class IndexCache:
         if self._on_stale is not None:
             self._on_stale(scope)
 
+    async def refresh(self, scope: Scope) -> None:
+        """Bring a loaded index up to the scope's change counter (before a plan is made from it)."""
+        await self._sync(scope)
+
     async def observe(self, scope: Scope, counter: int) -> None:
         """The scope's change counter, read with a turn's context (``turn_context``): a loaded index costs
         no store call when nothing changed."""
