@@ -25,8 +25,9 @@ from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
 
 @pytest.fixture(params=backends())
-async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    """Every registered backend, opened as a host opens it (``open_store``): the store contract suites."""
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    """Every registered backend, opened as a host opens it (``open_store``): the store contract suites
+    (a module with a ``store`` fixture of its own uses that instead)."""
     url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
     opened = await open_store(url)
     yield opened

@@ -45,12 +45,6 @@ DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
 
 
-@pytest.fixture
-def store(any_store: MemoryStore) -> MemoryStore:
-    """Every registered backend (``conftest.any_store``)."""
-    return any_store
-
-
 def draft(event: str, **extra: object) -> MemoryDraft:
     return MemoryDraft(event=event, keywords=["词"], importance=70.0, **extra)  # type: ignore[arg-type]
 
