@@ -56,6 +56,13 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @pytest.fixture
+def store(any_store: MemoryStore) -> MemoryStore:
+    """The store contract suites' store: every backend (a module with a ``store`` fixture of its own uses
+    that instead)."""
+    return any_store
+
+
+@pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     async with FakeLLM() as llm:
         yield llm
