@@ -457,3 +457,22 @@ async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: 
     await told(store, Scope(303), "复制来的那句话", "k8")
     assert await store.forget_everywhere(Scope(303), renewed, NOW) == {"k8"}
     assert await store.pending_turns(Scope(303), 10) == []  # forgetting follows the copied provenance
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("importance", [5e-324, 1e-300, 0.0])
+async def test_decay_of_a_vanishing_importance_or_after_years_matches_the_rules(
+        backend: str, importance: float) -> None:
+    """Float underflow: PostgreSQL raises where Python and SQLite give 0.0."""
+    old = Memory(id=1, event="很久以前", keywords=["词"], importance=importance, created_at=NOW - 3000 * DAY,
+                 validity=Validity.DAYS_30, last_mentioned_at=None, updated_at=NOW - 3000 * DAY, expires_at=None,
+                 type=MemoryType.EVENT, origin=Origin.EXTRACTED, mention_count=0, last_decay_at=NOW - 3000 * DAY)
+    big = dataclasses.replace(old, id=2, event="很久以前的大事", importance=100.0)
+    fake = InMemoryStore()
+    async with sql_store(backend) as sql:
+        for s in (sql, fake):
+            await s.import_rows(ALICE, [old, big], NOW)
+        assert await sql.decay_and_clean([ALICE], NOW) == await fake.decay_and_clean([ALICE], NOW)
+        got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
+    assert [(m.status, m.status_reason, m.importance) for m in got] == [
+        (m.status, m.status_reason, m.importance) for m in want]

@@ -25,14 +25,21 @@ _SLOW = (f"(CASE WHEN last_mentioned_at IS NULL THEN 0 ELSE greatest(0, least({_
          f"floor(({_MENTION} + {WINDOW_S} - {_ANCHOR}) / {float(DAY_S)})::bigint) "
          f"- greatest(1, ceil(({_MENTION} - {_ANCHOR}) / {float(DAY_S)})::bigint) + 1) END)")
 
+# PostgreSQL raises an error where a float product underflows to zero (Python and SQLite give 0.0): a
+# value whose logarithm falls below this is 0 at once (e**-700 is far below any importance that matters).
+UNDERFLOW_LN = -700
+_LOG_FACTOR = (f"({_SLOW} * ln({rules.DECAY_PER_DAY_MENTIONED}::float8) "
+               f"+ ({_DAYS} - {_SLOW}) * ln({rules.DECAY_PER_DAY}::float8))")
+
 # Returns how many rows decayed; the anchor moves by whole days of seconds (never a calendar day). Each
 # scope whose importances decayed gets one scope-wide journal entry.
 DECAY = f"""
 WITH decayed AS (
     UPDATE memories SET
-        importance = greatest({rules.MIN_IMPORTANCE}::float8, least({rules.MAX_IMPORTANCE}::float8, importance
+        importance = greatest({rules.MIN_IMPORTANCE}::float8, least({rules.MAX_IMPORTANCE}::float8,
+            CASE WHEN importance <= 0 OR ln(importance) + {_LOG_FACTOR} < {UNDERFLOW_LN} THEN 0 ELSE importance
             * power({rules.DECAY_PER_DAY_MENTIONED}::float8, {_SLOW})
-            * power({rules.DECAY_PER_DAY}::float8, {_DAYS} - {_SLOW}))),
+            * power({rules.DECAY_PER_DAY}::float8, {_DAYS} - {_SLOW}) END)),
         last_decay_at = last_decay_at + make_interval(secs => {_DAYS} * {DAY_S})
     WHERE {_IN_BATCH} AND status = 'active' AND validity != 'permanent' AND tier != 'long' AND NOT pinned
         AND last_decay_at <= $3::timestamptz - interval '{DAY_S} seconds'
