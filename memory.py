@@ -95,7 +95,8 @@ class MemoryEngine(SteeringAPI):
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
-        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config, dense)
+        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
+                                       lambda: self.dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)

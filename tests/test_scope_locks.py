@@ -130,3 +130,16 @@ async def test_local_locks_exclude_one_scope_and_are_dropped_when_idle() -> None
     await asyncio.gather(a, b, c)
     assert order.index("a out") < order.index("b in")
     assert not locks.held(ME) and locks._locks == {}
+
+
+async def test_two_extractions_of_one_scope_ask_the_model_once(rig: Rig) -> None:
+    await rig.engine.note_turn(ME, Turn(f"我{CAT}", "好可爱", rig.clock(), key="t1"))
+    gate = Gate("extract", extraction_of(CAT))
+    rig.llm.set_json_reply(gate)
+    first = asyncio.create_task(rig.engine.consolidate(ME, rig.clock()))
+    second = asyncio.create_task(rig.engine.consolidate(ME, rig.clock()))
+    await asyncio.wait_for(gate.asked.wait(), HANG)
+    gate.release.set()
+    done = await asyncio.wait_for(asyncio.gather(first, second), HANG)
+    assert sorted(d.turns for d in done) == [0, 1]
+    assert sum(map(is_extraction, rig.llm.json_requests())) == 1

@@ -3,7 +3,8 @@ a forgotten memory came from; and a finished conversation becomes a short-term s
 something it sums up was forgotten meanwhile. Raises LLMError and keeps the turns queued when the model
 cannot answer.
 
-The model is asked without the scope's lock; then, under it, the extraction is stored only if every turn
+The model is asked without the scope's lock (extractions of one scope take turns among themselves,
+which nothing else waits on); then, under it, the extraction is stored only if every turn
 it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
 is asked again about what is queued now), and merged against the rows as they are by then: a memory
 the user edited or saved meanwhile keeps its newer words."""
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from companion.core.models import Memory, Recalled, Scope, Turn
 from companion.engine.learning import MAX_RELATED, Learner, related
+from companion.engine.locks import KeyedLocks
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import Consolidation
 from companion.engine.writer import MemoryWriter
@@ -47,12 +49,16 @@ class Consolidator:
         self._get = get
         self._clock = clock
         self._batch = batch
+        self._extracting = KeyedLocks[Scope]()
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
-        for _ in range(ATTEMPTS):
-            done = await self._attempt(scope, now)
-            if done is not None:
-                return done
+        # One extraction of a scope at a time in this process: a second would ask the model about the same
+        # turns only to find them taken. It waits on this, never on the scope's write lock.
+        async with self._extracting.hold(scope):
+            for _ in range(ATTEMPTS):
+                done = await self._attempt(scope, now)
+                if done is not None:
+                    return done
         log.info("extraction for %s overtaken by changes to its turns; they stay queued", scope.key)
         return Consolidation(0, 0, 0)
 

@@ -6,7 +6,7 @@ the caches with it, ``finish_turn`` writes what happened at once."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 
 from companion.core.models import Profile, Recalled, Scope, Turn
@@ -26,14 +26,14 @@ MAX_QUERY_TERMS = 48
 
 class ContextBuilder:
     def __init__(self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
-                 short: ShortTermBook, config: EngineConfig, dense: DenseRetriever | None) -> None:
+                 short: ShortTermBook, config: EngineConfig, dense: Callable[[], DenseRetriever | None]) -> None:
         self._store = store
         self._keywords = keywords
         self._cache = cache
         self._profiles = profiles
         self._short = short
         self._config = config
-        self._dense = dense
+        self._dense = dense  # the engine's, read at each recall (a benchmark switches it off and on)
 
     def query_words(self, text: str) -> list[str]:
         return self._keywords.keywords(text, limit=MAX_QUERY_TERMS)
@@ -63,8 +63,9 @@ class ContextBuilder:
             cooldown=cooldown,
             allowed=allowed,
         )
-        ranked = index.rank(query, now, rules if self._dense is None else self._dense.widen(rules))
-        return ranked if self._dense is None else await self._dense.fuse(scope, text, now, rules, ranked)
+        dense = self._dense()
+        ranked = index.rank(query, now, rules if dense is None else dense.widen(rules))
+        return ranked if dense is None else await dense.fuse(scope, text, now, rules, ranked)
 
     async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
         """One read for the reply: the caches take the change counter, the profile, today's events and, when
