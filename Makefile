@@ -19,7 +19,7 @@ $(VENV)/.runtime: $(RUNTIME)
 	@echo "Installed."
 	touch $@
 
-$(VENV)/.dev: $(RUNTIME) requirements-dev.txt $(VENV)/.runtime
+$(VENV)/.dev: $(RUNTIME) requirements-dev.txt requirements-postgres.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 

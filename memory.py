@@ -2,30 +2,29 @@
 
 It composes the library parts (storage, keyword index, extraction, profile) and knows nothing about
 Telegram or the bot's settings: a host builds it from an ``EngineConfig``, a store (``open_store(url)``),
-a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock; a
-transaction never spans an LLM call.
+a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock
+(``ScopeLocks``); neither a lock nor a transaction spans an LLM call. A reply's turn costs two store calls
+(``open_turn``, ``finish_turn``). The user's steering (save, edit, archive, search, reviews...) is
+inherited from ``companion.engine.steering_api``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TypeVar
 
-from companion.core import tiers
 from companion.core.models import (
     Memory,
     MemoryDraft,
-    MemoryType,
-    Origin,
     Profile,
     Recalled,
     Scope,
     ShortItem,
     ShortKind,
     Status,
-    Tier,
     Turn,
 )
 from companion.core.timeutil import utcnow
@@ -33,10 +32,12 @@ from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
+from companion.engine.locks import ScopeLocks
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.steering import Curator
+from companion.engine.steering_api import SteeringAPI
 from companion.engine.tools import Forget, memory_tools
 from companion.engine.types import (
     Consolidation,
@@ -55,10 +56,8 @@ from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
-from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
-from companion.recall.query import build_query
-from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting
+from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting, TurnView
 from companion.storage.factory import open_store
 
 V = TypeVar("V")
@@ -79,11 +78,11 @@ __all__ = [
 ]
 
 
-class MemoryEngine:
+class MemoryEngine(SteeringAPI):
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: JsonModel | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> None:
         self._store = store
         self._clock = clock  # UTC now, where a call takes no ``now``
@@ -94,10 +93,12 @@ class MemoryEngine:
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
         self._cache = IndexCache(store, keywords.keywords, cache_memories)
-        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
+        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
+                                    locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
-        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
+        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
+                                       lambda: self.dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
@@ -107,17 +108,18 @@ class MemoryEngine:
     @classmethod
     async def create(
         cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: JsonModel | None = None,
-        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
+        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
-        backend of semantic recall (owned by the engine from here on), None for keyword recall only."""
+        backend of semantic recall (owned by the engine from here on), None for keyword recall only;
+        ``locks``: the per-scope write exclusion (one process's asyncio locks by default)."""
         # The dictionaries load in a thread while the bot finishes starting (Telegram and model checks); a
         # first message before they are ready waits for the rest of the load.
         keywords.add_words(config.important_keywords)
         loading = None if keywords.loaded else asyncio.wrap_future(keywords.preload())
         dense = await DenseRetriever.start(store, embedder, config.dense)
         cache = DEFAULT_CACHE_MEMORIES if config.cache_memories is None else config.cache_memories
-        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock)
+        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock, locks=locks)
         engine._loading = loading
         return engine
 
@@ -155,6 +157,15 @@ class MemoryEngine:
         """Scopes with companion mode on (the flag survives restarts)."""
         return await self._store.active_scopes()
 
+    async def await_edit(self, scope: Scope, handle: int | None) -> None:
+        """The scope's next message is the new text of this memory (None: no longer), as every process
+        sees it (``open_turn`` reads it as ``TurnView.editing``)."""
+        await self._store.set_editing(scope, handle)
+
+    async def companion_mode(self, scope: Scope) -> bool:
+        """Whether the scope has companion mode on, as stored now (another process may have switched it)."""
+        return (await self._store.turn_context(scope, events=0)).active
+
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
         await self._store.set_active(scope, active, now)
         if not active:
@@ -186,9 +197,13 @@ class MemoryEngine:
         current = await self.profiles.current(scope)
         return current[0] if current else None
 
-    def lock(self, scope: Scope) -> asyncio.Lock:
-        """Serialises one scope's writes; other scopes never wait on it."""
+    def lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        """Serialises one scope's writes; other scopes never wait on it. Never held across a model call."""
         return self._writer.lock(scope)
+
+    @property
+    def locks(self) -> ScopeLocks:
+        return self._writer.locks
 
     # ---- remember / forget -----------------------------------------------------------------------
 
@@ -238,44 +253,44 @@ class MemoryEngine:
         ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
         join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
-        words = self._context.query_words
-        given = {text: list(keywords)} if keywords is not None else {}
-        # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
-        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
-        if not query:
-            return []
-        index = await self._cache.index(scope)
-        rules = RecallFilter(
-            limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
-            min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
-            min_match=self.config.recall_min_match if min_match is None else min_match,
-            cooldown_turns=self.config.recall_cooldown_turns,
-            turn=turn,
-            cooldown=cooldown,
-            allowed=allowed,
-        )
-        ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
-        if self.dense is None:
-            return ranked
-        return await self.dense.fuse(scope, text, now, rules, ranked, earlier=earlier, reply=reply)
+        return await self._context.recall(scope, text, now, turn=turn, cooldown=cooldown, limit=limit,
+                                          min_importance=min_importance, keywords=keywords, earlier=earlier,
+                                          reply=reply, min_match=min_match, allowed=allowed)
+
+    async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
+        """A turn's one read of the store: companion mode, the profile, today's events, the change counter
+        (and the memories when the scope's index is not loaded; its newest ``turns`` short-term turns when
+        asked). A turn that opens here builds its context ``opened`` and ends with ``finish_turn``."""
+        return await self._context.open_turn(scope, turns=turns)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
     ) -> MemoryContext:
+        """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
+        ``finish_turn``)."""
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply)
+                                          earlier=earlier, reply=reply, opened=opened)
 
     async def known_words(self, scope: Scope, words: Iterable[str]) -> set[str]:
         """Those of ``words`` an active memory of the scope already holds (from the cached recall index)."""
         index = await self._cache.index(scope)
         return {word for word in words if index.holds(word)}
 
-    async def mark_mentioned(
-        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
+    def tools(self, *, forget: Forget | None = None) -> ToolFactory:
+        """The memory tools a model may call, built per call for the caller's scope
+        (``companion.engine.tools``); ``forget``: the host's, when it keeps its own copies to scrub."""
+        return memory_tools(self, forget=forget, clock=self._clock)
+
+    async def finish_turn(
+        self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
+        shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
     ) -> list[int]:
-        """The recalled memories the reply mentions, marked as mentioned; returns their ids."""
-        return await self._context.mark_mentioned(scope, reply, recalled, now)
+        """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
+        extraction (oldest first), an access for each ``shown`` memory (when ``opened``) and a mention for
+        each the ``reply`` mentions, whose ids it returns."""
+        return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
+                                               touched=opened)
 
     # ---- consolidation (extraction) --------------------------------------------------------------
 
@@ -294,123 +309,13 @@ class MemoryEngine:
         if not force and not await self.profiles.due(scope, now):
             current = await self.profiles.current(scope)
             return current[0] if current else None
-        async with self.lock(scope):
-            return await self.profiles.rebuild(scope, now)
+        return await self.profiles.rebuild(scope, now, self.lock)
 
     # ---- decay -----------------------------------------------------------------------------------
 
     async def decay(self, now: datetime, batch: int = 200) -> DecayReport:
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
         return await self._upkeep.decay(now, batch)
-
-    # ---- the user steers: save, edit, move, archive, search, why, reviews, stats ------------------
-
-    async def save_explicit(
-        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
-        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
-    ) -> Memory:
-        """Remember what the user asked to remember (``save_said``) and return the stored memory."""
-        saved = await self.save_said(scope, text, now, origin=origin, source_chat_id=source_chat_id,
-                                     source_message_id=source_message_id, source_turns=source_turns)
-        return saved.memory
-
-    async def save_said(
-        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
-        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
-    ) -> Saved:
-        """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
-        core preference long-term, important information medium-term, the rest short-term). Works
-        without the model: the words are kept as they are."""
-        draft = await self._learner.judge(text, now)
-        draft.origin, draft.source_at = origin, now
-        draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
-        draft.source_turns = tuple(source_turns)
-        return await self.save(scope, draft, now)
-
-    async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
-        """``save`` and return the stored memory."""
-        return (await self.save(scope, draft, now)).memory
-
-    async def save(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Saved:
-        """Store one memory already judged (by the user's words, a model's tool call or an operator). The
-        same fact retold merges into its row, which rises to the draft's tier if that is higher; told in
-        other words, the result names the words it replaced (``undo_rewording`` puts them back). A
-        different fact, however alike, is a memory of its own."""
-        return await self._curator.save(scope, draft, now)
-
-    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
-        """Put back the words a save or an extraction replaced in this memory (owner-checked): those kept
-        as ``copy`` (``Saved.replaced.id``) when given, which must be its latest change. Raises
-        NothingToUndoError when there are none."""
-        return await self._curator.undo_rewording(scope, handle, now, copy)
-
-    # The user's steering, documented where it is done (``companion.engine.steering.Curator``).
-
-    async def get(self, scope: Scope, handle: int) -> Memory:
-        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
-        return await self._curator.get(scope, handle)
-
-    async def edit(
-        self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None
-    ) -> Memory:
-        return await self._curator.edit(scope, handle, text, now, importance=importance)
-
-    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
-        return await self._curator.move(scope, handle, tier, now)
-
-    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.promote(scope, handle, now)
-
-    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.keep(scope, handle, now)
-
-    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.archive(scope, handle, now)
-
-    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.restore(scope, handle, now)
-
-    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
-        return await self._curator.set_review(scope, handle, when)
-
-    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
-        return await self._curator.touch(scope, ids, now)
-
-    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
-        return await self._curator.pin(scope, handle, pinned, now)
-
-    async def search(
-        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
-        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
-        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20, use: bool = False,
-    ) -> list[Memory]:
-        return await self._curator.search(scope, query, now, statuses=statuses, tiers_=tiers_, types=types,
-                                          since=since, until=until, origins=origins, limit=limit, use=use)
-
-    async def why(self, scope: Scope, handle: int) -> Provenance:
-        return await self._curator.why(scope, handle)
-
-    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
-        return await self._curator.due_reviews(scope, now)
-
-    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
-        return await self._curator.review(scope, handle, action, now)
-
-    async def undo_review(
-        self, scope: Scope, handle: int, action: tiers.Action, now: datetime, *, done_at: datetime,
-        tier: Tier | None = None, review_at: datetime | None = None,
-    ) -> Memory:
-        return await self._curator.undo_review(scope, handle, action, now, done_at=done_at, tier=tier,
-                                               review_at=review_at)
-
-    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
-        return await self._curator.stats(scope, now)
-
-    def tools(self, *, forget: Forget | None = None) -> ToolFactory:
-        """The memory tools a model may call, built per call for the caller's scope
-        (``companion.engine.tools``); ``forget``: the host's, when it keeps its own copies to scrub."""
-        return memory_tools(self, forget=forget, clock=self._clock)
 
     # ---- per-scope settings (review bookkeeping, opt-ins) -----------------------------------------
 

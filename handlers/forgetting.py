@@ -11,7 +11,7 @@ from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import texts, views
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.commands import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
@@ -62,7 +62,7 @@ async def forget_here(chat: ChatService, rooms: Rooms, scope: Scope, memories: S
 
 
 async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings, rooms: Rooms, buffer: MessageBuffer) -> None:
+                    groups: GroupSettings, rooms: Rooms, buffer: Buffering) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)

@@ -69,7 +69,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             await query.answer("好的")
             return
         if callback_data.action == MemoryAction.EDIT:
-            chat.begin_edit(scope, handle)
+            await chat.begin_edit(scope, handle)
             await query.answer()
             await query.message.answer(texts.EDIT_PROMPT)
             return

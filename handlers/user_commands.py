@@ -73,7 +73,7 @@ async def start_command(message: Message, chat: ChatService) -> None:
     scope = scope_of(message)
     if scope is None:
         return
-    if chat.is_active(scope):
+    if await chat.active(scope):
         await message.answer(texts.help_text())
         return
     await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())

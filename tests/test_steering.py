@@ -82,7 +82,7 @@ async def test_save_previous_and_edit(rig: Rig) -> None:
     rig.llm.fail_next(5)  # the model is down: the save still works, with the user's own words
     saved = await rig.chat.reply(ME, "这个很重要")
     assert saved.saved is not None and saved.saved.event == "我下周三要面试"
-    rig.chat.begin_edit(ME, saved.saved.id)
+    await rig.chat.begin_edit(ME, saved.saved.id)
     edited = await rig.chat.reply(ME, "我下周四要面试")
     assert edited.text.startswith("改好了：我下周四要面试")
     [memory] = await rig.engine.memories(ME)

@@ -3,8 +3,11 @@ in-memory fake), plus a property test that the set-based SQL decay equals the pu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from companion.core.models import (
     Turn,
     Validity,
 )
+from companion.core.usage import UsageRecord
 from companion.storage.base import (
     EVERY_STATUS,
     GROUP_MEMORY,
@@ -34,14 +38,23 @@ from companion.storage.base import (
     SHARE_PRIVATE,
     WEEKLY,
     MemoryStore,
+    TurnRecord,
+    VectorRow,
 )
+from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
+from tests.conftest import STORE_BACKENDS
+from tests.pgtest import pg_schema
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
+
+
+def test_every_backend_is_under_contract() -> None:
+    assert set(backends()) - {"postgres"} == set(STORE_BACKENDS)  # postgres:// is postgresql:// spelled short
 
 
 def draft(event: str, **extra: object) -> MemoryDraft:
@@ -264,20 +277,36 @@ def rows(draw: st.DrawFn) -> list[Memory]:
     return out
 
 
+@asynccontextmanager
+async def sql_store(backend: str) -> AsyncIterator[MemoryStore]:
+    """An empty store of a backend whose decay is SQL."""
+    if backend == "postgresql":
+        async with pg_schema() as url:
+            opened = await open_store(url)
+            try:
+                yield opened
+            finally:
+                await opened.close()
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = await SQLiteStore.open(Path(tmp) / "m.sqlite3")
+        try:
+            yield sqlite
+        finally:
+            await sqlite.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(memories=rows(), later=st.integers(min_value=0, max_value=24 * 90))
-async def test_sql_decay_and_cleanup_equal_the_pure_rules(memories: list[Memory], later: int) -> None:
+async def test_sql_decay_and_cleanup_equal_the_pure_rules(backend: str, memories: list[Memory], later: int) -> None:
     now = NOW + timedelta(hours=later)
-    with tempfile.TemporaryDirectory() as tmp:
-        sql = await SQLiteStore.open(Path(tmp) / "m.sqlite3")
-        fake = InMemoryStore()
-        try:
-            for s in (sql, fake):
-                await s.import_rows(ALICE, memories, NOW)
-            counts = [await s.decay_and_clean([ALICE], now) for s in (sql, fake)]
-            got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
-        finally:
-            await sql.close()
+    fake = InMemoryStore()
+    async with sql_store(backend) as sql:
+        for s in (sql, fake):
+            await s.import_rows(ALICE, memories, NOW)
+        counts = [await s.decay_and_clean([ALICE], now) for s in (sql, fake)]
+        got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
     assert counts[0] == counts[1]
     for a, b in zip(got, want, strict=True):
         assert a.importance == pytest.approx(b.importance, rel=1e-12, abs=1e-12)
@@ -291,3 +320,159 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
     assert await store.apply_changes(stranger, NOW) == []
     assert await store.fetch_memories(stranger, EVERY_STATUS) == []
     assert await store.scopes() == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_another_writer_moves_the_scopes_counter(backend: str, tmp_path: Path) -> None:
+    """Two store objects on one database (two processes): a write by either moves the scope's counter
+    both read, and no other scope's."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = (await stack.enter_async_context(pg_schema()) if backend == "postgresql"
+               else sqlite_url(tmp_path / "m.sqlite3"))
+        mine, other = await open_store(url), await open_store(url)
+        stack.push_async_callback(other.close)
+        stack.push_async_callback(mine.close)
+        await mine.apply_changes(ALICE, NOW, inserts=[draft("自己写的")])
+        start, bob = await mine.change_counter(ALICE), await mine.change_counter(BOB)
+        assert start > 0 and await other.change_counter(ALICE) == start
+        await other.apply_changes(ALICE, NOW, inserts=[draft("别人写的")])
+        assert await mine.change_counter(ALICE) > start and await mine.change_counter(BOB) == bob
+
+
+async def test_settings_are_listed_as_stored(store: MemoryStore) -> None:
+    await store.set_setting(WEEKLY, ALICE, True)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(WEEKLY, ALICE, False)
+    assert await store.all_settings() == [("group_memory", "-5", "off"), ("moved_to", "-5", "-1000000000005"),
+                                          ("weekly", ALICE.key, "off")]
+
+
+async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryStore) -> None:
+    usage = store.usage_log()
+    if usage is None:
+        assert isinstance(store, InMemoryStore)  # the one backend without a usage log
+        return
+    rows = [UsageRecord(NOW + timedelta(minutes=n), "reply" if n % 2 else "extract", "m", n, 2 * n,
+                     None if n == 3 else n, None if n == 3 else 0, 1.5 * n, ok=n != 4, tool_calls=n % 3)
+            for n in range(7)]
+    for row in rows:
+        await usage.add(row)
+    first = await usage.page(0, 4)
+    rest = await usage.page(first[-1][0], 10)
+    assert [r for _, r in first + rest] == rows and await usage.page(rest[-1][0], 10) == []
+    [day] = {c.day for c in await usage.report(NOW - DAY, timedelta(hours=8))}
+    assert day == "2025-12-23"
+    cells = await usage.report(NOW - DAY, timedelta(0))
+    assert [(c.purpose, c.calls, c.failures, c.tool_calls) for c in cells] == [("extract", 4, 1, 3), ("reply", 3, 0, 3)]
+
+
+# ---- the vectors capability, on every backend that has one ------------------------------------------
+
+
+def unit(*values: float) -> list[float]:
+    norm = sum(v * v for v in values) ** 0.5
+    return [v / norm for v in values]
+
+
+async def test_vectors_stay_in_their_scope_and_go_with_their_memory(store: MemoryStore) -> None:
+    vectors = await store.open_vectors()
+    if vectors is None:
+        assert isinstance(store, InMemoryStore)
+        return
+    try:
+        a1, a2, a3 = await store.apply_changes(ALICE, NOW, inserts=[draft("猫"), draft("狗"), draft("鱼")])
+        [b1] = await store.apply_changes(BOB, NOW, inserts=[draft("猫")])
+        rows = [VectorRow(a1, "h1", unit(1, 0, 0)), VectorRow(a2, "h2", unit(0, 1, 0)),
+                VectorRow(a3, "h3", unit(1, 1, 0))]
+        assert await vectors.put(ALICE, "m", rows, NOW) == 3
+        assert await vectors.put(ALICE, "m", [VectorRow(b1, "x", unit(1, 0, 0))], NOW) == 0  # Bob's handle
+        assert await vectors.put(BOB, "m", [VectorRow(b1, "hb", unit(1, 0, 0))], NOW) == 1
+        assert await vectors.put(ALICE, "old", [VectorRow(a1, "h1", unit(0, 0, 1))], NOW) == 1  # replaces a1's
+        await vectors.put(ALICE, "m", rows[:1], NOW)
+        assert await vectors.hashes(ALICE, "m") == {a1: "h1", a2: "h2", a3: "h3"}
+        nearest = await vectors.nearest(ALICE, "m", unit(1, 0.1, 0), 2)
+        assert [h for h, _ in nearest] == [a1, a3] and nearest[0][1] == pytest.approx(0.995, abs=1e-3)
+        assert [h for h, _ in await vectors.nearest(BOB, "m", unit(1, 0, 0), 5)] == [b1]
+        await store.forget_everywhere(ALICE, [a2], NOW)
+        assert set(await vectors.hashes(ALICE, "m")) == {a1, a3}
+        await store.apply_changes(ALICE, NOW, forget=[a3])  # a tombstone without the vector's own delete
+        assert await vectors.prune(ALICE) == 1 and await vectors.count() == 2
+        assert await vectors.put(ALICE, "other", [VectorRow(a1, "h9", unit(0, 0, 1))], NOW) == 1
+        assert await vectors.drop_other_models("other") == 1 and await vectors.count("other") == 1
+        assert await vectors.delete([a1, b1]) == 1 and await vectors.count() == 0
+    finally:
+        await vectors.close()
+
+
+async def test_one_turn_reads_what_the_reply_needs_at_once(store: MemoryStore) -> None:
+    empty = await store.turn_context(ALICE, events=5, turns=10, memories=True)
+    assert (empty.active, empty.profile, empty.events, empty.turns, empty.memories) == (False, None, [], [], [])
+    assert await store.scopes() == []  # reading a scope never seen creates nothing
+    await store.set_active(ALICE, True, NOW)
+    [a] = await store.apply_changes(ALICE, NOW, inserts=[draft("养了一只猫叫咪咪")])
+    await store.save_profile(ALICE, Profile(core="喜欢猫"), NOW)
+    for i in range(3):
+        await store.add_short(ALICE, ShortKind.EVENT, f"吃了第{i}次药", None, NOW, keep=30)
+    await store.add_short(ALICE, ShortKind.TURN, "你好", "嗨", NOW, keep=200, keys=("k1",))
+    view = await store.turn_context(ALICE, events=2, turns=10, memories=True)
+    assert view.active and view.profile is not None and view.profile[0].core == "喜欢猫"
+    assert [e.user for e in view.events] == ["吃了第1次药", "吃了第2次药"]
+    assert [(t.user, t.reply, t.keys) for t in view.turns] == [("你好", "嗨", ("k1",))]
+    assert view.memories is not None and [m.id for m in view.memories] == [a]
+    light = await store.turn_context(ALICE, events=2)
+    assert light.turns == [] and light.memories is None and light.change == view.change
+    assert (await store.turn_context(BOB, events=2, memories=True)).memories == []  # nothing of Alice's
+
+
+async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
+    a, b = await store.apply_changes(ALICE, NOW, inserts=[draft("一件事"), draft("另一件事")])
+    waiting = Turn("早上好", None, NOW - DAY, key="k1")
+    turn = Turn("我今天好累", "辛苦了", NOW, key="k2")
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=turn, keep=1, recalled=True, queued=[waiting, turn],
+                                              touched=[a, b], mentioned=[a]))
+    assert [(t.user, t.key) for t in await store.pending_turns(ALICE, 10)] == [("早上好", "k1"), ("我今天好累", "k2")]
+    [short] = await store.short_items(ALICE, ShortKind.TURN, 10)
+    assert (short.user, short.reply, short.recalled, short.keys) == ("我今天好累", "辛苦了", True, ("k2",))
+    rows = {m.id: m for m in await store.fetch_memories(ALICE)}
+    assert (rows[a].access_count, rows[b].access_count) == (1, 1)
+    assert (rows[a].mention_count, rows[b].mention_count) == (1, 0) and rows[a].last_mentioned_at == NOW
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=Turn("再见", None, NOW, key="k3"), keep=1))
+    assert [i.user for i in await store.short_items(ALICE, ShortKind.TURN, 10)] == ["再见"]  # the newest ``keep``
+    assert await store.count_pending(ALICE) == 2
+    await store.record_turn(BOB, TurnRecord(at=NOW, queued=[Turn("你好", None, NOW)], touched=[a], mentioned=[a]))
+    assert await store.count_pending(BOB) == 1
+    assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's
+
+
+async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: MemoryStore) -> None:
+    [a, b] = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")], sources=["k1", "k2"])
+    [c] = await store.apply_changes(BOB, NOW, inserts=[draft("丙")], sources=["k9"])
+    assert await store.sources_of(ALICE, [a, b, c]) == {a: {"k1", "k2"}, b: {"k1", "k2"}}  # Bob's is not Alice's
+    [memory] = await store.fetch_by_ids(ALICE, [a])
+    kept = await store.import_rows(Scope(303), [dataclasses.replace(memory, id=a + 500)], NOW,
+                                   sources={a + 500: ["k7"]})
+    renewed = await store.import_rows(Scope(303), [memory], NOW, keep_ids=False, sources={a: ["k8"]})
+    assert await store.sources_of(Scope(303), kept + renewed) == {kept[0]: {"k7"}, renewed[0]: {"k8"}}
+    await told(store, Scope(303), "复制来的那句话", "k8")
+    assert await store.forget_everywhere(Scope(303), renewed, NOW) == {"k8"}
+    assert await store.pending_turns(Scope(303), 10) == []  # forgetting follows the copied provenance
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("importance", [5e-324, 1e-300, 0.0])
+async def test_decay_of_a_vanishing_importance_or_after_years_matches_the_rules(
+        backend: str, importance: float) -> None:
+    """Float underflow: PostgreSQL raises where Python and SQLite give 0.0."""
+    old = Memory(id=1, event="很久以前", keywords=["词"], importance=importance, created_at=NOW - 3000 * DAY,
+                 validity=Validity.DAYS_30, last_mentioned_at=None, updated_at=NOW - 3000 * DAY, expires_at=None,
+                 type=MemoryType.EVENT, origin=Origin.EXTRACTED, mention_count=0, last_decay_at=NOW - 3000 * DAY)
+    big = dataclasses.replace(old, id=2, event="很久以前的大事", importance=100.0)
+    fake = InMemoryStore()
+    async with sql_store(backend) as sql:
+        for s in (sql, fake):
+            await s.import_rows(ALICE, [old, big], NOW)
+        assert await sql.decay_and_clean([ALICE], NOW) == await fake.decay_and_clean([ALICE], NOW)
+        got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
+    assert [(m.status, m.status_reason, m.importance) for m in got] == [
+        (m.status, m.status_reason, m.importance) for m in want]

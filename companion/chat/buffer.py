@@ -4,6 +4,9 @@ Each new message restarts the quiet period; when it passes, the texts are joined
 flush callback. A command that must come after what the user said before it (``/stop_aiGF``) calls
 ``flush_now``: the buffered texts are answered at once and the call returns when every flush of that key,
 including ones already running, is done.
+
+The handlers type against ``Buffering``: ``MessageBuffer`` holds one process's messages, the default; a
+deployment of several workers replaces it with one they share (or routes each user to one worker).
 """
 
 from __future__ import annotations
@@ -12,10 +15,31 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 Flush = Callable[[str], Awaitable[None]]
+
+
+class Buffering(Protocol):
+    def push(self, key: Hashable, text: str, flush: Flush) -> None:
+        """Buffer a text; ``flush`` gets the key's joined texts once it has been quiet for a while."""
+        ...
+
+    def pending(self, key: Hashable) -> list[str]: ...
+
+    def take(self, key: Hashable) -> list[str]:
+        """Remove and return what a key has buffered, unflushed."""
+        ...
+
+    async def flush_now(self, key: Hashable) -> None:
+        """Finish the key's running flushes, then flush what it has buffered."""
+        ...
+
+    async def close(self) -> None:
+        """Flush everything still waiting, then wait for running flushes."""
+        ...
 
 
 @dataclass(slots=True)

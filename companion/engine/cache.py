@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from companion.core import tiers
@@ -69,13 +69,15 @@ class IndexCache:
     def scopes(self) -> int:
         return len(self._indexes)
 
-    async def _sync(self, scope: Scope, also: Sequence[int] = ()) -> None:
-        """Bring a loaded index up to the scope's change counter, and read ``also`` again (memories whose
-        access or mention counts changed: the journal does not record those)."""
+    async def _sync(self, scope: Scope, also: Sequence[int] = (), counter: int | None = None) -> None:
+        """Bring a loaded index up to the scope's change counter (``counter`` when the caller read it), and
+        read ``also`` again (memories whose access or mention counts changed: the journal does not record
+        those)."""
         index = self._indexes.get(scope)
         if index is None:
             return
-        counter = await self._store.change_counter(scope)
+        if counter is None:
+            counter = await self._store.change_counter(scope)
         seen = self._seen.get(scope, 0)
         handles = set(also)
         if counter != seen:
@@ -95,9 +97,19 @@ class IndexCache:
                 index.add(memory)
         self._recount(scope, index)
 
-    async def index(self, scope: Scope) -> ScopeIndex:
+    async def refresh(self, scope: Scope) -> None:
+        """Bring a loaded index up to the scope's change counter (before a plan is made from it)."""
+        await self._sync(scope)
+
+    async def observe(self, scope: Scope, counter: int) -> None:
+        """The scope's change counter, read with a turn's context (``turn_context``): a loaded index costs
+        no store call when nothing changed."""
+        await self._sync(scope, counter=counter)
+
+    async def index(self, scope: Scope, *, checked: bool = False) -> ScopeIndex:
+        """``checked``: the caller brought the scope up to date this turn (``observe``, ``load``)."""
         index = self._indexes.get(scope)
-        if index is not None:
+        if index is not None and not checked:
             await self._sync(scope)
             index = self._indexes.get(scope)  # dropped when too much changed
         if index is not None:
@@ -105,9 +117,13 @@ class IndexCache:
             return index
         # The counter is read first: a change committed while the rows load is applied once more later.
         seen = await self._store.change_counter(scope)
-        index = ScopeIndex(await self._store.fetch_memories(scope), self._tokenize)
+        return self.load(scope, await self._store.fetch_memories(scope), seen)
+
+    def load(self, scope: Scope, memories: Sequence[Memory], counter: int) -> ScopeIndex:
+        """The scope's index built from its active memories, read by the caller at this change counter."""
+        index = ScopeIndex(list(memories), self._tokenize)
         self._indexes[scope] = index
-        self._seen[scope] = seen
+        self._seen[scope] = counter
         self._recount(scope, index)
         return index
 
@@ -131,6 +147,17 @@ class IndexCache:
         self._standing.pop(scope, None)
         await self._sync(scope, ids)
 
+    def mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """A reply mentioned these memories, shown to it (an access each): a loaded index takes the counts
+        the store just wrote, without reading them back."""
+        index = self._indexes.get(scope)
+        if index is None or not ids:
+            return
+        self._standing.pop(scope, None)
+        for memory in [index.memories[i] for i in ids if i in index.memories]:
+            index.add(replace(memory, last_mentioned_at=now, mention_count=memory.mention_count + 1,
+                              last_accessed_at=now, access_count=memory.access_count + 1))
+
     def remove(self, scope: Scope, handle: int) -> None:
         self._standing.pop(scope, None)
         index = self._indexes.get(scope)
@@ -151,10 +178,10 @@ class IndexCache:
         self._standing.clear()
         self._seen.clear()
 
-    async def standing(self, scope: Scope, now: datetime) -> Standing:
+    async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
         """Per reply: the instructions that always apply, and core facts learned in the last day that the
         profile may not carry yet. Recall is not limited here: every active memory may be recalled."""
-        index = await self.index(scope)  # brought up to date first: a change drops the candidates
+        index = await self.index(scope, checked=checked)  # brought up to date first: a change drops the candidates
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full

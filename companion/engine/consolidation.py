@@ -1,7 +1,13 @@
-"""Consolidation: the queued turns become memories (and today's events) in one extraction under the
-scope's lock, skipping turns a forgotten memory came from; and a finished conversation becomes a
-short-term summary memory unless something it sums up was forgotten meanwhile. Raises LLMError and keeps
-the turns queued when the model cannot answer."""
+"""Consolidation: the queued turns become memories (and today's events) in one extraction, skipping turns
+a forgotten memory came from; and a finished conversation becomes a short-term summary memory unless
+something it sums up was forgotten meanwhile. Raises LLMError and keeps the turns queued when the model
+cannot answer.
+
+The model is asked without the scope's lock (extractions of one scope take turns among themselves,
+which nothing else waits on); then, under it, the extraction is stored only if every turn
+it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
+is asked again about what is queued now), and merged against the rows as they are by then: a memory
+the user edited or saved meanwhile keeps its newer words."""
 
 from __future__ import annotations
 
@@ -12,12 +18,17 @@ from typing import Protocol
 
 from companion.core.models import Memory, Recalled, Scope, Turn
 from companion.engine.learning import MAX_RELATED, Learner, related
+from companion.engine.locks import KeyedLocks
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import Consolidation
 from companion.engine.writer import MemoryWriter
 from companion.storage.base import LAST_EXTRACTION, MemoryStore
 
 log = logging.getLogger(__name__)
+
+ATTEMPTS = 3  # extractions overtaken by a change to their turns before this one gives up until next time
+MAX_CHANGED = 1000  # journal entries read for the memories written while the model read the turns
+
 
 class RelatedRecall(Protocol):
     async def __call__(self, scope: Scope, text: str, now: datetime, *, limit: int, min_importance: float,
@@ -38,24 +49,44 @@ class Consolidator:
         self._get = get
         self._clock = clock
         self._batch = batch
+        self._extracting = KeyedLocks[Scope]()
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
+        # One extraction of a scope at a time in this process: a second would ask the model about the same
+        # turns only to find them taken. It waits on this, never on the scope's write lock.
+        async with self._extracting.hold(scope):
+            for _ in range(ATTEMPTS):
+                done = await self._attempt(scope, now)
+                if done is not None:
+                    return done
+        log.info("extraction for %s overtaken by changes to its turns; they stay queued", scope.key)
+        return Consolidation(0, 0, 0)
+
+    async def _attempt(self, scope: Scope, now: datetime) -> Consolidation | None:
+        """One extraction, or None when its turns changed while the model read them."""
+        while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
+            queued = await self._store.pending_turns(scope, self._batch)
+            turns = await self._unforgotten(scope, queued)
+            if turns or not queued:
+                break
+        if not turns:
+            return Consolidation(0, 0, 0)
+        known = await related(self._store, scope, await self._recall(
+            scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
+            cooldown=None))
+        seen = await self._store.change_counter(scope)
+        drafts, today_events = await self._learner.extract(turns, known, now)
         async with self._writer.lock(scope):
-            while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
-                queued = await self._store.pending_turns(scope, self._batch)
-                turns = await self._unforgotten(scope, queued)
-                if turns or not queued:
-                    break
-            if not turns:
-                return Consolidation(0, 0, 0)
-            known = await related(self._store, scope, await self._recall(
-                scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
-                cooldown=None))
-            drafts, today_events = await self._learner.extract(turns, known, now)
+            still = {t.id for t in await self._store.pending_turns(scope, self._batch)}
+            if any(t.id not in still for t in turns):
+                return None
+            since = await self._store.changes_since(scope, seen, MAX_CHANGED)
             batch = [t.key for t in turns if t.key]
             for event in today_events:
                 await self._short.add_event(scope, event, turns[-1].at, batch)
-            plan = await self._writer.absorb(scope, turns, drafts, now)
+            plan = await self._writer.absorb(scope, turns, drafts, now,
+                                             changed={c.handle for c in since if c.handle is not None},
+                                             seen=known.values())
         await self._store.set_setting(LAST_EXTRACTION, scope, now)
         await self._writer.embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",

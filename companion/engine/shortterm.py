@@ -42,9 +42,20 @@ class ShortTermBook:
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
-    async def events(self, scope: Scope) -> list[ShortItem]:
-        counter = await self._store.change_counter(scope)
+    def prime(self, scope: Scope, counter: int, events: list[ShortItem]) -> None:
+        """The scope's newest events and its change counter, read together with a turn's context."""
+        self._events[scope] = (counter, events)
+        self._events.move_to_end(scope)
+        if len(self._events) > EVENT_CACHE_SCOPES:
+            self._events.popitem(last=False)
+
+    async def events(self, scope: Scope, *, checked: bool = False) -> list[ShortItem]:
+        """``checked``: read with this turn's context (``prime``): no store call."""
         cached = self._events.get(scope)
+        if checked and cached is not None:
+            self._events.move_to_end(scope)
+            return cached[1]
+        counter = await self._store.change_counter(scope)
         if cached is None or cached[0] != counter:
             cached = self._events[scope] = (
                 counter, await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT))
@@ -53,10 +64,10 @@ class ShortTermBook:
         self._events.move_to_end(scope)
         return cached[1]
 
-    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+    async def today_events(self, scope: Scope, now: datetime, *, checked: bool = False) -> list[str]:
         """What the user reported today (local day), oldest first."""
         today = local_date(now, self._tz)
-        return [i.user for i in await self.events(scope) if local_date(i.at, self._tz) == today]
+        return [i.user for i in await self.events(scope, checked=checked) if local_date(i.at, self._tz) == today]
 
     async def short_term(self, scope: Scope, now: datetime, turns: int) -> ShortTerm:
         return ShortTerm(await self.turns(scope, turns), await self.today_events(scope, now))

@@ -1,5 +1,5 @@
 """The operator commands of ``python bot.py`` that need nothing above the engine: backup, restore,
-memories, decay, reindex, users, forget, export, stats. ``bot.py`` parses the command line and adds the
+memories, decay, reindex, users, forget, export, stats, migrate. ``bot.py`` parses the command line and adds the
 Telegram bot and the console. Heavy libraries are imported inside each command, so ``--help`` answers
 at once.
 """
@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 
 
 def require_database(settings: Settings) -> None:
-    """Commands that read or maintain the database never create one (an empty one would hide the mistake)."""
-    if not settings.db_path.is_file():
+    """Commands that read or maintain the database never create one (an empty one would hide the mistake).
+    A server database (PostgreSQL) is checked by connecting to it."""
+    from companion.storage.factory import sqlite_path
+
+    if sqlite_path(settings.database) is not None and not settings.db_path.is_file():
         raise ConfigError(f"no database at {settings.db_path}; check DATA_DIR (relative paths count from the "
                           "project folder)")
 
@@ -59,7 +62,8 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.storage.factory import open_store
 
     require_database(settings)
-    if settings.db_path.stat().st_size == 0:  # opening it would make it an empty database: "0 users"
+    # Opening an empty file would make it an empty database: "0 users".
+    if settings.db_path.is_file() and settings.db_path.stat().st_size == 0:
         raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
     storage = await open_store(settings.database)
     try:
@@ -82,7 +86,16 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
     from companion.ops import dblock
     from companion.ops.restore import restore
+    from companion.storage.factory import sqlite_path
 
+    if sqlite_path(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
+        from companion.ops.migrate import restore_into
+
+        with ProgressLine("restore") as progress:
+            result = await restore_into(settings.database, args.path, utcnow(), progress=progress, tz=settings.tz)
+        print(f"restored {result.rows} memories and {result.tombstones} tombstones of "
+              f"{counted(result.users, result.scopes)} into the database at DATABASE_URL (copied and verified)")
+        return 0
     with dblock.hold(settings.db_path, "restore"), ProgressLine("restore") as progress:
         result = await restore(
             args.path, settings.db_path, utcnow(), force=args.force, progress=progress,
@@ -208,7 +221,44 @@ async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
 
 
 Command = Callable[["Settings", argparse.Namespace], Coroutine[Any, Any, int]]
+async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Copy the database at ``--from`` (default: this installation's) into ``--to``, then verify."""
+    import contextlib
+
+    from companion.core.timeutil import utcnow
+    from companion.ops import dblock
+    from companion.ops.migrate import migrate
+    from companion.storage.factory import open_store, sqlite_path
+
+    source_url = args.source or settings.database
+    if source_url == args.to:
+        raise ConfigError("migrate --to names the database it would copy from; give another one")
+    source_file = sqlite_path(source_url)
+    if source_file is not None and not source_file.is_file():
+        raise ConfigError(f"no database at {source_file} to copy from")
+    with contextlib.ExitStack() as held:
+        for url in (source_url, args.to):  # neither SQLite file may be written by anyone else meanwhile
+            path = sqlite_path(url)
+            if path is not None:
+                held.enter_context(dblock.hold(path, "migrate"))
+        source = await open_store(source_url)
+        try:
+            target = await open_store(args.to)
+            try:
+                with ProgressLine("migrate") as progress:
+                    copied = await migrate(source, target, utcnow(), progress)
+            finally:
+                await target.close()
+        finally:
+            await source.close()
+    print(f"copied {copied.memories} memories (tombstones included), {copied.turns} queued turns, {copied.short} "
+          f"short-term items, {copied.profiles} profiles, {copied.meta} settings, {copied.usage} usage rows and "
+          f"{copied.moves} unfinished chat moves of {copied.scopes} new scopes; verified {copied.verified_scopes} "
+          "scopes: counts and checksums equal")
+    return 0
+
+
 OPERATOR_COMMANDS: dict[str, Command] = {
-    "backup": run_backup, "restore": run_restore, "memories": run_memories, "decay": run_decay,
+    "migrate": run_migrate, "backup": run_backup, "restore": run_restore, "memories": run_memories, "decay": run_decay,
     "users": run_users, "forget": run_forget, "export": run_export, "stats": run_stats, "reindex": run_reindex,
 }

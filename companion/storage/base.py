@@ -16,7 +16,7 @@ scope's call can never reach another's rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -50,14 +50,15 @@ from companion.storage.records import (
     Setting,
     SettingName,
 )
+from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
     "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "GROUP_MEMORY", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP",
     "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS", "SHARE_PRIVATE",
     "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp", "ChatMoves",
     "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting",
-    "SettingName", "SettingStore", "ShortTermItems", "TurnQueue", "UsageCell", "UsageLog", "VectorIndex",
-    "VectorRow", "text_hash",
+    "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell",
+    "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -129,10 +130,18 @@ class MemoryRecords(Protocol):
         ...
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         """Write memories with their times as they are (restore): with their handles (which must be
-        unused), or with fresh ones in the same order. Returns the handles."""
+        unused), or with fresh ones in the same order. ``sources``: the turn keys each came from, by the
+        handle it has in ``memories`` (a copy from another database keeps what forgetting follows).
+        Returns the handles."""
+        ...
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        """The keys of the turns each of the scope's memories ``ids`` came from (``apply_changes``'
+        ``sources``); memories without any are left out, other scopes' handles ignored."""
         ...
 
     async def count_memories(self) -> int:
@@ -223,6 +232,11 @@ class SettingStore(Protocol):
 
     async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None: ...
 
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        """Every stored value as (name, owner, value), as ``Setting.owner`` and ``Setting.encode`` wrote
+        them, sorted: a copy to another database reads them all."""
+        ...
+
 
 class ChatMoves(Protocol):
     """A group chat that changed its id (a group upgraded to a supergroup)."""
@@ -263,7 +277,7 @@ class Capabilities(Protocol):
 
 class MemoryStore(
     ScopeRegistry, MemoryRecords, ChangeJournal, TurnQueue, ShortTermItems, ProfileStore, SettingStore, ChatMoves,
-    Capabilities, Protocol,
+    TurnBatch, Capabilities, Protocol,
 ):
     """Everything a backend implements; hosts that need one concern type against its Protocol instead."""
 

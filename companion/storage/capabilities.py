@@ -72,6 +72,11 @@ class UsageLog(Protocol):
         """Calls since ``since`` by local day and purpose, oldest day first; days cut at ``offset`` from UTC."""
         ...
 
+    async def page(self, after: int, limit: int) -> list[tuple[int, UsageRecord]]:
+        """Up to ``limit`` rows in the order they were written, after the row numbered ``after`` (0: from the
+        first): (number, row). A copy to another database reads them all."""
+        ...
+
 
 # ---- the maintenance capability (a database file) ---------------------------------------------------
 

@@ -3,7 +3,7 @@ reference the SQL decay is checked against (it applies ``core.rules`` row by row
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
@@ -34,6 +34,8 @@ from companion.storage.records import (
     drops_events,
     forget_op,
 )
+from companion.storage.rows import renumbered
+from companion.storage.turns import TurnRecord, TurnView
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -58,6 +60,7 @@ class InMemoryStore:
         self._short: dict[Scope, list[ShortItem]] = {}
         self._next_short = 1
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
+        self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
 
     async def close(self) -> None:
         return None
@@ -220,11 +223,14 @@ class InMemoryStore:
         self._turns[scope] = [t for t in self._turns.get(scope, []) if t.id not in gone]
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         rows = self._ensure(scope)
         if not keep_ids:
-            memories = [replace(m, id=self._next_handle + i) for i, m in enumerate(memories)]
+            handles = [self._next_handle + i for i in range(len(memories))]
+            sources = renumbered(sources, memories, handles)
+            memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
         clash = [m.id for m in memories if m.id in self._owners]
         if clash:
             raise StorageError(f"handles already used: {clash[:5]}")
@@ -232,8 +238,14 @@ class InMemoryStore:
             self._owners[memory.id] = scope
             rows[memory.id] = replace(memory)
             self._next_handle = max(self._next_handle, memory.id + 1)
+        for handle, keys in (sources or {}).items():
+            self._sources.setdefault(handle, set()).update(k for k in keys if k)
         self._journal(scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        rows = self._memories.get(scope, {})
+        return {mid: set(self._sources[mid]) for mid in ids if mid in rows and self._sources.get(mid)}
 
     async def count_memories(self) -> int:
         return sum(m.is_active for rows in self._memories.values() for m in rows.values())
@@ -306,6 +318,32 @@ class InMemoryStore:
     async def clear_turns(self, scope: Scope) -> None:
         self._turns.pop(scope, None)
 
+    # ---- one turn's read and write ----
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        return TurnView(
+            change=await self.change_counter(scope), active=self._scopes.get(scope, False),
+            profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
+            turns=await self.short_items(scope, ShortKind.TURN, turns),
+            memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
+        )
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        if handle is None:
+            self._editing.pop(scope, None)
+        else:
+            self._editing[scope] = handle
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        # Nothing here can fail half-way: each step is a change to a dict.
+        if record.short is not None:
+            turn = record.short
+            await self.add_short(scope, ShortKind.TURN, turn.user, turn.reply, turn.at, keep=record.keep,
+                                 recalled=record.recalled, keys=() if turn.key is None else (turn.key,))
+        for queued in record.queued:
+            await self.add_turn(scope, queued)
+        await self.touch(scope, record.touched, record.at)
+        await self.mark_mentioned(scope, record.mentioned, record.at)
+
     # ---- short-term memory ----
     async def add_short(
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
@@ -349,6 +387,9 @@ class InMemoryStore:
 
     async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
         self._settings[(setting.name.value, setting.owner(key))] = setting.encode(value)
+
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        return [(name, owner, value) for (name, owner), value in sorted(self._settings.items())]
 
     def _move_settings(self, names: Sequence[str], old_owner: str, new_owner: str) -> None:
         for name in names:

@@ -8,7 +8,7 @@ changes are named migrations (``migrations.py``); a memory table is upgraded whe
 by ``upgrade_stale`` in the background, never all at start-up.
 Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
 writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
-a new chat id ``chatmove.py``.
+a new chat id ``chatmove.py``, a reply's one read and one write and the pending edit ``turn_sql.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import sqlite3
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -40,16 +40,10 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
     writes,
 )
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
-from companion.storage.connection import Connection, storage_error
-from companion.storage.records import (
-    CHAT_SETTINGS_THAT_MOVE,
-    SCOPE_SETTINGS,
-    Change,
-    ChangeOp,
-    Setting,
-    drops_events,
-)
+from companion.storage.connection import storage_error
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting, drops_events
 from companion.storage.rows import (
+    HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
     PROFILE_COLUMNS,
     SELECT_MEMORY,
@@ -57,12 +51,13 @@ from companion.storage.rows import (
     marks,
     memory_to_row,
     profile_to_row,
+    renumbered,
     row_to_memory,
     row_to_profile,
     row_to_turn,
-    turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
+from companion.storage.turn_sql import QUEUE_TURN, TurnCalls, mention_sql, queue_params, touch_sql
 from companion.storage.usage import SQLiteUsageLog
 
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
@@ -76,7 +71,7 @@ DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
 
 
-class SQLiteStore(Connection):
+class SQLiteStore(TurnCalls):
     """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
     SQLite."""
 
@@ -148,11 +143,7 @@ class SQLiteStore(Connection):
             return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            table = self.memory_table(scope)
-            await conn.executemany(
-                f'UPDATE "{table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?',
-                [(to_db(now), mid) for mid in ids],
-            )
+            await conn.executemany(mention_sql(self.memory_table(scope)), [(to_db(now), mid) for mid in ids])
 
     async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if not ids or self._version(scope) is None:
@@ -160,10 +151,7 @@ class SQLiteStore(Connection):
         if self._version(scope) != migrations.CURRENT_TABLE_VERSION:
             await self.ensure_scope(scope, now)
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
-        await self._select(
-            f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
-            f"WHERE id IN ({marks(ids)})", (to_db(now), *ids),
-        )
+        await self._select(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids))
 
     async def forget_everywhere(
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
@@ -196,7 +184,8 @@ class SQLiteStore(Connection):
                                        [(scope.key, i) for i in ids])
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         """Write memories with their times as they are (restore); returns their handles. ``keep_ids``
         keeps the handles (they must be unused); otherwise fresh ones are issued in the same order (old
@@ -209,11 +198,27 @@ class SQLiteStore(Connection):
                 )
             else:
                 handles = await writes.new_handles(conn, scope.key, len(memories))
+                sources = renumbered(sources, memories, handles)
                 memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
             table = self.memory_table(scope)
             await conn.executemany(f'INSERT INTO "{table}" {INSERT_MEMORY}', [memory_to_row(m) for m in memories])
+            for handle, keys in sorted((sources or {}).items()):
+                await writes.add_sources(conn, [handle], sorted(keys))
             await journal.record(conn, scope.key, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        if not ids or not await self._readable(scope):
+            return {}
+        found: dict[int, set[str]] = {}
+        for start in range(0, len(ids), HANDLES_PER_STATEMENT):
+            part = list(ids[start:start + HANDLES_PER_STATEMENT])
+            rows = await self._select(
+                f'SELECT s.memory_id, s.turn_key FROM memory_sources AS s JOIN "{self.memory_table(scope)}" AS m '
+                f"ON m.id = s.memory_id WHERE s.memory_id IN ({marks(part)})", part)
+            for mid, turn_key in rows:
+                found.setdefault(int(mid), set()).add(str(turn_key))
+        return found
 
     async def count_memories(self) -> int:
         total = 0
@@ -260,6 +265,10 @@ class SQLiteStore(Connection):
             value = await journal.get_setting(conn, setting.name.value, setting.owner(key))
         return None if value is None else setting.decode(value)
 
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        rows = await self._select("SELECT name, owner, value FROM settings ORDER BY name, owner")
+        return [(str(n), str(o), str(v)) for n, o, v in rows]
+
     async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
         async with self._tx() as conn:
             await journal.set_setting(conn, setting.name.value, setting.owner(key), setting.encode(value))
@@ -301,11 +310,7 @@ class SQLiteStore(Connection):
     async def add_turn(self, scope: Scope, turn: Turn) -> int:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, turn.at)
-            cursor = await conn.execute(
-                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
-                "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (scope.key, *turn_to_row(turn)),
-            )
+            cursor = await conn.execute(QUEUE_TURN, queue_params(scope.key, turn))
         return int(cursor.lastrowid or 0)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:

@@ -1,0 +1,128 @@
+"""SQLite's side of one turn (``turns``): its read, one transaction run in one go on the plain ``sqlite3``
+connection by a caller that holds the store's lock (so no other thread uses the connection meanwhile);
+its write, in the caller's transaction; and the pending edit. ``TurnCalls`` is the part of ``SQLiteStore``
+that offers them. Also the statements ``SQLiteStore`` shares with them: queueing a turn, an access, a
+mention."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import aiosqlite
+
+from companion.core.models import Scope, ShortKind, Status, Turn
+from companion.core.timeutil import to_db
+from companion.storage import journal, shortterm
+from companion.storage.connection import Connection, storage_error
+from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
+from companion.storage.turns import TurnRecord, TurnView
+
+TURN_STATE = MigrationSet("turn_state", (
+    # Per-scope conversation state every worker process must see: the memory an "edit" press waits on.
+    Migration("0001_pending_edits", """
+    CREATE TABLE turn_state (
+        scope_key TEXT PRIMARY KEY,
+        editing INTEGER
+    )
+    """),
+))
+register(TURN_STATE)
+
+SET_EDITING = ("INSERT INTO turn_state (scope_key, editing) VALUES (?, ?) "
+               "ON CONFLICT(scope_key) DO UPDATE SET editing = excluded.editing")
+
+QUEUE_TURN = ("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
+              "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+def touch_sql(table: str, count: int) -> str:
+    return (f'UPDATE "{table}" SET last_accessed_at = ?, access_count = access_count + 1 '
+            f"WHERE id IN ({marks(range(count))})")
+
+
+def mention_sql(table: str) -> str:
+    return f'UPDATE "{table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?'
+
+
+def queue_params(key: str, turn: Turn) -> tuple[object, ...]:
+    return (key, *turn_to_row(turn))
+
+
+def read_turn(
+    conn: sqlite3.Connection, key: str, table: str | None, events: int, turns: int, memories: bool
+) -> TurnView:
+    """``TurnBatch.turn_context`` in one read transaction; ``table``: the scope's memory table (None when
+    the scope has none)."""
+    conn.execute("BEGIN")
+    try:
+        change = conn.execute(journal.COUNTER, (key,)).fetchone()
+        scope = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
+        profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
+        state = conn.execute("SELECT editing FROM turn_state WHERE scope_key = ?", (key,)).fetchone()
+        told = conn.execute(shortterm.ITEMS, (key, ShortKind.EVENT.value, events)).fetchall()
+        said = conn.execute(shortterm.ITEMS, (key, ShortKind.TURN.value, turns)).fetchall() if turns > 0 else []
+        rows = None
+        if memories:
+            rows = [] if table is None else conn.execute(
+                f'SELECT {SELECT_MEMORY} FROM "{table}" WHERE status = ? ORDER BY id', (Status.ACTIVE.value,)
+            ).fetchall()
+    finally:
+        conn.execute("COMMIT")  # a read: nothing to keep or undo
+    return TurnView(
+        change=int(change[0]) if change else 0, active=bool(scope[0]) if scope else False,
+        profile=row_to_profile(profile) if profile else None, events=shortterm.to_items(told, ShortKind.EVENT),
+        turns=shortterm.to_items(said, ShortKind.TURN),
+        memories=None if rows is None else [row_to_memory(r) for r in rows],
+        editing=None if state is None or state[0] is None else int(state[0]),
+    )
+
+
+async def write_turn(conn: aiosqlite.Connection, key: str, table: str | None, done: TurnRecord) -> None:
+    """``TurnBatch.record_turn``'s statements, in the caller's transaction."""
+    if done.short is not None:
+        turn = done.short
+        added, trim = shortterm.add_params(key, ShortKind.TURN, turn.user, turn.reply, turn.at, done.recalled,
+                                           done.keep, () if turn.key is None else (turn.key,))
+        await conn.execute(shortterm.ADD, added)
+        await conn.execute(shortterm.TRIM, trim)
+    if done.queued:
+        await conn.executemany(QUEUE_TURN, [queue_params(key, t) for t in done.queued])
+    if table is not None and done.touched:
+        await conn.execute(touch_sql(table, len(done.touched)), (to_db(done.at), *done.touched))
+    if table is not None and done.mentioned:
+        await conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
+
+
+class TurnCalls(Connection):
+    """``TurnBatch`` on the store's connection; ``SQLiteStore`` inherits it."""
+
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
+        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
+        thread idle meanwhile."""
+        if memories:
+            await self._readable(scope)  # a stale table is upgraded first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                if memories:
+                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
+                return read_turn(self._raw, scope.key, table, events, turns, False)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        """One write transaction on the connection's thread, like every other write: a statement sent
+        whole to another thread (``asyncio.to_thread``) waited on the GIL once per statement and made a
+        busy bot's turns three times slower."""
+        async with self._tx() as conn:
+            if record.queued or record.touched or record.mentioned:
+                await self._ensure_scope(conn, scope, record.at)  # registered, and its table current
+            table = None if self._version(scope) is None else self.memory_table(scope)
+            await write_turn(conn, scope.key, table, record)
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_EDITING, (scope.key, handle))
