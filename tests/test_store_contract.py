@@ -287,3 +287,18 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
     assert await store.apply_changes(stranger, NOW) == []
     assert await store.fetch_memories(stranger, EVERY_STATUS) == []
     assert await store.scopes() == []
+
+
+async def test_dida_state_is_kept_per_user_and_unlinking_drops_the_cards(store: MemoryStore) -> None:
+    assert await store.dida_link(7) is None and await store.dida_users() == []
+    await store.put_dida_link(7, '{"a": 1}')
+    await store.put_dida_link(8, '{"b": 2}')
+    await store.put_dida_link(7, '{"a": 2}')
+    await store.put_dida_cards(7, {1: "one", 2: "two"})
+    await store.put_dida_cards(8, {1: "other"})
+    await store.put_dida_cards(7, {1: None, 3: "three"})
+    assert await store.dida_link(7) == '{"a": 2}' and await store.dida_users() == [7, 8]
+    assert await store.dida_cards(7) == {2: "two", 3: "three"}
+    await store.put_dida_link(7, None)
+    assert await store.dida_link(7) is None and await store.dida_cards(7) == {}
+    assert await store.dida_users() == [8] and await store.dida_cards(8) == {1: "other"}

@@ -30,7 +30,8 @@ from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem
 from companion.core.timeutil import to_db
 from companion.storage import chatmove, decay_sql, forgetting, migrations, shortterm, usage, vector_schema, writes  # noqa: F401 - registers sets
 from companion.storage.base import ACTIVE_ONLY, moved_suffixes
-from companion.storage.connection import Connection, storage_error
+from companion.storage.connection import storage_error
+from companion.storage.kanban import KanbanTables
 from companion.storage.rows import (
     INSERT_MEMORY,
     PROFILE_COLUMNS,
@@ -55,7 +56,7 @@ DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
 
 
-class SQLiteStore(Connection):
+class SQLiteStore(KanbanTables):
     """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
     SQLite."""
 
