@@ -11,7 +11,7 @@ from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.ops.admin import AdminService
-from handlers import admin, chat, commands, errors, groups, memories
+from handlers import admin, chat, commands, dida, errors, groups, memories
 from handlers.cleaning import SendableText
 from handlers.delivery import RetryAfterMiddleware
 from handlers.order import PerUserOrder
@@ -22,7 +22,7 @@ def build_router() -> Router:
     root.message.outer_middleware(PerUserOrder())
     root.message.outer_middleware(SendableText())
     # Groups first: group commands and addressed messages; private chats fall through to the rest.
-    root.include_routers(groups.build(), commands.build(), admin.build(), memories.build(), chat.build(),
+    root.include_routers(groups.build(), commands.build(), admin.build(), dida.build(), memories.build(), chat.build(),
                          errors.build())
     return root
 

@@ -11,11 +11,12 @@ request, and no chat reply waits on it (``worker`` runs it in the background).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from companion.core.errors import (
@@ -54,6 +55,7 @@ class Entry(Protocol):
     def handle(self) -> int | None: ...
 
 
+@runtime_checkable
 class Outbox(Protocol):
     """The store's change journal, read as the kanban's outbox."""
 
@@ -95,6 +97,7 @@ class KanbanSync:
         self._tokens = tokens
         self._config = config
         self._puller = Puller(client, state, engine, forget)
+        self._locks: dict[int, asyncio.Lock] = {}
 
     # ---- the link ----
 
@@ -163,7 +166,12 @@ class KanbanSync:
     # ---- a round ----
 
     async def sync(self, user_id: int, now: datetime, *, full: bool = False, rebuild: bool = False) -> Round:
-        """Pull, then push; errors end the round, are kept in the link and set when it is tried again."""
+        """Pull, then push; errors end the round, are kept in the link and set when it is tried again. One
+        round per user at a time (the background loop and ``/dida_sync`` may ask together)."""
+        async with self._locks.setdefault(user_id, asyncio.Lock()):
+            return await self._round(user_id, now, full=full, rebuild=rebuild)
+
+    async def _round(self, user_id: int, now: datetime, *, full: bool, rebuild: bool) -> Round:
         done = Round()
         link = await self.load(user_id)
         if link is None:
