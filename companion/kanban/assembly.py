@@ -47,8 +47,7 @@ class Kanban:
 
 
 def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, forget: Forget,
-                outbox: Outbox | None = None, *, clock: Callable[[], datetime] = utcnow,
-                tick: float = 15.0) -> Kanban | None:
+                outbox: Outbox | None = None, *, clock: Callable[[], datetime] = utcnow) -> Kanban | None:
     if not settings.dida_enabled:
         return None
     assert settings.dida_client_secret is not None
@@ -68,6 +67,8 @@ def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, fo
     link = LinkConfig(settings.dida_auth_base, settings.dida_client_id, settings.dida_redirect_uri,
                       settings.dida_callback_port is not None, settings.tz)
     service = KanbanService(sync, link, clock=clock, tokens_ready=tokens.ready)
+    # A change is pushed within a tick; a poll interval shorter than two ticks (a test's) shortens the tick.
+    tick = min(15.0, settings.dida_poll_minutes * 30)
     worker = KanbanWorker(service, store, outbox, timedelta(minutes=settings.dida_poll_minutes), tick=tick,
                           clock=clock)
     callback = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,6 +54,10 @@ class FakeDida(FakeServer):
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/oauth/token", self._token)
         app.router.add_route("*", "/open/v1/{path:.*}", self._api)
+
+    async def wait_for(self, ready: Callable[[], bool], within: float = 30, what: str = "") -> None:
+        """Return once ``ready()`` holds after some request or user action; fail after ``within`` seconds."""
+        await self._wait_until(ready, within, lambda: f"fake Dida365: not seen within {within}s: {what}")
 
     # ---- the test as the user ----
 
