@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from companion.core import tiers
 from companion.core.models import (
@@ -27,9 +28,9 @@ from companion.core.models import (
     Tier,
     Turn,
 )
-from companion.core.timeutil import from_db, utcnow
+from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
-from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
+from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
 from companion.engine.profile import ProfileService
@@ -55,8 +56,10 @@ from companion.llm.embeddings import Embedder
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
-from companion.storage.base import ACTIVE_ONLY, MemoryStore
+from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting
 from companion.storage.factory import open_store
+
+V = TypeVar("V")
 
 __all__ = [
     "Consolidation",
@@ -88,12 +91,12 @@ class MemoryEngine:
         self.llm = llm
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
-        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.forget_cached)
+        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.drop_cached)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
-        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
+        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
@@ -174,8 +177,7 @@ class MemoryEngine:
         return await self._store.scopes_with_pending()
 
     async def last_decay_at(self) -> datetime | None:
-        stored = await self._store.get_meta("last_decay_at")
-        return None if stored is None else from_db(stored)
+        return await self._store.get_setting(LAST_DECAY_AT, None)
 
     async def profile(self, scope: Scope) -> Profile | None:
         """The current profile (cached or persisted), or None before the first build."""
@@ -389,13 +391,13 @@ class MemoryEngine:
     async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
         return await self._curator.stats(scope, now)
 
-    # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
+    # ---- per-scope settings (review bookkeeping, opt-ins) -----------------------------------------
 
-    async def note(self, scope: Scope, name: str) -> str | None:
-        return await self._store.get_meta(f"{name}:{scope.key}")
+    async def setting(self, setting: Setting[Scope, V], scope: Scope) -> V | None:
+        return await self._store.get_setting(setting, scope)
 
-    async def set_note(self, scope: Scope, name: str, value: str) -> None:
-        await self._store.set_meta(f"{name}:{scope.key}", value)
+    async def set_setting(self, setting: Setting[Scope, V], scope: Scope, value: V) -> None:
+        await self._store.set_setting(setting, scope, value)
 
     # ---- conversation summaries --------------------------------------------------------------------
 
@@ -430,9 +432,9 @@ class MemoryEngine:
         """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""
         turns = await self._short.turns(scope)
         events = await self._short.events(scope)
-        last = await self.note(scope, LAST_EXTRACTION)
+        last = await self.setting(LAST_EXTRACTION, scope)
         return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
-                          None if last is None else from_db(last))
+                          last)
 
     # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
 

@@ -16,10 +16,22 @@ from companion.chat.group import GroupSettings
 from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Scope
+from companion.storage.base import MemoryStore
+from companion.storage.factory import backends, open_store, sqlite_url
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
+
+
+@pytest.fixture(params=backends())
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    """Every registered backend, opened as a host opens it (``open_store``): the store contract suites
+    (a module with a ``store`` fixture of its own uses that instead)."""
+    url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
+    opened = await open_store(url)
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

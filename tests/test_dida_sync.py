@@ -37,13 +37,15 @@ class Kit:
         return (await self.rig.engine.save(Scope(user), draft, self.rig.clock())).memory.id
 
 
-@pytest.fixture
-async def kit(rig: Rig) -> AsyncIterator[Kit]:
+@pytest.fixture(params=["journal", "compare"])
+async def kit(rig: Rig, request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
+    """The sync reading the store's change journal, and (a store without one) comparing every memory."""
     async with FakeDida() as fake:
         client = DidaClient(fake.base_url, fake.base_url)
         config = DidaConfig(CLIENT_ID, CLIENT_SECRET, "http://127.0.0.1/cb", rig.settings.tz)
-        sync = KanbanSync(client, rig.store, rig.engine, rig.store_outbox if hasattr(rig, "store_outbox") else None,
-                          TokenBox(Fernet.generate_key().decode()), config, rig.chat.forget)
+        outbox = rig.store if request.param == "journal" else None
+        sync = KanbanSync(client, rig.store, rig.engine, outbox, TokenBox(Fernet.generate_key().decode()), config,
+                          rig.chat.forget)
         try:
             yield Kit(fake, sync, rig)
         finally:

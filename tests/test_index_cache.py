@@ -1,9 +1,10 @@
 """The engine's index cache: bounded by the memories it holds (not by users), always keeps the scope being
-read, follows writes, and drops everything when another process wrote."""
+read, follows writes, whoever made them (the change journal), and drops a scope's index on a scope-wide
+change."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,6 +15,7 @@ from companion.storage.inmemory import InMemoryStore
 from memory import EngineConfig, MemoryEngine
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
 _KEYWORDS = KeywordExtractor()
 
 
@@ -61,18 +63,27 @@ async def test_writes_reach_a_loaded_index_and_standing(store: InMemoryStore) ->
     assert new not in index.memories and "我养了一只猫" not in (await cache.standing(Scope(1), NOW)).recent
 
 
-async def test_another_process_writing_drops_everything(store: InMemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_write_by_another_process_reaches_only_its_scopes_index(store: InMemoryStore) -> None:
+    """A write the cache was not told of (another process: an operator's command line) is read from the
+    journal at the next read of that scope; other scopes stay cached as they are."""
+    stale: list[Scope] = []
+    cache = IndexCache(store, _KEYWORDS.keywords, on_stale=stale.append)
+    one, two = await cache.index(Scope(1)), await cache.index(Scope(2))
+    [new] = await store.apply_changes(Scope(2), NOW, inserts=[MemoryDraft("我养了一只猫", ["猫"], 80.0)])
+    gone = next(iter(two.memories))
+    await store.apply_changes(Scope(2), NOW, forget=[gone])
+    assert await cache.index(Scope(2)) is two  # brought up to date in place, not rebuilt
+    assert new in two.memories and gone not in two.memories and cache.held == 60
+    assert await cache.index(Scope(1)) is one and stale == [Scope(2)]
+
+
+async def test_a_scope_wide_change_drops_the_scopes_index(store: InMemoryStore) -> None:
     cache = IndexCache(store, _KEYWORDS.keywords)
     await cache.index(Scope(1))
-    await cache.index(Scope(2))
-    version = await store.change_counter()
-    monkeypatch.setattr(store, "change_counter", lambda: _const(version + 1))
-    await cache.index(Scope(2))
-    assert cache.cached(Scope(1)) is None and cache.held == 30
-
-
-async def _const(value: int) -> int:
-    return value
+    two = await cache.index(Scope(2))
+    await store.decay_and_clean([Scope(2)], NOW + 3 * DAY)  # one DECAYED entry for the whole scope
+    assert await cache.index(Scope(2)) is not two
+    assert cache.cached(Scope(1)) is not None
 
 
 async def test_memories_added_to_a_loaded_index_count_toward_the_budget(store: InMemoryStore) -> None:

@@ -16,6 +16,7 @@ from companion.core.tiers import Suggestion
 from companion.ops import reviews
 from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
+from companion.storage.base import REVIEW_SENT, WEEKLY
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
@@ -70,7 +71,7 @@ async def test_an_unreachable_user_is_not_marked_as_reviewed(engine: MemoryEngin
 
     day7 = START + timedelta(days=7)
     assert await reviews.review_round(engine, day7, TZ, (9, 21), blocked) == 0
-    assert await engine.note(ME, reviews.REVIEW_SENT) is None
+    assert await engine.setting(REVIEW_SENT, ME) is None
 
 
 async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
@@ -82,7 +83,7 @@ async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
 
     now = START + timedelta(days=2)
     assert await reviews.weekly_round(engine, now, send) == 0
-    await engine.set_note(ME, reviews.WEEKLY, "on")
+    await engine.set_setting(WEEKLY, ME, True)
     [memory] = await engine.memories(ME)
     await engine.promote(ME, memory.id, now)
     assert await reviews.weekly_round(engine, now, send) == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,8 +26,15 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage.base import EVERY_STATUS, MemoryStore
-from companion.storage.factory import backends, open_store, sqlite_url
+from companion.storage.base import (
+    EVERY_STATUS,
+    GROUP_MEMORY,
+    MOVED_TO,
+    REVIEW_SENT,
+    SHARE_PRIVATE,
+    WEEKLY,
+    MemoryStore,
+)
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
@@ -36,15 +42,6 @@ from companion.storage.sqlite import SQLiteStore
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
-
-
-@pytest.fixture(params=backends())
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    """Every registered backend, opened as a host opens it (``open_store``)."""
-    url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
-    opened = await open_store(url)
-    yield opened
-    await opened.close()
 
 
 def draft(event: str, **extra: object) -> MemoryDraft:
@@ -200,9 +197,13 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     await store.add_turn(old_a, Turn(user="排队的", reply=None, at=NOW))
     await store.add_short(old_a, ShortKind.TURN, "刚才说的", "嗯", NOW, keep=10)
     await store.save_profile(old_b, Profile(core="核心"), NOW)
-    for key, value in ((f"review_sent:{old_a.key}", "t1"), (f"weekly:{new_a.key}", "on"),
-                       (f"weekly:{old_a.key}", "off"), ("group_memory:-5", "off"), ("group_memory:-55", "on")):
-        await store.set_meta(key, value)
+    await store.set_setting(REVIEW_SENT, old_a, NOW)
+    await store.set_setting(WEEKLY, new_a, True)
+    await store.set_setting(WEEKLY, old_a, False)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(GROUP_MEMORY, -55, True)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(SHARE_PRIVATE, 101, True)
 
     assert sorted(s.key for s in await store.move_chat(-5, -1000000000005, NOW)) == sorted([old_a.key, old_b.key])
     new_b = Scope(202, -1000000000005)
@@ -215,11 +216,14 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     assert [t.user for t in await store.pending_turns(new_a, 10)] == ["排队的"]
     assert [i.user for i in await store.short_items(new_a, ShortKind.TURN, 10)] == ["刚才说的"]
     assert (await store.load_profile(new_b)) is not None and await store.load_profile(old_b) is None
-    assert await store.get_meta(f"review_sent:{new_a.key}") == "t1"
-    assert await store.get_meta(f"weekly:{new_a.key}") == "on"  # the new scope's own state wins
-    assert await store.get_meta(f"weekly:{old_a.key}") is None
-    assert await store.get_meta("group_memory:-1000000000005") == "off"
-    assert await store.get_meta("group_memory:-55") == "on"  # another chat's ending is not moved
+    assert await store.get_setting(REVIEW_SENT, new_a) == NOW
+    assert await store.get_setting(WEEKLY, new_a) is True  # the new scope's own state wins
+    assert await store.get_setting(WEEKLY, old_a) is None
+    assert await store.get_setting(GROUP_MEMORY, -1000000000005) is False
+    assert await store.get_setting(GROUP_MEMORY, -5) is None
+    assert await store.get_setting(GROUP_MEMORY, -55) is True  # another chat's is not moved
+    assert await store.get_setting(MOVED_TO, -5) == -1000000000005  # the old id's own record stays
+    assert await store.get_setting(SHARE_PRIVATE, 101) is True
 
     assert await store.move_chat(-5, -1000000000005, NOW) == []  # the second notice moves nothing
     assert len(await store.fetch_memories(new_a)) == 2

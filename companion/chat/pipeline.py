@@ -34,15 +34,15 @@ from companion.core.errors import LLMError, StorageError
 from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
-from companion.core.timeutil import from_db, utcnow
+from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
+from companion.storage.base import REVIEW_SENT
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
-REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
 # send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
@@ -231,8 +231,8 @@ class ChatService:
             return None
         now = self.clock()
         try:
-            sent = await self.engine.note(scope, REVIEW_SENT)
-            unanswered = sent is not None and now - from_db(sent) >= self.config.review_unanswered
+            sent = await self.engine.setting(REVIEW_SENT, scope)  # companion.ops.reviews writes it
+            unanswered = sent is not None and now - sent >= self.config.review_unanswered
             return await opening_reviews(self.engine, scope, session.steer, now, unanswered)
         except StorageError as exc:
             log.warning("reviews unavailable for %s: %s", scope.key, exc)

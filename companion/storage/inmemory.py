@@ -3,9 +3,10 @@ reference the SQL decay is checked against (it applies ``core.rules`` row by row
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from companion.core import rules
 from companion.core.errors import StorageError
@@ -21,7 +22,19 @@ from companion.core.models import (
     StatusReason,
     Turn,
 )
-from companion.storage.base import ACTIVE_ONLY, Maintenance, UsageLog, VectorIndex, moved_suffixes
+from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
+from companion.storage.records import (
+    CHAT_SETTINGS_THAT_MOVE,
+    SCOPE_SETTINGS,
+    Change,
+    ChangeOp,
+    Setting,
+    change_op,
+    forget_op,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class InMemoryStore:
@@ -33,7 +46,9 @@ class InMemoryStore:
         self._owners: dict[int, Scope] = {}
         self._turns: dict[Scope, list[Turn]] = {}
         self._profiles: dict[Scope, tuple[Profile, bool]] = {}
-        self._meta: dict[str, str] = {}
+        self._settings: dict[tuple[str, str], str] = {}  # (name, owner) -> value, as stored
+        self._changes: list[Change] = []  # the journal, oldest first
+        self._next_seq = 1
         self._moving: dict[int, int] = {}  # old chat id -> new: moves begun, not finished
         self._next_handle = 1
         self._next_turn = 1
@@ -46,9 +61,24 @@ class InMemoryStore:
     async def close(self) -> None:
         return None
 
-    async def change_counter(self) -> int:
-        # Only this object writes these dicts, and its own writes do not count: nothing else can move it.
-        return 0
+    # ---- the change journal ----
+    def _journal(self, scope: Scope, entries: Iterable[tuple[int | None, ChangeOp]], now: datetime) -> None:
+        for handle, op in entries:
+            self._changes.append(Change(self._next_seq, scope, handle, op, now))
+            self._next_seq += 1
+
+    async def change_counter(self, scope: Scope) -> int:
+        return next((c.seq for c in reversed(self._changes) if c.scope == scope), 0)
+
+    async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
+        return [c for c in self._changes if c.scope == scope and c.seq > after][: max(limit, 0)]
+
+    async def prune_changes(self, before: datetime) -> int:
+        newest = {c.scope: c.seq for c in self._changes}
+        kept = [c for c in self._changes if c.at >= before or newest[c.scope] == c.seq]
+        gone = len(self._changes) - len(kept)
+        self._changes = kept
+        return gone
 
     async def open_vectors(self) -> VectorIndex | None:
         return None
@@ -87,6 +117,14 @@ class InMemoryStore:
         rows = self._memories.get(scope, {})
         return [replace(rows[i]) for i in sorted(set(ids)) if i in rows]
 
+    async def stream_memories(
+        self, scopes: Sequence[Scope] | None = None, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[tuple[Scope, list[Memory]]]:
+        for scope in await self.scopes() if scopes is None else scopes:
+            rows = sorted(self._memories.get(scope, {}).items())
+            for start in range(0, len(rows), batch):
+                yield scope, [replace(m) for _, m in rows[start:start + batch]]
+
     async def owner_of(self, handle: int) -> Scope | None:
         return self._owners.get(handle)
 
@@ -98,17 +136,22 @@ class InMemoryStore:
             return []  # as SQLiteStore: forgetting in a scope never written creates nothing
         rows = self._ensure(scope)
         ids = self._insert(scope, inserts, now)
+        entries: list[tuple[int | None, ChangeOp]] = [(i, ChangeOp.ADDED) for i in ids]
         for memory in updates:
             if memory.id in rows:
+                before = rows[memory.id]
+                entries.append((memory.id, change_op(before.status, before.tier.value, memory)))
                 rows[memory.id] = replace(memory, importance=rules.clamp_importance(memory.importance))
         for mid in [*ids, *(m.id for m in updates if m.id in rows)]:
             self._sources.setdefault(mid, set()).update(k for k in sources if k)
         gone = 0
-        for mid in set(forget):
+        for mid in sorted(set(forget)):
             found = rows.get(mid)
             if found is not None and found.status is not Status.FORGOTTEN:
                 rows[mid] = _tombstone(found, now, reason, fingerprint(found.event))
+                entries.append((mid, forget_op(reason)))
                 gone += 1
+        self._journal(scope, entries, now)
         if ids or updates or gone:
             self._dirty(scope)
         return ids
@@ -158,6 +201,7 @@ class InMemoryStore:
             self._short[scope] = [r for r in self._short.get(scope, [])
                                   if r.id not in gone_short and not keys.intersection(r.keys)]
         rows.update(stones)
+        self._journal(scope, [(mid, forget_op(reason)) for mid in wanted], now)
         if stones or ids is None:
             self._profiles.pop(scope, None)
         return keys
@@ -184,6 +228,7 @@ class InMemoryStore:
             self._owners[memory.id] = scope
             rows[memory.id] = replace(memory)
             self._next_handle = max(self._next_handle, memory.id + 1)
+        self._journal(scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
 
     async def count_memories(self) -> int:
@@ -193,19 +238,25 @@ class InMemoryStore:
         decayed = removed = 0
         for scope in scopes:
             rows = self._memories.get(scope, {})
+            before = {mid for mid, m in rows.items() if m.status is Status.FORGOTTEN}
+            decayed_here = 0
             for mid, m in list(rows.items()):
                 if not (m.is_active and rules.decays(m.validity, m.tier, m.pinned)):
                     continue
                 value, anchor = rules.decay(m.importance, m.validity, m.last_decay_at, m.last_mentioned_at, now)
                 if anchor != m.last_decay_at:
-                    decayed += 1
+                    decayed_here += 1
                     rows[mid] = m = replace(m, importance=value, last_decay_at=anchor)
                 reason = rules.removal_reason(m.importance, m.validity, m.expires_at, m.last_mentioned_at, now)
                 if reason is not None:
                     rows[mid] = _tombstone(m, now, reason, "")
-                    removed += 1
-            removed += self._drop_duplicates(rows, now)
-            if removed:
+            self._drop_duplicates(rows, now)
+            cleaned = sorted(mid for mid, m in rows.items() if m.status is Status.FORGOTTEN and mid not in before)
+            self._journal(scope, [(mid, ChangeOp.CLEANED) for mid in cleaned], now)
+            if decayed_here:
+                self._journal(scope, [(None, ChangeOp.DECAYED)], now)
+            decayed, removed = decayed + decayed_here, removed + len(cleaned)
+            if cleaned:
                 self._dirty(scope)
         return decayed, removed
 
@@ -283,12 +334,18 @@ class InMemoryStore:
     async def delete_profile(self, scope: Scope) -> None:
         self._profiles.pop(scope, None)
 
-    # ---- small state ----
-    async def get_meta(self, key: str) -> str | None:
-        return self._meta.get(key)
+    # ---- typed settings: stored as text, as a database stores them ----
+    async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
+        value = self._settings.get((setting.name.value, setting.owner(key)))
+        return None if value is None else setting.decode(value)
 
-    async def set_meta(self, key: str, value: str) -> None:
-        self._meta[key] = value
+    async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
+        self._settings[(setting.name.value, setting.owner(key))] = setting.encode(value)
+
+    def _move_settings(self, names: Sequence[str], old_owner: str, new_owner: str) -> None:
+        for name in names:
+            if (name, old_owner) in self._settings:
+                self._settings.setdefault((name, new_owner), self._settings.pop((name, old_owner)))
 
     # ---- a group chat that changed its id ----
     async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
@@ -311,9 +368,10 @@ class InMemoryStore:
             if old in self._profiles:
                 profile = self._profiles.pop(old)
                 self._profiles.setdefault(new, (profile[0], True))
-        for old_end, new_end in moved_suffixes(olds, old_chat_id, new_chat_id):
-            for key in [k for k in self._meta if k.endswith(old_end)]:
-                self._meta.setdefault(key[: -len(old_end)] + new_end, self._meta.pop(key))
+            self._move_settings(SCOPE_SETTINGS, old.key, new.key)
+            for moved in (old, new):
+                self._journal(moved, [(None, ChangeOp.MOVED_CHAT)], now)
+        self._move_settings(CHAT_SETTINGS_THAT_MOVE, str(old_chat_id), str(new_chat_id))
         self._moving.pop(old_chat_id, None)
         return olds
 
