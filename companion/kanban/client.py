@@ -6,9 +6,11 @@ made (the benchmark's figure). The token is sent, never logged."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,13 +52,17 @@ def authorize_url(auth_base: str, client_id: str, redirect_uri: str, state: str)
 
 
 class DidaClient:
-    """One session for every user; each call names the user's token."""
+    """One session for every user; each call names the user's token. Calls of one token are paced to
+    ``per_minute`` in any 60 seconds (under Dida365's ~100), so a first push of many cards waits its turn
+    instead of running into ``exceed_query_limit``; other users' calls are not held up by it."""
 
-    def __init__(self, api_base: str, auth_base: str, *, timeout: float = 20.0) -> None:
+    def __init__(self, api_base: str, auth_base: str, *, timeout: float = 20.0, per_minute: int = 80) -> None:
         self._api = api_base.rstrip("/") + API_PATH
         self._auth = auth_base.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._per_minute = per_minute
+        self._recent: dict[str, deque[float]] = {}  # token -> loop times of its calls in the last minute
         self.requests = 0
 
     def _open(self) -> aiohttp.ClientSession:
@@ -125,6 +131,21 @@ class DidaClient:
 
     # ---- transport ----
 
+    async def _pace(self, token: str) -> None:
+        loop = asyncio.get_running_loop()
+        recent = self._recent.setdefault(token, deque())
+        while True:
+            now = loop.time()
+            while recent and now - recent[0] >= 60:
+                recent.popleft()
+            if len(recent) < self._per_minute:
+                break
+            await asyncio.sleep(60 - (now - recent[0]))
+        recent.append(loop.time())
+        if len(self._recent) > 4096:  # forget idle tokens
+            for idle in [t for t, r in self._recent.items() if not r or loop.time() - r[-1] >= 60]:
+                del self._recent[idle]
+
     async def _object(self, token: str, method: str, path: str, body: Mapping[str, Any] | None = None) -> JSON:
         found = await self._call(token, method, path, body)
         if not isinstance(found, dict) or not found.get("id"):
@@ -132,6 +153,7 @@ class DidaClient:
         return found
 
     async def _call(self, token: str, method: str, path: str, body: Mapping[str, Any] | None = None) -> object:
+        await self._pace(token)
         return await self._send(method, self._api + path, {"Authorization": f"Bearer {token}"}, body=body)
 
     async def _send(
