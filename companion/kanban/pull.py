@@ -150,8 +150,13 @@ class Puller:
         return 1
 
     async def _get(self, scope: Scope, handle: int) -> Memory | None:
-        try:
-            return await self._engine.get(scope, handle)
-        except (MemoryNotFoundError, NotYourMemoryError):
-            return None
+        return await memory_of(self._engine, scope, handle)
+
+
+async def memory_of(engine: MemoryEngine, scope: Scope, handle: int) -> Memory | None:
+    """The scope's memory (a tombstone included), or None when it is gone or not the scope's."""
+    try:
+        return await engine.get(scope, handle)
+    except (MemoryNotFoundError, NotYourMemoryError):
+        return None
 

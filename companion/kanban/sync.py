@@ -25,13 +25,11 @@ from companion.core.errors import (
     DidaLinkError,
     DidaRateLimitedError,
     DidaUnavailableError,
-    MemoryNotFoundError,
-    NotYourMemoryError,
 )
 from companion.core.models import Memory, Scope, Status
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
-from companion.kanban.pull import Puller
+from companion.kanban.pull import Puller, memory_of
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from companion.storage.base import KanbanState
 from memory import MemoryEngine
@@ -273,7 +271,7 @@ class KanbanSync:
 
     async def _reconcile(self, link: Link, token: str, scope: Scope, handle: int, states: dict[int, CardState],
                          data: ProjectData) -> int:
-        memory = await self._memory(scope, handle)
+        memory = await memory_of(self._engine, scope, handle)
         state = states.get(handle)
         if state is not None and state.creating:
             state = await self._adopt(link, token, handle, state, data)
@@ -294,12 +292,6 @@ class KanbanSync:
         states.pop(handle, None)
         await self._state.put_dida_cards(link.user_id, {handle: None})
         return 1
-
-    async def _memory(self, scope: Scope, handle: int) -> Memory | None:
-        try:
-            return await self._engine.get(scope, handle)
-        except (MemoryNotFoundError, NotYourMemoryError):
-            return None
 
     async def _adopt(self, link: Link, token: str, handle: int, state: CardState, data: ProjectData) -> CardState:
         """A create whose answer was lost may have made the card: find it by its marker before sending again."""
