@@ -244,3 +244,14 @@ async def test_each_users_cards_reach_only_their_own_account(kit: Kit, told: lis
         assert sorted(t["title"] for t in tasks) == sorted(texts)
         handles = {m.id for m in await kit.rig.engine.memories(Scope(user))}
         assert {int(t["content"].split("记忆编号：#")[1].split("（")[0]) for t in tasks} == handles
+
+
+async def test_a_card_retelling_a_memory_on_the_board_is_saved_once(kit: Kit) -> None:
+    handle = await kit.save("养了一只叫团子的猫", Tier.LONG)
+    await linked(kit)
+    kit.fake.user_create("alice", "长期记忆", "养了一只叫团子的猫")
+    for _ in range(3):
+        kit.rig.clock.advance(minutes=11)
+        await kit.round()
+    mine = [m for m in await kit.rig.engine.memories(Scope(ALICE))]
+    assert [m.id for m in mine] == [handle] and len(kit.fake.cards("alice")) == 2

@@ -68,7 +68,7 @@ class Puller:
             changed += await self._edited(link, scope, handle, state, task, now)
             rows[handle] = state.encode()
         for task_id, task in by_task.items():
-            if task_id not in known:
+            if task_id not in known and task_id not in link.ignored:
                 changed += await self._new(link, scope, task, states, rows, now)
         await self._state.put_dida_cards(link.user_id, rows)
         return changed
@@ -144,6 +144,7 @@ class Puller:
         handle = saved.memory.id
         if handle in states and states[handle].task_id:
             # The same fact as a memory already on the board: the user's copy stays theirs, unlinked.
+            link.ignored.append(task_id)
             return 1
         states[handle] = CardState(task_id, "", {})
         rows[handle] = states[handle].encode()

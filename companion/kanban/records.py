@@ -43,6 +43,7 @@ class Link:
     columns_ignored: bool = False  # the app put cards outside the asked column: tier tags carry the tier
     completed_since: datetime | None = None  # start of the window of completed cards read on each poll
     missing: dict[str, int] = field(default_factory=dict)  # task id -> polls in a row it was absent
+    ignored: list[str] = field(default_factory=list)  # the user's cards that retold a memory already on the board
 
     def column(self, tier: Tier) -> str:
         return self.columns.get(tier.value, "")
