@@ -4,5 +4,6 @@ Bottom, knowing nothing of the engine: ``core`` (data types, pure rules, errors)
 ``storage``, ``recall``, ``llm`` (and the top-level ``prompts`` package), which import only ``core``.
 ``engine`` (the engine's services) sits on those; the top-level ``memory.py`` (the engine API) on top
 of ``engine``; ``chat`` (the conversation pipeline), ``ops`` (jobs, backup, restore) and ``kanban`` (the
-optional Dida365 kanban) above the engine; ``console`` above ``chat``. Nothing here imports aiogram: ``handlers/`` and ``bot.py`` sit above all.
+optional Dida365 kanban) above the engine; ``console`` above ``chat``. Nothing here imports aiogram:
+``handlers/`` and ``bot.py`` sit above all.
 """

@@ -255,3 +255,16 @@ async def test_a_card_retelling_a_memory_on_the_board_is_saved_once(kit: Kit) ->
         await kit.round()
     mine = [m for m in await kit.rig.engine.memories(Scope(ALICE))]
     assert [m.id for m in mine] == [handle] and len(kit.fake.cards("alice")) == 2
+
+
+async def test_a_change_the_journal_no_longer_holds_arrives_with_the_daily_compare(kit: Kit) -> None:
+    await linked(kit)
+    await kit.save("在学游泳", Tier.MEDIUM)
+    link = await kit.sync.load(ALICE)
+    assert link is not None
+    link.cursor = await kit.rig.store.change_counter(Scope(ALICE))  # as if pruned while the bot was stopped
+    await kit.rig.store.put_dida_link(ALICE, link.encode())
+    await kit.round()
+    kit.rig.clock.advance(days=1)
+    await kit.round()
+    assert [t["title"] for t in kit.fake.cards("alice")] == ["在学游泳"]

@@ -51,7 +51,6 @@ class Puller:
         since = (link.completed_since or link.linked_at) - COMPLETED_OVERLAP
         completed = {str(t.get("id")) for t in await self._client.completed_tasks(
             token, [link.project_id], dida_time(since), dida_time(now + timedelta(minutes=1)))}
-        link.completed_since = now
         changed = 0
         rows: dict[int, str | None] = {}
         known = {s.task_id for s in states.values() if s.task_id}
@@ -71,6 +70,7 @@ class Puller:
             if task_id not in known and task_id not in link.ignored:
                 changed += await self._new(link, scope, task, states, rows, now)
         await self._state.put_dida_cards(link.user_id, rows)
+        link.completed_since = now  # only once every completion read was applied
         return changed
 
     async def _absent(self, link: Link, scope: Scope, handle: int, state: CardState, completed: bool,

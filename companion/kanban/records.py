@@ -43,6 +43,7 @@ class Link:
     columns_ignored: bool = False  # the app put cards outside the asked column: tier tags carry the tier
     completed_since: datetime | None = None  # start of the window of completed cards read on each poll
     missing: dict[str, int] = field(default_factory=dict)  # task id -> polls in a row it was absent
+    compared: datetime | None = None  # when every memory was last compared with its card
     ignored: list[str] = field(default_factory=list)  # the user's cards that retold a memory already on the board
 
     def column(self, tier: Tier) -> str:
@@ -56,7 +57,7 @@ class Link:
 
     def encode(self) -> str:
         data = asdict(self)
-        for name in ("linked_at", "expires_at", "last_sync", "rate_until", "retry_at", "completed_since"):
+        for name in ("linked_at", "expires_at", "last_sync", "rate_until", "retry_at", "completed_since", "compared"):
             data[name] = None if data[name] is None else to_db(data[name])
         data["state"] = self.state.value
         return json.dumps(data, ensure_ascii=False)
@@ -66,7 +67,7 @@ class Link:
         data: dict[str, Any] = json.loads(text)
         known = {f.name for f in fields(cls)}
         data = {k: v for k, v in data.items() if k in known}
-        for name in ("linked_at", "expires_at", "last_sync", "rate_until", "retry_at", "completed_since"):
+        for name in ("linked_at", "expires_at", "last_sync", "rate_until", "retry_at", "completed_since", "compared"):
             if data.get(name) is not None:
                 data[name] = from_db(data[name])
         data["state"] = LinkState(data.get("state", "ok"))

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 RATE_PAUSE = timedelta(seconds=60)  # Dida365's advice after exceed_query_limit
 MAX_BACKOFF = timedelta(minutes=30)
 EXPIRY_WARNING = timedelta(days=7)
+FULL_COMPARE = timedelta(days=1)
 JOURNAL_PAGE = 200
 
 Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
@@ -237,6 +238,10 @@ class KanbanSync:
 
     async def _push(self, link: Link, token: str, data: ProjectData, now: datetime, *, full: bool) -> int:
         scope = Scope(link.user_id)
+        # Once a day every memory is compared with its card as well (locally; only differences are sent):
+        # whatever the journal no longer holds (pruned while the bot was stopped for weeks) still arrives.
+        if link.compared is None or now - link.compared >= FULL_COMPARE:
+            full, link.compared = True, now
         handles, last = await self._changed(link, full)
         states = {h: CardState.decode(t) for h, t in (await self._state.dida_cards(link.user_id)).items()}
         pushed = 0
@@ -294,9 +299,9 @@ class KanbanSync:
         return 1
 
     async def _adopt(self, link: Link, token: str, handle: int, state: CardState, data: ProjectData) -> CardState:
-        """A create whose answer was lost may have made the card: find it by its marker before sending again."""
-        fresh = await self.client.project_data(token, link.project_id)
-        for task in (fresh if fresh.found else data).tasks:
+        """A create whose answer was lost may have made the card: find it by its marker (in this round's read
+        of the project, made after the lost answer) before sending again."""
+        for task in data.tasks:
             if cards.handle_in(str(task.get("content") or "")) == handle:
                 return CardState(str(task["id"]), str(task.get("etag") or ""), {}, False)
         return CardState(creating=True)
