@@ -214,6 +214,10 @@ async def test_a_server_that_ignores_columns_keeps_the_tier_in_tags(kit: Kit) ->
     assert kit.fake.column_name("alice", card) == "短期记忆" and "长期记忆" in card["tags"]
     await kit.round()
     assert (await kit.rig.engine.get(Scope(ALICE), long)).tier is Tier.LONG  # no false move
+    kit.fake.user_edit("alice", card["id"], tags=["中期记忆", "周一"])
+    await kit.round()
+    assert (await kit.rig.engine.get(Scope(ALICE), long)).tier is Tier.MEDIUM  # the tag moved it
+    assert "中期记忆" in kit.fake.card("alice", "每周一")["tags"]
 
 
 async def test_expiry_is_warned_a_week_ahead_once(kit: Kit) -> None:

@@ -96,8 +96,10 @@ class Puller:
         synced = state.synced
         state.etag = str(task.get("etag") or "")
         title, content = str(task.get("title") or ""), str(task.get("content") or "")
-        tier = cards.tier_of_tags(task.get("tags")) if link.columns_ignored else link.tier_of_column(
-            str(task.get("columnId") or ""))
+        column = str(task.get("columnId") or "")
+        # Where the app keeps no column (or ignored the asked one), the tier tag says the tier.
+        tier = cards.tier_of_tags(task.get("tags")) if link.columns_ignored or not column else link.tier_of_column(
+            column)
         priority = int(task.get("priority") or 0)
         state.synced = {**synced, "title": title, "content": content, "priority": priority,
                         "tier": (tier.value if tier is not None else synced.get("tier"))}

@@ -320,7 +320,8 @@ class KanbanSync:
                                hour=self._config.reminder_hour, tier_tags=self._config.tier_tags)
         await self._state.put_dida_cards(link.user_id, {memory.id: CardState(creating=True).encode()})
         created = await self.client.create_task(token, body)
-        if created.get("columnId") != column:
+        placed = created.get("columnId")
+        if placed and placed != column:
             link.columns_ignored = True  # the tier tag carries the tier; the user is told once
         return CardState(str(created["id"]), str(created.get("etag") or ""), card.fields())
 
