@@ -69,6 +69,7 @@ async def test_the_kanban_through_the_bot_process(servers: tuple[FakeTelegram, F
     try:
         await tg.wait_for_call("setMyCommands", timeout=90)
         assert "dida_link" in [c["command"] for c in tg.commands or []]  # offered: the operator configured it
+        assert "/dida_link — 把记忆同步到你的滴答清单看板" in await chat.say("/help")
         await chat.say("/start_aiGF")
         link = await chat.say("/dida_link")
         assert f"{dida.base_url}/oauth/authorize?client_id={CLIENT_ID}" in link and "state=" in link

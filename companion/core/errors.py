@@ -64,7 +64,12 @@ class NothingToUndoError(CompanionError, LookupError):
 
 
 class DidaError(CompanionError):
-    """Dida365 (TickTick) answered with an error the sync cannot read past (a bad request, a malformed body)."""
+    """Dida365 (TickTick) answered with an error the sync cannot read past (a bad request, a malformed body).
+    ``status``: the HTTP status, 0 when none came back."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DidaAuthError(DidaError):

@@ -178,12 +178,12 @@ class DidaClient:
         code = parsed.get("errorCode") if isinstance(parsed, dict) else None
         what = f"{method} {_path(url)}: HTTP {status} {code or ''}".rstrip()
         if status == 401:
-            raise DidaAuthError(what)
+            raise DidaAuthError(what, status)
         if code == RATE_LIMIT_CODE:
-            raise DidaRateLimitedError(what)
+            raise DidaRateLimitedError(what, status)
         if status >= 500 or status == 429:
-            raise DidaUnavailableError(what)
-        raise DidaError(what)
+            raise DidaUnavailableError(what, status)
+        raise DidaError(what, status)
 
 
 def _path(url: str) -> str:

@@ -79,7 +79,7 @@ class KanbanService:
             return texts.CODE_REFUSED
         except DidaError as exc:
             log.info("dida: linking user %s failed (%s)", user_id, type(exc).__name__)
-            return texts.CODE_REFUSED if "400" in str(exc) else texts.LINK_FAILED
+            return texts.CODE_REFUSED if exc.status == 400 else texts.LINK_FAILED
         await self._notices(user_id, done, skip={"columns"})
         text = texts.LINKED.format(cards=await self.sync.card_count(user_id))
         return text + ("\n" + texts.NOTICES["columns"] if "columns" in done.notices else "")
