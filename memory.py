@@ -91,7 +91,7 @@ class MemoryEngine:
         self.llm = llm
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
-        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.drop_cached)
+        self._cache = IndexCache(store, keywords.keywords, cache_memories)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)

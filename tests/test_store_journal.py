@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from companion.core.errors import StorageError
-from companion.core.models import Scope, Status, StatusReason, Tier, Turn, Validity
+from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
@@ -159,3 +159,15 @@ async def test_stream_memories_returns_every_memory_in_every_status(store: Memor
     only_bob = [(s, [m.event for m in part]) async for s, part in store.stream_memories([BOB])]
     assert only_bob == [(BOB, ["别人的"])]
     assert [x async for x in store.stream_memories([Scope(303)])] == []
+
+
+async def test_short_term_events_move_the_counter_and_turns_do_not(store: MemoryStore) -> None:
+    await store.add_short(ALICE, ShortKind.TURN, "在吗", "在", NOW, keep=10)
+    assert await store.change_counter(ALICE) == 0  # a turn is read afresh every time: no entry
+    await store.add_short(ALICE, ShortKind.EVENT, "吃了感冒药", None, NOW, keep=10)
+    before = await store.change_counter(ALICE)
+    assert await ops_since(store, ALICE, 0) == [(None, ChangeOp.EVENTS)]
+    await store.drop_short(ALICE, kind=ShortKind.TURN)
+    assert await store.change_counter(ALICE) == before
+    await store.drop_short(ALICE)
+    assert await ops_since(store, ALICE, before) == [(None, ChangeOp.EVENTS)]

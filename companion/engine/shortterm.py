@@ -23,8 +23,10 @@ class ShortTermBook:
     def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
         self._store = store
         self._tz = tz
-        # Each reply reads today's events: kept per scope (least recently used out), changed only here.
-        self._events: OrderedDict[Scope, list[ShortItem]] = OrderedDict()
+        # Each reply reads today's events: kept per scope (least recently used out) with the scope's change
+        # counter they were read at; any change of the scope since (events added or dropped by any process,
+        # memories written) reads them again.
+        self._events: OrderedDict[Scope, tuple[int, list[ShortItem]]] = OrderedDict()
 
     async def record_turn(
         self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool, key: str | None = None
@@ -41,14 +43,15 @@ class ShortTermBook:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
     async def events(self, scope: Scope) -> list[ShortItem]:
+        counter = await self._store.change_counter(scope)
         cached = self._events.get(scope)
-        if cached is None:
-            cached = self._events[scope] = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        if cached is None or cached[0] != counter:
+            cached = self._events[scope] = (
+                counter, await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT))
             if len(self._events) > EVENT_CACHE_SCOPES:
                 self._events.popitem(last=False)
-        else:
-            self._events.move_to_end(scope)
-        return cached
+        self._events.move_to_end(scope)
+        return cached[1]
 
     async def today_events(self, scope: Scope, now: datetime) -> list[str]:
         """What the user reported today (local day), oldest first."""

@@ -31,7 +31,7 @@ from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.pull import Puller, memory_of
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
-from companion.storage.base import KanbanState
+from companion.storage.base import SCOPE_WIDE, KanbanState
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,14 @@ Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
 
 
 class Entry(Protocol):
-    """One journal entry: which memory changed (None: every memory of the scope) and its place in order."""
+    """One journal entry: which memory changed (None: the scope as a whole), how, and its place in order."""
 
     @property
     def seq(self) -> int: ...
     @property
     def handle(self) -> int | None: ...
+    @property
+    def op(self) -> str: ...
 
 
 @runtime_checkable
@@ -259,10 +261,10 @@ class KanbanSync:
             while True:
                 page = await self._outbox.changes_since(scope, last, JOURNAL_PAGE)
                 for entry in page:
-                    if entry.handle is None:
-                        full = True
-                    else:
+                    if entry.handle is not None:
                         handles[entry.handle] = None
+                    elif entry.op in SCOPE_WIDE:  # decay or a chat move: every card may differ
+                        full = True
                     last = max(last, entry.seq)
                 if len(page) < JOURNAL_PAGE:
                     break

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 import aiosqlite
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.core.timeutil import to_db
+from companion.core.timeutil import to_db, utcnow
 from companion.storage import (  # noqa: F401 - usage and vector_schema register their migration sets
     chatmove,
     decay_sql,
@@ -42,7 +42,14 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
 from companion.storage.connection import storage_error
 from companion.storage.kanban import KanbanTables
-from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting
+from companion.storage.records import (
+    CHAT_SETTINGS_THAT_MOVE,
+    SCOPE_SETTINGS,
+    Change,
+    ChangeOp,
+    Setting,
+    drops_events,
+)
 from companion.storage.rows import (
     INSERT_MEMORY,
     PROFILE_COLUMNS,
@@ -340,6 +347,8 @@ class SQLiteStore(KanbanTables):
     ) -> None:
         async with self._tx() as conn:
             await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep, keys)
+            if kind is ShortKind.EVENT:
+                await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], at)
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
         async with self._tx(write=False) as conn:
@@ -348,6 +357,8 @@ class SQLiteStore(KanbanTables):
     async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
         async with self._tx() as conn:
             await shortterm.delete(conn, scope.key, ids, kind)
+            if drops_events(ids, kind):
+                await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], utcnow())
 
     # ---- profiles --------------------------------------------------------------------------------
 
