@@ -107,6 +107,7 @@ async def serve(settings: Settings) -> int:
     from handlers.admin import register_admin_commands
     from handlers.commands import bot_commands
     from handlers.delivery import switch_off_blocked
+    from handlers.dida import start_kanban
     from handlers.groups import resume_moves, set_menus
     from handlers.reviews import proactive_senders
     from handlers.webhook import receive
@@ -124,8 +125,10 @@ async def serve(settings: Settings) -> int:
                          *proactive_senders(bot, blocked))
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
+        kanban = None
         try:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
+            kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
             # new supergroup's first message finds its members under the new id.
             groups = dispatcher["groups"]
@@ -142,6 +145,8 @@ async def serve(settings: Settings) -> int:
         finally:
             if upgrading is not None:
                 upgrading.cancel()  # the table upgrade resumes at the next start
+            if kanban is not None:
+                await kanban.stop()  # nothing is lost: unsent changes wait in the journal
             if scheduler.running:  # a start-up failure comes before the scheduler started
                 scheduler.shutdown(wait=False)
             # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned

@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     astrbot = commands.add_parser("astrbot", help="the AstrBot plugin's start-up, hook and memory costs")
     astrbot.add_argument("--rounds", type=_positive, default=3)
     astrbot.add_argument("--json", type=Path, help="also write the results here")
+    dida = commands.add_parser("dida", help="Dida365 kanban: requests per poll and change, first push and poll "
+                                            "round of many users against the rate limit, reply latency beside it")
+    dida.add_argument("--users", type=_positive, default=20, help="users measured against the fake")
+    dida.add_argument("--memories", type=_positive, default=200, help="memories per user")
+    dida.add_argument("--project-users", type=_positive, default=1000, help="users of the projection")
+    dida.add_argument("--latency-ms", type=float, default=150.0, help="the real service's round trip, assumed")
+    dida.add_argument("--concurrency", type=_positive, default=8, help="users synced at once")
+    dida.add_argument("--json", type=Path, help="also write the results here")
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
     return parser
@@ -390,6 +398,18 @@ def run_merge_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_dida_command(args: argparse.Namespace) -> int:
+    from bench.dida import DidaBenchConfig, format_dida, run_dida
+
+    config = DidaBenchConfig(users=args.users, memories=args.memories, project_users=args.project_users,
+                             latency_ms=args.latency_ms, concurrency=args.concurrency)
+    report = asyncio.run(run_dida(config))
+    print(format_dida(report))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
 def run_plots(args: argparse.Namespace) -> int:
     from bench.plots import draw_all
 
@@ -412,8 +432,8 @@ COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_com
             "recall-latency": run_latency_command, "loo": run_loo_command,
             "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
-            "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "plots": run_plots,
-            "astrbot": run_astrbot_command}
+            "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "dida": run_dida_command,
+            "plots": run_plots, "astrbot": run_astrbot_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

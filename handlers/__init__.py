@@ -11,7 +11,7 @@ from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.ops.admin import AdminService
-from handlers import admin, chat, commands, errors, forgetting, groups, memory_list, reviews, user_commands
+from handlers import admin, chat, commands, dida, errors, forgetting, groups, memory_list, reviews, user_commands
 from handlers.cleaning import SendableText
 from handlers.delivery import RetryAfterMiddleware
 from handlers.order import PerUserOrder
@@ -22,8 +22,8 @@ def build_router() -> Router:
     root.message.outer_middleware(PerUserOrder())
     root.message.outer_middleware(SendableText())
     # Groups first: group commands and addressed messages; private chats fall through to the rest.
-    root.include_routers(groups.build(), commands.build(), admin.build(), memory_list.build(), forgetting.build(),
-                         reviews.build(), user_commands.build(), chat.build(), errors.build())
+    root.include_routers(groups.build(), commands.build(), admin.build(), dida.build(), memory_list.build(),
+                         forgetting.build(), reviews.build(), user_commands.build(), chat.build(), errors.build())
     return root
 
 

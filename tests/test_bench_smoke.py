@@ -197,3 +197,13 @@ def test_vector_search_command_runs_tiny(tmp_path: Path, capsys: pytest.CaptureF
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report["sizes"]) == {"3", "30"} and report["sizes"]["30"]["numpy"]["n"] == 3
     assert "30 vectors, numpy" in capsys.readouterr().out
+
+
+def test_dida_bench_counts_requests_and_projects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dida.json"
+    assert cli.main(["dida", "--users", "2", "--memories", "6", "--project-users", "10", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["first_push_requests_per_user"] == 6 + 9  # the cards, and token, project, columns, read-back
+    assert report["poll_requests_per_user"] == 2 and report["cards_per_account"] == 6 + 1
+    assert report["projection"]["poll_round_requests"] == 20
+    assert "first push" in capsys.readouterr().out

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "memory": 3,
     "companion.chat": 4,
     "companion.ops": 4,
+    "companion.kanban": 4,  # the Dida365 kanban: HTTP client, cards, sync rules over the engine API
     "companion.console": 5,
     "companion.hosts": 4,
     "handlers": 6,

@@ -476,3 +476,18 @@ async def test_decay_of_a_vanishing_importance_or_after_years_matches_the_rules(
         got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
     assert [(m.status, m.status_reason, m.importance) for m in got] == [
         (m.status, m.status_reason, m.importance) for m in want]
+
+
+async def test_dida_state_is_kept_per_user_and_unlinking_drops_the_cards(store: MemoryStore) -> None:
+    assert await store.dida_link(7) is None and await store.dida_users() == []
+    await store.put_dida_link(7, '{"a": 1}')
+    await store.put_dida_link(8, '{"b": 2}')
+    await store.put_dida_link(7, '{"a": 2}')
+    await store.put_dida_cards(7, {1: "one", 2: "two"})
+    await store.put_dida_cards(8, {1: "other"})
+    await store.put_dida_cards(7, {1: None, 3: "three"})
+    assert await store.dida_link(7) == '{"a": 2}' and await store.dida_users() == [7, 8]
+    assert await store.dida_cards(7) == {2: "two", 3: "three"}
+    await store.put_dida_link(7, None)
+    assert await store.dida_link(7) is None and await store.dida_cards(7) == {}
+    assert await store.dida_users() == [8] and await store.dida_cards(8) == {1: "other"}

@@ -39,10 +39,13 @@ class CommandRow:
     default_menu: bool = True  # a PRIVATE row also in the default scope's menu and the operator's
     ignore_case: bool = False
     aliases: tuple[str, ...] = ()
+    # An optional integration the row belongs to: menus and help list it only once the host ``offer``s it.
+    feature: str = ""
 
 
 _P, _G, _GA, _OP, _C = Place.PRIVATE, Place.GROUP, Place.GROUP_ADMIN, Place.OPERATOR, Place.CONSOLE
 _MEM = Topic.MEMORY
+DIDA = "dida"  # the Dida365 kanban (companion/kanban), offered when the operator configured it
 
 TABLE: tuple[CommandRow, ...] = (
     # Private chats, in menu order.
@@ -58,6 +61,13 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("share_private", _P, "群里是否用你的私聊记忆 on/off", "允许在群里用上你私聊时的记忆（默认关闭）",
                "on|off", _MEM, default_menu=False),
     CommandRow("start", _P),
+    CommandRow("dida_link", _P, "连接滴答清单看板", "把记忆同步到你的滴答清单看板", topic=_MEM, feature=DIDA),
+    CommandRow("dida_code", _P, help="粘贴滴答清单授权页上的授权码", args="授权码", topic=_MEM, feature=DIDA),
+    CommandRow("dida_status", _P, "滴答清单同步状态", "滴答清单的同步状态", topic=_MEM, feature=DIDA),
+    CommandRow("dida_sync", _P, "马上同步滴答清单", "马上和滴答清单同步一次（看板被删时重建）", topic=_MEM,
+               feature=DIDA),
+    CommandRow("dida_unlink", _P, "断开滴答清单", "断开滴答清单（可选保留或删除卡片）", "keep | delete", _MEM,
+               feature=DIDA),
     # Groups, in menu order.
     CommandRow("start_aiGF", _G, "在本群为你开启陪伴模式", "在这个群里为你开启陪伴模式（每个人单独开启）",
                ignore_case=True),
@@ -92,13 +102,24 @@ TABLE: tuple[CommandRow, ...] = (
 )
 
 
+_offered: set[str] = set()
+
+
+def offer(feature: str) -> None:
+    """List an optional integration's rows in menus and help from now on (the host calls it at start-up,
+    before the menus are set, when the integration is configured)."""
+    _offered.add(feature)
+
+
 def rows(place: Place) -> list[CommandRow]:
-    return [found for found in TABLE if found.place is place]
+    """The rows offered at ``place``: every row, bar those of an integration not offered."""
+    return [found for found in TABLE if found.place is place and (not found.feature or found.feature in _offered)]
 
 
 def row(place: Place, name: str) -> CommandRow:
-    """The row of ``name`` at ``place``; a handler registering a command the table lacks fails here."""
-    for found in rows(place):
+    """The row of ``name`` at ``place``, offered or not; a handler registering a command the table lacks
+    fails here."""
+    for found in (r for r in TABLE if r.place is place):
         if found.name == name:
             return found
     raise LookupError(f"/{name} is not in the command table for {place}")

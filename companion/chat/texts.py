@@ -174,7 +174,7 @@ def reset_done(saved: Memory | None) -> str:
 # ---- /memories, /why, /stats, weekly -----------------------------------------------------------------
 
 ORIGIN_NAMES = {"extracted": "聊天中记下", "explicit": "你让我记住", "tool": "我主动记下", "admin": "管理员添加",
-                "restore": "从备份恢复"}
+                "restore": "从备份恢复", "dida": "你在滴答清单里添加"}
 NOT_YOURS = "这不是你的记忆，不能操作。"
 UNDO_EXPIRED = "已经超过一分钟，不能撤销了。"
 CANCELLED = "好的，什么都没改。"

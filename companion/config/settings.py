@@ -113,6 +113,18 @@ class Settings(BaseSettings):
     embedding_min_standout: float = Field(default=5.0, ge=0)
     embedding_retry_after_seconds: float = Field(default=60.0, ge=0)
 
+    # The Dida365 (TickTick) kanban of the memory tiers (optional, off unless the three app keys are set):
+    # docs/dida365.md. Base URLs point at TickTick or a local fake the same way.
+    dida_client_id: str = ""
+    dida_client_secret: SecretStr | None = None
+    dida_redirect_uri: str = ""
+    dida_auth_base: str = "https://dida365.com"
+    dida_api_base: str = "https://api.dida365.com"
+    dida_token_key: SecretStr | None = None  # Fernet key the access tokens are encrypted with at rest
+    dida_callback_port: int | None = Field(default=None, ge=1, le=65535)
+    dida_poll_minutes: float = Field(default=10.0, gt=0)
+    dida_tier_tags: bool = True
+
     @field_validator("admin_ids", "important_keywords", mode="before")
     @classmethod
     def _csv_list(cls, value: object) -> object:
@@ -127,7 +139,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown timezone {value!r}") from exc
         return value
 
-    @field_validator("telegram_api_base", "llm_base_url", "embedding_base_url")
+    @field_validator("telegram_api_base", "llm_base_url", "embedding_base_url", "dida_auth_base", "dida_api_base")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
@@ -186,6 +198,11 @@ class Settings(BaseSettings):
         assert self.telegram_bot_token is not None
         token = self.telegram_bot_token.get_secret_value().encode()
         return hmac.new(token, b"companion-webhook", hashlib.sha256).hexdigest()
+
+    @property
+    def dida_enabled(self) -> bool:
+        """Whether the Dida365 kanban is offered: the operator registered an app and set its three keys."""
+        return bool(self.dida_client_id and _is_set(self.dida_client_secret) and self.dida_redirect_uri)
 
     @property
     def tz(self) -> ZoneInfo:

@@ -61,3 +61,28 @@ class NotYourMemoryError(CompanionError, PermissionError):
 
 class NothingToUndoError(CompanionError, LookupError):
     """An undo of a change that is not there (already undone, or the memory changed since)."""
+
+
+class DidaError(CompanionError):
+    """Dida365 (TickTick) answered with an error the sync cannot read past (a bad request, a malformed body).
+    ``status``: the HTTP status, 0 when none came back."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class DidaAuthError(DidaError):
+    """The access token was refused (401): the link is broken until the user links again."""
+
+
+class DidaRateLimitedError(DidaError):
+    """Over the request limit (Dida365 answers HTTP 500 ``exceed_query_limit``, not 429): wait about a minute."""
+
+
+class DidaUnavailableError(DidaError):
+    """A timeout, a refused connection or a 5xx: nothing is lost, the change is sent again later."""
+
+
+class DidaLinkError(DidaError):
+    """The kanban cannot be linked as asked: a code or state that is unknown or expired, no token key."""

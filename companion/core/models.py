@@ -38,6 +38,7 @@ class Origin(StrEnum):
     TOOL = "tool"  # the model saved it through a memory tool
     ADMIN = "admin"  # an operator added it
     RESTORE = "restore"  # read back from a backup whose origin is unknown
+    DIDA = "dida"  # the user created it as a card on their Dida365 kanban
 
     @classmethod
     def parse(cls, text: str) -> Origin:

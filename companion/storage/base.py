@@ -6,10 +6,11 @@ engine: it registers an opener with ``factory.register_backend`` and everything 
 through ``factory.open_store(url)`` and the protocols here, never through its module.
 
 A backend implements every concern (``MemoryStore`` is their combination): the scope registry, memory
-records, the change journal, the extraction turn queue, short-term items, profiles, typed settings and
-chat moves. Code that needs one concern types against that Protocol alone. The optional capabilities
-(vectors, the usage log, file-level maintenance: ``capabilities``) are methods of ``Capabilities`` that
-return None where a backend has no such thing. Every method is one short unit of work: none spans an LLM
+records, the change journal, the extraction turn queue, short-term items, profiles, typed settings,
+chat moves and the Dida365 kanban's sync state (``KanbanState``, tables of their own: ``kanban.py``).
+Code that needs one concern types against that Protocol alone. The optional capabilities (vectors, the
+usage log, file-level maintenance: ``capabilities``) are methods of ``Capabilities`` that return None
+where a backend has no such thing. Every method is one short unit of work: none spans an LLM
 or Telegram await, and every method that reads or writes memories takes the scope it acts for, so one
 scope's call can never reach another's rows.
 """
@@ -56,9 +57,9 @@ __all__ = [
     "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "GROUP_MEMORY", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP",
     "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS", "SHARE_PRIVATE",
     "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp", "ChatMoves",
-    "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting",
-    "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell",
-    "UsageLog", "VectorIndex", "VectorRow", "text_hash",
+    "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore", "ScopeRegistry",
+    "Setting", "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView",
+    "UsageCell", "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -259,6 +260,17 @@ class ChatMoves(Protocol):
         ...
 
 
+class KanbanState(Protocol):
+    """What the Dida365 kanban keeps per linked user, as text it encodes itself: the link (``None`` removes
+    it with every card row of the user) and one row per synced memory handle (``None`` removes that row)."""
+
+    async def dida_link(self, user_id: int) -> str | None: ...
+    async def put_dida_link(self, user_id: int, data: str | None) -> None: ...
+    async def dida_users(self) -> list[int]: ...
+    async def dida_cards(self, user_id: int) -> dict[int, str]: ...
+    async def put_dida_cards(self, user_id: int, cards: Mapping[int, str | None]) -> None: ...
+
+
 class Capabilities(Protocol):
     """Optional capabilities: None where the backend has no such thing."""
 
@@ -277,7 +289,7 @@ class Capabilities(Protocol):
 
 class MemoryStore(
     ScopeRegistry, MemoryRecords, ChangeJournal, TurnQueue, ShortTermItems, ProfileStore, SettingStore, ChatMoves,
-    TurnBatch, Capabilities, Protocol,
+    TurnBatch, KanbanState, Capabilities, Protocol,
 ):
     """Everything a backend implements; hosts that need one concern type against its Protocol instead."""
 

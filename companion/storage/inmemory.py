@@ -61,6 +61,8 @@ class InMemoryStore:
         self._next_short = 1
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
         self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
+        self._dida_links: dict[int, str] = {}
+        self._dida_cards: dict[int, dict[int, str]] = {}
 
     async def close(self) -> None:
         return None
@@ -423,6 +425,33 @@ class InMemoryStore:
         self._move_settings(CHAT_SETTINGS_THAT_MOVE, str(old_chat_id), str(new_chat_id))
         self._moving.pop(old_chat_id, None)
         return olds
+
+
+    # ---- the Dida365 kanban's sync state ----
+
+    async def dida_link(self, user_id: int) -> str | None:
+        return self._dida_links.get(user_id)
+
+    async def put_dida_link(self, user_id: int, data: str | None) -> None:
+        if data is None:
+            self._dida_links.pop(user_id, None)
+            self._dida_cards.pop(user_id, None)
+        else:
+            self._dida_links[user_id] = data
+
+    async def dida_users(self) -> list[int]:
+        return sorted(self._dida_links)
+
+    async def dida_cards(self, user_id: int) -> dict[int, str]:
+        return dict(self._dida_cards.get(user_id, {}))
+
+    async def put_dida_cards(self, user_id: int, cards: Mapping[int, str | None]) -> None:
+        mine = self._dida_cards.setdefault(user_id, {})
+        for handle, data in cards.items():
+            if data is None:
+                mine.pop(handle, None)
+            else:
+                mine[handle] = data
 
 
 def _tombstone(memory: Memory, now: datetime, reason: str, print_: str) -> Memory:

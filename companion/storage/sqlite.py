@@ -41,7 +41,15 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
 )
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
 from companion.storage.connection import storage_error
-from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting, drops_events
+from companion.storage.kanban import KanbanTables
+from companion.storage.records import (
+    CHAT_SETTINGS_THAT_MOVE,
+    SCOPE_SETTINGS,
+    Change,
+    ChangeOp,
+    Setting,
+    drops_events,
+)
 from companion.storage.rows import (
     HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
@@ -71,7 +79,7 @@ DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
 
 
-class SQLiteStore(TurnCalls):
+class SQLiteStore(TurnCalls, KanbanTables):
     """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
     SQLite."""
 

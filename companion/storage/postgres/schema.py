@@ -177,7 +177,23 @@ VECTORS = MigrationSet("vectors", (
     """),
 ))
 
-SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS)
+# The Dida365 kanban's links and cards (``kanban.KanbanTables``).
+DIDA = MigrationSet("dida", (
+    Migration("0001_links_and_cards", """
+    CREATE TABLE dida_links (
+        user_id bigint PRIMARY KEY,
+        data text NOT NULL
+    );
+    CREATE TABLE dida_cards (
+        user_id bigint NOT NULL,
+        handle bigint NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (user_id, handle)
+    )
+    """),
+))
+
+SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS, DIDA)
 
 
 async def migrate(conn: Conn, now: datetime, sets: Sequence[MigrationSet] = SETS) -> list[str]:

@@ -20,7 +20,8 @@ from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
 from companion.storage.postgres import decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
-from companion.storage.postgres.pool import DRIVER_ERRORS, Pool, pg_error
+from companion.storage.postgres.kanban import KanbanTables
+from companion.storage.postgres.pool import DRIVER_ERRORS, pg_error
 from companion.storage.postgres.rows import (
     SELECT_MEMORY,
     SHORT_COLUMNS,
@@ -47,7 +48,7 @@ DECAY_BATCH = 500
 _SCOPED = "user_id = $1 AND chat_id = $2"
 
 
-class PostgresStore(Pool):
+class PostgresStore(KanbanTables):
     """Implements ``MemoryStore``."""
 
     # ---- scopes ----------------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""The user's actions on their kanban, read back and applied through the engine's own calls (the ones the
+Telegram buttons use), so validity, review dates, receipts and the weekly summary follow.
+
+Each card is compared field by field with its last synced snapshot (``CardState.synced``): a card whose
+``etag`` did not move is skipped, and a field equal to what the bot last sent is the bot's own echo, never
+applied again. A card moved to another tier's column moves the memory; a completed card archives it; a new
+title or "内容" line rewords it (keywords re-derived); a new priority sets its importance; a card gone from
+the project and not completed, on two polls in a row, forgets it (with its tombstone: a deleted card is
+never read as a slow answer); a card the user adds in one of the three columns becomes a memory (origin
+``dida``) in that tier. A missing project or column is decided before this runs (``sync``): never read
+an empty answer as "every card was deleted".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from companion.core import tiers
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status
+from companion.kanban import cards
+from companion.kanban.client import DidaClient, ProjectData
+from companion.kanban.records import CardState, Link
+from companion.storage.base import KanbanState
+from memory import MemoryEngine
+
+ABSENT_POLLS = 2  # a card missing this many polls in a row was deleted
+COMPLETED_OVERLAP = timedelta(minutes=5)  # the completed window reaches back past the last poll
+
+Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
+
+
+def dida_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+class Puller:
+    def __init__(self, client: DidaClient, state: KanbanState, engine: MemoryEngine, forget: Forget) -> None:
+        self._client = client
+        self._state = state
+        self._engine = engine
+        self._forget = forget
+
+    async def pull(self, link: Link, token: str, data: ProjectData, now: datetime) -> int:
+        """Apply what the user did since the last poll; returns how many memories it changed."""
+        scope = Scope(link.user_id)
+        states = {h: CardState.decode(t) for h, t in (await self._state.dida_cards(link.user_id)).items()}
+        by_task = {str(t.get("id")): t for t in data.tasks}
+        since = (link.completed_since or link.linked_at) - COMPLETED_OVERLAP
+        completed = {str(t.get("id")) for t in await self._client.completed_tasks(
+            token, [link.project_id], dida_time(since), dida_time(now + timedelta(minutes=1)))}
+        changed = 0
+        rows: dict[int, str | None] = {}
+        known = {s.task_id for s in states.values() if s.task_id}
+        for handle, state in states.items():
+            if not state.task_id:
+                continue
+            task = by_task.get(state.task_id)
+            if task is None:
+                changed += await self._absent(link, scope, handle, state, state.task_id in completed, now, rows)
+                continue
+            link.missing.pop(state.task_id, None)
+            if str(task.get("etag") or "") == state.etag and state.synced:
+                continue
+            changed += await self._edited(link, scope, handle, state, task, now)
+            rows[handle] = state.encode()
+        for task_id, task in by_task.items():
+            if task_id not in known and task_id not in link.ignored:
+                changed += await self._new(link, scope, task, states, rows, now)
+        await self._state.put_dida_cards(link.user_id, rows)
+        link.completed_since = now  # only once every completion read was applied
+        return changed
+
+    async def _absent(self, link: Link, scope: Scope, handle: int, state: CardState, completed: bool,
+                      now: datetime, rows: dict[int, str | None]) -> int:
+        if completed:
+            rows[handle] = None
+            memory = await self._get(scope, handle)
+            if memory is not None and memory.status is Status.ACTIVE:
+                await self._engine.archive(scope, handle, now)
+                return 1
+            return 0
+        seen = link.missing.get(state.task_id, 0) + 1
+        if seen < ABSENT_POLLS:
+            link.missing[state.task_id] = seen
+            return 0
+        link.missing.pop(state.task_id, None)
+        rows[handle] = None
+        return await self._forget(scope, [handle])
+
+    async def _edited(self, link: Link, scope: Scope, handle: int, state: CardState, task: dict[str, Any],
+                      now: datetime) -> int:
+        """Merge one card's fields against the snapshot; the user's change wins a field both sides changed."""
+        synced = state.synced
+        state.etag = str(task.get("etag") or "")
+        title, content = str(task.get("title") or ""), str(task.get("content") or "")
+        column = str(task.get("columnId") or "")
+        # Where the app keeps no column (or ignored the asked one), the tier tag says the tier.
+        tier = cards.tier_of_tags(task.get("tags")) if link.columns_ignored or not column else link.tier_of_column(
+            column)
+        priority = int(task.get("priority") or 0)
+        state.synced = {**synced, "title": title, "content": content, "priority": priority,
+                        "tier": (tier.value if tier is not None else synced.get("tier"))}
+        memory = await self._get(scope, handle)
+        if memory is None or memory.status is not Status.ACTIVE or not synced:
+            return 0
+        text: str | None = None
+        line = cards.content_line(content)
+        if line and line != cards.content_line(str(synced.get("content") or "")):
+            text = line
+        elif title and title != synced.get("title"):
+            text = title
+        importance = (cards.IMPORTANCE_OF_PRIORITY.get(priority) if priority != synced.get("priority") else None)
+        touched = 0
+        if (text is not None and text != memory.event) or importance is not None:
+            await self._engine.edit(scope, handle, text if text != memory.event else None, now,
+                                    importance=importance)
+            touched = 1
+        if tier is not None and tier.value != synced.get("tier") and tier is not memory.tier:
+            await self._engine.move(scope, handle, tier, now)
+            touched = 1
+        return touched
+
+    async def _new(self, link: Link, scope: Scope, task: dict[str, Any], states: dict[int, CardState],
+                   rows: dict[int, str | None], now: datetime) -> int:
+        task_id, content = str(task.get("id")), str(task.get("content") or "")
+        marked = cards.handle_in(content)
+        if marked is not None:
+            # The bot's own card whose create answer was lost, or one of an earlier link: adopt it (owner-checked).
+            memory = await self._get(scope, marked)
+            state = states.get(marked)
+            if memory is not None and memory.is_active and (state is None or state.creating or not state.task_id):
+                states[marked] = CardState(task_id, str(task.get("etag") or ""), {})
+                rows[marked] = states[marked].encode()
+            return 0
+        tier = link.tier_of_column(str(task.get("columnId") or "")) or cards.tier_of_tags(task.get("tags"))
+        title = str(task.get("title") or "").strip() or (cards.content_line(content) or content).strip()
+        if tier is None or not title:
+            return 0
+        draft = MemoryDraft(event=title, keywords=[], importance=cards.IMPORTANCE_OF_PRIORITY.get(
+            int(task.get("priority") or 0), 35.0), validity=tiers.VALIDITY_OF[tier], type=MemoryType.FACT,
+            origin=Origin.DIDA, tier=tier, source_at=now)
+        saved = await self._engine.save(scope, draft, now)
+        handle = saved.memory.id
+        if handle in states and states[handle].task_id:
+            # The same fact as a memory already on the board: the user's copy stays theirs, unlinked.
+            link.ignored.append(task_id)
+            return 1
+        states[handle] = CardState(task_id, "", {})
+        rows[handle] = states[handle].encode()
+        return 1
+
+    async def _get(self, scope: Scope, handle: int) -> Memory | None:
+        return await memory_of(self._engine, scope, handle)
+
+
+async def memory_of(engine: MemoryEngine, scope: Scope, handle: int) -> Memory | None:
+    """The scope's memory (a tombstone included), or None when it is gone or not the scope's."""
+    try:
+        return await engine.get(scope, handle)
+    except (MemoryNotFoundError, NotYourMemoryError):
+        return None
+
