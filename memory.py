@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from companion.core import tiers
@@ -32,6 +33,7 @@ from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
+from companion.engine.locks import ScopeLocks
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
@@ -52,11 +54,10 @@ from companion.engine.upkeep import Upkeep
 from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
-from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
-from companion.recall.query import build_query
 from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store
+from companion.storage.turns import TurnView
 
 __all__ = [
     "Consolidation",
@@ -78,7 +79,7 @@ class MemoryEngine:
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> None:
         self._store = store
         self._clock = clock  # UTC now, where a call takes no ``now``
@@ -89,10 +90,11 @@ class MemoryEngine:
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
         self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.forget_cached)
-        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense)
+        self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
+                                    locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
-        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, self.recall)
+        self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config, dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
@@ -102,17 +104,18 @@ class MemoryEngine:
     @classmethod
     async def create(
         cls, store: MemoryStore, config: EngineConfig, keywords: KeywordExtractor, llm: LLMClient | None = None,
-        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow,
+        *, embedder: Embedder | None = None, clock: Callable[[], datetime] = utcnow, locks: ScopeLocks | None = None,
     ) -> MemoryEngine:
         """An engine on an open store; loads the keyword dictionaries off the event loop. ``embedder``: the
-        backend of semantic recall (owned by the engine from here on), None for keyword recall only."""
+        backend of semantic recall (owned by the engine from here on), None for keyword recall only;
+        ``locks``: the per-scope write exclusion (one process's asyncio locks by default)."""
         # The dictionaries load in a thread while the bot finishes starting (Telegram and model checks); a
         # first message before they are ready waits for the rest of the load.
         keywords.add_words(config.important_keywords)
         loading = None if keywords.loaded else asyncio.wrap_future(keywords.preload())
         dense = await DenseRetriever.start(store, embedder, config.dense)
         cache = DEFAULT_CACHE_MEMORIES if config.cache_memories is None else config.cache_memories
-        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock)
+        engine = cls(store, keywords, config, llm, dense, cache_memories=cache, clock=clock, locks=locks)
         engine._loading = loading
         return engine
 
@@ -182,9 +185,13 @@ class MemoryEngine:
         current = await self.profiles.current(scope)
         return current[0] if current else None
 
-    def lock(self, scope: Scope) -> asyncio.Lock:
-        """Serialises one scope's writes; other scopes never wait on it."""
+    def lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        """Serialises one scope's writes; other scopes never wait on it. Never held across a model call."""
         return self._writer.lock(scope)
+
+    @property
+    def locks(self) -> ScopeLocks:
+        return self._writer.locks
 
     # ---- remember / forget -----------------------------------------------------------------------
 
@@ -234,31 +241,34 @@ class MemoryEngine:
         ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
         join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
-        words = self._context.query_words
-        given = {text: list(keywords)} if keywords is not None else {}
-        # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
-        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
-        if not query:
-            return []
-        index = await self._cache.index(scope)
-        rules = RecallFilter(
-            limit=self.config.recall_max if limit is True else (None if limit is None else int(limit)),
-            min_importance=self.config.recall_min_importance if min_importance is None else min_importance,
-            min_match=self.config.recall_min_match if min_match is None else min_match,
-            cooldown_turns=self.config.recall_cooldown_turns,
-            turn=turn,
-            cooldown=cooldown,
-            allowed=allowed,
-        )
-        ranked = index.rank(query, now, rules if self.dense is None else self.dense.widen(rules))
-        return ranked if self.dense is None else await self.dense.fuse(scope, text, now, rules, ranked)
+        return await self._context.recall(scope, text, now, turn=turn, cooldown=cooldown, limit=limit,
+                                          min_importance=min_importance, keywords=keywords, earlier=earlier,
+                                          reply=reply, min_match=min_match, allowed=allowed)
+
+    async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
+        """A turn's one read of the store: companion mode, the profile, today's events, the change counter
+        (and the memories when the scope's index is not loaded; its newest ``turns`` short-term turns when
+        asked). A turn that opens here builds its context ``opened`` and ends with ``finish_turn``."""
+        return await self._context.open_turn(scope, turns=turns)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
     ) -> MemoryContext:
+        """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
+        ``finish_turn``)."""
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply)
+                                          earlier=earlier, reply=reply, opened=opened)
+
+    async def finish_turn(
+        self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
+        shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
+    ) -> list[int]:
+        """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
+        extraction (oldest first), an access for each ``shown`` memory (when ``opened``) and a mention for
+        each the ``reply`` mentions, whose ids it returns."""
+        return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
+                                               touched=opened)
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
@@ -283,8 +293,7 @@ class MemoryEngine:
         if not force and not await self.profiles.due(scope, now):
             current = await self.profiles.current(scope)
             return current[0] if current else None
-        async with self.lock(scope):
-            return await self.profiles.rebuild(scope, now)
+        return await self.profiles.rebuild(scope, now, self.lock)
 
     # ---- decay -----------------------------------------------------------------------------------
 

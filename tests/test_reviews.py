@@ -10,16 +10,19 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.core.tiers import Suggestion
-from companion.ops import reviews
+from companion.ops import jobs, reviews
+from companion.ops.leader import ALONE
 from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryEngine
+from tests.support import make_settings
 
 TZ = ZoneInfo("Asia/Shanghai")
 START = datetime(2025, 12, 1, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -108,3 +111,34 @@ async def test_background_upgrade_reaches_every_old_table(tmp_path: Path) -> Non
         assert await store.upgrade_stale() == 0
     finally:
         await store.close()
+
+
+class Follower:
+    """A worker that does not lead: the scheduled jobs are another process's."""
+
+    async def leads(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("leads", [False, True])
+async def test_only_the_leading_process_runs_the_scheduled_jobs(
+    engine: MemoryEngine, tmp_path: Path, leads: bool
+) -> None:
+    leader = ALONE if leads else Follower()
+    scheduler = AsyncIOScheduler(timezone=TZ)
+    weekly: list[Scope] = []
+
+    async def send_weekly(scope: Scope, summary: reviews.WeekSummary) -> bool:
+        weekly.append(scope)
+        return True
+
+    async def send_review(scope: Scope, items: Sequence[tuple[Memory, Suggestion]]) -> bool:
+        return True
+
+    await reviews.set_weekly(engine, ME, True)
+    reviews.schedule(scheduler, engine, TZ, (0, 24), send_review, send_weekly, leader)
+    decay = jobs.build_scheduler(engine, InMemoryStore(), make_settings(tmp_path), leader).get_job("decay")
+    await scheduler.get_job("weekly").func()
+    await decay.func()
+    assert weekly == ([ME] if leads else [])
+    assert (await engine.last_decay_at() is not None) is leads

@@ -136,7 +136,7 @@ async def test_dense_hits_obey_importance_and_cooldown(setup: Setup) -> None:
 
 async def test_embedding_calls_never_hold_the_scope_lock(setup: Setup) -> None:
     held: list[bool] = []
-    setup.fake.observer = lambda texts: held.append(setup.engine.lock(ME).locked())
+    setup.fake.observer = lambda texts: held.append(setup.engine.locks.held(ME))
     await setup.engine.remember(ME, [dog()], NOW)
     await setup.engine.recall(ME, "狗狗最近怎么样", NOW)
     assert held == [False, False]

@@ -32,6 +32,7 @@ from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
+from companion.storage.turns import TurnRecord
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -287,3 +288,43 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
     assert await store.apply_changes(stranger, NOW) == []
     assert await store.fetch_memories(stranger, EVERY_STATUS) == []
     assert await store.scopes() == []
+
+
+async def test_one_turn_reads_what_the_reply_needs_at_once(store: MemoryStore) -> None:
+    empty = await store.turn_context(ALICE, events=5, turns=10, memories=True)
+    assert (empty.active, empty.profile, empty.events, empty.turns, empty.memories) == (False, None, [], [], [])
+    assert await store.scopes() == []  # reading a scope never seen creates nothing
+    await store.set_active(ALICE, True, NOW)
+    [a] = await store.apply_changes(ALICE, NOW, inserts=[draft("养了一只猫叫咪咪")])
+    await store.save_profile(ALICE, Profile(core="喜欢猫"), NOW)
+    for i in range(3):
+        await store.add_short(ALICE, ShortKind.EVENT, f"吃了第{i}次药", None, NOW, keep=30)
+    await store.add_short(ALICE, ShortKind.TURN, "你好", "嗨", NOW, keep=200, keys=("k1",))
+    view = await store.turn_context(ALICE, events=2, turns=10, memories=True)
+    assert view.active and view.profile is not None and view.profile[0].core == "喜欢猫"
+    assert [e.user for e in view.events] == ["吃了第1次药", "吃了第2次药"]
+    assert [(t.user, t.reply, t.keys) for t in view.turns] == [("你好", "嗨", ("k1",))]
+    assert view.memories is not None and [m.id for m in view.memories] == [a]
+    light = await store.turn_context(ALICE, events=2)
+    assert light.turns == [] and light.memories is None and light.change == view.change
+    assert (await store.turn_context(BOB, events=2, memories=True)).memories == []  # nothing of Alice's
+
+
+async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
+    a, b = await store.apply_changes(ALICE, NOW, inserts=[draft("一件事"), draft("另一件事")])
+    waiting = Turn("早上好", None, NOW - DAY, key="k1")
+    turn = Turn("我今天好累", "辛苦了", NOW, key="k2")
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=turn, keep=1, recalled=True, queued=[waiting, turn],
+                                              touched=[a, b], mentioned=[a]))
+    assert [(t.user, t.key) for t in await store.pending_turns(ALICE, 10)] == [("早上好", "k1"), ("我今天好累", "k2")]
+    [short] = await store.short_items(ALICE, ShortKind.TURN, 10)
+    assert (short.user, short.reply, short.recalled, short.keys) == ("我今天好累", "辛苦了", True, ("k2",))
+    rows = {m.id: m for m in await store.fetch_memories(ALICE)}
+    assert (rows[a].access_count, rows[b].access_count) == (1, 1)
+    assert (rows[a].mention_count, rows[b].mention_count) == (1, 0) and rows[a].last_mentioned_at == NOW
+    await store.record_turn(ALICE, TurnRecord(at=NOW, short=Turn("再见", None, NOW, key="k3"), keep=1))
+    assert [i.user for i in await store.short_items(ALICE, ShortKind.TURN, 10)] == ["再见"]  # the newest ``keep``
+    assert await store.count_pending(ALICE) == 2
+    await store.record_turn(BOB, TurnRecord(at=NOW, queued=[Turn("你好", None, NOW)], touched=[a], mentioned=[a]))
+    assert await store.count_pending(BOB) == 1
+    assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
 from companion.chat.session import Session
 from companion.core.errors import CompanionError, LLMError, StorageError
-from companion.core.models import Scope, Turn
+from companion.core.models import Recalled, Scope, Turn
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,27 @@ class Learning:
     def next_extraction(self) -> int:
         return self._rng.randint(*self._every)
 
-    async def keep_turn(self, scope: Scope, session: Session, turn: Turn, recalled: bool) -> None:
-        """Keep a turn as short-term context and queue it for learning. A turn the database cannot take (a
-        full disk) waits in the session and is queued, in order, with the next turn it can take."""
+    async def finish_turn(
+        self, scope: Scope, session: Session, turn: Turn | None, shown: Sequence[Recalled], answer: str | None,
+        now: datetime, *, opened: bool,
+    ) -> list[int]:
+        """Record the turn in one write (``MemoryEngine.finish_turn``): ``turn`` (None: nothing to keep)
+        as short-term context and queued for learning, behind any turns still waiting, and the shown
+        memories' accesses and mentions. A turn the database cannot take (a full disk) waits in the session
+        and is queued, in order, with the next turn it can take. Returns the mentioned memories' ids."""
+        if turn is not None:
+            if len(session.unqueued) == session.unqueued.maxlen:
+                log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
+            session.unqueued.append(turn)
         try:
-            await self.engine.record_turn(scope, turn.user, turn.reply, turn.at, recalled=recalled, key=turn.key)
+            mentioned = await self.engine.finish_turn(scope, now, short=turn, queued=list(session.unqueued),
+                                                      shown=shown, reply=answer, opened=opened)
         except StorageError as exc:
-            log.warning("could not keep the turn of %s as short-term context: %s", scope.key, exc)
-        if len(session.unqueued) == session.unqueued.maxlen:
-            log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
-        session.unqueued.append(turn)
-        await self.queue_waiting(scope, session)
+            log.warning("could not record the turn of %s (%d wait to be queued for learning): %s", scope.key,
+                        len(session.unqueued), exc)
+            return []
+        session.unqueued.clear()
+        return mentioned
 
     async def queue_waiting(self, scope: Scope, session: Session) -> None:
         while session.unqueued:

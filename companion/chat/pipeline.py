@@ -25,6 +25,7 @@ from companion.chat.group import GroupTurn
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.memory_tools import SOURCE_TURN
+from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
 from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
 from companion.chat.steering import opening_reviews, steer
@@ -103,7 +104,7 @@ class ChatService:
         self.clock = clock
         self._rng = rng or random.Random()
         self._sessions: dict[Scope, Session] = {}
-        self._active: set[Scope] = set()
+        self.modes = CompanionModes(engine)
         self._idle: dict[Scope, asyncio.Task[None]] = {}
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max))
@@ -112,17 +113,15 @@ class ChatService:
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
-        self._active = await self.engine.active_scopes()
+        await self.modes.load()
 
     def is_active(self, scope: Scope) -> bool:
-        return scope in self._active
+        return self.modes.is_on(scope)
 
     def moved(self, old: Scope, new: Scope) -> None:
         """The store moved ``old`` to ``new`` (a group became a supergroup): companion mode follows, and
         both sessions go, so the next turn restores the moved short-term turns from the database."""
-        if old in self._active:
-            self._active.discard(old)
-            self._active.add(new)
+        self.modes.moved(old, new)
         self._sessions.pop(old, None)
         self._sessions.pop(new, None)
 
@@ -137,8 +136,9 @@ class ChatService:
 
     async def start(self, scope: Scope) -> str:
         now = self.clock()
-        await self.engine.set_active(scope, True, now)
-        self._active.add(scope)
+        async with self.modes.switching(scope):
+            await self.engine.set_active(scope, True, now)
+            self.modes.set(scope, True)
         try:
             await self.engine.refresh_profile(scope, now, force=True)
         except LLMError as exc:
@@ -151,15 +151,16 @@ class ChatService:
 
         ``unanswered``: what the user said in companion mode that will get no reply (they blocked the
         bot); it is queued for memory like any turn, so nothing said in companion mode is lost."""
-        # Flip the flag before any await: a message handled concurrently must already see "off".
-        self._active.discard(scope)
-        session = self._sessions.pop(scope, None)
-        if session is not None:
-            await self._learning.queue_waiting(scope, session)
-        now = self.clock()
-        for text in unanswered:
-            await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
-        await self.engine.set_active(scope, False, now)
+        async with self.modes.switching(scope):
+            # Flip the flag before any await: a message handled concurrently must already see "off".
+            self.modes.set(scope, False)
+            session = self._sessions.pop(scope, None)
+            if session is not None:
+                await self._learning.queue_waiting(scope, session)
+            now = self.clock()
+            for text in unanswered:
+                await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
+            await self.engine.set_active(scope, False, now)
         await self.engine.clear_short_term(scope, ShortKind.TURN)
         self._learning.extract(scope)
         return texts.STOPPED
@@ -175,7 +176,7 @@ class ChatService:
         session = self.session(scope)
         remember = group is None or group.remember
         async with session.lock:
-            await self._restore_context(scope, session)
+            opened = await self._open(scope, session)
             session.message = (chat_id, message_id)
             session.answering = new_turn_key()
             try:
@@ -184,7 +185,7 @@ class ChatService:
                     return steered
                 # Review lists are private matters: raised in private chats only.
                 opening = await self._opening(scope, session) if group is None else None
-                answer = await self._reply(scope, session, text, group)
+                answer = await self._reply(scope, session, text, group, opened)
             finally:
                 session.answering = None
         if remember:
@@ -192,19 +193,23 @@ class ChatService:
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
-    async def _restore_context(self, scope: Scope, session: Session) -> None:
-        """The first message after a restart finds the last turns in the database, not an empty session."""
-        if session.restored:
-            return
+    async def _open(self, scope: Scope, session: Session) -> bool:
+        """The turn's one read of the store (``MemoryEngine.open_turn``); the first message after a restart
+        finds the last turns there, not an empty session. False when the store cannot be read."""
+        restoring = not session.restored
         session.restored = True
+        mark = self.modes.mark()
         try:
-            kept = await self.engine.recent_turns(scope, self.config.history_turns)
+            view = await self.engine.open_turn(scope, turns=self.config.history_turns if restoring else 0)
         except StorageError as exc:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
-            return
-        if not session.history:
-            session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None) for item in kept)
+            return False
+        self.modes.observe(scope, view.active, mark)
+        if restoring and not session.history:
+            session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None)
+                                   for item in view.turns)
             session.summarised_turn = len(session.history)
+        return True
 
     async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
         previous = session.history[-1] if session.history else None
@@ -300,7 +305,9 @@ class ChatService:
             log.warning("conversation summary for %s failed: %s", scope.key, exc)
             return None
 
-    async def _reply(self, scope: Scope, session: Session, text: str, group: GroupTurn | None = None) -> Reply:
+    async def _reply(
+        self, scope: Scope, session: Session, text: str, group: GroupTurn | None = None, opened: bool = False
+    ) -> Reply:
         now = self.clock()
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
@@ -309,7 +316,7 @@ class ChatService:
                              self.engine.build_context(
                                  scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
                                  earlier=[t.user for t in session.history],
-                                 reply=session.history[-1].reply if session.history else None,
+                                 reply=session.history[-1].reply if session.history else None, opened=opened,
                              ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
@@ -342,15 +349,12 @@ class ChatService:
         if keep:
             self._record(session, text, answer, key)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
+        turn = None
         if keep and (group is None or group.remember):
             turn = Turn(user=text, reply=answer, at=now, chat_id=session.message[0], message_id=session.message[1],
                         key=key)
-            await self._learning.keep_turn(scope, session, turn, bool(recalled_ids))
-        try:
-            mentioned = await self.engine.mark_mentioned(scope, answer, context.recalled, now) if answer else []
-        except StorageError as exc:
-            log.warning("could not record the turn for %s: %s", scope.key, exc)
-            mentioned = []
+        mentioned = await self._learning.finish_turn(scope, session, turn, context.recalled, answer, now,
+                                                     opened=opened and group is None)
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         if group is None or group.remember:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from companion.core import tiers
@@ -68,7 +68,10 @@ class IndexCache:
         return len(self._indexes)
 
     async def _check(self) -> None:
-        version = await self._store.change_counter()
+        self.observe(await self._store.change_counter())
+
+    def observe(self, version: int) -> None:
+        """The store's change counter, read here or with a turn's context (``turn_context``)."""
         if version != self._change_count:
             # Another process wrote: nothing cached can be trusted.
             self.clear()
@@ -76,13 +79,19 @@ class IndexCache:
                 self._on_stale()
             self._change_count = version
 
-    async def index(self, scope: Scope) -> ScopeIndex:
-        await self._check()
+    async def index(self, scope: Scope, *, checked: bool = False) -> ScopeIndex:
+        """``checked``: the caller observed the change counter this turn (``observe``)."""
+        if not checked:
+            await self._check()
         index = self._indexes.get(scope)
         if index is not None:
             self._indexes.move_to_end(scope)
             return index
-        index = ScopeIndex(await self._store.fetch_memories(scope), self._tokenize)
+        return self.load(scope, await self._store.fetch_memories(scope))
+
+    def load(self, scope: Scope, memories: Sequence[Memory]) -> ScopeIndex:
+        """The scope's index built from its active memories, read by the caller."""
+        index = ScopeIndex(list(memories), self._tokenize)
         self._indexes[scope] = index
         self._recount(scope, index)
         return index
@@ -110,6 +119,17 @@ class IndexCache:
                 index.add(memory)
             self._recount(scope, index)
 
+    def mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
+        """A reply mentioned these memories, shown to it (an access each): a loaded index takes the counts
+        the store just wrote, without reading them back."""
+        index = self._indexes.get(scope)
+        if index is None or not ids:
+            return
+        self._standing.pop(scope, None)
+        for memory in [index.memories[i] for i in ids if i in index.memories]:
+            index.add(replace(memory, last_mentioned_at=now, mention_count=memory.mention_count + 1,
+                              last_accessed_at=now, access_count=memory.access_count + 1))
+
     def remove(self, scope: Scope, handle: int) -> None:
         self._standing.pop(scope, None)
         index = self._indexes.get(scope)
@@ -128,15 +148,16 @@ class IndexCache:
         self._held = 0
         self._standing.clear()
 
-    async def standing(self, scope: Scope, now: datetime) -> Standing:
+    async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
         """Per reply: the instructions that always apply, and core facts learned in the last day that the
         profile may not carry yet. Recall is not limited here: every active memory may be recalled."""
-        await self._check()
+        if not checked:
+            await self._check()
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full
             # read per turn. Dropped whenever the index changes.
-            active = list((await self.index(scope)).memories.values())
+            active = list((await self.index(scope, checked=True)).memories.values())
             instructions = tiers.instructions(active)
             newest = sorted((m for m in active if m.is_active and is_core(m)), key=lambda m: m.created_at, reverse=True)
             cached = self._standing[scope] = _Candidates(

@@ -1,7 +1,11 @@
-"""Consolidation: the queued turns become memories (and today's events) in one extraction under the
-scope's lock, skipping turns a forgotten memory came from; and a finished conversation becomes a
-short-term summary memory unless something it sums up was forgotten meanwhile. Raises LLMError and keeps
-the turns queued when the model cannot answer."""
+"""Consolidation: the queued turns become memories (and today's events) in one extraction, skipping turns
+a forgotten memory came from; and a finished conversation becomes a short-term summary memory unless
+something it sums up was forgotten meanwhile. Raises LLMError and keeps the turns queued when the model
+cannot answer.
+
+The model is asked without the scope's lock; then, under it, the extraction is stored only if every turn
+it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
+is asked again about what is queued now), and merged against the rows as they are by then."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from companion.storage.base import MemoryStore
 log = logging.getLogger(__name__)
 
 LAST_EXTRACTION = "last_extraction"  # a per-scope note: when the last extraction ran
+ATTEMPTS = 3  # extractions overtaken by a change to their turns before this one gives up until next time
 
 
 class RelatedRecall(Protocol):
@@ -45,18 +50,30 @@ class Consolidator:
         self._batch = batch
 
     async def consolidate(self, scope: Scope, now: datetime) -> Consolidation:
+        for _ in range(ATTEMPTS):
+            done = await self._attempt(scope, now)
+            if done is not None:
+                return done
+        log.info("extraction for %s overtaken by changes to its turns; they stay queued", scope.key)
+        return Consolidation(0, 0, 0)
+
+    async def _attempt(self, scope: Scope, now: datetime) -> Consolidation | None:
+        """One extraction, or None when its turns changed while the model read them."""
+        while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
+            queued = await self._store.pending_turns(scope, self._batch)
+            turns = await self._unforgotten(scope, queued)
+            if turns or not queued:
+                break
+        if not turns:
+            return Consolidation(0, 0, 0)
+        known = await related(self._store, scope, await self._recall(
+            scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
+            cooldown=None))
+        drafts, today_events = await self._learner.extract(turns, known, now)
         async with self._writer.lock(scope):
-            while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
-                queued = await self._store.pending_turns(scope, self._batch)
-                turns = await self._unforgotten(scope, queued)
-                if turns or not queued:
-                    break
-            if not turns:
-                return Consolidation(0, 0, 0)
-            known = await related(self._store, scope, await self._recall(
-                scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
-                cooldown=None))
-            drafts, today_events = await self._learner.extract(turns, known, now)
+            still = {t.id for t in await self._store.pending_turns(scope, self._batch)}
+            if any(t.id not in still for t in turns):
+                return None
             batch = [t.key for t in turns if t.key]
             for event in today_events:
                 await self._short.add_event(scope, event, turns[-1].at, batch)

@@ -1,55 +1,96 @@
 """What one reply is told about the user: the profile core and the traits the turn touches, the recalled
 memories, standing instructions, what was learned and reported today, each memory once; and which
-recalled memories the reply then mentioned."""
+recalled memories the reply then mentioned. Also recall itself (the index, then the dense half when
+there is one), and a turn's two store calls: ``open_turn`` reads what the reply needs at once and primes
+the caches with it, ``finish_turn`` writes what happened at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
 
-from companion.core.models import Profile, Recalled, Scope
+from companion.core.models import Profile, Recalled, Scope, Turn
 from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService, matching_traits
-from companion.engine.shortterm import ShortTermBook
-from companion.engine.types import MemoryContext
-from companion.recall.index import mentions
+from companion.engine.retrievers import DenseRetriever
+from companion.engine.shortterm import SHORT_TURNS_KEPT, TODAY_EVENTS_KEPT, ShortTermBook
+from companion.engine.types import EngineConfig, MemoryContext
+from companion.recall.index import RecallFilter, mentions
 from companion.recall.keywords import KeywordExtractor
+from companion.recall.query import build_query
 from companion.storage.base import MemoryStore
+from companion.storage.turns import TurnRecord, TurnView
 
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
 
 
-class ContextRecall(Protocol):
-    async def __call__(self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-                       keywords: Sequence[str], earlier: Sequence[str], reply: str | None) -> list[Recalled]: ...
-
-
 class ContextBuilder:
     def __init__(self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
-                 short: ShortTermBook, recall: ContextRecall) -> None:
+                 short: ShortTermBook, config: EngineConfig, dense: DenseRetriever | None) -> None:
         self._store = store
         self._keywords = keywords
         self._cache = cache
         self._profiles = profiles
         self._short = short
-        self._recall = recall
+        self._config = config
+        self._dense = dense
 
     def query_words(self, text: str) -> list[str]:
         return self._keywords.keywords(text, limit=MAX_QUERY_TERMS)
 
+    async def recall(
+        self, scope: Scope, text: str, now: datetime, *, turn: int = 0,
+        cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
+        min_importance: float | None = None, keywords: Sequence[str] | None = None,
+        earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
+        allowed: Collection[int] | None = None, checked: bool = False,
+    ) -> list[Recalled]:
+        """``MemoryEngine.recall``; ``checked``: the change counter was read this turn (``open_turn``)."""
+        words = self.query_words
+        given = {text: list(keywords)} if keywords is not None else {}
+        # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
+        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
+        if not query:
+            return []
+        index = await self._cache.index(scope, checked=checked)
+        config = self._config
+        rules = RecallFilter(
+            limit=config.recall_max if limit is True else (None if limit is None else int(limit)),
+            min_importance=config.recall_min_importance if min_importance is None else min_importance,
+            min_match=config.recall_min_match if min_match is None else min_match,
+            cooldown_turns=config.recall_cooldown_turns,
+            turn=turn,
+            cooldown=cooldown,
+            allowed=allowed,
+        )
+        ranked = index.rank(query, now, rules if self._dense is None else self._dense.widen(rules))
+        return ranked if self._dense is None else await self._dense.fuse(scope, text, now, rules, ranked)
+
+    async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
+        """One read for the reply: the caches take the change counter, the profile, today's events and, when
+        the scope's index is not loaded, its memories."""
+        view = await self._store.turn_context(scope, events=TODAY_EVENTS_KEPT, turns=turns,
+                                              memories=self._cache.cached(scope) is None)
+        self._cache.observe(view.change)  # another process wrote: every cache is dropped first
+        if view.memories is not None:
+            self._cache.load(scope, view.memories)
+        self._profiles.prime(scope, view.profile)
+        self._short.prime(scope, view.events)
+        return view
+
     async def build(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool, earlier: Sequence[str], reply: str | None,
+        allow_recall: bool, earlier: Sequence[str], reply: str | None, opened: bool = False,
     ) -> MemoryContext:
+        """``opened``: ``open_turn`` read this turn's state, and ``finish_turn`` records the accesses."""
         keywords = self.query_words(text)
-        standing = await self._cache.standing(scope, now)
+        standing = await self._cache.standing(scope, now, checked=opened)
         # Every active memory may be recalled, whatever its tier (tiers decide reviews, decay, eviction and
         # what the profile is built from first); the gate weighs the best few, as measured in BENCHMARKS.md.
         recalled = (
-            await self._recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
-                               earlier=earlier, reply=reply)
+            await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
+                              earlier=earlier, reply=reply, checked=opened)
             if allow_recall else []
         )
         current = await self._profiles.current(scope)
@@ -61,12 +102,26 @@ class ContextBuilder:
         recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(profile.core, e)]
         today = [e for e in dict.fromkeys(await self._short.today_events(scope, now))
                  if e not in shown and e not in recent]
-        if recalled:
+        if recalled and not opened:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
         return MemoryContext(
             core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today,
         )
+
+    async def finish_turn(
+        self, scope: Scope, now: datetime, *, short: Turn | None, queued: Sequence[Turn],
+        shown: Sequence[Recalled], reply: str | None, touched: bool,
+    ) -> list[int]:
+        """One write: the short-term turn, the queued turns, the accesses (``touched``: the context was
+        built ``opened``) and the mentions. Returns the ids of the shown memories the reply mentions."""
+        mentioned = [r.memory.id for r in shown if reply and mentions(reply, r.memory)]
+        record = TurnRecord(at=now, short=short, keep=SHORT_TURNS_KEPT, recalled=bool(shown), queued=queued,
+                            touched=[r.memory.id for r in shown] if touched else [], mentioned=mentioned)
+        if record.short is not None or record.queued or record.touched or record.mentioned:
+            await self._store.record_turn(scope, record)
+        self._cache.mentioned(scope, mentioned, now)
+        return mentioned
 
     async def mark_mentioned(
         self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime

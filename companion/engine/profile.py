@@ -1,14 +1,16 @@
 """The USER_PROMPT: a short two-layer profile (core always shown, dynamic on matching turns).
 
 Built by the model from the scope's memories, persisted so it survives restarts and LLM outages, and
-cached in process. A failed rebuild keeps the last good profile.
+cached in process. A failed rebuild keeps the last good profile. The model is asked without the scope's
+lock; under it the profile is kept only if every memory it was built from is still there in those words.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from functools import cache
@@ -122,10 +124,22 @@ class ProfileService:
         self._llm = llm
         self._tz = tz
         self.policy = policy
-        self._cache: dict[Scope, tuple[Profile, bool]] = {}
+        # None: read with a turn's context, there is none yet (that turn need not ask again).
+        self._cache: dict[Scope, tuple[Profile, bool] | None] = {}
 
     def invalidate(self, scope: Scope) -> None:
         self._cache.pop(scope, None)
+
+    def prime(self, scope: Scope, stored: tuple[Profile, bool] | None) -> None:
+        """The stored profile, read with a turn's context (another process may have rebuilt it). The
+        same build cached here keeps what this process knows: memories learned after it was built."""
+        cached = self._cache.get(scope)
+        if stored is None:
+            self._cache[scope] = None
+        elif cached is None or cached[0].built_at != stored[0].built_at:
+            self._cache[scope] = stored
+        else:
+            self._cache[scope] = (cached[0], cached[1] or stored[1])
 
     async def current(self, scope: Scope) -> tuple[Profile, bool] | None:
         """The cached or persisted profile and whether it is stale; None before the first build."""
@@ -144,15 +158,24 @@ class ProfileService:
         empty = not profile.core and not profile.dynamic
         return needs_rebuild(profile.built_at, stale, now, self.policy, empty=empty)
 
-    async def rebuild(self, scope: Scope, now: datetime) -> Profile:
-        """Ask the model for a fresh profile and persist it. Raises LLMError; the old one stays."""
+    async def rebuild(
+        self, scope: Scope, now: datetime, lock: Callable[[Scope], AbstractAsyncContextManager[None]]
+    ) -> Profile:
+        """Ask the model for a fresh profile and persist it. Raises LLMError; the old one stays, as it
+        does when something the new one was built from was forgotten or changed while the model wrote."""
         memories = profile_input(await self._storage.fetch_memories(scope), now, self.policy.min_importance)
-        if not memories:
-            profile = Profile(core="", dynamic=[], built_at=now)
-        else:
-            profile = await self._ask(memories, now)
-        await self._storage.save_profile(scope, profile, now)
-        self._cache[scope] = (profile, False)
+        profile = Profile(core="", dynamic=[], built_at=now) if not memories else await self._ask(memories, now)
+        async with lock(scope):
+            active = await self._storage.fetch_memories(scope)
+            now_told = {(m.id, m.event) for m in active}
+            if any((m.id, m.event) not in now_told for m in memories):
+                log.info("profile of %s overtaken by a change to its memories; the last one stays", scope.key)
+                current = await self.current(scope)
+                return current[0] if current else Profile(core="")
+            await self._storage.save_profile(scope, profile, now)
+            # Memories learned meanwhile are not in it: it stays due for the next rebuild.
+            grown = {m.id for m in profile_input(active, now, self.policy.min_importance)} != {m.id for m in memories}
+            self._cache[scope] = (profile, grown)
         return profile
 
     async def _ask(self, memories: Sequence[Memory], now: datetime) -> Profile:

@@ -40,6 +40,13 @@ class ShortTermBook:
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
+    def prime(self, scope: Scope, events: list[ShortItem]) -> None:
+        """The scope's newest events, read with a turn's context: fresher than what is cached."""
+        self._events[scope] = events
+        self._events.move_to_end(scope)
+        if len(self._events) > EVENT_CACHE_SCOPES:
+            self._events.popitem(last=False)
+
     async def events(self, scope: Scope) -> list[ShortItem]:
         cached = self._events.get(scope)
         if cached is None:

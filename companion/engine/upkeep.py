@@ -69,5 +69,4 @@ class Upkeep:
                 self._cache.invalidate(scope)
                 self._profiles.invalidate(scope)
                 self._short.drop_cached(scope)
-                self._writer.drop_cached(scope)
         return moved

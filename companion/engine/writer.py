@@ -1,15 +1,16 @@
 """Every change to a scope's memories goes through here: new memories (merged with retold ones,
 superseding what they replace, within the scope's capacity), rewrites of one memory, and forgetting.
 
-Writes to one scope are serialised by its lock; other scopes never wait. The caches, the profile and
-the vectors follow each write, so nothing derived keeps what the table no longer has.
+Writes to one scope are serialised by its lock (``ScopeLocks``); other scopes never wait, and no lock is
+held across a model call. The caches, the profile and the vectors follow each write, so nothing derived
+keeps what the table no longer has.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -20,6 +21,7 @@ from companion.core.models import Memory, MemoryDraft, Scope, Status, StatusReas
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
+from companion.engine.locks import LocalScopeLocks, ScopeLocks
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
@@ -48,7 +50,7 @@ class Written:
 class MemoryWriter:
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
-        short: ShortTermBook, capacity: int, dense: DenseRetriever | None = None,
+        short: ShortTermBook, capacity: int, dense: DenseRetriever | None = None, locks: ScopeLocks | None = None,
     ) -> None:
         self._store = store
         self._keywords = keywords
@@ -57,12 +59,10 @@ class MemoryWriter:
         self._short = short
         self._capacity = capacity
         self._dense = dense
-        self._locks: dict[Scope, asyncio.Lock] = {}
-        # Fingerprints of what each scope asked to forget, so extraction does not learn it again.
-        self._forgotten_prints: dict[Scope, set[str]] = {}
+        self.locks = locks or LocalScopeLocks()
 
-    def lock(self, scope: Scope) -> asyncio.Lock:
-        return self._locks.setdefault(scope, asyncio.Lock())
+    def lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
+        return self.locks.hold(scope)
 
     def prepare(self, draft: MemoryDraft) -> MemoryDraft:
         """Normalised text, cleaned keywords (from the text when none were given) and index terms."""
@@ -97,8 +97,11 @@ class MemoryWriter:
         self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime
     ) -> MergePlan:
         """Store what an extraction learned from queued turns and consume those turns, in one transaction.
-        The caller holds the scope's lock (it was held over the extraction)."""
-        prepared = [self.prepare(d) for d in drafts if not await self._was_forgotten(scope, d)]
+        The caller holds the scope's lock, taken after the model answered: the plan is made against the
+        rows as they are now, so a fact retold meanwhile merges and a memory forgotten meanwhile stays
+        forgotten."""
+        forgotten = await self._forgotten_prints(scope) if drafts else set()
+        prepared = [self.prepare(d) for d in drafts if fingerprint(d.event) not in forgotten]
         plan, active = await self._plan(scope, prepared, now)
         up_to = max(t.id or 0 for t in turns)
         ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates,
@@ -195,16 +198,11 @@ class MemoryWriter:
                 self._cache.remove(scope, m.id)
         return len(victims)
 
-    async def _was_forgotten(self, scope: Scope, draft: MemoryDraft) -> bool:
-        """A draft whose words equal a memory the user asked to forget is not learned again."""
-        if scope not in self._forgotten_prints:
-            stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
-            self._forgotten_prints[scope] = {m.fingerprint for m in stones if m.status_reason == StatusReason.USER}
-        return fingerprint(draft.event) in self._forgotten_prints[scope]
-
-    def drop_cached(self, scope: Scope) -> None:
-        """The scope's rows changed underneath (its chat moved): read what it forgot again."""
-        self._forgotten_prints.pop(scope, None)
+    async def _forgotten_prints(self, scope: Scope) -> set[str]:
+        """Fingerprints of what the user asked to forget: a draft with those words is not learned again.
+        Read under the lock at each extraction, never cached: another process may have forgotten since."""
+        stones = await self._store.fetch_memories(scope, {Status.FORGOTTEN})
+        return {m.fingerprint for m in stones if m.status_reason == StatusReason.USER}
 
     async def write(self, scope: Scope, memory: Memory) -> Memory:
         """Store a changed memory as it is given (the caller read it through the owner check)."""
@@ -237,7 +235,6 @@ class MemoryWriter:
                     queued=queued, short=short)
                 self._short.drop_cached(scope)
         self._cache.invalidate(scope)
-        self._forgotten_prints.pop(scope, None)
         self._profiles.invalidate(scope)
         if wanted and self._dense is not None:
             await self._dense.prune(scope)  # the forgotten memories' vectors

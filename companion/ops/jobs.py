@@ -1,6 +1,7 @@
 """Daily maintenance inside the bot process: decay and cleanup, then the nightly backup.
 
-Each job runs through ``guarded``: a failure is logged with its traceback and the bot carries on.
+Each job runs through ``guarded``: a failure is logged with its traceback and the bot carries on; a
+scheduled one through ``led``, only in the process that leads (``companion.ops.leader``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
 from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
+from companion.ops.leader import ALONE, Leader
 from companion.ops.stoppable import stoppable_backup
 from companion.storage.base import MemoryStore
 from memory import DecayReport, MemoryEngine
@@ -32,6 +34,14 @@ async def guarded(name: str, job: Callable[[], Awaitable[object]]) -> None:
         log.exception("job %s failed; the bot keeps running", name)
         return
     log.info("job %s done: %s", name, result)
+
+
+async def led(leader: Leader, name: str, job: Callable[[], Awaitable[object]]) -> None:
+    """``guarded``, in the process that leads; another process leaves the job to it."""
+    if not await leader.leads():
+        log.debug("job %s left to the leading process", name)
+        return
+    await guarded(name, job)
 
 
 async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayReport:
@@ -60,15 +70,18 @@ async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
     return last is None or now - last >= timedelta(days=1)
 
 
-def build_scheduler(engine: MemoryEngine, store: MemoryStore, settings: Settings) -> AsyncIOScheduler:
-    """Decay through the engine; the backup reads the store directly (the composition root hands both)."""
+def build_scheduler(
+    engine: MemoryEngine, store: MemoryStore, settings: Settings, leader: Leader = ALONE
+) -> AsyncIOScheduler:
+    """Decay through the engine; the backup reads the store directly (the composition root hands both).
+    Each job runs only where ``leader`` says this process leads."""
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 
     async def decay_job() -> None:
-        await guarded("decay", lambda: run_decay(engine))
+        await led(leader, "decay", lambda: run_decay(engine))
 
     async def backup_job() -> None:
-        await guarded("backup", lambda: run_backup(store, settings))
+        await led(leader, "backup", lambda: run_backup(store, settings))
 
     options = {"coalesce": True, "misfire_grace_time": 6 * 3600, "max_instances": 1}
     scheduler.add_job(
@@ -103,11 +116,12 @@ def backup_is_overdue(newest: date | None, now: datetime, tz: tzinfo, at: time) 
     return newest is None or newest < due_day
 
 
-async def catch_up(engine: MemoryEngine, store: MemoryStore, settings: Settings) -> None:
+async def catch_up(engine: MemoryEngine, store: MemoryStore, settings: Settings, leader: Leader = ALONE) -> None:
     """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles), then
-    a missed nightly backup, so a bot that was down at night still has last night's backup."""
+    a missed nightly backup, so a bot that was down at night still has last night's backup. Only in the
+    process that leads."""
     now = utcnow()
     if await decay_is_overdue(engine, now):
-        await guarded("decay catch-up", lambda: run_decay(engine, now))
+        await led(leader, "decay catch-up", lambda: run_decay(engine, now))
     if backup_is_overdue(newest_backup_day(Path(settings.backup_dir)), now, settings.tz, settings.backup_time):
-        await guarded("backup catch-up", lambda: run_backup(store, settings))
+        await led(leader, "backup catch-up", lambda: run_backup(store, settings))

@@ -16,7 +16,8 @@ from apscheduler.triggers.cron import CronTrigger
 from companion.core import tiers
 from companion.core.models import Memory, Scope, Status, StatusReason, Switch
 from companion.core.timeutil import from_db, to_db, utcnow
-from companion.ops.jobs import guarded
+from companion.ops.jobs import led
+from companion.ops.leader import ALONE, Leader
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -100,14 +101,14 @@ async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) 
 
 
 def schedule(scheduler: AsyncIOScheduler, engine: MemoryEngine, tz: tzinfo, hours: tuple[int, int],
-             send_review: ReviewSender, send_weekly: WeeklySender) -> None:
+             send_review: ReviewSender, send_weekly: WeeklySender, leader: Leader = ALONE) -> None:
     """Reviews are checked every hour (sent only in local daytime, once a day at most); the weekly summary
-    goes out on Monday mornings."""
+    goes out on Monday mornings. Only the process that leads sends them (one message, not one a worker)."""
     async def reviews_job() -> None:
-        await guarded("reviews", lambda: review_round(engine, utcnow(), tz, hours, send_review))
+        await led(leader, "reviews", lambda: review_round(engine, utcnow(), tz, hours, send_review))
 
     async def weekly_job() -> None:
-        await guarded("weekly", lambda: weekly_round(engine, utcnow(), send_weekly))
+        await led(leader, "weekly", lambda: weekly_round(engine, utcnow(), send_weekly))
 
     options = {"coalesce": True, "misfire_grace_time": 3600, "max_instances": 1}
     scheduler.add_job(reviews_job, CronTrigger(minute=5, timezone=tz), id="reviews", **options)

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Protocol
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.storage.turns import TurnBatch
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
 EVERY_STATUS: frozenset[Status] = frozenset(Status)
 
 
-class MemoryStore(Protocol):
+class MemoryStore(TurnBatch, Protocol):
     async def close(self) -> None: ...
 
     async def change_counter(self) -> int:

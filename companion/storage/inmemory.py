@@ -22,6 +22,7 @@ from companion.core.models import (
     Turn,
 )
 from companion.storage.base import ACTIVE_ONLY, Maintenance, UsageLog, VectorIndex, moved_suffixes
+from companion.storage.turns import TurnRecord, TurnView
 
 
 class InMemoryStore:
@@ -248,6 +249,26 @@ class InMemoryStore:
 
     async def clear_turns(self, scope: Scope) -> None:
         self._turns.pop(scope, None)
+
+    # ---- one turn's read and write ----
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        return TurnView(
+            change=await self.change_counter(), active=self._scopes.get(scope, False),
+            profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
+            turns=await self.short_items(scope, ShortKind.TURN, turns),
+            memories=await self.fetch_memories(scope) if memories else None,
+        )
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        # Nothing here can fail half-way: each step is a change to a dict.
+        if record.short is not None:
+            turn = record.short
+            await self.add_short(scope, ShortKind.TURN, turn.user, turn.reply, turn.at, keep=record.keep,
+                                 recalled=record.recalled, keys=() if turn.key is None else (turn.key,))
+        for queued in record.queued:
+            await self.add_turn(scope, queued)
+        await self.touch(scope, record.touched, record.at)
+        await self.mark_mentioned(scope, record.mentioned, record.at)
 
     # ---- short-term memory ----
     async def add_short(

@@ -4,8 +4,9 @@ late). Owns its table and its migration set; ``SQLiteStore`` exposes it through 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import aiosqlite
 
@@ -36,32 +37,40 @@ SHORT_TERM = MigrationSet("short_term", (
 register(SHORT_TERM)
 
 
+ADD = ("INSERT INTO short_term (scope_key, kind, user_text, reply_text, recalled, created_at, turn_keys) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?)")
+TRIM = ("DELETE FROM short_term WHERE scope_key = ? AND kind = ? AND id NOT IN "
+        "(SELECT id FROM short_term WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?)")
+ITEMS = ("SELECT id, user_text, reply_text, recalled, created_at, turn_keys FROM short_term "
+         "WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?")
+
+
+def add_params(key: str, kind: ShortKind, user: str, reply: str | None, at: datetime, recalled: bool, keep: int,
+               turn_keys: Sequence[str] = ()) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """The parameters of ``ADD`` and ``TRIM`` for one item."""
+    return ((key, kind.value, user, reply, int(recalled), to_db(at), dump_keys(turn_keys)),
+            (key, kind.value, key, kind.value, keep))
+
+
+def to_items(rows: Iterable[Sequence[Any]], kind: ShortKind) -> list[ShortItem]:
+    """``ITEMS``'s rows (newest first) as items, oldest first."""
+    return [ShortItem(int(r[0]), kind, str(r[1]), None if r[2] is None else str(r[2]), from_db(str(r[4])), bool(r[3]),
+                      load_keys(r[5]))
+            for r in reversed(list(rows))]
+
+
 async def add(conn: aiosqlite.Connection, key: str, kind: ShortKind, user: str, reply: str | None, at: datetime,
               recalled: bool, keep: int, turn_keys: Sequence[str] = ()) -> None:
     """Append one item and drop the oldest beyond ``keep`` of that kind, in the caller's transaction."""
-    await conn.execute(
-        "INSERT INTO short_term (scope_key, kind, user_text, reply_text, recalled, created_at, turn_keys) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (key, kind.value, user, reply, int(recalled), to_db(at), dump_keys(turn_keys)),
-    )
-    await conn.execute(
-        "DELETE FROM short_term WHERE scope_key = ? AND kind = ? AND id NOT IN "
-        "(SELECT id FROM short_term WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?)",
-        (key, kind.value, key, kind.value, keep),
-    )
+    added, trim = add_params(key, kind, user, reply, at, recalled, keep, turn_keys)
+    await conn.execute(ADD, added)
+    await conn.execute(TRIM, trim)
 
 
 async def items(conn: aiosqlite.Connection, key: str, kind: ShortKind, limit: int) -> list[ShortItem]:
     """The newest ``limit`` items of a kind, oldest first."""
-    cursor = await conn.execute(
-        "SELECT id, user_text, reply_text, recalled, created_at, turn_keys FROM short_term "
-        "WHERE scope_key = ? AND kind = ? ORDER BY id DESC LIMIT ?",
-        (key, kind.value, limit),
-    )
-    rows = await cursor.fetchall()
-    return [ShortItem(int(r[0]), kind, str(r[1]), None if r[2] is None else str(r[2]), from_db(str(r[4])), bool(r[3]),
-                      load_keys(r[5]))
-            for r in reversed(list(rows))]
+    cursor = await conn.execute(ITEMS, (key, kind.value, limit))
+    return to_items(await cursor.fetchall(), kind)
 
 
 async def told_by(conn: aiosqlite.Connection, key: str, turn_keys: Collection[str]) -> list[int]:

@@ -42,9 +42,10 @@ from companion.storage.rows import (
     row_to_memory,
     row_to_profile,
     row_to_turn,
-    turn_to_row,
 )
 from companion.storage.snapshot import STANDALONE
+from companion.storage.turn_sql import QUEUE_TURN, mention_sql, queue_params, read_turn, touch_sql, write_turn
+from companion.storage.turns import TurnRecord, TurnView
 from companion.storage.usage import SQLiteUsageLog
 
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
@@ -116,11 +117,7 @@ class SQLiteStore(Connection):
             return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
-            table = self.memory_table(scope)
-            await conn.executemany(
-                f'UPDATE "{table}" SET last_mentioned_at = ?, mention_count = mention_count + 1 WHERE id = ?',
-                [(to_db(now), mid) for mid in ids],
-            )
+            await conn.executemany(mention_sql(self.memory_table(scope)), [(to_db(now), mid) for mid in ids])
 
     async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if not ids or self._version(scope) is None:
@@ -128,10 +125,7 @@ class SQLiteStore(Connection):
         if self._version(scope) != migrations.CURRENT_TABLE_VERSION:
             await self.ensure_scope(scope, now)
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
-        await self._select(
-            f'UPDATE "{self.memory_table(scope)}" SET last_accessed_at = ?, access_count = access_count + 1 '
-            f"WHERE id IN ({marks(ids)})", (to_db(now), *ids),
-        )
+        await self._select(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids))
 
     async def forget_everywhere(
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
@@ -236,11 +230,7 @@ class SQLiteStore(Connection):
     async def add_turn(self, scope: Scope, turn: Turn) -> int:
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, turn.at)
-            cursor = await conn.execute(
-                "INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
-                "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (scope.key, *turn_to_row(turn)),
-            )
+            cursor = await conn.execute(QUEUE_TURN, queue_params(scope.key, turn))
         return int(cursor.lastrowid or 0)
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
@@ -272,6 +262,35 @@ class SQLiteStore(Connection):
     async def clear_turns(self, scope: Scope) -> None:
         async with self._tx() as conn:
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
+
+    # ---- one turn's read and write (``turns``) ----------------------------------------------------
+
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
+        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
+        thread idle meanwhile."""
+        if memories:
+            await self._readable(scope)  # a stale table is upgraded first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                if memories:
+                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
+                return read_turn(self._raw, scope.key, table, events, turns, False)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        """One write transaction in a worker thread (a write may wait for another process's)."""
+        if (record.queued or record.touched or record.mentioned) and \
+                self._version(scope) != migrations.CURRENT_TABLE_VERSION:
+            await self.ensure_scope(scope, record.at)  # registered, and its table current, first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                await asyncio.to_thread(write_turn, self._raw, scope.key, table, record)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
 
     # ---- short-term memory -----------------------------------------------------------------------
 

@@ -1,0 +1,103 @@
+"""A companion turn costs at most two store calls: one read of what the reply needs (``turn_context``)
+and one write of what happened (``record_turn``). On a server database each call is a network round
+trip. Counted on the real pipeline and the real SQLite store, wrapped to count every call."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from companion.chat.pipeline import ChatConfig, ChatService
+from companion.core.models import MemoryDraft, Scope, Validity
+from companion.ops.assembly import engine_on
+from companion.recall.keywords import KeywordExtractor
+from companion.storage.base import MemoryStore
+from companion.storage.sqlite import SQLiteStore
+from tests.fakes import FakeLLM
+from tests.support import Clock, Rig, make_settings
+
+ME = Scope(777)
+COLD = "2025-12-22 感冒发烧，身体不舒服"
+
+
+class CountingStore:
+    """Every awaited call of the store it wraps, by name."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return await cast(Callable[..., Awaitable[Any]], attr)(*args, **kwargs)
+
+        return counted
+
+
+@pytest.fixture
+async def counted(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[Rig, CountingStore]]:
+    from companion.llm.client import LLMClient
+
+    settings = make_settings(tmp_path)
+    clock = Clock()
+    client = LLMClient(api_key="sk-test", base_url=fake_llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
+    raw = await SQLiteStore.open(settings.db_path)
+    store = CountingStore(raw)
+    engine = await engine_on(cast(MemoryStore, store), settings, KeywordExtractor(), client)
+    chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(1))
+    await chat.load()
+    try:
+        yield Rig(fake_llm, client, engine, chat, clock, settings, raw), store
+    finally:
+        await chat.drain()
+        await engine.close()
+        await raw.close()
+        await client.close()
+
+
+async def turn(rig: Rig, store: CountingStore, text: str) -> Counter[str]:
+    await rig.chat.drain()  # the previous turn's background extraction and profile rebuild are not this turn's
+    store.calls.clear()
+    reply = await rig.chat.reply(ME, text)
+    assert reply.ok
+    return +store.calls
+
+
+async def test_a_companion_turn_costs_one_read_and_one_write(counted: tuple[Rig, CountingStore]) -> None:
+    rig, store = counted
+    rig.llm.set_json_reply('{"core": "用户最近感冒了。", "dynamic": []}')
+    await rig.engine.remember(ME, [MemoryDraft(COLD, ["感冒", "发烧", "不舒服"], 85, Validity.DAYS_30)], rig.clock())
+    await rig.chat.start(ME)
+    await turn(rig, store, "今天天气真好")  # the conversation's first turn also looks for reviews to raise
+    one = Counter({"turn_context": 1, "record_turn": 1})
+    assert await turn(rig, store, "出去走了走") == one
+    rig.llm.queue_chat("感冒发烧好点了吗？多喝热水。")
+    assert await turn(rig, store, "我今天又有点不舒服") == one  # recalled, shown, mentioned: still one write
+    [cold] = await rig.engine.memories(ME)
+    assert cold.access_count == 1 and cold.mention_count == 1
+    assert [t.user for t in await rig.engine.recent_turns(ME, 10)] == ["今天天气真好", "出去走了走", "我今天又有点不舒服"]
+    assert await rig.engine.pending_count(ME) == 3
+
+
+async def test_a_restart_restores_the_context_in_the_same_read(counted: tuple[Rig, CountingStore]) -> None:
+    rig, store = counted
+    await rig.chat.start(ME)
+    await turn(rig, store, "我叫小明")
+    fresh = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock)
+    await fresh.load()
+    store.calls.clear()
+    await fresh.reply(ME, "还记得我吗")
+    assert store.calls["turn_context"] == 1 and store.calls["short_items"] == 0
+    assert "我叫小明" in str(rig.llm.chat_requests()[-1]["messages"])
+    await fresh.drain()
