@@ -218,6 +218,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     export_p.add_argument("--keyword", default=None, help="only memories containing this word")
     export_p.add_argument("--out", type=Path, default=None, help="file to write (default: in the backup folder)")
     sub.add_parser("stats", help="memories and LLM usage of the last 7 days")
+    migrate_p = sub.add_parser("migrate", help="copy the database into another one (SQLite <-> PostgreSQL) and verify")
+    migrate_p.add_argument("--to", required=True, help="the database URL to copy into (postgresql://..., sqlite:///...)")
+    migrate_p.add_argument("--from", dest="source", default=None,
+                           help="the database URL to copy from (default: DATABASE_URL, or this installation's SQLite)")
     args = parser.parse_args(argv)
     args.command = args.command or "run"
     return args

@@ -1,5 +1,6 @@
-"""Fixtures shared by the whole suite: the fake OpenAI-compatible server and a real engine + chat rig on
-a temporary SQLite file. Helpers to build more of them live in ``tests/support.py``."""
+"""Fixtures shared by the whole suite: the fake OpenAI-compatible server, a real engine + chat rig on
+a temporary SQLite file, and a store of every backend (PostgreSQL in a schema of its own per test, see
+``tests/pgtest.py``). Helpers to build more of them live in ``tests/support.py``."""
 
 from __future__ import annotations
 
@@ -16,10 +17,42 @@ from companion.chat.group import GroupSettings
 from companion.chat.memory_tools import memory_tools
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import Scope
+from companion.storage.base import MemoryStore
+from companion.storage.factory import open_store, sqlite_url
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.pgtest import pg_schema, require_server
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "postgresql: needs the PostgreSQL test server (tests/pgtest.py)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests on PostgreSQL (marked, or parametrized with ``postgresql``) skip together, with one reason
+    and one location, when there is no server; in CI they fail."""
+    callspec = getattr(item, "callspec", None)
+    if item.get_closest_marker("postgresql") or (callspec is not None and "postgresql" in callspec.params.values()):
+        require_server()
+
+
+# The backends the store contract and the engine tests that take ``any_store`` run on.
+STORE_BACKENDS = ("sqlite", "memory", "postgresql")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
+    """Every backend, opened as a host opens it (``open_store``); PostgreSQL in a fresh schema, dropped after."""
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param == "postgresql":
+            url = await stack.enter_async_context(pg_schema())
+        else:
+            url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
+        opened = await open_store(url)
+        stack.push_async_callback(opened.close)
+        yield opened
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,24 +29,27 @@ from companion.core.models import (
     Validity,
 )
 from companion.storage.base import EVERY_STATUS, MemoryStore
-from companion.storage.factory import backends, open_store, sqlite_url
+from companion.storage.factory import backends, open_store
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
 from companion.storage.turns import TurnRecord
+from tests.conftest import STORE_BACKENDS
+from tests.pgtest import pg_schema
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
 
 
-@pytest.fixture(params=backends())
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
-    """Every registered backend, opened as a host opens it (``open_store``)."""
-    url = sqlite_url(tmp_path / "m.sqlite3") if request.param == "sqlite" else f"{request.param}://"
-    opened = await open_store(url)
-    yield opened
-    await opened.close()
+@pytest.fixture
+def store(any_store: MemoryStore) -> MemoryStore:
+    """Every backend (``tests/conftest.py``)."""
+    return any_store
+
+
+def test_every_backend_is_under_contract() -> None:
+    assert set(backends()) - {"postgres"} == set(STORE_BACKENDS)  # postgres:// is postgresql:// spelled short
 
 
 def draft(event: str, **extra: object) -> MemoryDraft:
@@ -261,20 +265,36 @@ def rows(draw: st.DrawFn) -> list[Memory]:
     return out
 
 
+@asynccontextmanager
+async def sql_store(backend: str) -> AsyncIterator[MemoryStore]:
+    """An empty store of a backend whose decay is SQL."""
+    if backend == "postgresql":
+        async with pg_schema() as url:
+            opened = await open_store(url)
+            try:
+                yield opened
+            finally:
+                await opened.close()
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = await SQLiteStore.open(Path(tmp) / "m.sqlite3")
+        try:
+            yield sqlite
+        finally:
+            await sqlite.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(memories=rows(), later=st.integers(min_value=0, max_value=24 * 90))
-async def test_sql_decay_and_cleanup_equal_the_pure_rules(memories: list[Memory], later: int) -> None:
+async def test_sql_decay_and_cleanup_equal_the_pure_rules(backend: str, memories: list[Memory], later: int) -> None:
     now = NOW + timedelta(hours=later)
-    with tempfile.TemporaryDirectory() as tmp:
-        sql = await SQLiteStore.open(Path(tmp) / "m.sqlite3")
-        fake = InMemoryStore()
-        try:
-            for s in (sql, fake):
-                await s.import_rows(ALICE, memories, NOW)
-            counts = [await s.decay_and_clean([ALICE], now) for s in (sql, fake)]
-            got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
-        finally:
-            await sql.close()
+    fake = InMemoryStore()
+    async with sql_store(backend) as sql:
+        for s in (sql, fake):
+            await s.import_rows(ALICE, memories, NOW)
+        counts = [await s.decay_and_clean([ALICE], now) for s in (sql, fake)]
+        got, want = [await s.fetch_memories(ALICE, EVERY_STATUS) for s in (sql, fake)]
     assert counts[0] == counts[1]
     for a, b in zip(got, want, strict=True):
         assert a.importance == pytest.approx(b.importance, rel=1e-12, abs=1e-12)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from companion.config.settings import load_settings
-from companion.core.errors import ConfigError
+from companion.core.errors import ConfigError, StorageError
 from companion.core.models import MemoryDraft, Scope
 from companion.recall.keywords import KeywordExtractor
 from companion.storage import factory
@@ -48,7 +48,7 @@ async def test_memory_url_opens_an_empty_store_with_no_optional_capabilities() -
 @pytest.mark.parametrize(
     ("url", "words"),
     [
-        ("postgresql://bot:s3cret@db/companion", "unknown database scheme 'postgresql'"),
+        ("mysql://bot:s3cret@db/companion", "unknown database scheme 'mysql'"),
         ("data/memory.sqlite3", "not a URL"),
         ("sqlite://relative.db", "sqlite:///<path>"),
         ("memory://somewhere", "just memory://"),
@@ -60,6 +60,13 @@ async def test_a_bad_url_is_one_typed_line_without_its_password(url: str, words:
     message = str(caught.value)
     assert isinstance(caught.value, ConfigError)
     assert words in message and "\n" not in message and "s3cret" not in message
+
+
+async def test_an_unreachable_postgresql_server_is_one_typed_line_without_its_password() -> None:
+    for scheme in ("postgresql", "postgres"):
+        with pytest.raises(StorageError) as caught:
+            await open_store(f"{scheme}://bot:s3cret@127.0.0.1:1/companion")
+        assert "cannot connect to PostgreSQL" in str(caught.value) and "s3cret" not in str(caught.value)
 
 
 def test_sqlite_urls_spell_relative_and_absolute_paths_as_sqlalchemy_does() -> None:

@@ -1,5 +1,5 @@
 """The operator commands of ``python bot.py`` that need nothing above the engine: backup, restore,
-memories, decay, reindex, users, forget, export, stats. ``bot.py`` parses the command line and adds the
+memories, decay, reindex, users, forget, export, stats, migrate. ``bot.py`` parses the command line and adds the
 Telegram bot and the console. Heavy libraries are imported inside each command, so ``--help`` answers
 at once.
 """
@@ -208,7 +208,44 @@ async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
 
 
 Command = Callable[["Settings", argparse.Namespace], Coroutine[Any, Any, int]]
+async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Copy the database at ``--from`` (default: this installation's) into ``--to``, then verify."""
+    import contextlib
+
+    from companion.core.timeutil import utcnow
+    from companion.ops import dblock
+    from companion.ops.migrate import migrate
+    from companion.storage.factory import open_store, sqlite_path
+
+    source_url = args.source or settings.database
+    if source_url == args.to:
+        raise ConfigError("migrate --to names the database it would copy from; give another one")
+    source_file = sqlite_path(source_url)
+    if source_file is not None and not source_file.is_file():
+        raise ConfigError(f"no database at {source_file} to copy from")
+    with contextlib.ExitStack() as held:
+        for url in (source_url, args.to):  # neither SQLite file may be written by anyone else meanwhile
+            path = sqlite_path(url)
+            if path is not None:
+                held.enter_context(dblock.hold(path, "migrate"))
+        source = await open_store(source_url)
+        try:
+            target = await open_store(args.to)
+            try:
+                with ProgressLine("migrate") as progress:
+                    copied = await migrate(source, target, utcnow(), progress)
+            finally:
+                await target.close()
+        finally:
+            await source.close()
+    print(f"copied {copied.memories} memories (tombstones included), {copied.turns} queued turns, {copied.short} "
+          f"short-term items, {copied.profiles} profiles, {copied.meta} settings, {copied.usage} usage rows and "
+          f"{copied.moves} unfinished chat moves of {copied.scopes} new scopes; verified {copied.verified_scopes} "
+          "scopes: counts and checksums equal")
+    return 0
+
+
 OPERATOR_COMMANDS: dict[str, Command] = {
-    "backup": run_backup, "restore": run_restore, "memories": run_memories, "decay": run_decay,
+    "migrate": run_migrate, "backup": run_backup, "restore": run_restore, "memories": run_memories, "decay": run_decay,
     "users": run_users, "forget": run_forget, "export": run_export, "stats": run_stats, "reindex": run_reindex,
 }

@@ -153,6 +153,10 @@ class MemoryStore(TurnBatch, Protocol):
     async def get_meta(self, key: str) -> str | None: ...
     async def set_meta(self, key: str, value: str) -> None: ...
 
+    async def meta_items(self) -> list[tuple[str, str]]:
+        """Every small-state (key, value), by key (a copy to another database reads them all)."""
+        ...
+
     # ---- a group chat that changed its id (a group upgraded to a supergroup) ----
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
         """Move everything of every (old chat, user) scope to (new chat, user), each scope atomically:
@@ -248,6 +252,11 @@ class UsageLog(Protocol):
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
         """Calls since ``since`` by local day and purpose, oldest day first; days cut at ``offset`` from UTC."""
+        ...
+
+    async def page(self, after: int, limit: int) -> list[tuple[int, UsageRow]]:
+        """Up to ``limit`` rows in the order they were written, after the row numbered ``after`` (0: from the
+        first): (number, row). A copy to another database reads them all."""
         ...
 
 

@@ -1,7 +1,8 @@
 """One way to open a store: ``open_store(url)``, the URL's scheme naming the backend.
 
 ``sqlite:///<path>`` (a relative path after the three slashes, an absolute one after four, as SQLAlchemy
-spells them) opens ``SQLiteStore``; ``memory://`` an empty ``InMemoryStore``. A new backend registers its
+spells them) opens ``SQLiteStore``; ``memory://`` an empty ``InMemoryStore``; ``postgresql://`` (or
+``postgres://``) ``PostgresStore``, whose module and asyncpg load only then. A new backend registers its
 opener with ``register_backend`` and needs nothing else from the layers above, which import only this
 module, ``base`` (the protocols) and ``maintenance`` (SQLite's file-level upkeep).
 """
@@ -80,5 +81,16 @@ async def _open_memory(rest: str) -> MemoryStore:
     return InMemoryStore()
 
 
+async def _open_postgres(rest: str) -> MemoryStore:
+    try:
+        from companion.storage.postgres.store import open_postgres  # asyncpg is optional: loaded when asked for
+    except ImportError as exc:
+        raise UnknownStoreError(f"a postgresql DATABASE_URL needs asyncpg: pip install -r requirements-postgres.txt "
+                                f"({exc})") from None
+    return await open_postgres(f"postgresql://{rest}")
+
+
 register_backend("sqlite", _open_sqlite)
 register_backend("memory", _open_memory)
+register_backend("postgresql", _open_postgres)
+register_backend("postgres", _open_postgres)

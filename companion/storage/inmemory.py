@@ -309,6 +309,9 @@ class InMemoryStore:
     async def set_meta(self, key: str, value: str) -> None:
         self._meta[key] = value
 
+    async def meta_items(self) -> list[tuple[str, str]]:
+        return sorted(self._meta.items())
+
     # ---- a group chat that changed its id ----
     async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
         self._moving.setdefault(old_chat_id, new_chat_id)

@@ -218,6 +218,9 @@ class SQLiteStore(Connection):
         rows = await self._select("SELECT value FROM meta WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
+    async def meta_items(self) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in await self._select("SELECT key, value FROM meta ORDER BY key")]
+
     async def set_meta(self, key: str, value: str) -> None:
         async with self._tx() as conn:
             await conn.execute(

@@ -14,7 +14,7 @@ import sqlite3
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from companion.core.timeutil import to_db
+from companion.core.timeutil import from_db, to_db
 from companion.storage.base import UsageCell, UsageRow
 from companion.storage.connection import storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
@@ -79,5 +79,19 @@ class SQLiteUsageLog:
             raise storage_error(exc) from exc
         return [UsageCell(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                           round(float(r[8]), 1), int(r[9])) for r in rows]
+
+    async def page(self, after: int, limit: int) -> list[tuple[int, UsageRow]]:
+        try:
+            async with self._store.transaction(write=False) as conn:
+                cursor = await conn.execute(
+                    "SELECT id, at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, "
+                    "cache_miss_tokens, latency_ms, ok, tool_calls FROM llm_usage WHERE id > ? ORDER BY id LIMIT ?",
+                    (after, limit))
+                rows = await cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+        return [(int(r[0]), UsageRow(from_db(str(r[1])), str(r[2]), str(r[3]), int(r[4]), int(r[5]),
+                                     None if r[6] is None else int(r[6]), None if r[7] is None else int(r[7]),
+                                     float(r[8]), bool(r[9]), int(r[10]))) for r in rows]
 
 

@@ -1,0 +1,75 @@
+"""Daily decay and cleanup as set-based SQL over a batch of scopes: the rules of ``core.rules`` (``decay``,
+``removal_reason``, ``decays``) written as expressions, as ``storage.decay_sql`` writes them for SQLite.
+``tests/test_store_contract.py`` checks both against the Python rules row by row.
+
+Times are whole seconds (``rows.second``), so whole days and the mention window come out exactly as the
+Python rules compute them. ``$1``/``$2`` are the batch's user and chat ids (arrays), ``$3`` now.
+"""
+
+from __future__ import annotations
+
+from companion.core import rules
+from companion.core.models import StatusReason
+
+DAY_S = 86_400
+WINDOW_S = int(rules.MENTION_WINDOW.total_seconds())
+
+_IN_BATCH = "(user_id, chat_id) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))"
+_EPOCH = "extract(epoch FROM {})::bigint"
+_NOW = _EPOCH.format("$3::timestamptz")
+_ANCHOR = _EPOCH.format("last_decay_at")
+_MENTION = _EPOCH.format("last_mentioned_at")
+_DAYS = f"(({_NOW} - {_ANCHOR}) / {DAY_S})"  # bigint division: whole days, as ``rules.whole_days``
+_SLOW = (f"(CASE WHEN last_mentioned_at IS NULL THEN 0 ELSE greatest(0, least({_DAYS}, "
+         f"floor(({_MENTION} + {WINDOW_S} - {_ANCHOR}) / {float(DAY_S)})::bigint) "
+         f"- greatest(1, ceil(({_MENTION} - {_ANCHOR}) / {float(DAY_S)})::bigint) + 1) END)")
+
+# Returns how many rows decayed; the anchor moves by whole days of seconds (never a calendar day).
+DECAY = f"""
+WITH decayed AS (
+    UPDATE memories SET
+        importance = greatest({rules.MIN_IMPORTANCE}::float8, least({rules.MAX_IMPORTANCE}::float8, importance
+            * power({rules.DECAY_PER_DAY_MENTIONED}::float8, {_SLOW})
+            * power({rules.DECAY_PER_DAY}::float8, {_DAYS} - {_SLOW}))),
+        last_decay_at = last_decay_at + make_interval(secs => {_DAYS} * {DAY_S})
+    WHERE {_IN_BATCH} AND status = 'active' AND validity != 'permanent' AND tier != 'long' AND NOT pinned
+        AND last_decay_at <= $3::timestamptz - interval '{DAY_S} seconds'
+    RETURNING 1)
+SELECT count(*) FROM decayed
+"""
+
+
+def _cleanable(row: str) -> str:
+    """``rules.removal_reason`` is not None: faded, or expired and not mentioned in the last week."""
+    return (f"({row}.importance < {rules.CLEANUP_BELOW} OR ({row}.expires_at IS NOT NULL AND {row}.expires_at <= "
+            f"$3::timestamptz AND ({row}.last_mentioned_at IS NULL OR {row}.last_mentioned_at <= "
+            f"$3::timestamptz - interval '{WINDOW_S} seconds')))")
+
+
+def _decaying(row: str) -> str:
+    return f"({row}.validity != 'permanent' AND {row}.tier != 'long' AND NOT {row}.pinned)"
+
+
+# Content-free tombstones for what faded, expired or copies a better active memory of the same words
+# (the higher one, or the newer of equals, stays unless it is itself cleaned now). One statement: it
+# reads the rows as they were before it, as SQLite's does. Scopes that lost memories get a stale profile.
+CLEAN = f"""
+WITH cleaned AS (
+    UPDATE memories AS t SET event = '', keywords = '{{}}', terms = '{{}}', importance = 0, status = 'forgotten',
+        updated_at = $3::timestamptz,
+        status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN '{StatusReason.FADED}'
+                             WHEN {_cleanable("t")} THEN '{StatusReason.EXPIRED}' ELSE '{StatusReason.DUPLICATE}' END
+    WHERE {_IN_BATCH.replace("(user_id, chat_id)", "(t.user_id, t.chat_id)")} AND t.status = 'active'
+        AND {_decaying("t")} AND ({_cleanable("t")} OR ((t.user_id, t.chat_id, t.event) IN (
+        SELECT user_id, chat_id, event FROM memories WHERE {_IN_BATCH} AND status = 'active'
+        GROUP BY user_id, chat_id, event HAVING count(*) > 1) AND EXISTS (
+        SELECT 1 FROM memories AS o WHERE o.user_id = t.user_id AND o.chat_id = t.chat_id AND o.event = t.event
+        AND o.status = 'active' AND o.id != t.id
+        AND (o.importance > t.importance OR (o.importance = t.importance AND o.id > t.id))
+        AND NOT ({_decaying("o")} AND {_cleanable("o")}))))
+    RETURNING t.user_id, t.chat_id),
+stale AS (
+    UPDATE profiles AS p SET dirty = true FROM (SELECT DISTINCT user_id, chat_id FROM cleaned) AS c
+    WHERE p.user_id = c.user_id AND p.chat_id = c.chat_id)
+SELECT count(*) FROM cleaned
+"""

@@ -1,0 +1,73 @@
+"""The PostgreSQL test server: a fresh schema per test (``pg_schema``), dropped after, so tests never see
+each other's rows and need no database of their own. ``TEST_DATABASE_URL`` names the server (default: the
+local one every session and CI run has). Without a server the tests skip with one reason; with
+``CI=true`` they fail instead, so CI can never pass without running them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import cache
+
+import pytest
+
+SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SKIP_REASON = "PostgreSQL tests: no server at TEST_DATABASE_URL (default 127.0.0.1:5432/test); CI=true makes this fail"
+
+
+async def _probe() -> str | None:
+    try:
+        import asyncpg
+    except ImportError as exc:
+        return f"asyncpg is not installed ({exc})"
+    try:
+        conn = await asyncpg.connect(SERVER, timeout=3)
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    await conn.close()
+    return None
+
+
+@cache
+def _unreachable() -> str | None:
+    """Why the server cannot be used, or None; asked once per test session (in a loop of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_probe())
+    # Inside a running loop (an async fixture): ask on a thread with its own loop.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _probe()).result()
+
+
+def require_server() -> None:
+    """Skip (or in CI fail) the calling test when the server is unreachable."""
+    why = _unreachable()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"CI=true and the PostgreSQL test server is unreachable: {why}")
+        pytest.skip(SKIP_REASON)
+
+
+@asynccontextmanager
+async def pg_schema() -> AsyncIterator[str]:
+    """A URL whose connections work in a new, empty schema (``search_path``), dropped on exit."""
+    require_server()
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(SERVER)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{name}"')
+        try:
+            yield f"{SERVER}{'&' if '?' in SERVER else '?'}search_path={name}"
+        finally:
+            await admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+    finally:
+        await admin.close()

@@ -1,0 +1,129 @@
+"""``bot.py migrate``: a SQLite installation copied into PostgreSQL and back holds everything it held
+(memories with their handles, times, statuses and tombstones, companion mode, queued turns, short-term
+items, profiles, settings, usage rows, unfinished chat moves); a second run copies nothing and still
+verifies; a target that differs is refused by name."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
+from companion.ops.commands import run_migrate
+from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
+from companion.storage.base import MemoryStore, UsageRow
+from companion.storage.factory import open_store, sqlite_url
+from tests.pgtest import pg_schema
+from tests.support import make_settings
+
+pytestmark = pytest.mark.postgresql
+
+NOW = datetime(2025, 12, 23, 4, 0, 7, tzinfo=UTC)
+ALICE, BOB, GROUP = Scope(101), Scope(202), Scope(101, -5)
+
+
+async def fill(store: MemoryStore) -> None:
+    """One of every kind of record, in a private and a group scope."""
+    keep, gone, old = await store.apply_changes(ALICE, NOW, inserts=[
+        MemoryDraft("喜欢火锅", ["火锅"], 70.0, validity=Validity.PERMANENT, source_chat_id=101, source_message_id=9),
+        MemoryDraft("对花生过敏", ["花生"], 90.0),
+        MemoryDraft("以前住在上海", ["上海"], 40.0, tier=Tier.SHORT),
+    ], sources=["k1"])
+    await store.apply_changes(ALICE, NOW + timedelta(hours=1), forget=[gone])
+    [stored] = await store.fetch_by_ids(ALICE, [old])
+    await store.apply_changes(ALICE, NOW, updates=[dataclasses.replace(stored, status=Status.ARCHIVED,
+                                                                       status_reason="user")])
+    await store.touch(ALICE, [keep], NOW)
+    await store.apply_changes(GROUP, NOW, inserts=[MemoryDraft("群里说周五聚餐", ["聚餐"], 60.0)])
+    await store.set_active(ALICE, True, NOW)
+    await store.set_active(BOB, False, NOW)  # a scope with nothing in it yet
+    await store.add_turn(ALICE, Turn(user="今天好累", reply="抱抱", at=NOW, chat_id=101, message_id=10, key="k2"))
+    await store.add_turn(GROUP, Turn(user="周五见", reply=None, at=NOW, key=None))
+    await store.add_short(ALICE, ShortKind.TURN, "今天好累", "抱抱", NOW, keep=200, keys=("k2",))
+    await store.add_short(ALICE, ShortKind.EVENT, "吃了感冒药", None, NOW, keep=30, recalled=True)
+    await store.save_profile(ALICE, Profile(core="爱吃火锅"), NOW)
+    await store.set_meta(f"weekly:{ALICE.key}", "on")
+    await store.set_meta("group_memory:-5", "off")
+    await store.begin_move(-7, -1000000000007, NOW)
+    usage = store.usage_log()
+    assert usage is not None
+    for n in range(3):
+        await usage.add(UsageRow(NOW + timedelta(seconds=n), "reply", "deepseek-chat", 100 + n, 20, 80, 20, 512.5))
+    await usage.add(UsageRow(NOW, "reply", "deepseek-chat", 100, 20, 80, 20, 512.5))  # a duplicate stays two
+    await usage.add(UsageRow(NOW, "extract", "deepseek-chat", 50, 5, None, None, 300.0, ok=False, tool_calls=1))
+
+
+async def everything(store: MemoryStore) -> tuple[object, ...]:
+    scopes = await store.scopes()
+    active = await store.active_scopes()
+    usage = store.usage_log()
+    assert usage is not None
+    rows = [row for _, row in await usage.page(0, 1000)]
+    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.meta_items(),
+            sorted(await store.unfinished_moves()), rows)
+
+
+async def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path) -> None:
+    original = await open_store(sqlite_url(tmp_path / "a.sqlite3"))
+    await fill(original)
+    async with pg_schema() as url:
+        pg = await open_store(url)
+        back = await open_store(sqlite_url(tmp_path / "b.sqlite3"))
+        try:
+            first = await migrate(original, pg, NOW)
+            assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 4, 2, 2, 1)
+            assert (first.meta, first.usage, first.moves, first.verified_scopes) == (2, 5, 1, 3)
+            again = await migrate(original, pg, NOW)
+            assert dataclasses.replace(again, verified_scopes=0) == Copied()  # nothing twice
+            assert again.verified_scopes == 3
+            await migrate(pg, back, NOW)
+            assert await everything(back) == await everything(original) == await everything(pg)
+            # The handles go on above the copied ones in both directions.
+            top = max([m.id for m in await original.fetch_memories(ALICE, set(Status))]
+                      + [m.id for m in await original.fetch_memories(GROUP, set(Status))])
+            for store in (pg, back):
+                [fresh] = await store.apply_changes(BOB, NOW, inserts=[MemoryDraft("新的", ["新"], 50.0)])
+                assert fresh > top
+        finally:
+            for store in (original, pg, back):
+                await store.close()
+
+
+async def test_a_target_that_differs_is_refused_by_name(tmp_path: Path) -> None:
+    source = await open_store(sqlite_url(tmp_path / "a.sqlite3"))
+    await fill(source)
+    async with pg_schema() as url:
+        target = await open_store(url)
+        try:
+            await migrate(source, target, NOW)
+            await target.add_short(GROUP, ShortKind.TURN, "复制之后才说的", None, NOW, keep=200)
+            with pytest.raises(MigrationMismatchError, match=GROUP.key):
+                await migrate(source, target, NOW)
+            await target.import_rows(BOB, [dataclasses.replace((await source.fetch_memories(GROUP))[0], id=999)], NOW)
+            await source.import_rows(ALICE, [dataclasses.replace((await source.fetch_memories(GROUP))[0], id=999)],
+                                     NOW)
+            with pytest.raises(MigrationMismatchError, match="handle 999"):
+                await migrate(source, target, NOW)
+        finally:
+            await source.close()
+            await target.close()
+
+
+async def test_the_command_copies_this_installation_and_refuses_itself(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    settings = make_settings(tmp_path)
+    store = await open_store(settings.database)
+    await fill(store)
+    await store.close()
+    async with pg_schema() as url:
+        assert await run_migrate(settings, argparse.Namespace(source=None, to=url)) == 0
+        assert "copied 4 memories" in capsys.readouterr().out
+        back = tmp_path / "back.sqlite3"
+        assert await run_migrate(settings, argparse.Namespace(source=url, to=sqlite_url(back))) == 0
+        assert "verified 3 scopes" in capsys.readouterr().out
+    with pytest.raises(Exception, match="would copy from"):
+        await run_migrate(settings, argparse.Namespace(source=None, to=settings.database))
