@@ -16,7 +16,7 @@ $(VENV)/.runtime: requirements.txt requirements-charts.txt
 	@echo "Installed."
 	touch $@
 
-$(VENV)/.dev: requirements.txt requirements-dev.txt requirements-postgres.txt $(VENV)/.runtime
+$(VENV)/.dev: requirements.txt requirements-dev.txt requirements-postgres.txt requirements-workers.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 

@@ -3,7 +3,8 @@
 Each new message restarts the quiet period; when it passes, the texts are joined and handed to the
 flush callback. A command that must come after what the user said before it (``/stop_aiGF``) calls
 ``flush_now``: the buffered texts are answered at once and the call returns when every flush of that key,
-including ones already running, is done.
+including ones already running, is done. ``settled`` waits until a key has nothing buffered and nothing
+being flushed: a queue of updates acknowledges a text only once its answer is out.
 """
 
 from __future__ import annotations
@@ -65,6 +66,18 @@ class MessageBuffer:
             if entry.timer is not None:
                 entry.timer.cancel()
             await self._flush(key, entry)
+
+    async def settled(self, key: Hashable) -> None:
+        """Return once ``key`` has nothing buffered and no flush running (each one's reply delivered or
+        given up). A text pushed meanwhile is waited for too: the burst is settled as a whole."""
+        while True:
+            entry = self._pending.get(key)
+            waits: list[asyncio.Task[None]] = [task for task, owner in self._running.items() if owner == key]
+            if entry is not None and entry.timer is not None:
+                waits.append(entry.timer)
+            if not waits:
+                return
+            await asyncio.wait(waits)
 
     async def _wait(self, key: Hashable, entry: _Pending) -> None:
         await asyncio.sleep(self.quiet_seconds)
