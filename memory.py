@@ -2,8 +2,10 @@
 
 It composes the library parts (storage, keyword index, extraction, profile) and knows nothing about
 Telegram or the bot's settings: a host builds it from an ``EngineConfig``, a store (``open_store(url)``),
-a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock; a
-transaction never spans an LLM call.
+a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock
+(``ScopeLocks``); neither a lock nor a transaction spans an LLM call. A reply's turn costs two store calls
+(``open_turn``, ``finish_turn``). The user's steering (save, edit, archive, search, reviews...) is
+inherited from ``companion.engine.steering_api``.
 """
 
 from __future__ import annotations
@@ -12,25 +14,22 @@ import asyncio
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
+from typing import TypeVar
 
-from companion.core import tiers
 from companion.core.models import (
     Memory,
     MemoryDraft,
-    MemoryType,
-    Origin,
     Profile,
     Recalled,
     Scope,
     ShortItem,
     ShortKind,
     Status,
-    Tier,
     Turn,
 )
-from companion.core.timeutil import from_db, utcnow
+from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
-from companion.engine.consolidation import LAST_EXTRACTION, Consolidator
+from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.learning import Learner
 from companion.engine.locks import ScopeLocks
@@ -38,6 +37,7 @@ from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.steering import Curator
+from companion.engine.steering_api import SteeringAPI
 from companion.engine.types import (
     Consolidation,
     DecayReport,
@@ -55,9 +55,10 @@ from companion.engine.writer import Forgetting, MemoryWriter
 from companion.llm.client import LLMClient
 from companion.llm.embeddings import Embedder
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import ACTIVE_ONLY, MemoryStore
+from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting, TurnView
 from companion.storage.factory import open_store
-from companion.storage.turns import TurnView
+
+V = TypeVar("V")
 
 __all__ = [
     "Consolidation",
@@ -75,7 +76,7 @@ __all__ = [
 ]
 
 
-class MemoryEngine:
+class MemoryEngine(SteeringAPI):
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, config: EngineConfig, llm: LLMClient | None = None,
         dense: DenseRetriever | None = None, *, cache_memories: int = DEFAULT_CACHE_MEMORIES,
@@ -89,13 +90,13 @@ class MemoryEngine:
         self.llm = llm
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
-        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.forget_cached)
+        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.drop_cached)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense)
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config, dense)
-        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall, self.set_note,
+        self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
@@ -153,6 +154,15 @@ class MemoryEngine:
         """Scopes with companion mode on (the flag survives restarts)."""
         return await self._store.active_scopes()
 
+    async def await_edit(self, scope: Scope, handle: int | None) -> None:
+        """The scope's next message is the new text of this memory (None: no longer), as every process
+        sees it (``open_turn`` reads it as ``TurnView.editing``)."""
+        await self._store.set_editing(scope, handle)
+
+    async def companion_mode(self, scope: Scope) -> bool:
+        """Whether the scope has companion mode on, as stored now (another process may have switched it)."""
+        return (await self._store.turn_context(scope, events=0)).active
+
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
         await self._store.set_active(scope, active, now)
         if not active:
@@ -177,8 +187,7 @@ class MemoryEngine:
         return await self._store.scopes_with_pending()
 
     async def last_decay_at(self) -> datetime | None:
-        stored = await self._store.get_meta("last_decay_at")
-        return None if stored is None else from_db(stored)
+        return await self._store.get_setting(LAST_DECAY_AT, None)
 
     async def profile(self, scope: Scope) -> Profile | None:
         """The current profile (cached or persisted), or None before the first build."""
@@ -301,110 +310,13 @@ class MemoryEngine:
         """Daily decay and cleanup over every scope, in short transactions so chats are not held up."""
         return await self._upkeep.decay(now, batch)
 
-    # ---- the user steers: save, edit, move, archive, search, why, reviews, stats ------------------
+    # ---- per-scope settings (review bookkeeping, opt-ins) -----------------------------------------
 
-    async def save_explicit(
-        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
-        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
-    ) -> Memory:
-        """Remember what the user asked to remember (``save_said``) and return the stored memory."""
-        saved = await self.save_said(scope, text, now, origin=origin, source_chat_id=source_chat_id,
-                                     source_message_id=source_message_id, source_turns=source_turns)
-        return saved.memory
+    async def setting(self, setting: Setting[Scope, V], scope: Scope) -> V | None:
+        return await self._store.get_setting(setting, scope)
 
-    async def save_said(
-        self, scope: Scope, text: str, now: datetime, *, origin: Origin = Origin.EXPLICIT,
-        source_chat_id: int | None = None, source_message_id: int | None = None, source_turns: Sequence[str] = (),
-    ) -> Saved:
-        """Remember what the user asked to remember, at once, in the tier the model judges (a lasting
-        core preference long-term, important information medium-term, the rest short-term). Works
-        without the model: the words are kept as they are."""
-        draft = await self._learner.judge(text, now)
-        draft.origin, draft.source_at = origin, now
-        draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
-        draft.source_turns = tuple(source_turns)
-        return await self.save(scope, draft, now)
-
-    async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
-        """``save`` and return the stored memory."""
-        return (await self.save(scope, draft, now)).memory
-
-    async def save(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Saved:
-        """Store one memory already judged (by the user's words, a model's tool call or an operator). The
-        same fact retold merges into its row, which rises to the draft's tier if that is higher; told in
-        other words, the result names the words it replaced (``undo_rewording`` puts them back). A
-        different fact, however alike, is a memory of its own."""
-        return await self._curator.save(scope, draft, now)
-
-    async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
-        """Put back the words a save or an extraction replaced in this memory (owner-checked): those kept
-        as ``copy`` (``Saved.replaced.id``) when given, which must be its latest change. Raises
-        NothingToUndoError when there are none."""
-        return await self._curator.undo_rewording(scope, handle, now, copy)
-
-    # The user's steering, documented where it is done (``companion.engine.steering.Curator``).
-
-    async def get(self, scope: Scope, handle: int) -> Memory:
-        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
-        return await self._curator.get(scope, handle)
-
-    async def edit(
-        self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None
-    ) -> Memory:
-        return await self._curator.edit(scope, handle, text, now, importance=importance)
-
-    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
-        return await self._curator.move(scope, handle, tier, now)
-
-    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.promote(scope, handle, now)
-
-    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.keep(scope, handle, now)
-
-    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.archive(scope, handle, now)
-
-    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.restore(scope, handle, now)
-
-    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
-        return await self._curator.set_review(scope, handle, when)
-
-    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
-        return await self._curator.touch(scope, ids, now)
-
-    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
-        return await self._curator.pin(scope, handle, pinned, now)
-
-    async def search(
-        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
-        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
-        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20, use: bool = False,
-    ) -> list[Memory]:
-        return await self._curator.search(scope, query, now, statuses=statuses, tiers_=tiers_, types=types,
-                                          since=since, until=until, origins=origins, limit=limit, use=use)
-
-    async def why(self, scope: Scope, handle: int) -> Provenance:
-        return await self._curator.why(scope, handle)
-
-    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
-        return await self._curator.due_reviews(scope, now)
-
-    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
-        return await self._curator.review(scope, handle, action, now)
-
-    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
-        return await self._curator.stats(scope, now)
-
-    # ---- small per-scope notes (review bookkeeping, opt-ins) --------------------------------------
-
-    async def note(self, scope: Scope, name: str) -> str | None:
-        return await self._store.get_meta(f"{name}:{scope.key}")
-
-    async def set_note(self, scope: Scope, name: str, value: str) -> None:
-        await self._store.set_meta(f"{name}:{scope.key}", value)
+    async def set_setting(self, setting: Setting[Scope, V], scope: Scope, value: V) -> None:
+        await self._store.set_setting(setting, scope, value)
 
     # ---- conversation summaries --------------------------------------------------------------------
 
@@ -439,9 +351,9 @@ class MemoryEngine:
         """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""
         turns = await self._short.turns(scope)
         events = await self._short.events(scope)
-        last = await self.note(scope, LAST_EXTRACTION)
+        last = await self.setting(LAST_EXTRACTION, scope)
         return ShortStats(len(turns), len(events), sum(t.recalled for t in turns) / len(turns) if turns else 0.0,
-                          None if last is None else from_db(last))
+                          last)
 
     # ---- a group chat that changed its id (upgraded to a supergroup) -----------------------------
 

@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--in-process", action="store_true", help="build the data set in this process (faster "
                        "to start; the peak memory then includes the loader)")
     scale.add_argument("--json", type=Path, help="also write the results here")
+    scale.add_argument("--database-url", default="", help="a postgresql:// server to measure instead of SQLite "
+                       "(the run works in a schema of its own, dropped at the end)")
     bot = commands.add_parser("bot", help="throughput of the real bot against fake Telegram and LLM servers")
     bot.add_argument("--users", type=_positive, default=1000)
     bot.add_argument("--messages", type=_positive, default=20, help="messages per user")
@@ -269,7 +271,8 @@ def run_scale_command(args: argparse.Namespace) -> int:
     from bench.scale import ScaleConfig, format_scale, run_scale
 
     config = ScaleConfig(users=args.users, per_user=args.per_user, big_user=args.big_user, turns=args.turns,
-                         writes=args.writes, seed=args.seed, isolate=not args.in_process)
+                         writes=args.writes, seed=args.seed, isolate=not args.in_process,
+                         database_url=args.database_url)
     report = asyncio.run(run_scale(config))
     print(format_scale(report))
     if args.json:

@@ -21,13 +21,14 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench import synth
 from bench.plain import plain_csv, plain_decay
+from bench.server import server_schema, server_size_mb
 from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
 from companion.chat.persona import render_reference
 from companion.config.settings import Settings
@@ -62,6 +63,8 @@ class ScaleConfig:
     writes: int = 200  # remember() samples per user kind
     seed: int = 7
     isolate: bool = True  # build the data set in a child process
+    database_url: str = ""  # a postgresql:// server instead of SQLite in the work folder
+    forgets: int = 50  # forget() samples (one memory each) per kind of user
 
 
 class _Turns:
@@ -86,10 +89,17 @@ def _settings(root: Path, config: ScaleConfig) -> Settings:
     # The default capacity (200) would evict the big user's memories: lift it to hold the data set.
     capacity = min(max(config.big_user, config.per_user, 200) * 2, 100_000)
     return Settings(_env_file=None, data_dir=root / "data", backup_dir=root / "backups",  # type: ignore[call-arg]
-                    memory_capacity=capacity)
+                    memory_capacity=capacity, database_url=config.database_url)
 
 
 async def run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[str, Any]:
+    if config.database_url:
+        async with server_schema(config.database_url, "bench_scale") as url:
+            return await _run_scale(replace(config, database_url=url), workdir)
+    return await _run_scale(config, workdir)
+
+
+async def _run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         root = workdir or Path(tmp)
         settings = _settings(root, config)
@@ -224,7 +234,19 @@ async def _measure(
     first = config.users + 2
     report["write_new_user"] = await _new_users(engine, store, rng, first=first, pause=NEW_USER_PAUSE_S)
     report["write_new_user_burst"] = await _new_users(engine, store, rng, first=first + NEW_USERS, pause=0.0)
+    report["forget_typical"] = await _forgets(engine, sampled, config.forgets)
+    report["forget_big"] = await _forgets(engine, [big], config.forgets)
     report["rss_mb_after_recall"] = peak_rss_mb()
+    if store.maintenance() is None:  # a server database: no file to copy, its size asked of the server
+        report["size"] = {"db_mb": await server_size_mb(config.database_url), "wal_mb": 0.0}
+        report["backup"] = _no_backup()
+        report["rss_mb_after_backup"] = peak_rss_mb()
+        report["decay"] = await _decay(engine, sampled, rng, report["rows"]["memories"])
+        report["rss_mb_peak"] = peak_rss_mb()
+        report["decay"].update(plain=None, plain_ratio=None, plain_decay_only_ratio=None,
+                               plain_ratio_without_chat=None)
+        report["machine"] = machine()
+        return
     report["size"] = _sizes(settings.db_path)
     report["backup"] = await _backup(store, settings, root, report["rows"]["memories"])
     report["rss_mb_after_backup"] = peak_rss_mb()
@@ -319,7 +341,7 @@ async def _writes(engine: MemoryEngine, scopes: list[Scope], count: int, rng: ra
 
 async def _new_users(
     engine: MemoryEngine, store: MemoryStore, rng: random.Random, *, first: int, pause: float
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """A new user's first memory while every other table exists: it takes a spare table (made in the
     background after the last new user). Back to back (``pause=0``) each also waits for the spare being
     made for the one before, or runs its own ``CREATE TABLE`` when the spares run out."""
@@ -329,9 +351,28 @@ async def _new_users(
         with watch:
             await engine.remember(Scope(first + n), [synth.memory(rng, NOW)], NOW)
     # Which path each took. Asked of the store: a second connection would parse the whole schema (~9 MB
-    # at 10,000 tables) in this process and count in the bot's peak memory.
-    took = sum(_files(store).memory_table(Scope(first + n)).startswith("mem_t") for n in range(NEW_USERS))
+    # at 10,000 tables) in this process and count in the bot's peak memory. A server database has no
+    # tables per scope: None.
+    files = store.maintenance()
+    took = None if files is None else sum(
+        files.memory_table(Scope(first + n)).startswith("mem_t") for n in range(NEW_USERS))
     return {**watch.summary(), "took_spare": took}
+
+
+async def _forgets(engine: MemoryEngine, scopes: list[Scope], count: int) -> dict[str, float]:
+    """``forget`` of one memory, as /forget does it: tombstone, index, profile, vectors, queue, short-term."""
+    watch = Stopwatch()
+    victims = [(scope, m.id) for scope in scopes for m in (await engine.memories(scope))[:count]]
+    for scope, handle in victims[:count]:
+        with watch:
+            await engine.forget(scope, [handle])
+    return watch.summary()
+
+
+def _no_backup() -> dict[str, Any]:
+    """The backup keys of a SQLite run, empty: a server database is backed up by its own tools."""
+    return {"seconds": None, "snapshot_s": None, "snapshot_mb": None, "files": None, "rows": None,
+            "plain": None, "plain_ratio": None, "per_1m_rows_s": None}
 
 
 def _files(store: MemoryStore) -> Maintenance:
@@ -415,6 +456,8 @@ def format_scale(report: dict[str, Any]) -> str:
             ("write (remember), big user", report["write_big"]),
             ("first write of a new user (takes a spare table)", report["write_new_user"]),
             ("first write, new users back to back (behind the refill)", report["write_new_user_burst"]),
+            ("forget one memory, typical user", report["forget_typical"]),
+            ("forget one memory, big user", report["forget_big"]),
             ("turn while decay runs", decay["during"]["turn_ms"]),
             ("remember while decay runs", decay["during"]["remember_ms"]))
     for label, lat in rows:
@@ -422,10 +465,11 @@ def format_scale(report: dict[str, Any]) -> str:
     lines += [
         f"big-user index: rebuild p50 {report['index_build_big_ms']['p50']} ms, {report['index_mb_big']} MB",
         f"decay + cleanup: {decay['seconds']} s for {decay['rows']:,} rows ({decay['decayed']:,} decayed, "
-        f"{decay['removed']:,} removed); plain one UPDATE + one DELETE per table "
-        f"{decay['plain']['seconds']} s (ratio {decay['plain_ratio']}, {decay['plain_ratio_without_chat']} without "
-        f"the chatting user's {decay['chat_s']} s; the UPDATEs alone "
-        f"{decay['plain']['decay_only_s']} s, ratio {decay['plain_decay_only_ratio']})",
+        f"{decay['removed']:,} removed)" + ("" if decay["plain"] is None else "; plain one UPDATE + one DELETE "
+        f"per table {decay['plain']['seconds']} s (ratio {decay['plain_ratio']}, {decay['plain_ratio_without_chat']} "
+        f"without the chatting user's {decay['chat_s']} s; the UPDATEs alone "
+        f"{decay['plain']['decay_only_s']} s, ratio {decay['plain_decay_only_ratio']})"),
+        "backup: none here (a server database is backed up by its own tools)" if backup["seconds"] is None else
         f"backup: {backup['seconds']} s ({backup['files']:,} files, {backup['rows']:,} rows); snapshot alone "
         f"{backup['snapshot_s']} s + csv module alone {backup['plain']['seconds']} s (ratio {backup['plain_ratio']})",
         f"peak memory: {report['rss_mb_peak']} MB (the bot's modules loaded: {report['rss_mb_imports']} MB; "

@@ -6,7 +6,7 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
@@ -34,7 +34,7 @@ def build_client(token: str, api_base: str) -> Bot:
     return Bot(token, session=session)
 
 
-def build_dispatcher(chat: ChatService, buffer: MessageBuffer, settings: Settings, groups: GroupSettings,
+def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, groups: GroupSettings,
                      admin: AdminService | None = None) -> Dispatcher:
     """The dispatcher with every router and what the handlers take by name. Without ``admin`` the
     operators' commands have no service to call (tests that do not exercise them)."""

@@ -9,7 +9,7 @@ from aiogram.types import Message, ReplyParameters
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.group import GroupTurn
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
@@ -22,12 +22,12 @@ from handlers.scope import scope_of
 log = logging.getLogger(__name__)
 
 
-async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer) -> None:
+async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Buffering) -> None:
     scope = scope_of(message)
     said = message.text if message.text is not None else message.caption  # a photo's caption is text too
     if scope is None or said is None:
         return
-    if not chat.is_active(scope):
+    if not await chat.active(scope):
         if chat.hints.allow(scope, chat.clock()):  # one hint per person per HINT_EVERY, not one per message
             await message.answer(texts.NOT_STARTED)
         return
@@ -40,7 +40,7 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Message
 
 
 async def answer_turn(
-    bot: Bot, chat: ChatService, buffer: MessageBuffer, scope: Scope, chat_id: int, text: str,
+    bot: Bot, chat: ChatService, buffer: Buffering, scope: Scope, chat_id: int, text: str,
     message_id: int | None = None, group: GroupTurn | None = None,
 ) -> str:
     """Answer one turn and return what was sent; in a group, as a reply to the addressing message."""

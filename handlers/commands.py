@@ -7,7 +7,7 @@ from aiogram.filters import Command
 from aiogram.types import BotCommand, Message
 
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.commands import Place, menu, row
 from companion.chat.pipeline import ChatService
 from handlers.scope import scope_of
@@ -45,7 +45,7 @@ async def start_companion(message: Message, chat: ChatService) -> None:
         await respond(message, await chat.start(scope))
 
 
-async def stop_companion(message: Message, chat: ChatService, buffer: MessageBuffer) -> None:
+async def stop_companion(message: Message, chat: ChatService, buffer: Buffering) -> None:
     scope = scope_of(message)
     if scope is not None:
         # What the user sent before the stop is answered before the stop is confirmed, in their order.

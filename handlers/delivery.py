@@ -23,7 +23,7 @@ from aiogram.methods.base import TelegramType
 from aiogram.types import InlineKeyboardMarkup, ReplyParameters
 
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
 from companion.core.models import Scope, Turn
 
@@ -132,7 +132,7 @@ async def kept_if_abandoned(
         raise
 
 
-async def switch_off_blocked(chat: ChatService, buffer: MessageBuffer, scope: Scope) -> None:
+async def switch_off_blocked(chat: ChatService, buffer: Buffering, scope: Scope) -> None:
     """The user blocked the bot: companion mode goes off, so nothing more (proactive messages included)
     is sent to them; what they said and was not answered stays queued for memory."""
     await chat.stop(scope, unanswered=buffer.take(scope))

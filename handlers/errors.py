@@ -9,7 +9,7 @@ from aiogram.exceptions import TelegramForbiddenError
 from aiogram.types import ErrorEvent
 
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
 from handlers.delivery import switch_off_blocked
 from handlers.scope import scope_of
@@ -17,7 +17,7 @@ from handlers.scope import scope_of
 log = logging.getLogger(__name__)
 
 
-async def on_error(event: ErrorEvent, chat: ChatService, buffer: MessageBuffer) -> bool:
+async def on_error(event: ErrorEvent, chat: ChatService, buffer: Buffering) -> bool:
     message = event.update.message
     scope = scope_of(message) if message is not None else None
     if isinstance(event.exception, TelegramForbiddenError) and scope is not None:

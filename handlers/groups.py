@@ -25,7 +25,7 @@ from aiogram.utils.keyboard import InlineKeyboardBuilder
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.commands import Place, menu
 from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
@@ -103,7 +103,7 @@ def speaker(message: Message) -> str:
 
 # ---- text in a group -------------------------------------------------------------------------------
 
-async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: MessageBuffer,
+async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: Buffering,
                         groups: GroupSettings, rooms: Rooms, settings: Settings) -> None:
     said = message.text if message.text is not None else message.caption
     scope = scope_of(message)
@@ -115,7 +115,7 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: M
         room.add(name, said, scope.user_id)  # short-term context only: never queued, never a memory
         return
     text = without_mention(said, me)
-    if not chat.is_active(scope):
+    if not await chat.active(scope):
         room.add(name, text, scope.user_id)
         if chat.hints.allow(scope, chat.clock()):
             await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
@@ -245,7 +245,7 @@ async def on_forget_group(query: CallbackQuery, callback_data: ForgetGroupCB, bo
     await message.edit_text(gt.GROUP_FORGOTTEN.format(count=count), reply_markup=None)
 
 
-async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService, buffer: MessageBuffer,
+async def on_migration(message: Message, engine: MemoryEngine, chat: ChatService, buffer: Buffering,
                        groups: GroupSettings, rooms: Rooms) -> None:
     """A group became a supergroup and got a new id: Telegram says so in the old chat (migrate_to) and in
     the new one (migrate_from). Whichever arrives first moves everything; the other finds nothing left."""

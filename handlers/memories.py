@@ -17,7 +17,7 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts, views
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.commands import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
@@ -97,7 +97,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             await query.answer("好的")
             return
         if callback_data.action == MemoryAction.EDIT:
-            chat.begin_edit(scope, handle)
+            await chat.begin_edit(scope, handle)
             await query.answer()
             await query.message.answer(texts.EDIT_PROMPT)
             return
@@ -190,7 +190,7 @@ async def forget_here(chat: ChatService, rooms: Rooms, scope: Scope, memories: S
 
 
 async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings, rooms: Rooms, buffer: MessageBuffer) -> None:
+                    groups: GroupSettings, rooms: Rooms, buffer: Buffering) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
@@ -268,7 +268,7 @@ async def start_command(message: Message, chat: ChatService) -> None:
     scope = scope_of(message)
     if scope is None:
         return
-    if chat.is_active(scope):
+    if await chat.active(scope):
         await message.answer(texts.help_text())
         return
     await message.answer(texts.START_GREETING, reply_markup=keyboards.start_companion())

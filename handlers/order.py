@@ -6,24 +6,34 @@ and the text then refused as "companion mode is off", never answered and never k
 outer middleware runs one user's updates (per chat) one after another; different users stay concurrent.
 aiogram starts the tasks in update order and nothing awaits before this middleware, so the lock's
 first-come-first-served queue is the order the user sent.
+
+The exclusion is an ``Ordering``: one process's asyncio locks by default; a deployment of several
+workers, each polling its share of the updates, hands in one they share (or routes a user to one worker).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 from aiogram import BaseMiddleware
 from aiogram.types import Message, TelegramObject
 
-Key = tuple[int, int]
+from companion.engine.locks import KeyedLocks
+
+Key = tuple[int, int]  # (chat id, user id)
+
+
+class Ordering(Protocol):
+    def hold(self, key: Key) -> AbstractAsyncContextManager[None]:
+        """Exclusive for this key while open, granted in the order asked."""
+        ...
 
 
 class PerUserOrder(BaseMiddleware):
-    def __init__(self) -> None:
-        # lock and how many updates hold or wait for it; dropped at zero so idle users cost nothing
-        self._locks: dict[Key, tuple[asyncio.Lock, int]] = {}
+    def __init__(self, ordering: Ordering | None = None) -> None:
+        self._ordering: Ordering = ordering or KeyedLocks[Key]()
 
     async def __call__(
         self,
@@ -33,15 +43,5 @@ class PerUserOrder(BaseMiddleware):
     ) -> Any:
         if not isinstance(event, Message) or event.from_user is None:
             return await handler(event, data)
-        key = (event.chat.id, event.from_user.id)
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                return await handler(event, data)
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+        async with self._ordering.hold((event.chat.id, event.from_user.id)):
+            return await handler(event, data)

@@ -20,7 +20,7 @@ from typing import Any
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
 from companion.ops.workqueue import Entry, QueueError, ShardWorker, UpdateQueue, shard_of
 from handlers.scope import scope_of
@@ -57,7 +57,7 @@ class Consumer:
     """One worker: reads its shards and feeds the dispatcher until ``stop`` is set. The tasks still
     handling updates then are in ``handling``; the caller winds them down, then calls ``leave``."""
 
-    def __init__(self, dispatcher: Dispatcher, bot: Bot, buffer: MessageBuffer, worker: ShardWorker) -> None:
+    def __init__(self, dispatcher: Dispatcher, bot: Bot, buffer: Buffering, worker: ShardWorker) -> None:
         self._dispatcher, self._bot, self._buffer, self.worker = dispatcher, bot, buffer, worker
         self.handling: set[asyncio.Task[None]] = set()
         worker.on_take = self._taken

@@ -26,7 +26,7 @@ from companion.llm.client import LLMClient
 from companion.llm.tools import Tool, ToolFactory
 from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.factory import open_store
 from handlers import build_dispatcher
 from handlers.commands import bot_commands
 from handlers.groups import set_menus
@@ -103,7 +103,7 @@ async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = F
     values.update(overrides)
     settings = make_settings(tmp, **values)
     async with FakeTelegram(bot_username=BOT) as tg, FakeLLM() as llm:
-        store = await SQLiteStore.open(settings.db_path)
+        store = await open_store(settings.database)  # DATABASE_URL in ``overrides`` picks another backend
         client = LLMClient(api_key="sk-test", base_url=llm.base_url, model="deepseek-chat", max_retries=0, timeout=5)
         engine = await engine_on(store, settings, EXTRACTOR, client)
         factory = memory_tools(engine) if memory_tools_on else search_tool(engine) if tools else None

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
 
 import pytest
+
+from bench.server import server_schema
 
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -59,15 +60,5 @@ def require_server() -> None:
 async def pg_schema() -> AsyncIterator[str]:
     """A URL whose connections work in a new, empty schema (``search_path``), dropped on exit."""
     require_server()
-    import asyncpg
-
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(SERVER)
-    try:
-        await admin.execute(f'CREATE SCHEMA "{name}"')
-        try:
-            yield f"{SERVER}{'&' if '?' in SERVER else '?'}search_path={name}"
-        finally:
-            await admin.execute(f'DROP SCHEMA "{name}" CASCADE')
-    finally:
-        await admin.close()
+    async with server_schema(SERVER, "t") as url:
+        yield url

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -24,6 +25,7 @@ from companion.core.models import Memory, MemoryType, Origin, Recalled, Validity
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryContext, MemoryEngine
+from tests.pgtest import SERVER
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -90,6 +92,28 @@ async def test_scale_runs_tiny(tmp_path: Path) -> None:
     assert backup["plain"]["files"] == backup["files"] and backup["plain_ratio"] > 0
     assert len(report["build"]["seconds_per_slice"]) == 10
     assert report["size"]["db_mb"] + report["size"]["wal_mb"] > 0 and report["rss_mb_peak"] > 0
+    assert report["forget_typical"]["n"] == 50 and report["forget_big"]["n"] == 50
+
+
+def keys(report: dict[str, Any], prefix: str = "") -> set[str]:
+    found = set()
+    for key, value in report.items():
+        found.add(prefix + key)
+        if isinstance(value, dict) and key not in ("config", "plain"):
+            found |= keys(value, f"{prefix}{key}.")
+    return found
+
+
+@pytest.mark.postgresql
+async def test_scale_on_postgresql_gives_the_same_keys(tmp_path: Path) -> None:
+    config = ScaleConfig(users=10, per_user=6, big_user=80, turns=20, writes=5, forgets=5, isolate=False)
+    sqlite = await run_scale(config, tmp_path / "sqlite")
+    pg = await run_scale(replace(config, database_url=SERVER), tmp_path / "pg")
+    assert keys(pg) == keys(sqlite)
+    assert pg["build"]["rows"] == 10 * 6 + 80 and pg["startup"]["active_scopes"] == 10
+    assert pg["recall_big"]["warm"]["p95"] > 0 and pg["forget_big"]["n"] == 5 and pg["size"]["db_mb"] > 0
+    assert pg["decay"]["scopes"] == 11 + 2 * NEW_USERS and pg["decay"]["decayed"] > 0
+    assert pg["write_new_user"]["took_spare"] is None and pg["backup"]["seconds"] is None
 
 
 async def test_bot_answers_every_message_exactly_once() -> None:

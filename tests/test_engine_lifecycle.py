@@ -12,7 +12,7 @@ from companion.core import rules, tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Turn, Validity
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.inmemory import InMemoryStore
+from companion.storage.base import MemoryStore
 from memory import EngineConfig, MemoryEngine
 from tests.support import Rig
 
@@ -23,10 +23,10 @@ _KEYWORDS = KeywordExtractor()
 
 
 @pytest.fixture
-async def engine() -> MemoryEngine:
-    """A fast engine: the in-memory store, no model, a small capacity."""
+async def engine(any_store: MemoryStore) -> MemoryEngine:
+    """An engine on every backend (``tests/conftest.py``), no model, a small capacity."""
     _KEYWORDS.load()
-    return MemoryEngine(InMemoryStore(), _KEYWORDS, EngineConfig(capacity=10))
+    return MemoryEngine(any_store, _KEYWORDS, EngineConfig(capacity=10))
 
 
 async def test_explicit_save_without_the_model_keeps_the_words(engine: MemoryEngine) -> None:

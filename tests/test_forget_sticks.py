@@ -15,8 +15,7 @@ import pytest
 from companion.chat import texts
 from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, MemoryType, Scope, Status, Turn
-from companion.core.timeutil import to_db
-from companion.storage.base import EVERY_STATUS
+from companion.storage.base import EVERY_STATUS, REVIEW_SENT
 from tests.fakes import FakeLLM
 from tests.fakes.llm import JSONDict, request_text
 from tests.support import USER, Live, Rig
@@ -176,7 +175,7 @@ async def test_forgetting_in_a_review_answer_drops_the_turn_from_the_restored_co
     await tool_chat.drain()
     # A restart: the next conversation restores the short-term turns and opens with the review left unanswered.
     rig.clock.advance(days=40)
-    await rig.engine.set_note(ALICE, "review_sent", to_db(rig.clock() - timedelta(days=4)))
+    await rig.engine.set_setting(REVIEW_SENT, ALICE, rig.clock() - timedelta(days=4))
     restarted = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock,
                             rng=random.Random(1))
     await restarted.load()

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from companion.core.models import MemoryType, Scope
 from tests.fakes.llm import Answer, ToolCallAnswer, request_text
 from tests.groupkit import BOT, GroupBot, group_bot
+from tests.pgtest import pg_schema
 from tests.scripted import ScriptedBrain
 
 A, B = 1001, 1002
@@ -80,8 +81,16 @@ def searching_model(body: dict[str, Any]) -> Answer:
     return "嗯嗯，我在听呢。"
 
 
-async def scenario(tmp: Path, steps: list[Step]) -> None:
-    async with group_bot(tmp, tools=True) as g:
+async def scenario(tmp: Path, steps: list[Step], backend: str = "sqlite") -> None:
+    if backend == "postgresql":
+        async with pg_schema() as url:
+            await run_steps(tmp, steps, database_url=url)
+    else:
+        await run_steps(tmp, steps)
+
+
+async def run_steps(tmp: Path, steps: list[Step], database_url: str = "") -> None:
+    async with group_bot(tmp, tools=True, database_url=database_url) as g:
         ScriptedBrain(chat=searching_model).install(g.llm)  # type: ignore[arg-type]
         for where in (G1, G2):
             g.tg.add_group(where, admins=(A,))
@@ -117,10 +126,12 @@ async def scenario(tmp: Path, steps: list[Step]) -> None:
 step = st.tuples(st.sampled_from(USERS), st.sampled_from(PLACES), st.sampled_from(ACTIONS))
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=12))
-def test_no_scope_sees_another_scopes_memories(tmp_path_factory: pytest.TempPathFactory, steps: list[Step]) -> None:
-    asyncio.run(scenario(tmp_path_factory.mktemp("isolation"), steps))
+def test_no_scope_sees_another_scopes_memories(tmp_path_factory: pytest.TempPathFactory, backend: str,
+                                               steps: list[Step]) -> None:
+    asyncio.run(scenario(tmp_path_factory.mktemp("isolation"), steps, backend))
 
 
 def test_the_check_can_fail(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from companion.chat import group_texts as gt
 from companion.core.errors import StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
-from companion.ops import reviews
 from companion.storage import chatmove
+from companion.storage.base import WEEKLY
 from handlers.groups import resume_moves
 from tests.fakes.llm import request_text
 from tests.groupkit import BOT, GroupBot, group_bot
@@ -34,7 +34,7 @@ async def state(g: GroupBot) -> dict[str, Any]:
             found[f"{user}-{name}"] = (sorted(m.event for m in await g.engine.memories(scope)),
                                       g.chat.is_active(scope), await g.engine.pending_count(scope),
                                       [t.user for t in await g.engine.recent_turns(scope, 10)],
-                                      await g.engine.note(scope, reviews.WEEKLY))
+                                      await g.engine.setting(WEEKLY, scope))
     found["chats"] = sorted({s.chat_id for s in await g.engine.active_scopes()}, key=str)
     return found
 
@@ -50,10 +50,10 @@ async def test_a_group_that_becomes_a_supergroup_keeps_everything(tmp_path: Path
         await g.group(A, OLD, f"/forget@{BOT} 火锅")  # a confirmation sent privately before the move
         confirm = g.tg.sent_messages(A)[-1]
         await g.group(A, OLD, f"@{BOT} 今天降温了", first_name="老王")
-        await g.engine.set_note(Scope(A, OLD), reviews.WEEKLY, "on")
+        await g.engine.set_setting(WEEKLY, Scope(A, OLD), True)
         await g.group(A, OLD, f"/group_memory@{BOT} off")
         before = await state(g)
-        assert before[f"{A}-old"] == (["喜欢火锅 甲一"], True, 1, ["今天降温了"], "on")
+        assert before[f"{A}-old"] == (["喜欢火锅 甲一"], True, 1, ["今天降温了"], True)
 
         g.tg.push_migration(OLD, NEW)
         await g.deliver()

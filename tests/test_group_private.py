@@ -12,6 +12,7 @@ from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Validity
 from companion.core.timeutil import utcnow
 from companion.ops import reviews
+from companion.storage.base import WEEKLY
 from handlers.memories import proactive_senders
 from tests.fakes.telegram import JSONDict
 from tests.groupkit import BOT, GroupBot, group_bot
@@ -106,7 +107,7 @@ async def test_group_reviews_and_weekly_go_private_or_wait(tmp_path: Path) -> No
         scope, now = Scope(A, G1), utcnow()
         [handle] = await g.engine.remember(scope, [MemoryDraft("在学吉他 甲三", ["吉他"], 60.0,
                                                                validity=Validity.DAYS_7)], now)
-        await g.engine.set_note(scope, reviews.WEEKLY, "on")
+        await g.engine.set_setting(WEEKLY, scope, True)
         switched_off: list[Scope] = []
 
         async def blocked(scope: Scope) -> None:

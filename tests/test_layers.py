@@ -32,9 +32,7 @@ NO_TELEGRAM_BELOW = 6  # nothing under handlers/ imports aiogram
 
 # The storage seam: above companion/storage/ only the protocols, the factory and SQLite's named
 # maintenance capability may be imported, never a backend's module (sqlite, inmemory, vectors, usage...).
-STORAGE_SEAM = frozenset({
-    "companion.storage.base", "companion.storage.factory", "companion.storage.maintenance", "companion.storage.turns",
-})
+STORAGE_SEAM = frozenset({"companion.storage.base", "companion.storage.factory", "companion.storage.maintenance"})
 # Benchmarks of a backend itself, not of the engine: the plain-sqlite3 baseline and the vector scorers.
 BACKEND_BENCHES = frozenset({"bench/plain.py", "bench/vectorsearch.py"})
 

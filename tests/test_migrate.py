@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
-from companion.ops.commands import run_migrate
+from companion.ops.commands import run_memories, run_migrate
 from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
-from companion.storage.base import MemoryStore, UsageRow
+from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, WEEKLY, MemoryStore, UsageRow
 from companion.storage.factory import open_store, sqlite_url
 from tests.pgtest import pg_schema
 from tests.support import make_settings
@@ -34,6 +34,7 @@ async def fill(store: MemoryStore) -> None:
         MemoryDraft("以前住在上海", ["上海"], 40.0, tier=Tier.SHORT),
     ], sources=["k1"])
     await store.apply_changes(ALICE, NOW + timedelta(hours=1), forget=[gone])
+    await store.apply_changes(GROUP, NOW, inserts=[MemoryDraft("群里说要去爬山", ["爬山"], 50.0)], sources=["k3", "k4"])
     [stored] = await store.fetch_by_ids(ALICE, [old])
     await store.apply_changes(ALICE, NOW, updates=[dataclasses.replace(stored, status=Status.ARCHIVED,
                                                                        status_reason="user")])
@@ -46,8 +47,9 @@ async def fill(store: MemoryStore) -> None:
     await store.add_short(ALICE, ShortKind.TURN, "今天好累", "抱抱", NOW, keep=200, keys=("k2",))
     await store.add_short(ALICE, ShortKind.EVENT, "吃了感冒药", None, NOW, keep=30, recalled=True)
     await store.save_profile(ALICE, Profile(core="爱吃火锅"), NOW)
-    await store.set_meta(f"weekly:{ALICE.key}", "on")
-    await store.set_meta("group_memory:-5", "off")
+    await store.set_setting(WEEKLY, ALICE, True)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(LAST_DECAY_AT, None, NOW)
     await store.begin_move(-7, -1000000000007, NOW)
     usage = store.usage_log()
     assert usage is not None
@@ -63,7 +65,7 @@ async def everything(store: MemoryStore) -> tuple[object, ...]:
     usage = store.usage_log()
     assert usage is not None
     rows = [row for _, row in await usage.page(0, 1000)]
-    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.meta_items(),
+    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.all_settings(),
             sorted(await store.unfinished_moves()), rows)
 
 
@@ -75,13 +77,17 @@ async def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path) ->
         back = await open_store(sqlite_url(tmp_path / "b.sqlite3"))
         try:
             first = await migrate(original, pg, NOW)
-            assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 4, 2, 2, 1)
-            assert (first.meta, first.usage, first.moves, first.verified_scopes) == (2, 5, 1, 3)
+            assert (first.scopes, first.memories, first.turns, first.short, first.profiles) == (3, 5, 2, 2, 1)
+            assert (first.meta, first.usage, first.moves, first.verified_scopes) == (3, 5, 1, 3)
             again = await migrate(original, pg, NOW)
             assert dataclasses.replace(again, verified_scopes=0) == Copied()  # nothing twice
             assert again.verified_scopes == 3
             await migrate(pg, back, NOW)
             assert await everything(back) == await everything(original) == await everything(pg)
+            # What forgetting follows came along: the turns each memory came from.
+            [climb] = [m.id for m in await back.fetch_memories(GROUP) if m.event == "群里说要去爬山"]
+            assert await back.sources_of(GROUP, [climb]) == {climb: {"k3", "k4"}}
+            assert await back.sources_of(ALICE, [climb]) == {}
             # The handles go on above the copied ones in both directions.
             top = max([m.id for m in await original.fetch_memories(ALICE, set(Status))]
                       + [m.id for m in await original.fetch_memories(GROUP, set(Status))])
@@ -121,7 +127,11 @@ async def test_the_command_copies_this_installation_and_refuses_itself(tmp_path:
     await store.close()
     async with pg_schema() as url:
         assert await run_migrate(settings, argparse.Namespace(source=None, to=url)) == 0
-        assert "copied 4 memories" in capsys.readouterr().out
+        assert "copied 5 memories" in capsys.readouterr().out
+        # The operator's commands read the server as they read the file (no file there: none is asked for).
+        on_server = make_settings(tmp_path / "elsewhere", database_url=url)
+        assert await run_memories(on_server, argparse.Namespace(user_id=101, chat=None)) == 0
+        assert "喜欢火锅" in capsys.readouterr().out
         back = tmp_path / "back.sqlite3"
         assert await run_migrate(settings, argparse.Namespace(source=url, to=sqlite_url(back))) == 0
         assert "verified 3 scopes" in capsys.readouterr().out

@@ -13,6 +13,16 @@ import pytest
 
 from companion.core.models import Origin, Scope, Status, Tier, Validity
 from companion.storage import migrations
+from companion.storage.base import (
+    GROUP_MEMORY,
+    LAST_DECAY_AT,
+    LAST_EXTRACTION,
+    MOVED_TO,
+    REVIEW_SENT,
+    SHARE_PRIVATE,
+    WEEKLY,
+    WEEKLY_SENT,
+)
 from companion.storage.migrations import CORE, MEMORIES, Migration, MigrationSet
 from companion.storage.sqlite import SQLiteStore
 
@@ -134,6 +144,41 @@ async def test_new_steps_run_once_on_old_databases(tmp_path: Path, monkeypatch: 
         conn.close()
     assert columns[-1] == "note"
     assert versions(path) == {ALICE.key: len(MEMORIES.steps) + 1}
+
+
+async def test_an_upgraded_database_keeps_its_settings(tmp_path: Path) -> None:
+    """The ``meta`` keys of the release before typed settings move to ``settings`` with their values."""
+    path = tmp_path / "memory.sqlite3"
+    before = CORE.names.index("0007_settings")
+    async with aiosqlite.connect(path) as old:
+        await old.execute("BEGIN")
+        await migrations.migrate_shared(old, "2025-12-01T00:00:00Z", [
+            MigrationSet("core", CORE.steps[:before]), *(s for s in migrations.SHARED_SETS if s.owner != "core")])
+        group = Scope(101, -5)
+        await old.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+            ("group_memory:-5", "off"), ("share_private:101", "on"), ("moved:-5:to", "-1000000000005"),
+            ("last_decay_at", "2025-12-22T03:00:00Z"), (f"weekly:{ALICE.key}", "on"),
+            (f"review_sent:{group.key}", "2025-12-21T03:00:00Z"), (f"weekly_sent:{ALICE.key}", "2025-12-20T03:00:00Z"),
+            (f"last_extraction:{ALICE.key}", "2025-12-22T02:00:00Z"), ("something_else", "kept")])
+        await old.commit()
+    store = await SQLiteStore.open(path)
+    try:
+        assert await store.get_setting(GROUP_MEMORY, -5) is False
+        assert await store.get_setting(SHARE_PRIVATE, 101) is True
+        assert await store.get_setting(MOVED_TO, -5) == -1000000000005
+        assert await store.get_setting(LAST_DECAY_AT, None) == datetime(2025, 12, 22, 3, 0, tzinfo=UTC)
+        assert await store.get_setting(WEEKLY, ALICE) is True
+        assert await store.get_setting(REVIEW_SENT, group) == datetime(2025, 12, 21, 3, 0, tzinfo=UTC)
+        assert await store.get_setting(WEEKLY_SENT, ALICE) == datetime(2025, 12, 20, 3, 0, tzinfo=UTC)
+        assert await store.get_setting(LAST_EXTRACTION, ALICE) == datetime(2025, 12, 22, 2, 0, tzinfo=UTC)
+        assert await store.change_counter(ALICE) == 0  # the journal starts empty
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT key, value FROM meta").fetchall() == [("something_else", "kept")]
+    finally:
+        conn.close()
 
 
 def test_shipped_step_names_never_change() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import reviews
+from companion.storage.base import WEEKLY
 from handlers.delivery import switch_off_blocked
 from handlers.memories import proactive_senders
 from tests.scripted import ScriptedBrain
@@ -27,7 +28,7 @@ async def test_a_403_on_a_proactive_message_switches_the_user_off(
     brain.install(live.llm)
     await live.say("/start_aiGF", 1)
     await live.rig.engine.remember(scope, [MemoryDraft("在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)], now)
-    await live.rig.engine.set_note(scope, reviews.WEEKLY, "on")
+    await live.rig.engine.set_setting(WEEKLY, scope, True)
     later = now + timedelta(days=7)
 
     async def blocked(scope: Scope) -> None:

@@ -10,7 +10,8 @@ import pytest
 from companion.chat.group import GroupSettings
 from companion.core.models import MemoryDraft, Scope, StatusReason, Switch
 from companion.core.timeutil import utcnow
-from companion.ops.reviews import WEEKLY, set_weekly
+from companion.ops.reviews import set_weekly
+from companion.storage.base import WEEKLY
 from handlers.groups import Confirm, ForgetGroupCB
 from handlers.keyboards import (
     REVIEW_UNDO,
@@ -65,7 +66,9 @@ async def test_stored_values_are_the_plain_strings(rig: Rig) -> None:
     await GroupSettings(rig.store).set_memory(-100123, False)
     with sqlite3.connect(rig.settings.db_path) as conn:
         reasons = [r for (r,) in conn.execute(f'SELECT status_reason FROM "{ME.table}"')]
-        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        rows = conn.execute("SELECT name, owner, value FROM settings")
+        stored = {(name, owner): value for name, owner, value in rows}
     assert reasons == ["user"]
-    assert "off" in meta.values() and await rig.engine.note(ME, WEEKLY) == "on"
+    assert stored[("group_memory", "-100123")] == "off" and stored[("weekly", ME.key)] == "on"
+    assert await rig.engine.setting(WEEKLY, ME) is True
     assert not await GroupSettings(rig.store).memory_on(-100123)

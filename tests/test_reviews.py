@@ -18,6 +18,7 @@ from companion.ops import jobs, reviews
 from companion.ops.leader import ALONE
 from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
+from companion.storage.base import REVIEW_SENT, WEEKLY, MemoryStore
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
@@ -31,9 +32,9 @@ _KEYWORDS = KeywordExtractor()
 
 
 @pytest.fixture
-async def engine() -> MemoryEngine:
+async def engine(any_store: MemoryStore) -> MemoryEngine:
     _KEYWORDS.load()
-    engine = MemoryEngine(InMemoryStore(), _KEYWORDS, EngineConfig())
+    engine = MemoryEngine(any_store, _KEYWORDS, EngineConfig())
     for scope in (ME, QUIET, OFF):
         await engine.remember(scope, [MemoryDraft(f"{scope.key} 在学吉他", ["吉他"], 60.0, validity=Validity.DAYS_7)],
                               START)
@@ -73,7 +74,7 @@ async def test_an_unreachable_user_is_not_marked_as_reviewed(engine: MemoryEngin
 
     day7 = START + timedelta(days=7)
     assert await reviews.review_round(engine, day7, TZ, (9, 21), blocked) == 0
-    assert await engine.note(ME, reviews.REVIEW_SENT) is None
+    assert await engine.setting(REVIEW_SENT, ME) is None
 
 
 async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
@@ -85,7 +86,7 @@ async def test_weekly_summary_is_opt_in(engine: MemoryEngine) -> None:
 
     now = START + timedelta(days=2)
     assert await reviews.weekly_round(engine, now, send) == 0
-    await engine.set_note(ME, reviews.WEEKLY, "on")
+    await engine.set_setting(WEEKLY, ME, True)
     [memory] = await engine.memories(ME)
     await engine.promote(ME, memory.id, now)
     assert await reviews.weekly_round(engine, now, send) == 1

@@ -12,7 +12,7 @@ from companion.chat import texts
 from companion.chat.intents import Intent, Kind, read_intent, read_review_answer
 from companion.core.models import Scope, Status, Tier
 from companion.core.tiers import Action
-from companion.core.timeutil import to_db
+from companion.storage.base import REVIEW_SENT
 from tests.support import Rig
 
 ME = Scope(4242)
@@ -80,7 +80,7 @@ async def test_save_previous_and_edit(rig: Rig) -> None:
     rig.llm.fail_next(5)  # the model is down: the save still works, with the user's own words
     saved = await rig.chat.reply(ME, "这个很重要")
     assert saved.saved is not None and saved.saved.event == "我下周三要面试"
-    rig.chat.begin_edit(ME, saved.saved.id)
+    await rig.chat.begin_edit(ME, saved.saved.id)
     edited = await rig.chat.reply(ME, "我下周四要面试")
     assert edited.text.startswith("改好了：我下周四要面试")
     [memory] = await rig.engine.memories(ME)
@@ -109,7 +109,7 @@ async def test_unanswered_reviews_open_the_next_conversation(rig: Rig) -> None:
     assert saved is not None and saved.tier is not Tier.LONG
     await rig.chat.stop(ME)
     rig.clock.advance(days=40)
-    await rig.engine.set_note(ME, "review_sent", to_db(rig.clock() - timedelta(days=4)))
+    await rig.engine.set_setting(REVIEW_SENT, ME, rig.clock() - timedelta(days=4))
     await rig.chat.start(ME)
     first = await rig.chat.reply(ME, "我回来啦")
     assert first.text.startswith("有1条记忆待处理，要看看吗？")

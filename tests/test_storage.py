@@ -215,7 +215,8 @@ async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None
     # The text never reached the schema: exactly the shared tables, the one scope table and spares exist.
     assert {n for n in table_names(storage.path) if not re.fullmatch(r"mem_t[1-9][0-9]*", n)} == {
         "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "short_term",
-        "memory_vectors", "llm_usage", "spare_tables", "memory_sources", "chat_moves", ALICE.table,
+        "memory_vectors", "llm_usage", "spare_tables", "memory_sources", "chat_moves", "settings",
+        "memory_changes", ALICE.table,
     }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]
 
@@ -487,16 +488,16 @@ async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypat
 
 
 
-async def test_change_counter_moves_when_another_connection_commits(storage: SQLiteStore) -> None:
+async def test_a_scopes_change_counter_moves_whoever_writes_it(storage: SQLiteStore) -> None:
     await storage.apply_changes(ALICE, NOW, inserts=[draft()])
-    before = await storage.change_counter()
-    await storage.fetch_memories(ALICE)
-    await storage.apply_changes(ALICE, NOW, inserts=[draft("爱吃火锅")])  # this store's own writes
-    assert await storage.change_counter() == before
-    other = sqlite3.connect(storage.path)
+    before, bob = await storage.change_counter(ALICE), await storage.change_counter(BOB)
+    await storage.apply_changes(ALICE, NOW, inserts=[draft("爱吃火锅")])  # this store's own write
+    mine = await storage.change_counter(ALICE)
+    assert mine > before
+    other = await SQLiteStore.open(storage.path)  # another process: an operator's command line
     try:
-        other.execute("INSERT INTO meta (key, value) VALUES ('by', 'another process')")
-        other.commit()
+        await other.apply_changes(ALICE, NOW, inserts=[draft("爱吃面条")])
     finally:
-        other.close()
-    assert await storage.change_counter() != before
+        await other.close()
+    assert await storage.change_counter(ALICE) > mine
+    assert await storage.change_counter(BOB) == bob == 0  # another scope's counter stays

@@ -17,7 +17,7 @@ from companion.core.extraction import plan_merge
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Validity
 from companion.core.rules import new_memory
 from companion.ops.backup import Exported, export_csv
-from companion.storage.base import EVERY_STATUS
+from companion.storage.base import EVERY_STATUS, LAST_DECAY_AT
 from companion.storage.rows import HANDLES_PER_STATEMENT, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
 
@@ -71,7 +71,7 @@ async def test_decay_lets_other_work_in_between_its_slices(
     monkeypatch.setattr(storage_module, "DECAY_SLICE_S", 0.0)  # one table per transaction
     job = asyncio.create_task(store.decay_and_clean(scopes, NOW))
     await asyncio.sleep(0)  # the decay takes the lock first
-    assert await store.get_meta("anything") is None
+    assert await store.get_setting(LAST_DECAY_AT, None) is None
     assert not job.done(), "a read waited for the whole decay instead of one slice"
     assert await job == (20, 0)
 

@@ -3,6 +3,7 @@ in-memory fake), plus a property test that the set-based SQL decay equals the pu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from collections.abc import AsyncIterator
@@ -28,12 +29,22 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage.base import EVERY_STATUS, MemoryStore
-from companion.storage.factory import backends, open_store
+from companion.storage.base import (
+    EVERY_STATUS,
+    GROUP_MEMORY,
+    MOVED_TO,
+    REVIEW_SENT,
+    SHARE_PRIVATE,
+    WEEKLY,
+    MemoryStore,
+    TurnRecord,
+    UsageRow,
+    VectorRow,
+)
+from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.turns import TurnRecord
 from tests.conftest import STORE_BACKENDS
 from tests.pgtest import pg_schema
 
@@ -205,9 +216,13 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     await store.add_turn(old_a, Turn(user="排队的", reply=None, at=NOW))
     await store.add_short(old_a, ShortKind.TURN, "刚才说的", "嗯", NOW, keep=10)
     await store.save_profile(old_b, Profile(core="核心"), NOW)
-    for key, value in ((f"review_sent:{old_a.key}", "t1"), (f"weekly:{new_a.key}", "on"),
-                       (f"weekly:{old_a.key}", "off"), ("group_memory:-5", "off"), ("group_memory:-55", "on")):
-        await store.set_meta(key, value)
+    await store.set_setting(REVIEW_SENT, old_a, NOW)
+    await store.set_setting(WEEKLY, new_a, True)
+    await store.set_setting(WEEKLY, old_a, False)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(GROUP_MEMORY, -55, True)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(SHARE_PRIVATE, 101, True)
 
     assert sorted(s.key for s in await store.move_chat(-5, -1000000000005, NOW)) == sorted([old_a.key, old_b.key])
     new_b = Scope(202, -1000000000005)
@@ -220,11 +235,14 @@ async def test_move_chat_moves_every_scope_of_the_chat(store: MemoryStore) -> No
     assert [t.user for t in await store.pending_turns(new_a, 10)] == ["排队的"]
     assert [i.user for i in await store.short_items(new_a, ShortKind.TURN, 10)] == ["刚才说的"]
     assert (await store.load_profile(new_b)) is not None and await store.load_profile(old_b) is None
-    assert await store.get_meta(f"review_sent:{new_a.key}") == "t1"
-    assert await store.get_meta(f"weekly:{new_a.key}") == "on"  # the new scope's own state wins
-    assert await store.get_meta(f"weekly:{old_a.key}") is None
-    assert await store.get_meta("group_memory:-1000000000005") == "off"
-    assert await store.get_meta("group_memory:-55") == "on"  # another chat's ending is not moved
+    assert await store.get_setting(REVIEW_SENT, new_a) == NOW
+    assert await store.get_setting(WEEKLY, new_a) is True  # the new scope's own state wins
+    assert await store.get_setting(WEEKLY, old_a) is None
+    assert await store.get_setting(GROUP_MEMORY, -1000000000005) is False
+    assert await store.get_setting(GROUP_MEMORY, -5) is None
+    assert await store.get_setting(GROUP_MEMORY, -55) is True  # another chat's is not moved
+    assert await store.get_setting(MOVED_TO, -5) == -1000000000005  # the old id's own record stays
+    assert await store.get_setting(SHARE_PRIVATE, 101) is True
 
     assert await store.move_chat(-5, -1000000000005, NOW) == []  # the second notice moves nothing
     assert len(await store.fetch_memories(new_a)) == 2
@@ -310,6 +328,89 @@ async def test_forgetting_in_an_unknown_scope_creates_nothing(store: MemoryStore
     assert await store.scopes() == []
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_another_writer_moves_the_scopes_counter(backend: str, tmp_path: Path) -> None:
+    """Two store objects on one database (two processes): a write by either moves the scope's counter
+    both read, and no other scope's."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = (await stack.enter_async_context(pg_schema()) if backend == "postgresql"
+               else sqlite_url(tmp_path / "m.sqlite3"))
+        mine, other = await open_store(url), await open_store(url)
+        stack.push_async_callback(other.close)
+        stack.push_async_callback(mine.close)
+        await mine.apply_changes(ALICE, NOW, inserts=[draft("自己写的")])
+        start, bob = await mine.change_counter(ALICE), await mine.change_counter(BOB)
+        assert start > 0 and await other.change_counter(ALICE) == start
+        await other.apply_changes(ALICE, NOW, inserts=[draft("别人写的")])
+        assert await mine.change_counter(ALICE) > start and await mine.change_counter(BOB) == bob
+
+
+async def test_settings_are_listed_as_stored(store: MemoryStore) -> None:
+    await store.set_setting(WEEKLY, ALICE, True)
+    await store.set_setting(GROUP_MEMORY, -5, False)
+    await store.set_setting(MOVED_TO, -5, -1000000000005)
+    await store.set_setting(WEEKLY, ALICE, False)
+    assert await store.all_settings() == [("group_memory", "-5", "off"), ("moved_to", "-5", "-1000000000005"),
+                                          ("weekly", ALICE.key, "off")]
+
+
+async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryStore) -> None:
+    usage = store.usage_log()
+    if usage is None:
+        assert isinstance(store, InMemoryStore)  # the one backend without a usage log
+        return
+    rows = [UsageRow(NOW + timedelta(minutes=n), "reply" if n % 2 else "extract", "m", n, 2 * n,
+                     None if n == 3 else n, None if n == 3 else 0, 1.5 * n, ok=n != 4, tool_calls=n % 3)
+            for n in range(7)]
+    for row in rows:
+        await usage.add(row)
+    first = await usage.page(0, 4)
+    rest = await usage.page(first[-1][0], 10)
+    assert [r for _, r in first + rest] == rows and await usage.page(rest[-1][0], 10) == []
+    [day] = {c.day for c in await usage.report(NOW - DAY, timedelta(hours=8))}
+    assert day == "2025-12-23"
+    cells = await usage.report(NOW - DAY, timedelta(0))
+    assert [(c.purpose, c.calls, c.failures, c.tool_calls) for c in cells] == [("extract", 4, 1, 3), ("reply", 3, 0, 3)]
+
+
+# ---- the vectors capability, on every backend that has one ------------------------------------------
+
+
+def unit(*values: float) -> list[float]:
+    norm = sum(v * v for v in values) ** 0.5
+    return [v / norm for v in values]
+
+
+async def test_vectors_stay_in_their_scope_and_go_with_their_memory(store: MemoryStore) -> None:
+    vectors = await store.open_vectors()
+    if vectors is None:
+        assert isinstance(store, InMemoryStore)
+        return
+    try:
+        a1, a2, a3 = await store.apply_changes(ALICE, NOW, inserts=[draft("猫"), draft("狗"), draft("鱼")])
+        [b1] = await store.apply_changes(BOB, NOW, inserts=[draft("猫")])
+        rows = [VectorRow(a1, "h1", unit(1, 0, 0)), VectorRow(a2, "h2", unit(0, 1, 0)),
+                VectorRow(a3, "h3", unit(1, 1, 0))]
+        assert await vectors.put(ALICE, "m", rows, NOW) == 3
+        assert await vectors.put(ALICE, "m", [VectorRow(b1, "x", unit(1, 0, 0))], NOW) == 0  # Bob's handle
+        assert await vectors.put(BOB, "m", [VectorRow(b1, "hb", unit(1, 0, 0))], NOW) == 1
+        assert await vectors.put(ALICE, "old", [VectorRow(a1, "h1", unit(0, 0, 1))], NOW) == 1  # replaces a1's
+        await vectors.put(ALICE, "m", rows[:1], NOW)
+        assert await vectors.hashes(ALICE, "m") == {a1: "h1", a2: "h2", a3: "h3"}
+        nearest = await vectors.nearest(ALICE, "m", unit(1, 0.1, 0), 2)
+        assert [h for h, _ in nearest] == [a1, a3] and nearest[0][1] == pytest.approx(0.995, abs=1e-3)
+        assert [h for h, _ in await vectors.nearest(BOB, "m", unit(1, 0, 0), 5)] == [b1]
+        await store.forget_everywhere(ALICE, [a2], NOW)
+        assert set(await vectors.hashes(ALICE, "m")) == {a1, a3}
+        await store.apply_changes(ALICE, NOW, forget=[a3])  # a tombstone without the vector's own delete
+        assert await vectors.prune(ALICE) == 1 and await vectors.count() == 2
+        assert await vectors.put(ALICE, "other", [VectorRow(a1, "h9", unit(0, 0, 1))], NOW) == 1
+        assert await vectors.drop_other_models("other") == 1 and await vectors.count("other") == 1
+        assert await vectors.delete([a1, b1]) == 1 and await vectors.count() == 0
+    finally:
+        await vectors.close()
+
+
 async def test_one_turn_reads_what_the_reply_needs_at_once(store: MemoryStore) -> None:
     empty = await store.turn_context(ALICE, events=5, turns=10, memories=True)
     assert (empty.active, empty.profile, empty.events, empty.turns, empty.memories) == (False, None, [], [], [])
@@ -348,3 +449,17 @@ async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
     await store.record_turn(BOB, TurnRecord(at=NOW, queued=[Turn("你好", None, NOW)], touched=[a], mentioned=[a]))
     assert await store.count_pending(BOB) == 1
     assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's
+
+
+async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: MemoryStore) -> None:
+    [a, b] = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")], sources=["k1", "k2"])
+    [c] = await store.apply_changes(BOB, NOW, inserts=[draft("丙")], sources=["k9"])
+    assert await store.sources_of(ALICE, [a, b, c]) == {a: {"k1", "k2"}, b: {"k1", "k2"}}  # Bob's is not Alice's
+    [memory] = await store.fetch_by_ids(ALICE, [a])
+    kept = await store.import_rows(Scope(303), [dataclasses.replace(memory, id=a + 500)], NOW,
+                                   sources={a + 500: ["k7"]})
+    renewed = await store.import_rows(Scope(303), [memory], NOW, keep_ids=False, sources={a: ["k8"]})
+    assert await store.sources_of(Scope(303), kept + renewed) == {kept[0]: {"k7"}, renewed[0]: {"k8"}}
+    await told(store, Scope(303), "复制来的那句话", "k8")
+    assert await store.forget_everywhere(Scope(303), renewed, NOW) == {"k8"}
+    assert await store.pending_turns(Scope(303), 10) == []  # forgetting follows the copied provenance

@@ -42,7 +42,7 @@ async def test_memory_url_opens_an_empty_store_with_no_optional_capabilities() -
     assert isinstance(store, InMemoryStore)
     assert await store.open_vectors() is None
     assert store.usage_log() is None and store.maintenance() is None
-    assert await store.change_counter() == await store.change_counter()
+    assert await store.change_counter(Scope(1)) == 0
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,8 @@ async def test_a_companion_turn_costs_one_read_and_one_write(counted: tuple[Rig,
     assert await turn(rig, store, "我今天又有点不舒服") == one  # recalled, shown, mentioned: still one write
     [cold] = await rig.engine.memories(ME)
     assert cold.access_count == 1 and cold.mention_count == 1
-    assert [t.user for t in await rig.engine.recent_turns(ME, 10)] == ["今天天气真好", "出去走了走", "我今天又有点不舒服"]
+    told = ["今天天气真好", "出去走了走", "我今天又有点不舒服"]
+    assert [t.user for t in await rig.engine.recent_turns(ME, 10)] == told
     assert await rig.engine.pending_count(ME) == 3
 
 

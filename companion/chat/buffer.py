@@ -5,6 +5,9 @@ flush callback. A command that must come after what the user said before it (``/
 ``flush_now``: the buffered texts are answered at once and the call returns when every flush of that key,
 including ones already running, is done. ``settled`` waits until a key has nothing buffered and nothing
 being flushed: a queue of updates acknowledges a text only once its answer is out.
+
+The handlers type against ``Buffering``: ``MessageBuffer`` holds one process's messages. Several worker
+processes each keep their own: the queue routes each chat to one worker at a time (handlers/queue.py).
 """
 
 from __future__ import annotations
@@ -13,10 +16,35 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 Flush = Callable[[str], Awaitable[None]]
+
+
+class Buffering(Protocol):
+    def push(self, key: Hashable, text: str, flush: Flush) -> None:
+        """Buffer a text; ``flush`` gets the key's joined texts once it has been quiet for a while."""
+        ...
+
+    def pending(self, key: Hashable) -> list[str]: ...
+
+    def take(self, key: Hashable) -> list[str]:
+        """Remove and return what a key has buffered, unflushed."""
+        ...
+
+    async def flush_now(self, key: Hashable) -> None:
+        """Finish the key's running flushes, then flush what it has buffered."""
+        ...
+
+    async def settled(self, key: Hashable) -> None:
+        """Return once the key has nothing buffered and no flush running."""
+        ...
+
+    async def close(self) -> None:
+        """Flush everything still waiting, then wait for running flushes."""
+        ...
 
 
 @dataclass(slots=True)

@@ -177,7 +177,7 @@ class TypedChoices:
         if choice == 1:
             return "好的。"
         if choice == 2:
-            self.chat.begin_edit(self.scope, memory.id)
+            await self.chat.begin_edit(self.scope, memory.id)
             return texts.EDIT_PROMPT
         try:
             if choice == 3:

@@ -10,9 +10,9 @@ only: they are quoted into this turn's reference block between marks that call t
 system note saying so just before the message (``GroupTurn.note``), and never queued for extraction, so
 extraction only ever sees the speaker's own turns.
 
-Settings are two flags in the store's small key-value table, so no table of their own: the group's
-memory switch (``group_memory:<chat id>``) and a user's private-sharing opt-in (``share_private:<user
-id>``); a group upgraded to a supergroup leaves ``moved:<old id>:to`` = its new id.
+Settings are the store's typed settings: the group's memory switch (``GROUP_MEMORY`` by chat id) and a
+user's private-sharing opt-in (``SHARE_PRIVATE`` by user id); a group upgraded to a supergroup leaves
+``MOVED_TO`` = its new id under its old id.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Protocol
 
 from companion.chat.persona import quote
 from companion.core.extraction import tells
-from companion.core.models import Memory, MemoryType, Recalled, Scope, Status, Switch
+from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
+from companion.storage.base import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE, ScopeRegistry, SettingStore
 from memory import MemoryContext, MemoryEngine
 
 ROOM_LINES = 20
@@ -53,12 +54,9 @@ def pick_group_memories(candidates: Sequence[Memory], limit: int) -> list[Memory
     return ordered[: max(limit, 0)]
 
 
-class GroupStore(Protocol):
-    """What group settings need from the store: its small key-value table, the scopes, the queue."""
+class GroupStore(SettingStore, ScopeRegistry, Protocol):
+    """What group settings need from the store: its settings, the scopes, the queue."""
 
-    async def get_meta(self, key: str) -> str | None: ...
-    async def set_meta(self, key: str, value: str) -> None: ...
-    async def scopes(self) -> list[Scope]: ...
     async def clear_turns(self, scope: Scope) -> None: ...
 
 
@@ -78,24 +76,24 @@ class GroupSettings:
 
     async def record_move(self, old_chat_id: int, new_chat_id: int) -> None:
         """Remember that a group got a new id, for buttons sent before the move that still name the old."""
-        await self._store.set_meta(f"moved:{old_chat_id}:to", str(new_chat_id))
+        await self._store.set_setting(MOVED_TO, old_chat_id, new_chat_id)
 
     async def current_id(self, chat_id: int) -> int:
         """The id a group has now (a group becomes a supergroup once; supergroups keep their id)."""
-        moved = await self._store.get_meta(f"moved:{chat_id}:to")
-        return chat_id if moved is None else int(moved)
+        moved = await self._store.get_setting(MOVED_TO, chat_id)
+        return chat_id if moved is None else moved
 
     async def memory_on(self, chat_id: int) -> bool:
-        return await self._store.get_meta(f"group_memory:{chat_id}") != Switch.OFF
+        return await self._store.get_setting(GROUP_MEMORY, chat_id) is not False
 
     async def set_memory(self, chat_id: int, on: bool) -> None:
-        await self._store.set_meta(f"group_memory:{chat_id}", Switch.of(on))
+        await self._store.set_setting(GROUP_MEMORY, chat_id, on)
 
     async def shares_private(self, user_id: int) -> bool:
-        return await self._store.get_meta(f"share_private:{user_id}") == Switch.ON
+        return await self._store.get_setting(SHARE_PRIVATE, user_id) is True
 
     async def set_share_private(self, user_id: int, on: bool) -> None:
-        await self._store.set_meta(f"share_private:{user_id}", Switch.of(on))
+        await self._store.set_setting(SHARE_PRIVATE, user_id, on)
 
 
 @dataclass(slots=True)

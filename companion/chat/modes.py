@@ -61,9 +61,22 @@ class CompanionModes:
         """Taken before a read of the store, handed back to ``observe`` with what it read."""
         return self._switches
 
-    def observe(self, scope: Scope, on: bool, mark: int) -> None:
-        if scope not in self._switching and mark == self._switches and on != (scope in self._on):
-            self.set(scope, on)
+    async def check(self, scope: Scope) -> bool:
+        """``is_on``, asking the store when the cache says off: another process may have switched it on
+        (a person outside companion mode is asked, at most once a message; one in it, never)."""
+        if scope in self._on:
+            return True
+        mark = self.mark()
+        self.observe(scope, await self._engine.companion_mode(scope), mark)
+        return scope in self._on
+
+    def observe(self, scope: Scope, on: bool, mark: int) -> bool:
+        """Take what a read of the store said; True when that switched the scope off here (another process
+        stopped companion mode)."""
+        if scope in self._switching or mark != self._switches or on == (scope in self._on):
+            return False
+        self.set(scope, on)
+        return not on
 
     def moved(self, old: Scope, new: Scope) -> None:
         if old in self._on:

@@ -35,15 +35,15 @@ from companion.core.errors import LLMError, StorageError
 from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
-from companion.core.timeutil import from_db, utcnow
+from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
+from companion.storage.base import REVIEW_SENT
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
-REVIEW_SENT = "review_sent"  # note: when the last review message went out (companion.ops.reviews writes it)
 SUMMARY_MIN_TURNS = 2
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
 # send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
@@ -116,7 +116,11 @@ class ChatService:
         await self.modes.load()
 
     def is_active(self, scope: Scope) -> bool:
+        """Companion mode as this process last saw it (``modes``); ``active`` asks the store when off."""
         return self.modes.is_on(scope)
+
+    async def active(self, scope: Scope) -> bool:
+        return await self.modes.check(scope)
 
     def moved(self, old: Scope, new: Scope) -> None:
         """The store moved ``old`` to ``new`` (a group became a supergroup): companion mode follows, and
@@ -177,6 +181,9 @@ class ChatService:
         remember = group is None or group.remember
         async with session.lock:
             opened = await self._open(scope, session)
+            if group is None and opened is None:  # another process stopped companion mode meanwhile
+                self._sessions.pop(scope, None)
+                return Reply(texts.NOT_STARTED, ok=False)
             session.message = (chat_id, message_id)
             session.answering = new_turn_key()
             try:
@@ -185,7 +192,7 @@ class ChatService:
                     return steered
                 # Review lists are private matters: raised in private chats only.
                 opening = await self._opening(scope, session) if group is None else None
-                answer = await self._reply(scope, session, text, group, opened)
+                answer = await self._reply(scope, session, text, group, bool(opened))
             finally:
                 session.answering = None
         if remember:
@@ -193,9 +200,10 @@ class ChatService:
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
-    async def _open(self, scope: Scope, session: Session) -> bool:
+    async def _open(self, scope: Scope, session: Session) -> bool | None:
         """The turn's one read of the store (``MemoryEngine.open_turn``); the first message after a restart
-        finds the last turns there, not an empty session. False when the store cannot be read."""
+        finds the last turns there, not an empty session. False when the store cannot be read, None when
+        it says another process stopped companion mode."""
         restoring = not session.restored
         session.restored = True
         mark = self.modes.mark()
@@ -204,7 +212,9 @@ class ChatService:
         except StorageError as exc:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
             return False
-        self.modes.observe(scope, view.active, mark)
+        if self.modes.observe(scope, view.active, mark):
+            return None
+        session.steer.editing = view.editing
         if restoring and not session.history:
             session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None)
                                    for item in view.turns)
@@ -216,6 +226,8 @@ class ChatService:
         chat_id, message_id = session.message
         told = [key for key in (previous.key if previous else None, session.answering) if key]
         try:
+            if session.steer.editing is not None:
+                await self.engine.await_edit(scope, None)  # this message is the new text, whatever comes of it
             outcome = await steer(self.engine, scope, session.steer, text, previous.user if previous else None,
                                   self.clock(), chat_id=chat_id, message_id=message_id, turns=told)
         except StorageError as exc:
@@ -236,8 +248,8 @@ class ChatService:
             return None
         now = self.clock()
         try:
-            sent = await self.engine.note(scope, REVIEW_SENT)
-            unanswered = sent is not None and now - from_db(sent) >= self.config.review_unanswered
+            sent = await self.engine.setting(REVIEW_SENT, scope)  # companion.ops.reviews writes it
+            unanswered = sent is not None and now - sent >= self.config.review_unanswered
             return await opening_reviews(self.engine, scope, session.steer, now, unanswered)
         except StorageError as exc:
             log.warning("reviews unavailable for %s: %s", scope.key, exc)
@@ -263,8 +275,9 @@ class ChatService:
             session.forget(done.memories, done.turn_keys)
         return len(done.memories)
 
-    def begin_edit(self, scope: Scope, handle: int) -> None:
-        """The user's next message becomes the new text of this memory."""
+    async def begin_edit(self, scope: Scope, handle: int) -> None:
+        """The user's next message becomes the new text of this memory, whichever process takes it."""
+        await self.engine.await_edit(scope, handle)
         self.session(scope).steer.editing = handle
 
     async def reset(self, scope: Scope) -> str:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from companion.chat.buffer import MessageBuffer
+from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def grace_for(timeout: float) -> float:
 
 
 async def wind_down(
-    chat: ChatService, buffer: MessageBuffer | None, others: Sequence[asyncio.Task[Any]], timeout: float,
+    chat: ChatService, buffer: Buffering | None, others: Sequence[asyncio.Task[Any]], timeout: float,
 ) -> bool:
     """Finish or abandon the background work within ``timeout`` seconds; True when nothing was abandoned."""
     grace = grace_for(timeout)
@@ -53,7 +53,7 @@ async def wind_down(
     return False
 
 
-async def _finish(chat: ChatService, buffer: MessageBuffer | None, others: Sequence[asyncio.Task[Any]]) -> None:
+async def _finish(chat: ChatService, buffer: Buffering | None, others: Sequence[asyncio.Task[Any]]) -> None:
     # Replies, extractions and the rest run side by side; a reply finished late may spawn one more
     # extraction, hence the second drain. A task cancelled before the stop (or failed) is no reason to
     # stop waiting for the others.
@@ -62,6 +62,6 @@ async def _finish(chat: ChatService, buffer: MessageBuffer | None, others: Seque
     await chat.drain()
 
 
-async def _unwind(chat: ChatService, buffer: MessageBuffer | None, others: Sequence[asyncio.Task[Any]]) -> None:
+async def _unwind(chat: ChatService, buffer: Buffering | None, others: Sequence[asyncio.Task[Any]]) -> None:
     await asyncio.gather(buffer.close() if buffer is not None else asyncio.sleep(0), chat.drain(), *others,
                          return_exceptions=True)

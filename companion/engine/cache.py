@@ -2,7 +2,9 @@
 
 Bounded by the number of memories held, not the number of scopes: one user with 10,000 memories weighs
 as much as a hundred typical users, so a count of scopes says nothing about the memory the cache takes.
-Everything cached is dropped when another process (an operator's CLI, a restore) wrote the database.
+A cached scope follows its change counter (``ChangeJournal``): when the counter moved, whoever wrote
+(this process, another one: an operator's CLI), the journal says which memories changed and only those
+are read again; a scope-wide change (decay, a chat move) or a long gap drops the scope's index.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ DEFAULT_CACHE_MEMORIES = 48 * 2**20 // BYTES_PER_MEMORY
 MAX_INSTRUCTIONS = 5
 MAX_RECENT = 3
 RECENT_WINDOW = timedelta(days=1)
+# More changes than this since a scope's index was current: rebuilding it costs less than applying them.
+MAX_SYNC_CHANGES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +50,17 @@ class IndexCache:
 
     def __init__(
         self, store: MemoryStore, tokenize: Tokenize, max_memories: int = DEFAULT_CACHE_MEMORIES,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[Scope], None] | None = None,
     ) -> None:
         self._store = store
-        self._on_stale = on_stale  # other caches built on the same database
+        self._on_stale = on_stale  # another cache of the scope, built on the same database
         self._tokenize = tokenize
         self.max_memories = max_memories
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
         self._sizes: dict[Scope, int] = {}
         self._held = 0
         self._standing: dict[Scope, _Candidates] = {}
-        self._change_count: int | None = None
+        self._seen: dict[Scope, int] = {}  # the change counter each cached index is current at
 
     @property
     def held(self) -> int:
@@ -67,32 +71,63 @@ class IndexCache:
     def scopes(self) -> int:
         return len(self._indexes)
 
-    async def _check(self) -> None:
-        self.observe(await self._store.change_counter())
+    async def _sync(self, scope: Scope, also: Sequence[int] = (), counter: int | None = None) -> None:
+        """Bring a loaded index up to the scope's change counter (``counter`` when the caller read it), and
+        read ``also`` again (memories whose access or mention counts changed: the journal does not record
+        those)."""
+        index = self._indexes.get(scope)
+        if index is None:
+            return
+        if counter is None:
+            counter = await self._store.change_counter(scope)
+        seen = self._seen.get(scope, 0)
+        handles = set(also)
+        if counter != seen:
+            changes = await self._store.changes_since(scope, seen, MAX_SYNC_CHANGES)
+            if len(changes) >= MAX_SYNC_CHANGES or any(c.handle is None for c in changes):
+                self.invalidate(scope)
+                self._stale(scope)
+                return
+            handles.update(c.handle for c in changes if c.handle is not None)
+            self._seen[scope] = max([counter, *(c.seq for c in changes)])
+            self._stale(scope)
+        if not handles:
+            return
+        self._standing.pop(scope, None)
+        for handle in handles:
+            index.remove(handle)
+        for memory in await self._store.fetch_by_ids(scope, sorted(handles)):
+            if memory.is_active:
+                index.add(memory)
+        self._recount(scope, index)
 
-    def observe(self, version: int) -> None:
-        """The store's change counter, read here or with a turn's context (``turn_context``)."""
-        if version != self._change_count:
-            # Another process wrote: nothing cached can be trusted.
-            self.clear()
-            if self._on_stale is not None and self._change_count is not None:
-                self._on_stale()
-            self._change_count = version
+    def _stale(self, scope: Scope) -> None:
+        if self._on_stale is not None:
+            self._on_stale(scope)
+
+    async def observe(self, scope: Scope, counter: int) -> None:
+        """The scope's change counter, read with a turn's context (``turn_context``): a loaded index costs
+        no store call when nothing changed."""
+        await self._sync(scope, counter=counter)
 
     async def index(self, scope: Scope, *, checked: bool = False) -> ScopeIndex:
-        """``checked``: the caller observed the change counter this turn (``observe``)."""
-        if not checked:
-            await self._check()
+        """``checked``: the caller brought the scope up to date this turn (``observe``, ``load``)."""
         index = self._indexes.get(scope)
+        if index is not None and not checked:
+            await self._sync(scope)
+            index = self._indexes.get(scope)  # dropped when too much changed
         if index is not None:
             self._indexes.move_to_end(scope)
             return index
-        return self.load(scope, await self._store.fetch_memories(scope))
+        # The counter is read first: a change committed while the rows load is applied once more later.
+        seen = await self._store.change_counter(scope)
+        return self.load(scope, await self._store.fetch_memories(scope), seen)
 
-    def load(self, scope: Scope, memories: Sequence[Memory]) -> ScopeIndex:
-        """The scope's index built from its active memories, read by the caller."""
+    def load(self, scope: Scope, memories: Sequence[Memory], counter: int) -> ScopeIndex:
+        """The scope's index built from its active memories, read by the caller at this change counter."""
         index = ScopeIndex(list(memories), self._tokenize)
         self._indexes[scope] = index
+        self._seen[scope] = counter
         self._recount(scope, index)
         return index
 
@@ -111,13 +146,10 @@ class IndexCache:
         return self._indexes.get(scope)
 
     async def add(self, scope: Scope, ids: Sequence[int]) -> None:
-        """Memories were written or changed: a loaded index takes them as stored now."""
+        """Memories were written or changed: a loaded index takes them, and whatever else the journal says
+        changed, as stored now."""
         self._standing.pop(scope, None)
-        index = self._indexes.get(scope)
-        if index is not None:
-            for memory in await self._store.fetch_by_ids(scope, ids):
-                index.add(memory)
-            self._recount(scope, index)
+        await self._sync(scope, ids)
 
     def mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         """A reply mentioned these memories, shown to it (an access each): a loaded index takes the counts
@@ -141,23 +173,24 @@ class IndexCache:
         self._indexes.pop(scope, None)
         self._held -= self._sizes.pop(scope, 0)
         self._standing.pop(scope, None)
+        self._seen.pop(scope, None)
 
     def clear(self) -> None:
         self._indexes.clear()
         self._sizes.clear()
         self._held = 0
         self._standing.clear()
+        self._seen.clear()
 
     async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
         """Per reply: the instructions that always apply, and core facts learned in the last day that the
         profile may not carry yet. Recall is not limited here: every active memory may be recalled."""
-        if not checked:
-            await self._check()
+        index = await self.index(scope, checked=checked)  # brought up to date first: a change drops the candidates
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full
             # read per turn. Dropped whenever the index changes.
-            active = list((await self.index(scope, checked=True)).memories.values())
+            active = list(index.memories.values())
             instructions = tiers.instructions(active)
             newest = sorted((m for m in active if m.is_active and is_core(m)), key=lambda m: m.created_at, reverse=True)
             cached = self._standing[scope] = _Candidates(

@@ -15,16 +15,14 @@ from datetime import datetime
 from typing import Protocol
 
 from companion.core.models import Memory, Recalled, Scope, Turn
-from companion.core.timeutil import to_db
 from companion.engine.learning import MAX_RELATED, Learner, related
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import Consolidation
 from companion.engine.writer import MemoryWriter
-from companion.storage.base import MemoryStore
+from companion.storage.base import LAST_EXTRACTION, MemoryStore
 
 log = logging.getLogger(__name__)
 
-LAST_EXTRACTION = "last_extraction"  # a per-scope note: when the last extraction ran
 ATTEMPTS = 3  # extractions overtaken by a change to their turns before this one gives up until next time
 
 
@@ -36,15 +34,14 @@ class RelatedRecall(Protocol):
 class Consolidator:
     def __init__(
         self, store: MemoryStore, writer: MemoryWriter, learner: Learner, short: ShortTermBook,
-        recall: RelatedRecall, set_note: Callable[[Scope, str, str], Awaitable[None]],
-        get: Callable[[Scope, int], Awaitable[Memory]], clock: Callable[[], datetime], batch: int,
+        recall: RelatedRecall, get: Callable[[Scope, int], Awaitable[Memory]], clock: Callable[[], datetime],
+        batch: int,
     ) -> None:
         self._store = store
         self._writer = writer
         self._learner = learner
         self._short = short
         self._recall = recall
-        self._set_note = set_note
         self._get = get
         self._clock = clock
         self._batch = batch
@@ -78,7 +75,7 @@ class Consolidator:
             for event in today_events:
                 await self._short.add_event(scope, event, turns[-1].at, batch)
             plan = await self._writer.absorb(scope, turns, drafts, now)
-        await self._set_note(scope, LAST_EXTRACTION, to_db(now))
+        await self._store.set_setting(LAST_EXTRACTION, scope, now)
         await self._writer.embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",
                  scope.key, len(turns), len(plan.inserts), len(plan.updates))

@@ -18,8 +18,7 @@ from companion.engine.types import EngineConfig, MemoryContext
 from companion.recall.index import RecallFilter, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
-from companion.storage.base import MemoryStore
-from companion.storage.turns import TurnRecord, TurnView
+from companion.storage.base import MemoryStore, TurnRecord, TurnView
 
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
@@ -72,9 +71,10 @@ class ContextBuilder:
         the scope's index is not loaded, its memories."""
         view = await self._store.turn_context(scope, events=TODAY_EVENTS_KEPT, turns=turns,
                                               memories=self._cache.cached(scope) is None)
-        self._cache.observe(view.change)  # another process wrote: every cache is dropped first
         if view.memories is not None:
-            self._cache.load(scope, view.memories)
+            self._cache.load(scope, view.memories, view.change)
+        else:
+            await self._cache.observe(scope, view.change)  # changed since: the journal says what (more calls)
         self._profiles.prime(scope, view.profile)
         self._short.prime(scope, view.events)
         return view

@@ -69,10 +69,6 @@ class ShortTermBook:
         self._events.pop(scope, None)
         await self._store.drop_short(scope, kind=kind)
 
-    def forget_cached(self) -> None:
-        """Another process wrote the database: read everything again."""
-        self._events.clear()
-
     def drop_cached(self, scope: Scope) -> None:
         self._events.pop(scope, None)
 

@@ -1,4 +1,5 @@
-"""Work over many scopes at once: the daily decay and cleanup, and moving a group's scopes when the group
+"""Work over many scopes at once: the daily decay and cleanup (which also prunes the change journal to
+``JOURNAL_KEEP``), and moving a group's scopes when the group
 changed its chat id (upgraded to a supergroup). Both drop what the engine holds in memory for the scopes
 whose rows changed underneath it."""
 
@@ -9,14 +10,13 @@ import contextlib
 from datetime import datetime
 
 from companion.core.models import Scope
-from companion.core.timeutil import to_db
 from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import DecayReport
 from companion.engine.writer import MemoryWriter
-from companion.storage.base import MemoryStore
+from companion.storage.base import JOURNAL_KEEP, LAST_DECAY_AT, MemoryStore
 
 
 class Upkeep:
@@ -41,7 +41,8 @@ class Upkeep:
             await asyncio.sleep(0)
         # Recorded once every scope is done: a run cut short is simply run again (whole days since each
         # row's own anchor, so nothing decays twice).
-        await self._store.set_meta("last_decay_at", to_db(now))
+        await self._store.set_setting(LAST_DECAY_AT, None, now)
+        await self._store.prune_changes(now - JOURNAL_KEEP)
         if self._dense is not None:
             await self._dense.prune()  # cleanup tombstoned rows in SQL; their vectors go too
         self._cache.clear()

@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 
 
 def require_database(settings: Settings) -> None:
-    """Commands that read or maintain the database never create one (an empty one would hide the mistake)."""
-    if not settings.db_path.is_file():
+    """Commands that read or maintain the database never create one (an empty one would hide the mistake).
+    A server database (PostgreSQL) is checked by connecting to it."""
+    from companion.storage.factory import sqlite_path
+
+    if sqlite_path(settings.database) is not None and not settings.db_path.is_file():
         raise ConfigError(f"no database at {settings.db_path}; check DATA_DIR (relative paths count from the "
                           "project folder)")
 
@@ -59,7 +62,8 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.storage.factory import open_store
 
     require_database(settings)
-    if settings.db_path.stat().st_size == 0:  # opening it would make it an empty database: "0 users"
+    # Opening an empty file would make it an empty database: "0 users".
+    if settings.db_path.is_file() and settings.db_path.stat().st_size == 0:
         raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
     storage = await open_store(settings.database)
     try:

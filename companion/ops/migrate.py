@@ -1,13 +1,13 @@
 """``python bot.py migrate --to URL``: copy everything of one store into another (SQLite into PostgreSQL and
 back, any pair of backends), through the store protocol only, then verify.
 
-Copied per scope: every memory with its handle, times, status and tombstones, companion mode, the queued
-turns, the short-term items, the profile; then the small state (settings and notes), the LLM usage rows
-and the markers of unfinished chat moves. Safe to re-run: what the target already holds is not copied
-again (memories by handle, everything else by value, counted, so duplicates in the source stay duplicates),
-and every run ends by comparing counts and a checksum per scope. Derived data is not copied: the semantic
-vectors (``bot.py reindex`` rebuilds them) and the turn provenance of memories written before the copy.
-The bot must be stopped meanwhile: a write during the copy would make the verification fail.
+Copied per scope: every memory with its handle, times, status, tombstone and the turns it came from,
+companion mode, the queued turns, the short-term items, the profile; then the typed settings (switches and
+notes), the LLM usage rows and the markers of unfinished chat moves. Safe to re-run: what the target
+already holds is not copied again (memories by handle, everything else by value, counted, so duplicates in
+the source stay duplicates), and every run ends by comparing counts and a checksum per scope. Not copied:
+the semantic vectors (derived: ``bot.py reindex`` rebuilds them) and the change journal (the target's own
+starts with the copy). The bot must be stopped meanwhile: a write during the copy fails the verification.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import Any
 
 from companion.core.errors import StorageError
 from companion.core.models import Memory, Scope, ShortItem, ShortKind, Turn
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageLog, UsageRow
+from companion.storage.base import EVERY_STATUS, SETTINGS, Keyed, MemoryStore, Setting, UsageLog, UsageRow
 
 # Far above what a scope holds (the short-term buffer keeps 200 turns, the queue drains every few turns).
 ALL = 1_000_000
 USAGE_PAGE = 5_000
 
 Progress = Callable[[int, int], None]
+_SETTINGS = {s.name.value: s for s in SETTINGS}
 
 
 class MigrationMismatchError(StorageError):
@@ -57,6 +58,7 @@ class ScopeContent:
     each database numbers its own)."""
 
     memories: tuple[tuple[Any, ...], ...]
+    sources: tuple[tuple[int, tuple[str, ...]], ...]
     turns: tuple[tuple[Any, ...], ...]
     short: tuple[tuple[Any, ...], ...]
     profile: tuple[Any, ...] | None
@@ -98,7 +100,10 @@ async def read_scope(store: MemoryStore, scope: Scope, active: bool) -> ScopeCon
     if loaded is not None and not loaded[1]:  # a stale profile is not copied: the target builds it afresh
         built = loaded[0]
         profile = _plain((built.core, tuple((t.text, t.keywords) for t in built.dynamic), built.built_at))
-    return ScopeContent(tuple(memory_key(m) for m in memories), tuple(turn_key(t) for t in turns),
+    told = await store.sources_of(scope, [m.id for m in memories])
+    return ScopeContent(tuple(memory_key(m) for m in memories),
+                        tuple((h, tuple(sorted(keys))) for h, keys in sorted(told.items())),
+                        tuple(turn_key(t) for t in turns),
                         tuple(short_key(i) for i in short), profile, active)
 
 
@@ -126,7 +131,8 @@ async def copy_scope(source: MemoryStore, target: MemoryStore, scope: Scope, act
         if owner is not None:
             raise MigrationMismatchError(f"handle {memory.id} of {scope.key} belongs to {owner.key} in the target")
     if new:
-        await target.import_rows(scope, new, now, keep_ids=True)
+        told = await source.sources_of(scope, [m.id for m in new])
+        await target.import_rows(scope, new, now, keep_ids=True, sources=told)
     copied.memories += len(new)
     for turn in missing(await source.pending_turns(scope, ALL), await target.pending_turns(scope, ALL), turn_key):
         await target.add_turn(scope, turn)
@@ -141,6 +147,28 @@ async def copy_scope(source: MemoryStore, target: MemoryStore, scope: Scope, act
     if profile is not None and not profile[1] and await target.load_profile(scope) is None:
         await target.save_profile(scope, profile[0], profile[0].built_at or now)
         copied.profiles += 1
+
+
+def _typed(name: str, owner: str) -> tuple[Setting[Any, Any], Any]:
+    """The setting a stored row belongs to and its key, as ``Setting.owner`` wrote it."""
+    setting = _SETTINGS.get(name)
+    if setting is None:
+        raise MigrationMismatchError(f"the source holds a setting this version does not know: {name!r}")
+    if setting.keyed is Keyed.DATABASE:
+        return setting, None
+    return setting, Scope.from_key(owner) if setting.keyed is Keyed.SCOPE else int(owner)
+
+
+async def copy_settings(source: MemoryStore, target: MemoryStore) -> int:
+    """Every stored setting the target lacks or holds otherwise; how many were written."""
+    have = set(await target.all_settings())
+    written = 0
+    for name, owner, value in await source.all_settings():
+        if (name, owner, value) not in have:
+            setting, key = _typed(name, owner)
+            await target.set_setting(setting, key, setting.decode(value))
+            written += 1
+    return written
 
 
 async def copy_usage(source: UsageLog | None, target: UsageLog | None) -> int:
@@ -178,11 +206,7 @@ async def migrate(source: MemoryStore, target: MemoryStore, now: datetime, progr
         await copy_scope(source, target, scope, scope in active, now, copied)
         if progress is not None:
             progress(done, len(scopes))
-    target_meta = dict(await target.meta_items())
-    for k, value in await source.meta_items():
-        if target_meta.get(k) != value:
-            await target.set_meta(k, value)
-            copied.meta += 1
+    copied.meta = await copy_settings(source, target)
     copied.usage = await copy_usage(source.usage_log(), target.usage_log())
     moving = set(await target.unfinished_moves())
     for old, new in await source.unfinished_moves():
@@ -207,8 +231,8 @@ async def verify(source: MemoryStore, target: MemoryStore, copied: Copied) -> No
             copied.mismatched.append(f"{scope.key} (memories, queued turns, short-term: {want.counts()} in the "
                                      f"source, {got.counts()} in the target)")
     copied.verified_scopes = len(scopes) - len(copied.mismatched)
-    if dict(await source.meta_items()).items() - dict(await target.meta_items()).items():
-        copied.mismatched.append("small state (settings and notes)")
+    if set(await source.all_settings()) - set(await target.all_settings()):
+        copied.mismatched.append("settings (switches and notes)")
     if set(await source.unfinished_moves()) - set(await target.unfinished_moves()):
         copied.mismatched.append("unfinished chat moves")
     source_usage, target_usage = source.usage_log(), target.usage_log()

@@ -14,17 +14,15 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from companion.core import tiers
-from companion.core.models import Memory, Scope, Status, StatusReason, Switch
-from companion.core.timeutil import from_db, to_db, utcnow
+from companion.core.models import Memory, Scope, Status, StatusReason
+from companion.core.timeutil import utcnow
 from companion.ops.jobs import led
 from companion.ops.leader import ALONE, Leader
+from companion.storage.base import REVIEW_SENT, WEEKLY, WEEKLY_SENT
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
 
-REVIEW_SENT = "review_sent"  # the chat layer reads this too: reviews unanswered for days open a conversation
-WEEKLY = "weekly"
-WEEKLY_SENT = "weekly_sent"
 REVIEW_EVERY = timedelta(hours=20)  # at most one review message a day (a little slack for the hourly job)
 WEEK = timedelta(days=7)
 BATCH = 5
@@ -56,14 +54,14 @@ async def review_round(
         return 0
     sent = 0
     for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
-        last = await engine.note(scope, REVIEW_SENT)
-        if last is not None and now - from_db(last) < REVIEW_EVERY:
+        last = await engine.setting(REVIEW_SENT, scope)
+        if last is not None and now - last < REVIEW_EVERY:
             continue
         due = await engine.due_reviews(scope, now)
         if not due:
             continue
         if await send(scope, due[:BATCH]):
-            await engine.set_note(scope, REVIEW_SENT, to_db(now))
+            await engine.set_setting(REVIEW_SENT, scope, now)
             sent += 1
     return sent
 
@@ -82,20 +80,20 @@ async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> Wee
 
 async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:
     """/weekly on|off: whether ``weekly_round`` sends this scope its summary."""
-    await engine.set_note(scope, WEEKLY, Switch.of(on))
+    await engine.set_setting(WEEKLY, scope, on)
 
 
 async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) -> int:
     """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on)."""
     sent = 0
     for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
-        if await engine.note(scope, WEEKLY) != Switch.ON:
+        if not await engine.setting(WEEKLY, scope):
             continue
-        last = await engine.note(scope, WEEKLY_SENT)
-        if last is not None and now - from_db(last) < WEEK - timedelta(hours=12):
+        last = await engine.setting(WEEKLY_SENT, scope)
+        if last is not None and now - last < WEEK - timedelta(hours=12):
             continue
         if await send(scope, await week_summary(engine, scope, now)):
-            await engine.set_note(scope, WEEKLY_SENT, to_db(now))
+            await engine.set_setting(WEEKLY_SENT, scope, now)
             sent += 1
     return sent
 

@@ -1,61 +1,96 @@
-"""The storage seam: what the memory engine needs from a store, as a Protocol.
+"""The storage seam: what the memory engine needs from a store, as small Protocols by concern.
 
 ``SQLiteStore`` (``sqlite.py``) is the one that ships; ``InMemoryStore`` (``inmemory.py``) runs the same
 contract in dicts for fast engine tests, and a server database can be added later without touching the
 engine: it registers an opener with ``factory.register_backend`` and everything above this package reaches it
-through ``factory.open_store(url)`` and the protocols here, never through its module. Optional capabilities
-(vectors, the usage log, file-level maintenance) are offered by methods that return None when a backend has no
-such thing. Every method is one short unit of work: none spans an LLM or Telegram await, and every method that
-reads or writes memories takes the scope it acts for, so one scope's call can never reach another's rows.
+through ``factory.open_store(url)`` and the protocols here, never through its module.
+
+A backend implements every concern (``MemoryStore`` is their combination): the scope registry, memory
+records, the change journal, the extraction turn queue, short-term items, profiles, typed settings and
+chat moves. Code that needs one concern types against that Protocol alone. The optional capabilities
+(vectors, the usage log, file-level maintenance: ``capabilities``) are methods of ``Capabilities`` that
+return None where a backend has no such thing. Every method is one short unit of work: none spans an LLM
+or Telegram await, and every method that reads or writes memories takes the scope it acts for, so one
+scope's call can never reach another's rows.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Protocol
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol, TypeVar
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.storage.turns import TurnBatch
+from companion.storage.capabilities import (
+    Maintenance,
+    UsageCell,
+    UsageLog,
+    UsageRow,
+    VectorIndex,
+    VectorRow,
+    text_hash,
+)
+from companion.storage.records import (
+    GROUP_MEMORY,
+    JOURNAL_KEEP,
+    LAST_DECAY_AT,
+    LAST_EXTRACTION,
+    MOVED_TO,
+    REVIEW_SENT,
+    SCOPE_WIDE,
+    SETTINGS,
+    SHARE_PRIVATE,
+    WEEKLY,
+    WEEKLY_SENT,
+    Change,
+    ChangeOp,
+    Keyed,
+    Setting,
+    SettingName,
+)
+from companion.storage.turns import TurnBatch, TurnRecord, TurnView
+
+__all__ = [
+    "ACTIVE_ONLY", "EVERY_STATUS", "GROUP_MEMORY", "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO",
+    "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS", "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT",
+    "Capabilities", "Change", "ChangeJournal", "ChangeOp", "ChatMoves", "Keyed", "Maintenance", "MemoryRecords",
+    "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems",
+    "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "UsageRow", "VectorIndex", "VectorRow",
+    "text_hash",
+]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
 EVERY_STATUS: frozenset[Status] = frozenset(Status)
+STREAM_BATCH = 500  # memories per batch of ``stream_memories``: one short read each
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-class MemoryStore(TurnBatch, Protocol):
-    async def close(self) -> None: ...
+class ScopeRegistry(Protocol):
+    """The scopes ever written, and which are in companion mode."""
 
-    async def change_counter(self) -> int:
-        """Changes when a writer other than this store object commits (another process: an operator's
-        command line); this object's own writes do not move it. Caches compare it to know they are stale."""
-        ...
-
-    # ---- optional capabilities: None where the backend has no such thing ----
-    async def open_vectors(self) -> VectorIndex | None:
-        """The memory vectors for semantic recall, kept beside the memories (closed by the caller)."""
-        ...
-
-    def usage_log(self) -> UsageLog | None:
-        """The log of LLM calls (tokens, latency) the operator's usage report reads."""
-        ...
-
-    def maintenance(self) -> Maintenance | None:
-        """File-level upkeep of a database file: snapshot, background table upgrade."""
-        ...
-
-    # ---- scopes ----
     async def scopes(self) -> list[Scope]: ...
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None: ...
     async def active_scopes(self) -> set[Scope]: ...
 
-    # ---- memories ----
+
+class MemoryRecords(Protocol):
+    """A scope's memories. Every change of a memory's content or status writes the change journal
+    (``ChangeJournal``) in the same transaction; recording an access or a mention does not."""
+
     async def fetch_memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]: ...
 
     async def fetch_by_ids(self, scope: Scope, ids: Sequence[int]) -> list[Memory]:
         """The scope's own memories among ``ids``, in any status; other scopes' handles are ignored."""
+        ...
+
+    def stream_memories(
+        self, scopes: Sequence[Scope] | None = None, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[tuple[Scope, list[Memory]]]:
+        """Every memory in every status of ``scopes`` (of every scope with None, in key order), each scope's
+        in handle order, in batches of at most ``batch``; each batch is one short read, so a backup or an
+        export of any size never holds a transaction or the whole database in memory."""
         ...
 
     async def owner_of(self, handle: int) -> Scope | None:
@@ -92,15 +127,19 @@ class MemoryStore(TurnBatch, Protocol):
         """Record an access (recalled, searched, listed): ``last_accessed_at`` and ``access_count``."""
         ...
 
-    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
-        """Remove queued turns (they told something the user has since asked to forget)."""
-        ...
-
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         """Write memories with their times as they are (restore): with their handles (which must be
-        unused), or with fresh ones in the same order. Returns the handles."""
+        unused), or with fresh ones in the same order. ``sources``: the turn keys each came from, by the
+        handle it has in ``memories`` (a copy from another database keeps what forgetting follows).
+        Returns the handles."""
+        ...
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        """The keys of the turns each of the scope's memories ``ids`` came from (``apply_changes``'
+        ``sources``); memories without any are left out, other scopes' handles ignored."""
         ...
 
     async def count_memories(self) -> int:
@@ -108,10 +147,34 @@ class MemoryStore(TurnBatch, Protocol):
         ...
 
     async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
-        """Daily decay and cleanup of these scopes (the rules of ``core.rules``); (decayed, removed)."""
+        """Daily decay and cleanup of these scopes (the rules of ``core.rules``); (decayed, removed). A
+        scope whose importances decayed gets one ``DECAYED`` journal entry, each memory cleanup removed
+        one ``CLEANED`` entry."""
         ...
 
-    # ---- the extraction queue ----
+
+class ChangeJournal(Protocol):
+    """The append-only journal of memory changes, written in the transaction of each change: the per-scope
+    change counter caches compare (``change_counter``), and the outbox a sync to another system or a
+    server backend's cache invalidation reads (``changes_since``). Pruned by age in the daily cleanup."""
+
+    async def change_counter(self, scope: Scope) -> int:
+        """The newest journal ``seq`` of the scope, or 0 when it has none: it moves on every change of the
+        scope's memories, whoever made it (this store object, another process)."""
+        ...
+
+    async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
+        """The scope's entries with ``seq > after``, oldest first, at most ``limit``."""
+        ...
+
+    async def prune_changes(self, before: datetime) -> int:
+        """Drop entries older than ``before``, except each scope's newest; returns how many went."""
+        ...
+
+
+class TurnQueue(Protocol):
+    """Finished turns waiting for extraction."""
+
     async def add_turn(self, scope: Scope, turn: Turn) -> int: ...
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]: ...
     async def scopes_with_pending(self) -> list[Scope]: ...
@@ -127,7 +190,14 @@ class MemoryStore(TurnBatch, Protocol):
 
     async def clear_turns(self, scope: Scope) -> None: ...
 
-    # ---- short-term memory (turns and today's events, kept across restarts) ----
+    async def drop_turns(self, scope: Scope, ids: Sequence[int]) -> None:
+        """Remove queued turns (they told something the user has since asked to forget)."""
+        ...
+
+
+class ShortTermItems(Protocol):
+    """Short-term memory (turns and today's events), kept across restarts."""
+
     async def add_short(
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
         recalled: bool = False, keys: Sequence[str] = (),
@@ -144,27 +214,38 @@ class MemoryStore(TurnBatch, Protocol):
         """Drop items by id, or all of a kind, or everything of the scope."""
         ...
 
-    # ---- profiles ----
+
+class ProfileStore(Protocol):
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None: ...
     async def save_profile(self, scope: Scope, profile: Profile, built_at: datetime) -> None: ...
     async def delete_profile(self, scope: Scope) -> None: ...
 
-    # ---- small state ----
-    async def get_meta(self, key: str) -> str | None: ...
-    async def set_meta(self, key: str, value: str) -> None: ...
 
-    async def meta_items(self) -> list[tuple[str, str]]:
-        """Every small-state (key, value), by key (a copy to another database reads them all)."""
+class SettingStore(Protocol):
+    """Typed settings (``records.SETTINGS``), each value keyed by a scope, a chat, a user or nothing."""
+
+    async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
+        """The stored value, or None when it was never set."""
         ...
 
-    # ---- a group chat that changed its id (a group upgraded to a supergroup) ----
+    async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None: ...
+
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        """Every stored value as (name, owner, value), as ``Setting.owner`` and ``Setting.encode`` wrote
+        them, sorted: a copy to another database reads them all."""
+        ...
+
+
+class ChatMoves(Protocol):
+    """A group chat that changed its id (a group upgraded to a supergroup)."""
+
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
         """Move everything of every (old chat, user) scope to (new chat, user), each scope atomically:
-        memories with their handles, companion mode, queued turns, short-term items, profile, vectors, and
-        the small state keyed by the scope (``name:<scope key>``) or by the chat (``name:<chat id>``). What
-        the new scope already has wins over the old. Returns the old scopes moved; a second call moves
-        nothing (or finishes a move cut short). Writes the ``begin_move`` marker first (if not there yet)
-        and removes it with the last step."""
+        memories with their handles, companion mode, queued turns, short-term items, profile, vectors, the
+        scope's settings and the chat's settings that follow it (``Setting.follows_chat``); what the new
+        scope already has wins over the old. Each moved scope, old and new, gets a ``MOVED_CHAT`` journal
+        entry. Returns the old scopes moved; a second call moves nothing (or finishes a move cut short).
+        Writes the ``begin_move`` marker first (if not there yet) and removes it with the last step."""
         ...
 
     async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
@@ -176,107 +257,26 @@ class MemoryStore(TurnBatch, Protocol):
         ...
 
 
-def moved_suffixes(old_scopes: Iterable[Scope], old_chat_id: int, new_chat_id: int) -> list[tuple[str, str]]:
-    """The small-state key endings that follow a chat's move: ``:<scope key>`` per scope, ``:<chat id>``."""
-    pairs = [(f":{s.key}", f":{Scope(s.user_id, new_chat_id).key}") for s in old_scopes]
-    return [*pairs, (f":{old_chat_id}", f":{new_chat_id}")]
+class Capabilities(Protocol):
+    """Optional capabilities: None where the backend has no such thing."""
+
+    async def open_vectors(self) -> VectorIndex | None:
+        """The memory vectors for semantic recall, kept beside the memories (closed by the caller)."""
+        ...
+
+    def usage_log(self) -> UsageLog | None:
+        """The log of LLM calls (tokens, latency) the operator's usage report reads."""
+        ...
+
+    def maintenance(self) -> Maintenance | None:
+        """File-level upkeep of a database file: snapshot, background table upgrade."""
+        ...
 
 
-# ---- the vectors capability -------------------------------------------------------------------------
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class VectorRow:
-    handle: int
-    text_hash: str
-    vector: Sequence[float]
-
-
-class VectorIndex(Protocol):
-    """One scope's vectors never meet another's; vectors of one model are never compared with another's."""
-
-    @property
-    def backend(self) -> str: ...
+class MemoryStore(
+    ScopeRegistry, MemoryRecords, ChangeJournal, TurnQueue, ShortTermItems, ProfileStore, SettingStore, ChatMoves,
+    TurnBatch, Capabilities, Protocol,
+):
+    """Everything a backend implements; hosts that need one concern type against its Protocol instead."""
 
     async def close(self) -> None: ...
-    async def put(self, scope: Scope, model: str, rows: Sequence[VectorRow], now: datetime) -> int: ...
-    async def delete(self, handles: Sequence[int]) -> int: ...
-    async def prune(self, scope: Scope | None = None) -> int: ...
-    async def drop_other_models(self, model: str) -> int: ...
-    async def hashes(self, scope: Scope, model: str) -> dict[int, str]: ...
-    async def count(self, model: str | None = None) -> int: ...
-    async def nearest(self, scope: Scope, model: str, query: Sequence[float], k: int) -> list[tuple[int, float]]: ...
-
-
-# ---- the usage-log capability -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    """One call, as stored. Cache counts are None when the server did not report a split."""
-
-    at: datetime
-    purpose: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int | None
-    cache_miss_tokens: int | None
-    latency_ms: float
-    ok: bool = True
-    tool_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class UsageCell:
-    """One (local day, purpose) of the report."""
-
-    day: str  # YYYY-MM-DD, local
-    purpose: str
-    calls: int
-    failures: int
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int
-    cache_miss_tokens: int
-    avg_latency_ms: float
-    tool_calls: int
-
-
-class UsageLog(Protocol):
-    async def add(self, row: UsageRow) -> None: ...
-
-    async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
-        """Calls since ``since`` by local day and purpose, oldest day first; days cut at ``offset`` from UTC."""
-        ...
-
-    async def page(self, after: int, limit: int) -> list[tuple[int, UsageRow]]:
-        """Up to ``limit`` rows in the order they were written, after the row numbered ``after`` (0: from the
-        first): (number, row). A copy to another database reads them all."""
-        ...
-
-
-# ---- the maintenance capability (a database file) ---------------------------------------------------
-
-
-class Maintenance(Protocol):
-    """What the backup and the start-up upkeep need of a store kept in one database file."""
-
-    @property
-    def path(self) -> Path: ...
-
-    async def snapshot(self, target: Path, *, standalone: bool = True) -> None:
-        """A consistent copy of the whole database at ``target``."""
-        ...
-
-    async def upgrade_stale(self, limit: int = 50) -> int:
-        """Upgrade up to ``limit`` rows of tables left at an old schema; 0 when none is left."""
-        ...
-
-    def memory_table(self, scope: Scope) -> str:
-        """The table a scope's memories live in (diagnostics: a benchmark tells a spare table taken)."""
-        ...

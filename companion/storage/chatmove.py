@@ -5,7 +5,6 @@ what moves and when."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 import aiosqlite
@@ -14,15 +13,6 @@ from companion.core.models import Scope
 from companion.core.timeutil import to_db
 
 SCOPED_TABLES = ("memory_handles", "pending_turns", "short_term", "memory_vectors")
-
-
-async def move_meta(conn: aiosqlite.Connection, endings: Sequence[tuple[str, str]]) -> None:
-    """Small-state keys change their ending; a key the new side already has keeps its value."""
-    for old_end, new_end in endings:
-        size = len(old_end)
-        await conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT substr(key, 1, length(key) - ?) || ?, "
-                           "value FROM meta WHERE substr(key, -?) = ?", (size, new_end, size, old_end))
-        await conn.execute("DELETE FROM meta WHERE substr(key, -?) = ?", (size, old_end))
 
 
 async def move_scope(conn: aiosqlite.Connection, old: Scope, new: Scope, old_table: str, new_table: str) -> None:

@@ -47,7 +47,8 @@ class Connection:
         self, conn: aiosqlite.Connection, raw: sqlite3.Connection, path: Path, spare_tables: int = spares.SPARE_TABLES
     ) -> None:
         self._conn = conn
-        # The same SQLite connection, for the one statement run on the event loop's thread (``change_counter``).
+        # The same SQLite connection, for the one statement run on the event loop's thread
+        # (``SQLiteStore.change_counter``).
         self._raw = raw
         self._lock = asyncio.Lock()
         # Scope key -> memory table version, for every registered scope (one small query at open).
@@ -180,19 +181,6 @@ class Connection:
                 return list(await self._conn.execute_fetchall(sql, params))
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
-
-    async def change_counter(self) -> int:
-        """SQLite's ``PRAGMA data_version``: changes when another connection commits. Read on this thread, not
-        the connection's: the statement takes microseconds (a counter in shared memory, WAL readers wait for
-        nobody) while the trip to the database thread and back took 0.1-0.3 ms of every reply. Holding the
-        lock keeps the database thread idle meanwhile, so the connection is never used from two threads at
-        once."""
-        async with self._lock:
-            try:
-                row = self._raw.execute("PRAGMA data_version").fetchone()
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
-        return int(row[0]) if row else 0
 
     # ---- scopes and their tables -----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import aiosqlite
 from companion.core import rules
 from companion.core.models import StatusReason
 from companion.core.timeutil import to_db
+from companion.storage.records import ChangeOp
 
 DAY_S = 86_400
 _KEY = re.compile(r"(c[np][0-9]+_)?u[0-9]+")  # ``Scope.key``: u<user>, or c<n|p><chat>_u<user> in a group
@@ -85,6 +86,22 @@ START = (f"CREATE TEMP TABLE IF NOT EXISTS {COUNTS} "
          "(slice INTEGER NOT NULL, scope_key TEXT NOT NULL, decayed INTEGER NOT NULL, removed INTEGER NOT NULL); "
          f"DELETE FROM temp.{COUNTS}")
 TOTALS = f"SELECT total(decayed), total(removed) FROM temp.{COUNTS}"
+
+# The journal (``journal.py``): one entry per memory cleanup removed, found by the stamp CLEAN gives it;
+# the counts row drives the loop (CROSS JOIN keeps it outside), so a table nothing was removed from is
+# not scanned again. Decay that only lowers importances is one scope-wide entry per scope, not per row.
+JOURNAL_CLEANED = f"""
+INSERT INTO memory_changes (scope_key, handle, op, at)
+SELECT '{{key}}', t.id, '{ChangeOp.CLEANED}', :stamp FROM temp.{COUNTS} AS k CROSS JOIN "{{table}}" AS t
+WHERE k.slice = :slice AND k.scope_key = '{{key}}' AND k.removed > 0 AND t.status = 'forgotten'
+AND t.updated_at = :stamp AND t.status_reason IN ('{StatusReason.FADED}', '{StatusReason.EXPIRED}',
+'{StatusReason.DUPLICATE}') ORDER BY t.id
+"""
+JOURNAL_DECAYED = f"""
+INSERT INTO memory_changes (scope_key, handle, op, at)
+SELECT scope_key, NULL, '{ChangeOp.DECAYED}', :stamp FROM temp.{COUNTS} WHERE slice = :slice AND decayed > 0
+ORDER BY scope_key
+"""
 _PARAM = re.compile(r":([a-z_]+)")
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
@@ -105,9 +122,11 @@ def _bind(sql: str, params: dict[str, int | str]) -> str:
 def slice_script(number: int, tables: Sequence[tuple[str, str]], now: datetime) -> str:
     """One transaction decaying and cleaning each (scope key, table), the changed rows counted per table
     in ``temp.decay_counts`` under this slice's number, profiles of scopes that lost memories marked for a
-    rebuild. Keys and tables come from ``Scope`` (validated)."""
+    rebuild, the journal written (``JOURNAL_CLEANED``, ``JOURNAL_DECAYED``). Keys and tables come from
+    ``Scope`` (validated)."""
     params = _params(now)
     decay, clean = _bind(DECAY, params), _bind(CLEAN, params)
+    cleaned = _bind(JOURNAL_CLEANED, {**params, "slice": number})
     statements = ["BEGIN IMMEDIATE"]
     for key, table in tables:
         if not _KEY.fullmatch(key):
@@ -115,9 +134,11 @@ def slice_script(number: int, tables: Sequence[tuple[str, str]], now: datetime) 
         statements += [decay.format(table=table),
                        f"INSERT INTO temp.{COUNTS} VALUES ({number}, '{key}', changes(), 0)",
                        clean.format(table=table),
-                       f"INSERT INTO temp.{COUNTS} VALUES ({number}, '{key}', 0, changes())"]
+                       f"INSERT INTO temp.{COUNTS} VALUES ({number}, '{key}', 0, changes())",
+                       cleaned.format(table=table, key=key)]
     statements += [f"UPDATE profiles SET dirty = 1 WHERE scope_key IN (SELECT scope_key FROM temp.{COUNTS} "
-                   f"WHERE slice = {number} AND removed > 0)", "COMMIT"]
+                   f"WHERE slice = {number} AND removed > 0)",
+                   _bind(JOURNAL_DECAYED, {**params, "slice": number}), "COMMIT"]
     return ";\n".join(statements) + ";"
 
 

@@ -1,6 +1,7 @@
 """SQLite statements that forget, inside the caller's transaction: the content-free tombstone, the turns
 a memory came from, and everything derived from forgotten memories (queued turns, short-term items, the
-profile, the vectors). ``SQLiteStore.apply_changes`` and ``forget_everywhere`` decide what goes and when."""
+profile, the vectors) and the journal entries of what it forgot. ``SQLiteStore.apply_changes`` and
+``forget_everywhere`` decide what goes and when."""
 
 from __future__ import annotations
 
@@ -13,17 +14,18 @@ import aiosqlite
 from companion.core.extraction import fingerprint
 from companion.core.models import Status
 from companion.core.timeutil import to_db
-from companion.storage import shortterm
+from companion.storage import journal, shortterm
+from companion.storage.records import forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
 
 
 async def tombstone(
-    conn: aiosqlite.Connection, table: str, ids: Sequence[int], now: datetime, reason: str
-) -> int:
+    conn: aiosqlite.Connection, table: str, scope_key: str, ids: Sequence[int], now: datetime, reason: str
+) -> list[int]:
     """Forget: the text, keywords and importance go at once; handle, time, reason and a one-way
-    fingerprint stay."""
+    fingerprint stay. Each memory forgotten gets its journal entry; returns their handles."""
     if not ids:
-        return 0
+        return []
     cursor = await conn.execute(
         f'SELECT id, event FROM "{table}" WHERE id IN ({marks(ids)}) AND status != ?',
         (*ids, Status.FORGOTTEN.value),
@@ -34,7 +36,9 @@ async def tombstone(
         "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
         [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
     )
-    return len(found)
+    gone = [int(mid) for mid, _ in found]
+    await journal.record(conn, scope_key, [(mid, forget_op(reason)) for mid in gone], now)
+    return gone
 
 
 async def sources_of(conn: aiosqlite.Connection, ids: Sequence[int]) -> set[str]:
@@ -74,7 +78,7 @@ async def forget_everywhere(
                                [(scope_key, i) for i in sorted(drop)])
         told = {*short, *await shortterm.told_by(conn, scope_key, keys)}
         await shortterm.delete(conn, scope_key, sorted(told), None)
-    gone = await tombstone(conn, table, wanted, now, reason) if table is not None else 0
+    gone = await tombstone(conn, table, scope_key, wanted, now, reason) if table is not None else []
     if gone or everything:
         # The profile may quote what was forgotten: it goes now and is rebuilt without it.
         await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope_key,))

@@ -3,9 +3,10 @@ reference the SQL decay is checked against (it applies ``core.rules`` row by row
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from companion.core import rules
 from companion.core.errors import StorageError
@@ -21,8 +22,21 @@ from companion.core.models import (
     StatusReason,
     Turn,
 )
-from companion.storage.base import ACTIVE_ONLY, Maintenance, UsageLog, VectorIndex, moved_suffixes
+from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
+from companion.storage.records import (
+    CHAT_SETTINGS_THAT_MOVE,
+    SCOPE_SETTINGS,
+    Change,
+    ChangeOp,
+    Setting,
+    change_op,
+    forget_op,
+)
+from companion.storage.rows import renumbered
 from companion.storage.turns import TurnRecord, TurnView
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class InMemoryStore:
@@ -34,20 +48,38 @@ class InMemoryStore:
         self._owners: dict[int, Scope] = {}
         self._turns: dict[Scope, list[Turn]] = {}
         self._profiles: dict[Scope, tuple[Profile, bool]] = {}
-        self._meta: dict[str, str] = {}
+        self._settings: dict[tuple[str, str], str] = {}  # (name, owner) -> value, as stored
+        self._changes: list[Change] = []  # the journal, oldest first
+        self._next_seq = 1
         self._moving: dict[int, int] = {}  # old chat id -> new: moves begun, not finished
         self._next_handle = 1
         self._next_turn = 1
         self._short: dict[Scope, list[ShortItem]] = {}
         self._next_short = 1
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
+        self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
 
     async def close(self) -> None:
         return None
 
-    async def change_counter(self) -> int:
-        # Only this object writes these dicts, and its own writes do not count: nothing else can move it.
-        return 0
+    # ---- the change journal ----
+    def _journal(self, scope: Scope, entries: Iterable[tuple[int | None, ChangeOp]], now: datetime) -> None:
+        for handle, op in entries:
+            self._changes.append(Change(self._next_seq, scope, handle, op, now))
+            self._next_seq += 1
+
+    async def change_counter(self, scope: Scope) -> int:
+        return next((c.seq for c in reversed(self._changes) if c.scope == scope), 0)
+
+    async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
+        return [c for c in self._changes if c.scope == scope and c.seq > after][: max(limit, 0)]
+
+    async def prune_changes(self, before: datetime) -> int:
+        newest = {c.scope: c.seq for c in self._changes}
+        kept = [c for c in self._changes if c.at >= before or newest[c.scope] == c.seq]
+        gone = len(self._changes) - len(kept)
+        self._changes = kept
+        return gone
 
     async def open_vectors(self) -> VectorIndex | None:
         return None
@@ -86,6 +118,14 @@ class InMemoryStore:
         rows = self._memories.get(scope, {})
         return [replace(rows[i]) for i in sorted(set(ids)) if i in rows]
 
+    async def stream_memories(
+        self, scopes: Sequence[Scope] | None = None, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[tuple[Scope, list[Memory]]]:
+        for scope in await self.scopes() if scopes is None else scopes:
+            rows = sorted(self._memories.get(scope, {}).items())
+            for start in range(0, len(rows), batch):
+                yield scope, [replace(m) for _, m in rows[start:start + batch]]
+
     async def owner_of(self, handle: int) -> Scope | None:
         return self._owners.get(handle)
 
@@ -97,17 +137,22 @@ class InMemoryStore:
             return []  # as SQLiteStore: forgetting in a scope never written creates nothing
         rows = self._ensure(scope)
         ids = self._insert(scope, inserts, now)
+        entries: list[tuple[int | None, ChangeOp]] = [(i, ChangeOp.ADDED) for i in ids]
         for memory in updates:
             if memory.id in rows:
+                before = rows[memory.id]
+                entries.append((memory.id, change_op(before.status, before.tier.value, memory)))
                 rows[memory.id] = replace(memory, importance=rules.clamp_importance(memory.importance))
         for mid in [*ids, *(m.id for m in updates if m.id in rows)]:
             self._sources.setdefault(mid, set()).update(k for k in sources if k)
         gone = 0
-        for mid in set(forget):
+        for mid in sorted(set(forget)):
             found = rows.get(mid)
             if found is not None and found.status is not Status.FORGOTTEN:
                 rows[mid] = _tombstone(found, now, reason, fingerprint(found.event))
+                entries.append((mid, forget_op(reason)))
                 gone += 1
+        self._journal(scope, entries, now)
         if ids or updates or gone:
             self._dirty(scope)
         return ids
@@ -157,6 +202,7 @@ class InMemoryStore:
             self._short[scope] = [r for r in self._short.get(scope, [])
                                   if r.id not in gone_short and not keys.intersection(r.keys)]
         rows.update(stones)
+        self._journal(scope, [(mid, forget_op(reason)) for mid in wanted], now)
         if stones or ids is None:
             self._profiles.pop(scope, None)
         return keys
@@ -171,11 +217,14 @@ class InMemoryStore:
         self._turns[scope] = [t for t in self._turns.get(scope, []) if t.id not in gone]
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         rows = self._ensure(scope)
         if not keep_ids:
-            memories = [replace(m, id=self._next_handle + i) for i, m in enumerate(memories)]
+            handles = [self._next_handle + i for i in range(len(memories))]
+            sources = renumbered(sources, memories, handles)
+            memories = [replace(m, id=h) for m, h in zip(memories, handles, strict=True)]
         clash = [m.id for m in memories if m.id in self._owners]
         if clash:
             raise StorageError(f"handles already used: {clash[:5]}")
@@ -183,7 +232,14 @@ class InMemoryStore:
             self._owners[memory.id] = scope
             rows[memory.id] = replace(memory)
             self._next_handle = max(self._next_handle, memory.id + 1)
+        for handle, keys in (sources or {}).items():
+            self._sources.setdefault(handle, set()).update(k for k in keys if k)
+        self._journal(scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        rows = self._memories.get(scope, {})
+        return {mid: set(self._sources[mid]) for mid in ids if mid in rows and self._sources.get(mid)}
 
     async def count_memories(self) -> int:
         return sum(m.is_active for rows in self._memories.values() for m in rows.values())
@@ -192,19 +248,25 @@ class InMemoryStore:
         decayed = removed = 0
         for scope in scopes:
             rows = self._memories.get(scope, {})
+            before = {mid for mid, m in rows.items() if m.status is Status.FORGOTTEN}
+            decayed_here = 0
             for mid, m in list(rows.items()):
                 if not (m.is_active and rules.decays(m.validity, m.tier, m.pinned)):
                     continue
                 value, anchor = rules.decay(m.importance, m.validity, m.last_decay_at, m.last_mentioned_at, now)
                 if anchor != m.last_decay_at:
-                    decayed += 1
+                    decayed_here += 1
                     rows[mid] = m = replace(m, importance=value, last_decay_at=anchor)
                 reason = rules.removal_reason(m.importance, m.validity, m.expires_at, m.last_mentioned_at, now)
                 if reason is not None:
                     rows[mid] = _tombstone(m, now, reason, "")
-                    removed += 1
-            removed += self._drop_duplicates(rows, now)
-            if removed:
+            self._drop_duplicates(rows, now)
+            cleaned = sorted(mid for mid, m in rows.items() if m.status is Status.FORGOTTEN and mid not in before)
+            self._journal(scope, [(mid, ChangeOp.CLEANED) for mid in cleaned], now)
+            if decayed_here:
+                self._journal(scope, [(None, ChangeOp.DECAYED)], now)
+            decayed, removed = decayed + decayed_here, removed + len(cleaned)
+            if cleaned:
                 self._dirty(scope)
         return decayed, removed
 
@@ -253,11 +315,17 @@ class InMemoryStore:
     # ---- one turn's read and write ----
     async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
         return TurnView(
-            change=await self.change_counter(), active=self._scopes.get(scope, False),
+            change=await self.change_counter(scope), active=self._scopes.get(scope, False),
             profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
             turns=await self.short_items(scope, ShortKind.TURN, turns),
-            memories=await self.fetch_memories(scope) if memories else None,
+            memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
         )
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        if handle is None:
+            self._editing.pop(scope, None)
+        else:
+            self._editing[scope] = handle
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         # Nothing here can fail half-way: each step is a change to a dict.
@@ -302,15 +370,21 @@ class InMemoryStore:
     async def delete_profile(self, scope: Scope) -> None:
         self._profiles.pop(scope, None)
 
-    # ---- small state ----
-    async def get_meta(self, key: str) -> str | None:
-        return self._meta.get(key)
+    # ---- typed settings: stored as text, as a database stores them ----
+    async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
+        value = self._settings.get((setting.name.value, setting.owner(key)))
+        return None if value is None else setting.decode(value)
 
-    async def set_meta(self, key: str, value: str) -> None:
-        self._meta[key] = value
+    async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
+        self._settings[(setting.name.value, setting.owner(key))] = setting.encode(value)
 
-    async def meta_items(self) -> list[tuple[str, str]]:
-        return sorted(self._meta.items())
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        return [(name, owner, value) for (name, owner), value in sorted(self._settings.items())]
+
+    def _move_settings(self, names: Sequence[str], old_owner: str, new_owner: str) -> None:
+        for name in names:
+            if (name, old_owner) in self._settings:
+                self._settings.setdefault((name, new_owner), self._settings.pop((name, old_owner)))
 
     # ---- a group chat that changed its id ----
     async def begin_move(self, old_chat_id: int, new_chat_id: int, now: datetime) -> None:
@@ -333,9 +407,10 @@ class InMemoryStore:
             if old in self._profiles:
                 profile = self._profiles.pop(old)
                 self._profiles.setdefault(new, (profile[0], True))
-        for old_end, new_end in moved_suffixes(olds, old_chat_id, new_chat_id):
-            for key in [k for k in self._meta if k.endswith(old_end)]:
-                self._meta.setdefault(key[: -len(old_end)] + new_end, self._meta.pop(key))
+            self._move_settings(SCOPE_SETTINGS, old.key, new.key)
+            for moved in (old, new):
+                self._journal(moved, [(None, ChangeOp.MOVED_CHAT)], now)
+        self._move_settings(CHAT_SETTINGS_THAT_MOVE, str(old_chat_id), str(new_chat_id))
         self._moving.pop(old_chat_id, None)
         return olds
 

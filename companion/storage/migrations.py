@@ -120,6 +120,39 @@ CORE = MigrationSet("core", (
         started_at TEXT NOT NULL
     )
     """),
+    # Typed settings (``records.SETTINGS``) in a table of their own, keyed by (name, owner: a scope key, a
+    # chat or user id, '' for the database); the values the ``meta`` keys held move over unchanged.
+    Migration("0007_settings", """
+    CREATE TABLE settings (
+        name TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (name, owner)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO settings (name, owner, value)
+        SELECT 'moved_to', substr(key, 7, length(key) - 9), value FROM meta WHERE key GLOB 'moved:*:to';
+    INSERT OR IGNORE INTO settings (name, owner, value)
+        SELECT 'last_decay_at', '', value FROM meta WHERE key = 'last_decay_at';
+    INSERT OR IGNORE INTO settings (name, owner, value)
+        SELECT substr(key, 1, instr(key, ':') - 1), substr(key, instr(key, ':') + 1), value FROM meta
+        WHERE substr(key, 1, instr(key, ':') - 1) IN
+            ('group_memory', 'share_private', 'review_sent', 'weekly', 'weekly_sent', 'last_extraction')
+        AND key NOT GLOB 'moved:*';
+    DELETE FROM meta WHERE key GLOB 'moved:*:to' OR key = 'last_decay_at' OR substr(key, 1, instr(key, ':') - 1) IN
+        ('group_memory', 'share_private', 'review_sent', 'weekly', 'weekly_sent', 'last_extraction')
+    """),
+    # The change journal (``journal.py``): one entry per change of a memory, written in the change's
+    # transaction. AUTOINCREMENT: a pruned ``seq`` is never handed out again, so counters only grow.
+    Migration("0008_memory_changes", """
+    CREATE TABLE memory_changes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope_key TEXT NOT NULL,
+        handle INTEGER,
+        op TEXT NOT NULL,
+        at TEXT NOT NULL
+    );
+    CREATE INDEX memory_changes_scope ON memory_changes (scope_key, seq)
+    """),
 ))
 SHARED_SETS: tuple[MigrationSet, ...] = (CORE,)  # owners in other modules append theirs: see register()
 

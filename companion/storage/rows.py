@@ -178,6 +178,14 @@ def source_rows(ids: Sequence[int], keys: Sequence[str]) -> list[tuple[int, str]
     return [(mid, key) for mid in ids for key in dict.fromkeys(keys) if key]
 
 
+def renumbered(sources: Mapping[int, Collection[str]] | None, memories: Sequence[Memory],
+               handles: Sequence[int]) -> dict[int, Collection[str]]:
+    """``sources`` keyed by the handles ``memories`` are written under instead of the ones they had."""
+    if not sources:
+        return {}
+    return {new: sources[m.id] for m, new in zip(memories, handles, strict=True) if m.id in sources}
+
+
 def dump_keys(keys: Sequence[str]) -> str | None:
     """Turn keys in one column (``short_term.turn_keys``); keys are hex, never contain a space."""
     return " ".join(keys) or None

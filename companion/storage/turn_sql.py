@@ -11,9 +11,24 @@ from datetime import datetime
 
 from companion.core.models import ShortKind, Status, Turn
 from companion.core.timeutil import to_db
-from companion.storage import shortterm
+from companion.storage import journal, shortterm
+from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.turns import TurnRecord, TurnView
+
+TURN_STATE = MigrationSet("turn_state", (
+    # Per-scope conversation state every worker process must see: the memory an "edit" press waits on.
+    Migration("0001_pending_edits", """
+    CREATE TABLE turn_state (
+        scope_key TEXT PRIMARY KEY,
+        editing INTEGER
+    )
+    """),
+))
+register(TURN_STATE)
+
+SET_EDITING = ("INSERT INTO turn_state (scope_key, editing) VALUES (?, ?) "
+               "ON CONFLICT(scope_key) DO UPDATE SET editing = excluded.editing")
 
 QUEUE_TURN = ("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
               "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -39,9 +54,10 @@ def read_turn(
     the scope has none)."""
     conn.execute("BEGIN")
     try:
-        change = conn.execute("PRAGMA data_version").fetchone()
+        change = conn.execute(journal.COUNTER, (key,)).fetchone()
         scope = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
         profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
+        state = conn.execute("SELECT editing FROM turn_state WHERE scope_key = ?", (key,)).fetchone()
         told = conn.execute(shortterm.ITEMS, (key, ShortKind.EVENT.value, events)).fetchall()
         said = conn.execute(shortterm.ITEMS, (key, ShortKind.TURN.value, turns)).fetchall() if turns > 0 else []
         rows = None
@@ -56,6 +72,7 @@ def read_turn(
         profile=row_to_profile(profile) if profile else None, events=shortterm.to_items(told, ShortKind.EVENT),
         turns=shortterm.to_items(said, ShortKind.TURN),
         memories=None if rows is None else [row_to_memory(r) for r in rows],
+        editing=None if state is None or state[0] is None else int(state[0]),
     )
 
 

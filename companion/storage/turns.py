@@ -24,6 +24,7 @@ class TurnView:
     events: list[ShortItem]  # the newest events told, as many as asked for, oldest first
     turns: list[ShortItem]  # the newest short-term turns asked for, oldest first
     memories: list[Memory] | None  # the active memories, when asked for (an index to build); else None
+    editing: int | None = None  # the memory whose new words the next message is (``set_editing``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,4 +51,9 @@ class TurnBatch(Protocol):
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         """Keep the short-term turn, queue the turns, count the accesses and mentions, in one transaction."""
+        ...
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        """The user pressed "edit" on this memory: their next message, whichever process takes it, is its
+        new text (``TurnView.editing``); None when that message came."""
         ...

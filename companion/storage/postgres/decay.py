@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from companion.core import rules
 from companion.core.models import StatusReason
+from companion.storage.records import ChangeOp
 
 DAY_S = 86_400
 WINDOW_S = int(rules.MENTION_WINDOW.total_seconds())
@@ -24,7 +25,8 @@ _SLOW = (f"(CASE WHEN last_mentioned_at IS NULL THEN 0 ELSE greatest(0, least({_
          f"floor(({_MENTION} + {WINDOW_S} - {_ANCHOR}) / {float(DAY_S)})::bigint) "
          f"- greatest(1, ceil(({_MENTION} - {_ANCHOR}) / {float(DAY_S)})::bigint) + 1) END)")
 
-# Returns how many rows decayed; the anchor moves by whole days of seconds (never a calendar day).
+# Returns how many rows decayed; the anchor moves by whole days of seconds (never a calendar day). Each
+# scope whose importances decayed gets one scope-wide journal entry.
 DECAY = f"""
 WITH decayed AS (
     UPDATE memories SET
@@ -34,7 +36,11 @@ WITH decayed AS (
         last_decay_at = last_decay_at + make_interval(secs => {_DAYS} * {DAY_S})
     WHERE {_IN_BATCH} AND status = 'active' AND validity != 'permanent' AND tier != 'long' AND NOT pinned
         AND last_decay_at <= $3::timestamptz - interval '{DAY_S} seconds'
-    RETURNING 1)
+    RETURNING user_id, chat_id),
+journal AS (
+    INSERT INTO memory_changes (user_id, chat_id, handle, op, at)
+    SELECT user_id, chat_id, NULL, '{ChangeOp.DECAYED}', $3 FROM (SELECT DISTINCT user_id, chat_id FROM decayed) AS s
+    ORDER BY user_id, chat_id)
 SELECT count(*) FROM decayed
 """
 
@@ -52,7 +58,8 @@ def _decaying(row: str) -> str:
 
 # Content-free tombstones for what faded, expired or copies a better active memory of the same words
 # (the higher one, or the newer of equals, stays unless it is itself cleaned now). One statement: it
-# reads the rows as they were before it, as SQLite's does. Scopes that lost memories get a stale profile.
+# reads the rows as they were before it, as SQLite's does. Scopes that lost memories get a stale profile,
+# and each memory removed a journal entry.
 CLEAN = f"""
 WITH cleaned AS (
     UPDATE memories AS t SET event = '', keywords = '{{}}', terms = '{{}}', importance = 0, status = 'forgotten',
@@ -67,7 +74,10 @@ WITH cleaned AS (
         AND o.status = 'active' AND o.id != t.id
         AND (o.importance > t.importance OR (o.importance = t.importance AND o.id > t.id))
         AND NOT ({_decaying("o")} AND {_cleanable("o")}))))
-    RETURNING t.user_id, t.chat_id),
+    RETURNING t.id, t.user_id, t.chat_id),
+journal AS (
+    INSERT INTO memory_changes (user_id, chat_id, handle, op, at)
+    SELECT user_id, chat_id, id, '{ChangeOp.CLEANED}', $3 FROM cleaned ORDER BY id),
 stale AS (
     UPDATE profiles AS p SET dirty = true FROM (SELECT DISTINCT user_id, chat_id FROM cleaned) AS c
     WHERE p.user_id = c.user_id AND p.chat_id = c.chat_id)

@@ -1,6 +1,7 @@
 """The connection pool under the PostgreSQL store: opening (pool, session settings, migrations), short
-transactions that turn driver errors into ``StorageError``, scope registration, and the change counter
-other processes' caches read. ``store.PostgresStore`` builds the records' reads and writes on it.
+transactions that turn driver errors into ``StorageError`` (those that change memories holding their
+scopes' journal locks), and scope registration. ``store.PostgresStore`` builds the records' reads and
+writes on it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncpg
 from companion.core.errors import DatabaseBusyError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
-from companion.storage.postgres import schema
+from companion.storage.postgres import journal, schema
 from companion.storage.postgres.rows import key, second
 from companion.storage.postgres.schema import Conn
 
@@ -38,17 +39,11 @@ def pg_error(exc: BaseException) -> StorageError:
     return StorageError(f"database error: {type(exc).__name__}: {exc}")
 
 
-def slot_of(scope: Scope) -> int:
-    return scope.user_id % schema.CHANGE_SLOTS
-
-
 class Pool:
     """An asyncpg pool; every use is one short transaction on one pooled connection."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        # Bumps of ``store_changes`` made by this object and committed: ``change_counter`` leaves them out.
-        self._own_changes = 0
 
     @classmethod
     async def open(cls, dsn: str, *, min_size: int = POOL_MIN, max_size: int = POOL_MAX) -> Self:
@@ -85,13 +80,10 @@ class Pool:
 
     @asynccontextmanager
     async def _changing(self, scopes: Iterable[Scope]) -> AsyncIterator[Conn]:
-        """A transaction that changes the memories of ``scopes``: other processes' caches see it commit."""
-        slots = sorted({slot_of(s) for s in scopes})
+        """A transaction that changes the memories of ``scopes`` and journals it: their locks first."""
         async with self._tx() as conn:
+            await journal.lock_scopes(conn, scopes)
             yield conn
-            if slots:  # in slot order: two writers never wait on each other's rows crosswise
-                await conn.execute("UPDATE store_changes SET n = n + 1 WHERE slot = ANY($1::int[])", slots)
-        self._own_changes += len(slots)
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         """One statement on its own (its own snapshot, no explicit transaction)."""
@@ -104,11 +96,6 @@ class Pool:
     async def _value(self, sql: str, *args: Any) -> Any:
         rows = await self._fetch(sql, *args)
         return rows[0][0] if rows else None
-
-    async def change_counter(self) -> int:
-        """Bumps of every writer minus this object's own: moves when another process changes memories."""
-        total = await self._value("SELECT sum(n) FROM store_changes")
-        return int(total or 0) - self._own_changes
 
     # ---- scopes ----------------------------------------------------------------------------------
 

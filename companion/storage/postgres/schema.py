@@ -21,14 +21,11 @@ from companion.storage.migrations import Migration, MigrationSet
 # A pooled connection: what every statement of this package runs on.
 Conn: TypeAlias = "PoolConnectionProxy[Record]"
 
-# Writers bump one of these rows per transaction (by scope), so caches in other processes see a change
-# without every writer of the database queueing on a single row.
-CHANGE_SLOTS = 16
 # Any number both workers agree on: ``pg_advisory_xact_lock`` serialises concurrent migrations.
 MIGRATION_LOCK = 0x636F6D70
 
 CORE = MigrationSet("core", (
-    Migration("0001_initial", f"""
+    Migration("0001_initial", """
     CREATE TABLE scopes (
         user_id bigint NOT NULL,
         chat_id bigint NOT NULL,
@@ -98,7 +95,7 @@ CORE = MigrationSet("core", (
         reply_text text,
         recalled boolean NOT NULL,
         created_at timestamptz NOT NULL,
-        turn_keys text[] NOT NULL DEFAULT '{{}}'
+        turn_keys text[] NOT NULL DEFAULT '{}'
     );
     CREATE INDEX short_term_scope ON short_term (user_id, chat_id, kind, id);
     CREATE TABLE profiles (
@@ -110,14 +107,33 @@ CORE = MigrationSet("core", (
         dirty boolean NOT NULL DEFAULT false,
         PRIMARY KEY (user_id, chat_id)
     );
-    CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
+    CREATE TABLE settings (
+        name text NOT NULL,
+        owner text NOT NULL,
+        value text NOT NULL,
+        PRIMARY KEY (name, owner)
+    );
     CREATE TABLE chat_moves (
         old_chat_id bigint PRIMARY KEY,
         new_chat_id bigint NOT NULL,
         started_at timestamptz NOT NULL
     );
-    CREATE TABLE store_changes (slot integer PRIMARY KEY, n bigint NOT NULL);
-    INSERT INTO store_changes SELECT g, 0 FROM generate_series(0, {CHANGE_SLOTS - 1}) AS g
+    CREATE TABLE memory_changes (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        user_id bigint NOT NULL,
+        chat_id bigint NOT NULL,
+        handle bigint,
+        op text NOT NULL,
+        at timestamptz NOT NULL
+    );
+    CREATE INDEX memory_changes_scope ON memory_changes (user_id, chat_id, seq);
+    CREATE INDEX memory_changes_at ON memory_changes (at);
+    CREATE TABLE turn_state (
+        user_id bigint NOT NULL,
+        chat_id bigint NOT NULL,
+        editing bigint,
+        PRIMARY KEY (user_id, chat_id)
+    )
     """),
 ))
 

@@ -11,14 +11,15 @@ cleanup are set-based SQL over batches of scopes (``decay.py``); the statements 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.storage.base import ACTIVE_ONLY, moved_suffixes
-from companion.storage.postgres import decay, writes
+from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
+from companion.storage.postgres import decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
-from companion.storage.postgres.pool import Pool
+from companion.storage.postgres.pool import DRIVER_ERRORS, Pool, pg_error
 from companion.storage.postgres.rows import (
     SELECT_MEMORY,
     SHORT_COLUMNS,
@@ -33,6 +34,12 @@ from companion.storage.postgres.rows import (
     second,
     turn_to_row,
 )
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, Change, ChangeOp, Setting
+from companion.storage.rows import renumbered
+from companion.storage.turns import TurnRecord, TurnView
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 # Scopes per decay transaction: each batch commits on its own, so a turn never waits long for a row lock.
 DECAY_BATCH = 500
@@ -72,6 +79,17 @@ class PostgresStore(Pool):
                                  "ORDER BY id", *key(scope), [int(i) for i in ids])
         return [row_to_memory(r) for r in rows]
 
+    async def stream_memories(
+        self, scopes: Sequence[Scope] | None = None, *, batch: int = STREAM_BATCH
+    ) -> AsyncIterator[tuple[Scope, list[Memory]]]:
+        for scope in await self.scopes() if scopes is None else scopes:
+            after = 0
+            while rows := await self._fetch(f"SELECT {SELECT_MEMORY} FROM memories WHERE {_SCOPED} AND id > $3 "
+                                            "ORDER BY id LIMIT $4", *key(scope), after, batch):
+                memories = [row_to_memory(r) for r in rows]
+                yield scope, memories
+                after = memories[-1].id
+
     async def owner_of(self, handle: int) -> Scope | None:
         rows = await self._fetch("SELECT user_id, chat_id FROM memories WHERE id = $1", int(handle))
         return scope_of(*rows[0]) if rows else None
@@ -95,14 +113,11 @@ class PostgresStore(Pool):
 
     async def mark_mentioned(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
         if ids:
-            await self._fetch(f"UPDATE memories SET last_mentioned_at = $3, mention_count = mention_count + 1 "
-                              f"WHERE {_SCOPED} AND id = ANY($4::bigint[])", *key(scope), second(now), list(ids))
+            await self._fetch(turn.MENTION, *key(scope), second(now), list(ids))
 
     async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
-        # Access marks change no text: other processes' caches need not reload for them.
         if ids:
-            await self._fetch(f"UPDATE memories SET last_accessed_at = $3, access_count = access_count + 1 "
-                              f"WHERE {_SCOPED} AND id = ANY($4::bigint[])", *key(scope), second(now), list(ids))
+            await self._fetch(turn.TOUCH, *key(scope), second(now), list(ids))
 
     async def forget_everywhere(
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
@@ -127,16 +142,32 @@ class PostgresStore(Pool):
                               *key(scope), list(ids))
 
     async def import_rows(
-        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True
+        self, scope: Scope, memories: Sequence[Memory], now: datetime, *, keep_ids: bool = True,
+        sources: Mapping[int, Collection[str]] | None = None,
     ) -> list[int]:
         async with self._changing([scope]) as conn:
             await self._ensure_scope(conn, scope, now)
             if not keep_ids:
-                memories = writes.with_handles(memories, await writes.new_handles(conn, len(memories)))
+                handles = await writes.new_handles(conn, len(memories))
+                sources = renumbered(sources, memories, handles)
+                memories = writes.with_handles(memories, handles)
             await writes.insert_rows(conn, scope, memories)
+            await writes.add_sources(conn, [(h, k) for h, keys in (sources or {}).items() for k in sorted(set(keys))
+                                            if k])
             if keep_ids and memories:
                 await writes.bump_handles(conn)
+            await journal.record(conn, scope, [(m.id, ChangeOp.IMPORTED) for m in memories], now)
         return [m.id for m in memories]
+
+    async def sources_of(self, scope: Scope, ids: Sequence[int]) -> dict[int, set[str]]:
+        rows = await self._fetch(
+            "SELECT s.memory_id, s.turn_key FROM memory_sources AS s JOIN memories AS m ON m.id = s.memory_id "
+            "WHERE m.user_id = $1 AND m.chat_id = $2 AND s.memory_id = ANY($3::bigint[])",
+            *key(scope), [int(i) for i in ids])
+        found: dict[int, set[str]] = {}
+        for mid, turn_key in rows:
+            found.setdefault(int(mid), set()).add(str(turn_key))
+        return found
 
     async def count_memories(self) -> int:
         return int(await self._value("SELECT count(*) FROM memories WHERE status = 'active'") or 0)
@@ -154,15 +185,59 @@ class PostgresStore(Pool):
             await asyncio.sleep(0)
         return decayed, removed
 
+    # ---- the change journal and typed settings ----------------------------------------------------
+
+    async def change_counter(self, scope: Scope) -> int:
+        return int(await self._value(journal.COUNTER, *key(scope)) or 0)
+
+    async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
+        async with self._tx() as conn:
+            return await journal.since(conn, scope, after, limit)
+
+    async def prune_changes(self, before: datetime) -> int:
+        async with self._tx() as conn:
+            return await journal.prune(conn, before)
+
+    async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
+        value = await self._value("SELECT value FROM settings WHERE name = $1 AND owner = $2", setting.name.value,
+                                  setting.owner(key))
+        return None if value is None else setting.decode(str(value))
+
+    async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
+        await self._fetch("INSERT INTO settings (name, owner, value) VALUES ($1, $2, $3) ON CONFLICT (name, owner) "
+                          "DO UPDATE SET value = excluded.value", setting.name.value, setting.owner(key),
+                          setting.encode(value))
+
+    async def all_settings(self) -> list[tuple[str, str, str]]:
+        rows = await self._fetch("SELECT name, owner, value FROM settings ORDER BY name, owner")
+        return [(str(n), str(o), str(v)) for n, o, v in rows]
+
+    # ---- one turn's read and write (``storage.turns``) ---------------------------------------------
+
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        try:
+            async with self._pool.acquire() as conn:
+                return await turn.read_turn(conn, scope, events, turns, memories)
+        except DRIVER_ERRORS as exc:
+            raise pg_error(exc) from exc
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        async with self._tx() as conn:
+            if record.queued:
+                await self._ensure_scope(conn, scope, record.at)
+            await turn.write_turn(conn, scope, record)
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        await self._fetch("INSERT INTO turn_state (user_id, chat_id, editing) VALUES ($1, $2, $3) "
+                          "ON CONFLICT (user_id, chat_id) DO UPDATE SET editing = excluded.editing",
+                          *key(scope), handle)
+
     # ---- the extraction queue --------------------------------------------------------------------
 
-    async def add_turn(self, scope: Scope, turn: Turn) -> int:
+    async def add_turn(self, scope: Scope, turn_: Turn) -> int:
         async with self._tx() as conn:
-            await self._ensure_scope(conn, scope, turn.at)
-            return int(await conn.fetchval(
-                "INSERT INTO pending_turns (user_id, chat_id, user_text, reply_text, created_at, message_chat_id, "
-                "message_id, turn_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-                *key(scope), *turn_to_row(turn)))
+            await self._ensure_scope(conn, scope, turn_.at)
+            return int(await conn.fetchval(turn.QUEUE_TURN, *key(scope), *turn_to_row(turn_)))
 
     async def pending_turns(self, scope: Scope, limit: int) -> list[Turn]:
         rows = await self._fetch(f"SELECT {TURN_COLUMNS} FROM pending_turns WHERE {_SCOPED} ORDER BY id LIMIT $3",
@@ -231,19 +306,6 @@ class PostgresStore(Pool):
     async def delete_profile(self, scope: Scope) -> None:
         await self._fetch(f"DELETE FROM profiles WHERE {_SCOPED}", *key(scope))
 
-    # ---- small state -----------------------------------------------------------------------------
-
-    async def get_meta(self, key: str) -> str | None:
-        value = await self._value("SELECT value FROM meta WHERE key = $1", key)
-        return None if value is None else str(value)
-
-    async def set_meta(self, key: str, value: str) -> None:
-        await self._fetch("INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE "
-                          "SET value = excluded.value", key, value)
-
-    async def meta_items(self) -> list[tuple[str, str]]:
-        return [(str(k), str(v)) for k, v in await self._fetch("SELECT key, value FROM meta ORDER BY key")]
-
     # ---- a group chat that changed its id --------------------------------------------------------
 
     async def move_chat(self, old_chat_id: int, new_chat_id: int, now: datetime) -> list[Scope]:
@@ -255,9 +317,8 @@ class PostgresStore(Pool):
             new = Scope(old.user_id, new_chat_id)
             async with self._changing([old, new]) as conn:
                 await writes.move_scope(conn, old, new, now)
-                await writes.move_meta(conn, moved_suffixes([old], old_chat_id, new_chat_id)[:1])
         async with self._tx() as conn:
-            await writes.move_meta(conn, moved_suffixes([], old_chat_id, new_chat_id))
+            await journal.move_settings(conn, CHAT_SETTINGS_THAT_MOVE, str(old_chat_id), str(new_chat_id))
             await conn.execute("DELETE FROM chat_moves WHERE old_chat_id = $1", old_chat_id)
         return olds
 

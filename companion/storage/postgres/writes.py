@@ -1,7 +1,8 @@
 """PostgreSQL statements that write, inside the caller's transaction: new memories with fresh handles,
 updates, the turns each came from, content-free tombstones, forgetting and everything it reaches, a scope's
-move to a group's new chat id, and short-term items. ``store.PostgresStore`` decides what is written when.
-Every statement is parameterised; the scope is always part of the WHERE clause.
+move to a group's new chat id, and short-term items; each memory change with its journal entry
+(``journal``). ``store.PostgresStore`` decides what is written when. Every statement is parameterised; the
+scope is always part of the WHERE clause.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Scope, ShortKind
 from companion.core.rules import new_memory
+from companion.storage.postgres import journal
 from companion.storage.postgres.rows import INSERT_MEMORY, UPDATE_MEMORY, key, memory_to_row, second
 from companion.storage.postgres.schema import Conn
+from companion.storage.records import SCOPE_SETTINGS, ChangeOp, forget_op
 from companion.storage.rows import source_rows
 
 SCOPED_TABLES = ("memories", "pending_turns", "short_term", "memory_vectors")
@@ -46,22 +49,30 @@ async def bump_handles(conn: Conn) -> None:
 
 async def write(conn: Conn, scope: Scope, inserts: Sequence[MemoryDraft], updates: Sequence[Memory],
                 sources: Sequence[str], now: datetime) -> list[int]:
-    """Insert ``inserts`` and update ``updates`` of the scope, each told by ``sources``; the new handles."""
+    """Insert ``inserts`` and update ``updates`` of the scope, each told by ``sources``, journalled; the new
+    handles."""
+    changed = await journal.update_entries(conn, scope, updates)
     ids = await new_handles(conn, len(inserts)) if inserts else []
     await insert_rows(conn, scope, [new_memory(d, mid, now) for d, mid in zip(inserts, ids, strict=True)])
     if updates:
         await conn.executemany(UPDATE_MEMORY, [(*key(scope), *memory_to_row(m)) for m in updates])
-    rows = source_rows([*ids, *(m.id for m in updates)], sources)
-    if rows:
-        await conn.executemany("INSERT INTO memory_sources (memory_id, turn_key) VALUES ($1, $2) "
-                               "ON CONFLICT DO NOTHING", rows)
+    await add_sources(conn, source_rows([*ids, *(m.id for m in updates)], sources))
+    await journal.record(conn, scope, [*((i, ChangeOp.ADDED) for i in ids), *changed], now)
     return ids
 
 
-async def tombstone(conn: Conn, scope: Scope, ids: Sequence[int], now: datetime, reason: str) -> int:
-    """Forget: text, keywords and importance go; handle, time, reason and a one-way fingerprint stay."""
+async def add_sources(conn: Conn, rows: Sequence[tuple[int, str]]) -> None:
+    """Provenance rows (memory handle, turn key); one already there stays."""
+    if rows:
+        await conn.executemany("INSERT INTO memory_sources (memory_id, turn_key) VALUES ($1, $2) "
+                               "ON CONFLICT DO NOTHING", rows)
+
+
+async def tombstone(conn: Conn, scope: Scope, ids: Sequence[int], now: datetime, reason: str) -> list[int]:
+    """Forget: text, keywords and importance go; handle, time, reason and a one-way fingerprint stay. Each
+    memory forgotten gets its journal entry; returns their handles."""
     if not ids:
-        return 0
+        return []
     found = await conn.fetch("SELECT id, event FROM memories WHERE user_id = $1 AND chat_id = $2 "
                              "AND id = ANY($3::bigint[]) AND status != 'forgotten' FOR UPDATE",
                              *key(scope), list(ids))
@@ -71,7 +82,9 @@ async def tombstone(conn: Conn, scope: Scope, ids: Sequence[int], now: datetime,
         "FROM unnest($3::bigint[], $6::text[]) AS f(id, print) WHERE m.user_id = $1 AND m.chat_id = $2 "
         "AND m.id = f.id", *key(scope), [r["id"] for r in found], reason, second(now),
         [fingerprint(r["event"]) for r in found])
-    return len(found)
+    gone = sorted(int(r["id"]) for r in found)
+    await journal.record(conn, scope, [(mid, forget_op(reason)) for mid in gone], now)
+    return gone
 
 
 async def forget_everywhere(conn: Conn, scope: Scope, ids: Sequence[int] | None, now: datetime,
@@ -105,7 +118,8 @@ async def forget_everywhere(conn: Conn, scope: Scope, ids: Sequence[int] | None,
 
 
 async def move_scope(conn: Conn, old: Scope, new: Scope, now: datetime) -> None:
-    """Everything of ``old`` becomes ``new``'s; what ``new`` already has wins (companion mode: either on)."""
+    """Everything of ``old`` becomes ``new``'s, journalled for both; what ``new`` already has wins
+    (companion mode: either on; a pending edit of the old scope is dropped)."""
     (user, old_chat), (_, new_chat) = key(old), key(new)
     await conn.execute(
         "INSERT INTO scopes (user_id, chat_id, active, created_at) SELECT user_id, $3, active, $4 FROM scopes "
@@ -119,14 +133,10 @@ async def move_scope(conn: Conn, old: Scope, new: Scope, now: datetime) -> None:
                        "WHERE user_id = $1 AND chat_id = $2 ON CONFLICT DO NOTHING", user, old_chat, new_chat)
     await conn.execute("DELETE FROM profiles WHERE user_id = $1 AND chat_id = $2", user, old_chat)
     await conn.execute("DELETE FROM scopes WHERE user_id = $1 AND chat_id = $2", user, old_chat)
-
-
-async def move_meta(conn: Conn, endings: Sequence[tuple[str, str]]) -> None:
-    """Small-state keys change their ending; a key the new side already has keeps its value."""
-    for old_end, new_end in endings:
-        await conn.execute("INSERT INTO meta (key, value) SELECT left(key, length(key) - length($1)) || $2, value "
-                           "FROM meta WHERE right(key, length($1)) = $1 ON CONFLICT DO NOTHING", old_end, new_end)
-        await conn.execute("DELETE FROM meta WHERE right(key, length($1)) = $1", old_end)
+    await conn.execute("DELETE FROM turn_state WHERE user_id = $1 AND chat_id = $2", user, old_chat)
+    await journal.move_settings(conn, SCOPE_SETTINGS, old.key, new.key)
+    for moved in (old, new):
+        await journal.record(conn, moved, [(None, ChangeOp.MOVED_CHAT)], now)
 
 
 async def add_short(conn: Conn, scope: Scope, kind: ShortKind, user: str, reply: str | None,

@@ -1,0 +1,83 @@
+"""PostgreSQL's side of one turn (``storage.turns``): what the reply needs read in one statement (one
+snapshot, one round trip; a second in the same snapshot when the scope's memories are wanted too), and what
+the turn did written in one transaction. Also the statements the store shares with them: queueing a turn,
+an access, a mention."""
+
+from __future__ import annotations
+
+from companion.core.models import Scope, ShortKind, Turn
+from companion.storage.postgres.rows import (
+    SELECT_MEMORY,
+    SHORT_COLUMNS,
+    key,
+    row_to_memory,
+    row_to_profile,
+    row_to_short,
+    second,
+    turn_to_row,
+)
+from companion.storage.postgres.schema import Conn
+from companion.storage.postgres.writes import add_short
+from companion.storage.turns import TurnRecord, TurnView
+
+_SCOPED = "user_id = $1 AND chat_id = $2"
+QUEUE_TURN = ("INSERT INTO pending_turns (user_id, chat_id, user_text, reply_text, created_at, message_chat_id, "
+              "message_id, turn_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id")
+TOUCH = (f"UPDATE memories SET last_accessed_at = $3, access_count = access_count + 1 "
+         f"WHERE {_SCOPED} AND id = ANY($4::bigint[])")
+MENTION = (f"UPDATE memories SET last_mentioned_at = $3, mention_count = mention_count + 1 "
+           f"WHERE {_SCOPED} AND id = ANY($4::bigint[])")
+_ITEMS = (f"SELECT {SHORT_COLUMNS} FROM short_term WHERE {_SCOPED} AND kind = '{{kind}}' "
+          "ORDER BY id DESC LIMIT {limit}")
+# Everything but the memories, as one row: one statement reads one snapshot.
+READ = f"""
+SELECT
+    (SELECT coalesce(max(seq), 0) FROM memory_changes WHERE {_SCOPED}), s.active,
+    p.core, p.dynamic, p.built_at, p.dirty, t.editing,
+    ARRAY(SELECT ROW(i.*) FROM ({_ITEMS.format(kind=ShortKind.EVENT.value, limit="$3")}) AS i),
+    ARRAY(SELECT ROW(i.*) FROM ({_ITEMS.format(kind=ShortKind.TURN.value, limit="$4")}) AS i)
+FROM (SELECT 1) AS one
+LEFT JOIN scopes AS s ON s.user_id = $1 AND s.chat_id = $2
+LEFT JOIN profiles AS p ON p.user_id = $1 AND p.chat_id = $2
+LEFT JOIN turn_state AS t ON t.user_id = $1 AND t.chat_id = $2
+"""
+MEMORIES = f"SELECT {SELECT_MEMORY} FROM memories WHERE {_SCOPED} AND status = 'active' ORDER BY id"
+
+
+def queue_params(turn: Turn) -> tuple[object, ...]:
+    return turn_to_row(turn)
+
+
+async def read_turn(conn: Conn, scope: Scope, events: int, turns: int, memories: bool) -> TurnView:
+    """``TurnBatch.turn_context``; with ``memories``, in a repeatable-read transaction (two statements, one
+    snapshot)."""
+    if memories:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            row = await conn.fetchrow(READ, *key(scope), max(events, 0), max(turns, 0))
+            rows = await conn.fetch(MEMORIES, *key(scope))
+    else:
+        row = await conn.fetchrow(READ, *key(scope), max(events, 0), max(turns, 0))
+        rows = None
+    assert row is not None  # one row, whatever the joins find
+    change, active, core, dynamic, built_at, dirty, editing, told, said = row
+    return TurnView(
+        change=int(change), active=bool(active),
+        profile=None if core is None else row_to_profile((core, dynamic, built_at, dirty)),
+        events=[row_to_short(r) for r in reversed(told)], turns=[row_to_short(r) for r in reversed(said)],
+        memories=None if rows is None else [row_to_memory(r) for r in rows],
+        editing=None if editing is None else int(editing),
+    )
+
+
+async def write_turn(conn: Conn, scope: Scope, done: TurnRecord) -> None:
+    """``TurnBatch.record_turn``, inside the caller's transaction."""
+    if done.short is not None:
+        turn = done.short
+        await add_short(conn, scope, ShortKind.TURN, turn.user, turn.reply, turn.at, done.recalled, done.keep,
+                        () if turn.key is None else (turn.key,))
+    if done.queued:
+        await conn.executemany(QUEUE_TURN, [(*key(scope), *queue_params(t)) for t in done.queued])
+    if done.touched:
+        await conn.execute(TOUCH, *key(scope), second(done.at), list(done.touched))
+    if done.mentioned:
+        await conn.execute(MENTION, *key(scope), second(done.at), list(done.mentioned))

@@ -1,0 +1,68 @@
+"""State a second worker process must see lives in the store: two chat services, each with its own engine
+and store connection on one database file (as two worker processes would be), see each other's /start
+and /stop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from companion.chat import texts
+from companion.core.models import MemoryDraft, Scope
+from tests.fakes import FakeLLM
+from tests.support import Rig, close_rig, make_settings, open_rig
+
+ME = Scope(777)
+
+
+@pytest.fixture
+async def workers(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[Rig, Rig]]:
+    settings = make_settings(tmp_path)
+    first = await open_rig(fake_llm, settings)
+    second = await open_rig(fake_llm, settings)
+    try:
+        yield first, second
+    finally:
+        await close_rig(second)
+        await close_rig(first)
+
+
+async def test_companion_mode_switched_by_one_worker_is_seen_by_the_other(workers: tuple[Rig, Rig]) -> None:
+    one, two = workers
+    await one.chat.start(ME)
+    assert not two.chat.is_active(ME)  # loaded before the start: its cache says off...
+    assert await two.chat.active(ME)  # ...and the store says on
+    assert (await two.chat.reply(ME, "你好呀")).ok
+    await one.chat.stop(ME)
+    assert two.chat.is_active(ME)  # cached until its next read of the store
+    late = await two.chat.reply(ME, "还在吗")
+    assert (late.ok, late.text) == (False, texts.NOT_STARTED)
+    assert not two.chat.is_active(ME) and not await two.chat.active(ME)
+    assert [t.user for t in await one.engine.pending_turns(ME, 10)] == ["你好呀"]  # the late one is not kept
+
+
+async def test_a_stop_in_progress_here_is_not_undone_by_an_older_read(workers: tuple[Rig, Rig]) -> None:
+    one, _ = workers
+    await one.chat.start(ME)
+    mark = one.chat.modes.mark()
+    async with one.chat.modes.switching(ME):
+        one.chat.modes.set(ME, False)
+        assert not one.chat.modes.observe(ME, True, mark)  # read before the switch: not trusted
+        assert not one.chat.modes.observe(ME, True, one.chat.modes.mark())  # still switching
+    assert not one.chat.is_active(ME)
+
+
+async def test_an_edit_pressed_on_one_worker_takes_the_next_message_on_the_other(workers: tuple[Rig, Rig]) -> None:
+    one, two = workers
+    await one.chat.start(ME)
+    saved = await one.engine.save_draft(ME, MemoryDraft("养了一只猫叫咪咪", ["猫"], 70), one.clock())
+    await one.chat.reply(ME, "你好")  # both have a session already: the pending edit is not in it
+    await two.chat.reply(ME, "你好")
+    await one.chat.begin_edit(ME, saved.id)
+    reply = await two.chat.reply(ME, "养了一只猫叫咪咪，三岁了")
+    assert reply.saved is not None and reply.saved.id == saved.id
+    assert (await two.engine.get(ME, saved.id)).event == "养了一只猫叫咪咪，三岁了"
+    after = await one.chat.reply(ME, "今天好冷")  # taken: the next message is talk again, on either worker
+    assert after.saved is None and (await one.engine.get(ME, saved.id)).event == "养了一只猫叫咪咪，三岁了"
