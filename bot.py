@@ -100,7 +100,7 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops import dblock  # fcntl only: a database in use is refused before Telegram is asked
 
     # SQLite is one process's file; a server database is shared by every worker and needs no file lock.
-    with dblock.hold(settings.db_path, "the bot") if settings.workers == 1 else contextlib.nullcontext():
+    with contextlib.nullcontext() if settings.shared_database else dblock.hold(settings.db_path, "the bot"):
         await preflight(settings, telegram=True)
         if settings.workers == 1:
             return await serve(settings)

@@ -201,6 +201,11 @@ class Settings(BaseSettings):
         return self.database_url or f"{SQLITE_PREFIX}{self.data_dir / DB_NAME}"
 
     @property
+    def shared_database(self) -> bool:
+        """A server database several processes use at once (SQLite is one process's file)."""
+        return self.database.startswith(("postgresql://", "postgres://"))
+
+    @property
     def db_path(self) -> Path:
         """The SQLite file the store lives in (and beside which operator commands take their lock); for a
         store of another kind, where that file would be."""
@@ -242,7 +247,7 @@ class Settings(BaseSettings):
         what = "bot.py worker" if worker else f"WORKERS={self.workers}"
         if not self.redis_url:
             raise ConfigError(f"{what} needs REDIS_URL: the workers share the updates through Redis.")
-        if not self.database.startswith(("postgresql://", "postgres://")):
+        if not self.shared_database:
             raise ConfigError(f"{what} needs a shared database (DATABASE_URL=postgresql://...): "
                               "SQLite is used by one process at a time; run WORKERS=1 with SQLite.")
 
