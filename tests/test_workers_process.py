@@ -7,6 +7,7 @@ answer says which messages it covers (the buffer merges a burst into one turn)."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -18,10 +19,13 @@ from typing import Any
 import pytest
 
 from companion.chat import texts
+from companion.storage.factory import open_store
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.fakes.llm import request_text
 from tests.pgtest import pg_schema
 from tests.redistest import SERVER as REDIS_SERVER
-from tests.stress.harness import BotProcess, scale
+from tests.scripted import EXTRACT_MARK
+from tests.stress.harness import BotProcess, record, scale
 from tests.test_webhook import free_port
 
 TAG = re.compile(r"#(\d+)-(\d+)#")
@@ -46,7 +50,17 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
             await asyncio.sleep(random.uniform(0.02, 0.2))
             return answer_tags(body)
 
+        async def extract(body: dict[str, Any]) -> str:
+            text = request_text(body)
+            if EXTRACT_MARK not in text:
+                return '{"memories": []}'
+            lines = [line for line in text.split("对话：", 1)[-1].splitlines() if "用户：" in line]
+            memories = [{"event": f"散步 #{u}-{n}#", "keywords": ["散步", f"{u}-{n}"], "importance": 60,
+                         "validity": "30d", "type": "event"} for line in lines for u, n in TAG.findall(line)]
+            return json.dumps({"memories": memories}, ensure_ascii=False)
+
         llm.set_chat_reply(reply)
+        llm.set_json_reply(extract)
         yield tg, llm
 
 
@@ -77,6 +91,15 @@ async def until_answered(tg: FakeTelegram, users: range, per_user: int, timeout:
         assert loop.time() < deadline, "not every message was answered"
         await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)  # an answer that should not exist gets its chance to show up
+
+
+async def until_some_answered(tg: FakeTelegram, users: range, count: int, timeout: float = 120) -> None:
+    """Until ``count`` texts of these users are answered: the load is under way."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while sum(len(answered(tg, uid)) for uid in users) < count:
+        assert loop.time() < deadline, "the load never got under way"
+        await asyncio.sleep(0.05)
 
 
 async def greet(tg: FakeTelegram, users: range) -> None:
@@ -134,8 +157,7 @@ async def test_one_process_with_the_queue_answers_once_in_order_and_survives_kil
         await tg.wait_for_call("setWebhook", timeout=120, count=2)
         await greet(tg, second)
         load = asyncio.create_task(talk(tg, second, per_user, seed=2))
-        while sum(len(answered(tg, uid)) for uid in second) < len(second) * per_user // 3:
-            await asyncio.sleep(0.05)
+        await until_some_answered(tg, second, len(second) * per_user // 3)
         await bot.kill()
         await load
         bot = await BotProcess(env, tmp_path, tg=tg).start()
@@ -167,14 +189,14 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
     tg, llm = servers
     users, per_user = range(FIRST_USER, FIRST_USER + scale(20, 200)), scale(5, 20)
     async with pg_schema() as url:
-        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2")
+        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2", EXTRACT_EVERY_MIN="5",
+                      EXTRACT_EVERY_MAX="5")
         bot = await BotProcess(env, tmp_path, tg=tg).start()
         try:
             await tg.wait_for_call("setWebhook", timeout=120)
             await greet(tg, users)
             load = asyncio.create_task(talk(tg, users, per_user, seed=3))
-            while sum(len(answered(tg, uid)) for uid in users) < len(users) * per_user // 3:
-                await asyncio.sleep(0.05)
+            await until_some_answered(tg, users, len(users) * per_user // 3)
             child = worker_pid(bot)
             os.kill(child, signal.SIGKILL)  # the other worker takes its shards over once the leases expire
             await load
@@ -182,11 +204,30 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
         finally:
             code, _ = await bot.stop()
         output = bot.output
+        stray, stored = await memories_by_scope(url)
     assert code == 0, output[-3000:]
-    check(tg, users, per_user, replays_allowed=len(users))
+    duplicates = check(tg, users, per_user, replays_allowed=len(users))
+    record("workers", {"users": len(users), "messages_per_user": per_user, "workers": 2, "killed_workers": 1,
+                       "answered_twice": duplicates, "memories_stored": stored, "memories_in_wrong_scope": len(stray)})
+    assert not stray, stray[:5]
+    assert stored > 0, "extraction never stored anything"
     assert "worker process" in output and "took shard" in output
     # Both processes started with the decay overdue (a new database); only the leader ran it.
     assert output.count("job decay catch-up done") == 1, output[-3000:]
+
+
+async def memories_by_scope(url: str) -> tuple[list[tuple[str, str]], int]:
+    """Memories whose tag names another user than their scope's, and how many memories there are."""
+    store = await open_store(url)
+    try:
+        stray, stored = [], 0
+        for scope in await store.scopes():
+            for memory in await store.fetch_memories(scope):
+                stored += 1
+                stray += [(scope.key, memory.event) for u, _ in TAG.findall(memory.event) if int(u) != scope.user_id]
+        return stray, stored
+    finally:
+        await store.close()
 
 
 def worker_pid(bot: BotProcess) -> int:
