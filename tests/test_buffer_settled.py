@@ -1,0 +1,48 @@
+"""``MessageBuffer.settled``: what the queue's acknowledgement waits for. It returns once the key's burst
+was flushed and the flush finished, a text pushed meanwhile included; other keys do not hold it up."""
+
+from __future__ import annotations
+
+import asyncio
+
+from companion.chat.buffer import MessageBuffer
+
+
+async def test_settled_waits_for_the_whole_burst_and_its_flush() -> None:
+    buffer = MessageBuffer(0.05)
+    done: list[str] = []
+    release, later = asyncio.Event(), asyncio.Event()
+
+    async def flush(text: str) -> None:
+        await release.wait()
+        done.append(text)
+
+    async def other(text: str) -> None:
+        await later.wait()  # still running when "a" is settled: it must not hold "a" up
+
+    buffer.push("a", "one", flush)
+    buffer.push("b", "never", other)
+    waiting = asyncio.create_task(buffer.settled("a"))
+    await asyncio.sleep(0.01)
+    buffer.push("a", "two", flush)  # restarts the quiet period: the same burst
+    await asyncio.sleep(0.2)
+    assert not waiting.done(), "the flush is still running"
+    release.set()
+    await asyncio.wait_for(waiting, 5)
+    assert done == ["one\ntwo"]
+    await asyncio.wait_for(buffer.settled("nobody"), 1)  # nothing buffered: at once
+    later.set()
+    await asyncio.wait_for(buffer.settled("b"), 5)
+
+
+async def test_settled_returns_when_the_text_is_taken_back() -> None:
+    buffer = MessageBuffer(60)
+
+    async def flush(text: str) -> None:
+        raise AssertionError("taken texts are not flushed")
+
+    buffer.push("a", "one", flush)
+    waiting = asyncio.create_task(buffer.settled("a"))
+    await asyncio.sleep(0.01)
+    assert buffer.take("a") == ["one"]
+    await asyncio.wait_for(waiting, 5)
