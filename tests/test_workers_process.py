@@ -24,7 +24,7 @@ from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import request_text
 from tests.pgtest import pg_schema
 from tests.redistest import SERVER as REDIS_SERVER
-from tests.scripted import EXTRACT_MARK
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK
 from tests.stress.harness import BotProcess, record, scale
 from tests.test_webhook import free_port
 
@@ -52,6 +52,8 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
 
         async def extract(body: dict[str, Any]) -> str:
             text = request_text(body)
+            if PROFILE_MARK in text:
+                return json.dumps({"core": "喜欢散步", "dynamic": []}, ensure_ascii=False)
             if EXTRACT_MARK not in text:
                 return '{"memories": []}'
             lines = [line for line in text.split("对话：", 1)[-1].splitlines() if "用户：" in line]
@@ -84,7 +86,7 @@ def answered(tg: FakeTelegram, uid: int) -> list[str]:
     return [f"{u}-{n}" for message in tg.sent_messages(uid) for u, n in TAG.findall(str(message.get("text", "")))]
 
 
-async def until_answered(tg: FakeTelegram, users: range, per_user: int, timeout: float = 240) -> None:
+async def until_answered(tg: FakeTelegram, users: range, per_user: int, timeout: float = scale(240, 1800)) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while any(len(set(answered(tg, uid))) < per_user for uid in users):
@@ -189,8 +191,8 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
     tg, llm = servers
     users, per_user = range(FIRST_USER, FIRST_USER + scale(20, 200)), scale(5, 20)
     async with pg_schema() as url:
-        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2", EXTRACT_EVERY_MIN="5",
-                      EXTRACT_EVERY_MAX="5")
+        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2", EXTRACT_EVERY_MIN="2",
+                      EXTRACT_EVERY_MAX="2")
         bot = await BotProcess(env, tmp_path, tg=tg).start()
         try:
             await tg.wait_for_call("setWebhook", timeout=120)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -24,6 +25,8 @@ from companion.ops.redisleader import RedisLeader
 from companion.ops.workqueue import ShardWorker, UpdateQueue
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,8 @@ async def worker_processes(count: int, argv: Sequence[str], cwd: Path, stop_seco
     children: list[asyncio.subprocess.Process] = []
     try:
         for _ in range(count):
-            children.append(await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=os.environ.copy()))
+            children.append(await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=os.environ.copy(),
+                                                                 preexec_fn=_stop_with_parent))
         if children:
             log.info("started %d worker processes (pids %s)", count, ", ".join(str(c.pid) for c in children))
         yield
@@ -78,6 +82,15 @@ async def worker_processes(count: int, argv: Sequence[str], cwd: Path, stop_seco
                 await child.wait()
             if child.returncode not in (0, 130, -signal.SIGTERM):
                 log.warning("worker process %d ended with exit code %s", child.pid, child.returncode)
+
+
+def _stop_with_parent() -> None:
+    """In the child before it runs: SIGTERM when the parent dies (``kill -9`` of the bot), so a restarted
+    bot does not find the old workers still running beside its new ones. Linux only; elsewhere they run on
+    as workers of the queue until stopped."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_command(bot_py: Path) -> list[str]:
