@@ -90,7 +90,7 @@ class MemoryEngine(SteeringAPI):
         self.llm = llm
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
-        self._cache = IndexCache(store, keywords.keywords, cache_memories, on_stale=self._short.drop_cached)
+        self._cache = IndexCache(store, keywords.keywords, cache_memories)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
@@ -278,12 +278,6 @@ class MemoryEngine(SteeringAPI):
         each the ``reply`` mentions, whose ids it returns."""
         return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
                                                touched=opened)
-
-    async def mark_mentioned(
-        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
-    ) -> list[int]:
-        """The recalled memories the reply mentions, marked as mentioned; returns their ids."""
-        return await self._context.mark_mentioned(scope, reply, recalled, now)
 
     # ---- consolidation (extraction) --------------------------------------------------------------
 

@@ -57,6 +57,13 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @pytest.fixture
+def store(any_store: MemoryStore) -> MemoryStore:
+    """The store contract suites' store: every backend (a module with a ``store`` fixture of its own uses
+    that instead)."""
+    return any_store
+
+
+@pytest.fixture
 async def redis_prefix() -> AsyncIterator[str]:
     """A Redis key prefix of this test's own (tests/redistest.py), its keys deleted after; skips without a
     server (fails with CI=true)."""

@@ -73,6 +73,18 @@ async def test_a_fact_saved_during_extraction_still_merges(rig: Rig) -> None:
     assert work.result().inserted == 0 and work.result().updated == 1
 
 
+async def test_an_edit_during_extraction_keeps_its_newer_words(rig: Rig) -> None:
+    [cat] = await rig.engine.remember(ME, [MemoryDraft(CAT, ["猫", "咪咪"], 60, Validity.PERMANENT)], rig.clock())
+    await rig.engine.note_turn(ME, Turn(f"我{CAT}", "好可爱", rig.clock(), key="t1"))
+    gate = Gate("extract", extraction_of(CAT))
+    rig.llm.set_json_reply(gate)
+    work = asyncio.create_task(rig.engine.consolidate(ME, rig.clock()))
+    edited = f"{CAT}，三岁了"
+    await while_asked(gate, work, rig.engine.edit(ME, cat, edited, rig.clock()))
+    assert [(m.id, m.event) for m in await rig.engine.memories(ME)] == [(cat, edited)]
+    assert await rig.engine.pending_count(ME) == 0
+
+
 async def test_turns_forgotten_during_extraction_are_not_learned(rig: Rig) -> None:
     [cat] = await rig.engine.remember(ME, [MemoryDraft(CAT, ["猫", "咪咪"], 70, Validity.PERMANENT,
                                                        source_turns=("t1",))], rig.clock())

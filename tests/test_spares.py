@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.core.cells import CellColumn, CellKind
 from companion.core.errors import StorageError
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops.backup import make_backup
@@ -210,7 +211,8 @@ async def test_an_old_snapshot_without_table_ids_still_reads(tmp_path: Path) -> 
     conn.close()
     with open_snapshot(db) as reader:
         assert reader.count() == (1, 1)
-        assert list(reader.rows(ALICE, ["event"])) == [("爱吃火锅",)]
+        cells = [CellColumn("event", CellKind.TEXT)]
+        assert list(reader.cell_rows(ALICE, cells, UTC, timedelta(0))) == [("爱吃火锅",)]
 
 
 async def test_a_group_move_carries_a_member_whose_table_was_a_spare(store: SQLiteStore) -> None:

@@ -53,12 +53,6 @@ DAY = timedelta(days=1)
 ALICE, BOB = Scope(101), Scope(202)
 
 
-@pytest.fixture
-def store(any_store: MemoryStore) -> MemoryStore:
-    """Every backend (``tests/conftest.py``)."""
-    return any_store
-
-
 def test_every_backend_is_under_contract() -> None:
     assert set(backends()) - {"postgres"} == set(STORE_BACKENDS)  # postgres:// is postgresql:// spelled short
 

@@ -1,5 +1,5 @@
 """The store contract for the change journal, typed settings and streamed memories, run against every
-registered backend (``conftest.any_store``): every kind of change writes exactly one entry in its own
+registered backend (``conftest.store``): every kind of change writes exactly one entry in its own
 transaction, a write that fails writes none, the counter is per scope, pruning keeps each scope's newest;
 settings keep their types and keys apart and follow a group's move; streaming returns every memory."""
 
@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from companion.core.errors import StorageError
-from companion.core.models import MemoryDraft, Scope, Status, StatusReason, Tier, Turn, Validity
+from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
@@ -23,19 +22,7 @@ from companion.storage.base import (
     ChangeOp,
     MemoryStore,
 )
-
-NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
-DAY = timedelta(days=1)
-ALICE, BOB = Scope(101), Scope(202)
-
-
-@pytest.fixture
-def store(any_store: MemoryStore) -> MemoryStore:
-    return any_store
-
-
-def draft(event: str, **extra: object) -> MemoryDraft:
-    return MemoryDraft(event=event, keywords=["词"], importance=70.0, **extra)  # type: ignore[arg-type]
+from tests.test_store_contract import ALICE, BOB, DAY, NOW, draft
 
 
 async def ops_since(store: MemoryStore, scope: Scope, after: int) -> list[tuple[int | None, ChangeOp]]:
@@ -172,3 +159,15 @@ async def test_stream_memories_returns_every_memory_in_every_status(store: Memor
     only_bob = [(s, [m.event for m in part]) async for s, part in store.stream_memories([BOB])]
     assert only_bob == [(BOB, ["别人的"])]
     assert [x async for x in store.stream_memories([Scope(303)])] == []
+
+
+async def test_short_term_events_move_the_counter_and_turns_do_not(store: MemoryStore) -> None:
+    await store.add_short(ALICE, ShortKind.TURN, "在吗", "在", NOW, keep=10)
+    assert await store.change_counter(ALICE) == 0  # a turn is read afresh every time: no entry
+    await store.add_short(ALICE, ShortKind.EVENT, "吃了感冒药", None, NOW, keep=10)
+    before = await store.change_counter(ALICE)
+    assert await ops_since(store, ALICE, 0) == [(None, ChangeOp.EVENTS)]
+    await store.drop_short(ALICE, kind=ShortKind.TURN)
+    assert await store.change_counter(ALICE) == before
+    await store.drop_short(ALICE)
+    assert await ops_since(store, ALICE, before) == [(None, ChangeOp.EVENTS)]

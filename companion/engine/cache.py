@@ -10,7 +10,7 @@ are read again; a scope-wide change (decay, a chat move) or a long gap drops the
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -18,7 +18,7 @@ from companion.core import tiers
 from companion.core.models import Memory, MemoryType, Scope, Tier, Validity
 from companion.engine.types import Standing
 from companion.recall.index import ScopeIndex, Tokenize
-from companion.storage.base import MemoryStore
+from companion.storage.base import SCOPE_WIDE, MemoryStore
 
 # What one cached memory costs (its Memory object, word and character postings), measured with
 # tracemalloc on the scale bench's users: 4.0 KB per memory at 100 memories a user, 4.2 KB at 1,835
@@ -50,10 +50,8 @@ class IndexCache:
 
     def __init__(
         self, store: MemoryStore, tokenize: Tokenize, max_memories: int = DEFAULT_CACHE_MEMORIES,
-        on_stale: Callable[[Scope], None] | None = None,
     ) -> None:
         self._store = store
-        self._on_stale = on_stale  # another cache of the scope, built on the same database
         self._tokenize = tokenize
         self.max_memories = max_memories
         self._indexes: OrderedDict[Scope, ScopeIndex] = OrderedDict()
@@ -84,13 +82,11 @@ class IndexCache:
         handles = set(also)
         if counter != seen:
             changes = await self._store.changes_since(scope, seen, MAX_SYNC_CHANGES)
-            if len(changes) >= MAX_SYNC_CHANGES or any(c.handle is None for c in changes):
+            if len(changes) >= MAX_SYNC_CHANGES or any(c.op in SCOPE_WIDE for c in changes):
                 self.invalidate(scope)
-                self._stale(scope)
                 return
-            handles.update(c.handle for c in changes if c.handle is not None)
+            handles.update(c.handle for c in changes if c.handle is not None)  # EVENTS: not a memory
             self._seen[scope] = max([counter, *(c.seq for c in changes)])
-            self._stale(scope)
         if not handles:
             return
         self._standing.pop(scope, None)
@@ -101,9 +97,9 @@ class IndexCache:
                 index.add(memory)
         self._recount(scope, index)
 
-    def _stale(self, scope: Scope) -> None:
-        if self._on_stale is not None:
-            self._on_stale(scope)
+    async def refresh(self, scope: Scope) -> None:
+        """Bring a loaded index up to the scope's change counter (before a plan is made from it)."""
+        await self._sync(scope)
 
     async def observe(self, scope: Scope, counter: int) -> None:
         """The scope's change counter, read with a turn's context (``turn_context``): a loaded index costs

@@ -5,7 +5,8 @@ cannot answer.
 
 The model is asked without the scope's lock; then, under it, the extraction is stored only if every turn
 it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
-is asked again about what is queued now), and merged against the rows as they are by then."""
+is asked again about what is queued now), and merged against the rows as they are by then: a memory
+the user edited or saved meanwhile keeps its newer words."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from companion.storage.base import LAST_EXTRACTION, MemoryStore
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # extractions overtaken by a change to their turns before this one gives up until next time
+MAX_CHANGED = 1000  # journal entries read for the memories written while the model read the turns
 
 
 class RelatedRecall(Protocol):
@@ -66,15 +68,19 @@ class Consolidator:
         known = await related(self._store, scope, await self._recall(
             scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
             cooldown=None))
+        seen = await self._store.change_counter(scope)
         drafts, today_events = await self._learner.extract(turns, known, now)
         async with self._writer.lock(scope):
             still = {t.id for t in await self._store.pending_turns(scope, self._batch)}
             if any(t.id not in still for t in turns):
                 return None
+            since = await self._store.changes_since(scope, seen, MAX_CHANGED)
             batch = [t.key for t in turns if t.key]
             for event in today_events:
                 await self._short.add_event(scope, event, turns[-1].at, batch)
-            plan = await self._writer.absorb(scope, turns, drafts, now)
+            plan = await self._writer.absorb(scope, turns, drafts, now,
+                                             changed={c.handle for c in since if c.handle is not None},
+                                             seen=known.values())
         await self._store.set_setting(LAST_EXTRACTION, scope, now)
         await self._writer.embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",

@@ -76,7 +76,7 @@ class ContextBuilder:
         else:
             await self._cache.observe(scope, view.change)  # changed since: the journal says what (more calls)
         self._profiles.prime(scope, view.profile)
-        self._short.prime(scope, view.events)
+        self._short.prime(scope, view.change, view.events)
         return view
 
     async def build(
@@ -100,7 +100,7 @@ class ContextBuilder:
         recalled = [r for r in recalled if not _said_in(profile.core, r.memory.event)]
         shown = {r.memory.event for r in recalled}
         recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(profile.core, e)]
-        today = [e for e in dict.fromkeys(await self._short.today_events(scope, now))
+        today = [e for e in dict.fromkeys(await self._short.today_events(scope, now, checked=opened))
                  if e not in shown and e not in recent]
         if recalled and not opened:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
@@ -122,15 +122,6 @@ class ContextBuilder:
             await self._store.record_turn(scope, record)
         self._cache.mentioned(scope, mentioned, now)
         return mentioned
-
-    async def mark_mentioned(
-        self, scope: Scope, reply: str, recalled: Sequence[Recalled], now: datetime
-    ) -> list[int]:
-        ids = [r.memory.id for r in recalled if mentions(reply, r.memory)]
-        if ids:
-            await self._store.mark_mentioned(scope, ids, now)
-            await self._cache.add(scope, ids)
-        return ids
 
 
 def _said_in(core: str, event: str) -> bool:

@@ -23,8 +23,10 @@ class ShortTermBook:
     def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
         self._store = store
         self._tz = tz
-        # Each reply reads today's events: kept per scope (least recently used out), changed only here.
-        self._events: OrderedDict[Scope, list[ShortItem]] = OrderedDict()
+        # Each reply reads today's events: kept per scope (least recently used out) with the scope's change
+        # counter they were read at; any change of the scope since (events added or dropped by any process,
+        # memories written) reads them again.
+        self._events: OrderedDict[Scope, tuple[int, list[ShortItem]]] = OrderedDict()
 
     async def record_turn(
         self, scope: Scope, user: str, reply: str | None, at: datetime, *, recalled: bool, key: str | None = None
@@ -40,27 +42,32 @@ class ShortTermBook:
     async def turns(self, scope: Scope, limit: int = SHORT_TURNS_KEPT) -> list[ShortItem]:
         return await self._store.short_items(scope, ShortKind.TURN, limit)
 
-    def prime(self, scope: Scope, events: list[ShortItem]) -> None:
-        """The scope's newest events, read with a turn's context: fresher than what is cached."""
-        self._events[scope] = events
+    def prime(self, scope: Scope, counter: int, events: list[ShortItem]) -> None:
+        """The scope's newest events and its change counter, read together with a turn's context."""
+        self._events[scope] = (counter, events)
         self._events.move_to_end(scope)
         if len(self._events) > EVENT_CACHE_SCOPES:
             self._events.popitem(last=False)
 
-    async def events(self, scope: Scope) -> list[ShortItem]:
+    async def events(self, scope: Scope, *, checked: bool = False) -> list[ShortItem]:
+        """``checked``: read with this turn's context (``prime``): no store call."""
         cached = self._events.get(scope)
-        if cached is None:
-            cached = self._events[scope] = await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT)
+        if checked and cached is not None:
+            self._events.move_to_end(scope)
+            return cached[1]
+        counter = await self._store.change_counter(scope)
+        if cached is None or cached[0] != counter:
+            cached = self._events[scope] = (
+                counter, await self._store.short_items(scope, ShortKind.EVENT, TODAY_EVENTS_KEPT))
             if len(self._events) > EVENT_CACHE_SCOPES:
                 self._events.popitem(last=False)
-        else:
-            self._events.move_to_end(scope)
-        return cached
+        self._events.move_to_end(scope)
+        return cached[1]
 
-    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+    async def today_events(self, scope: Scope, now: datetime, *, checked: bool = False) -> list[str]:
         """What the user reported today (local day), oldest first."""
         today = local_date(now, self._tz)
-        return [i.user for i in await self.events(scope) if local_date(i.at, self._tz) == today]
+        return [i.user for i in await self.events(scope, checked=checked) if local_date(i.at, self._tz) == today]
 
     async def short_term(self, scope: Scope, now: datetime, turns: int) -> ShortTerm:
         return ShortTerm(await self.turns(scope, turns), await self.today_events(scope, now))

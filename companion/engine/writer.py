@@ -9,14 +9,21 @@ keeps what the table no longer has.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from companion.core import tiers
 from companion.core.errors import NothingToUndoError
-from companion.core.extraction import MergeCandidates, MergePlan, clean_keywords, fingerprint, plan_merge
+from companion.core.extraction import (
+    MergeCandidates,
+    MergePlan,
+    clean_keywords,
+    fingerprint,
+    plan_merge,
+    same_event,
+)
 from companion.core.models import Memory, MemoryDraft, Scope, Status, StatusReason, Turn
 from companion.core.text import normalize_text
 from companion.core.timeutil import utcnow
@@ -94,15 +101,23 @@ class MemoryWriter:
         return Written([*ids, *(m.id for m in plan.updates)], earlier)
 
     async def absorb(
-        self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime
+        self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime,
+        changed: Collection[int] = (), seen: Iterable[Memory] = (),
     ) -> MergePlan:
         """Store what an extraction learned from queued turns and consume those turns, in one transaction.
         The caller holds the scope's lock, taken after the model answered: the plan is made against the
         rows as they are now, so a fact retold meanwhile merges and a memory forgotten meanwhile stays
-        forgotten."""
+        forgotten. ``changed``: memories written while the model read the turns (the user edited or saved
+        them since): a retelling merges into them but keeps their words, which are newer than the turns;
+        one that retells them as they were (``seen``: as the model was shown them) is not learned again."""
         forgotten = await self._forgotten_prints(scope) if drafts else set()
-        prepared = [self.prepare(d) for d in drafts if fingerprint(d.event) not in forgotten]
+        overtaken = [m for m in seen if m.id in changed]
+        prepared = [self.prepare(d) for d in drafts if fingerprint(d.event) not in forgotten
+                    and not any(same_event(m.event, m.keywords, d.event, d.keywords) for m in overtaken)]
+        await self._cache.refresh(scope)  # another process may have written since the index was current
         plan, active = await self._plan(scope, prepared, now)
+        plan.updates = [_keep_words(m, plan.before[m.id]) if m.id in changed and m.id in plan.before else m
+                        for m in plan.updates]
         up_to = max(t.id or 0 for t in turns)
         ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates,
                                               sources=[t.key for t in turns if t.key])
@@ -239,6 +254,10 @@ class MemoryWriter:
         if wanted and self._dense is not None:
             await self._dense.prune(scope)  # the forgotten memories' vectors
         return Forgetting(wanted, frozenset(keys))
+
+
+def _keep_words(merged: Memory, stored: Memory) -> Memory:
+    return replace(merged, event=stored.event, terms=stored.terms, keywords=stored.keywords, type=stored.type)
 
 
 def _sources(drafts: Sequence[MemoryDraft]) -> list[str]:

@@ -20,7 +20,7 @@ from companion.core.timeutil import utcnow
 from companion.llm.usage import UsageRecord, UsageSink
 from companion.ops.chart import usage_png
 from companion.ops.export import export_csv_bytes
-from companion.storage.base import EVERY_STATUS, MemoryStore, UsageCell, UsageLog, UsageRow
+from companion.storage.base import MemoryStore, UsageCell, UsageLog, UsageRow
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]
@@ -86,8 +86,8 @@ class AdminService:
 
     async def _walk(self, scopes: list[Scope], progress: Progress | None) -> list[tuple[Scope, list[Memory]]]:
         out: list[tuple[Scope, list[Memory]]] = []
-        for done, scope in enumerate(scopes, start=1):
-            out.append((scope, await self.store.fetch_memories(scope, EVERY_STATUS)))
+        for done, scope in enumerate(scopes, start=1):  # streamed: a big scope is read in short reads
+            out.append((scope, [m async for _, batch in self.store.stream_memories([scope]) for m in batch]))
             if progress is not None:
                 progress(done, len(scopes))
         return out

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from companion.core.errors import BackupError, StorageError
 from companion.core.timeutil import local_date
-from companion.ops.csvformat import HEADERS, fixed_offset, row_finisher, select_expressions
+from companion.ops.csvformat import CELLS, HEADERS, backup_row, fixed_offset, zone_name
 from companion.storage.base import Maintenance, MemoryStore
 from companion.storage.maintenance import make_standalone, open_snapshot
 
@@ -124,8 +123,7 @@ def export_csv(
     so several processes can share the work. A scope whose rows cannot be read is left out (no file, no
     temporary file) and named in ``damaged``. Blocking: run it in a thread."""
     offset = fixed_offset(tz, now)
-    expressions = select_expressions(offset)
-    finish = row_finisher(tz, offset)
+    zone = zone_name(tz)
     total_rows = 0
     written: list[tuple[Path, Path]] = []
     damaged: list[str] = []
@@ -136,8 +134,8 @@ def export_csv(
             path = folder / f"{scope.key}.csv"
             tmp = path.with_name(f".{path.name}.tmp")
             try:
-                total_rows += write_csv(tmp, map(finish, reader.rows(scope, expressions)))
-            except sqlite3.DatabaseError as exc:  # one damaged table: the other scopes are still backed up
+                total_rows += write_csv(tmp, ((*row, zone) for row in reader.cell_rows(scope, CELLS, tz, offset)))
+            except StorageError as exc:  # one damaged table: the other scopes are still backed up
                 tmp.unlink(missing_ok=True)
                 damaged.append(f"{scope.key}: {exc}")
             else:
@@ -243,15 +241,13 @@ async def make_backup(
     store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
     progress: Progress | None = None, stop: threading.Event | None = None,
 ) -> BackupResult:
-    """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days. One
-    backup at a time: a second (the operator's ``backup`` while the bot makes its own) waits for the
-    first, as both would build the same day."""
-    files = store.maintenance()
-    if files is None:
-        raise BackupError("this store keeps no database file to snapshot; backups need DATABASE_URL=sqlite:///...")
+    """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days; a
+    store kept in no database file (no ``maintenance`` capability) streams its memories into the CSV
+    files instead, without a snapshot. One backup at a time: a second (the operator's ``backup`` while the
+    bot makes its own) waits for the first, as both would build the same day."""
     backup_dir.mkdir(parents=True, exist_ok=True)
     async with _one_at_a_time(backup_dir):
-        return await _make_backup(files, backup_dir, now, tz, keep_days, progress, stop)
+        return await _make_backup(store, backup_dir, now, tz, keep_days, progress, stop)
 
 
 @contextlib.asynccontextmanager
@@ -304,8 +300,34 @@ def swap_in(staging: Path, folder: Path) -> None:
         shutil.rmtree(old)
 
 
+async def export_streamed(
+    store: MemoryStore, folder: Path, tz: tzinfo, progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[Exported, int]:
+    """One CSV per scope from the memories the store streams (``stream_memories``), each file written
+    off the event loop; returns what was written and how many distinct users."""
+    scopes = await store.scopes()
+    written: list[tuple[Path, Path]] = []
+    total_rows = 0
+    for done, scope in enumerate(scopes, start=1):
+        if stop is not None and stop.is_set():
+            raise BackupStopped("backup stopped before every file was written")
+        rows = [backup_row(m, tz) async for _, batch in store.stream_memories([scope]) for m in batch]
+        path = folder / f"{scope.key}.csv"
+        tmp = path.with_name(f".{path.name}.tmp")
+        total_rows += await asyncio.to_thread(write_csv, tmp, rows)
+        written.append((tmp, path))
+        if len(written) >= PUBLISH_BATCH:
+            await asyncio.to_thread(publish, written)
+            written = []
+        if progress is not None:
+            progress(done, len(scopes))
+    await asyncio.to_thread(publish, written)
+    return Exported(len(scopes), total_rows), len({s.user_id for s in scopes})
+
+
 async def _make_backup(
-    store: Maintenance, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
+    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
     stop: threading.Event | None,
 ) -> BackupResult:
     day = local_date(now, tz)
@@ -313,33 +335,44 @@ async def _make_backup(
     staging = staging_folder(backup_dir, day)
     try:
         recover(backup_dir)
+        files = store.maintenance()
         # Every table at the current version first, so the CSV files all have the same columns.
-        while await store.upgrade_stale(200):
+        while files is not None and await files.upgrade_stale(200):
             pass
         staging.mkdir()
         # Until this marker is gone the folder is not a backup: restore refuses it (a run cut short by a
         # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
         (staging / IN_PROGRESS).write_text(f"started {now.isoformat()}\n", encoding="utf-8")
-        tmp_snapshot = staging / f".{SNAPSHOT_NAME}.tmp"
-        await store.snapshot(tmp_snapshot, standalone=False)
-        os.replace(tmp_snapshot, staging / SNAPSHOT_NAME)
-        exported = await asyncio.to_thread(export_in_worker, staging / SNAPSHOT_NAME, staging, tz, now, progress,
-                                           None, stop)
+        if files is None:
+            exported, users = await export_streamed(store, staging, tz, progress, stop)
+        else:
+            exported = await _export_snapshot(files, staging, now, tz, progress, stop)
         (staging / IN_PROGRESS).unlink()
         swap_in(staging, folder)
-        with open_snapshot(folder / SNAPSHOT_NAME) as reader:
-            users = len({scope.user_id for scope, _ in reader.scopes()})
+        if files is not None:
+            with open_snapshot(folder / SNAPSHOT_NAME) as reader:
+                users = len({scope.user_id for scope, _ in reader.scopes()})
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
     except BackupStopped:
         raise  # the process is stopping: no time for a clean-up, the next run removes the folder
     except BackupError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    except (OSError, sqlite3.Error, StorageError) as exc:
+    except (OSError, StorageError) as exc:
         # A failed run (a full disk) frees what it wrote; the day's earlier backup was never touched.
         shutil.rmtree(staging, ignore_errors=True)
         raise BackupError(f"backup to {folder} failed: {exc}") from exc
     return BackupResult(folder, exported.files, exported.rows, removed, exported.damaged, users)
+
+
+async def _export_snapshot(
+    files: Maintenance, staging: Path, now: datetime, tz: tzinfo, progress: Progress | None,
+    stop: threading.Event | None,
+) -> Exported:
+    tmp_snapshot = staging / f".{SNAPSHOT_NAME}.tmp"
+    await files.snapshot(tmp_snapshot, standalone=False)
+    os.replace(tmp_snapshot, staging / SNAPSHOT_NAME)
+    return await asyncio.to_thread(export_in_worker, staging / SNAPSHOT_NAME, staging, tz, now, progress, None, stop)
 
 
 def prune_backups(backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int) -> int:

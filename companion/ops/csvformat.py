@@ -12,27 +12,29 @@ leading apostrophe that restore removes. A forgotten memory is a tombstone row: 
 Reading is tolerant of columns it does not know (a newer backup) and of optional ones it lacks (an older
 one); every cell is checked and capped as any input is.
 
-Rows are formatted by SQL expressions over the memory table (``select_expressions``), so writing a million
-rows costs little more than the csv module alone.
+The cells follow ``core.cells`` (``CELLS``): a store that formats rows itself (SQLite's snapshot reader,
+in SQL, so writing a million rows costs little more than the csv module alone) gives exactly what
+``backup_row`` gives for a ``Memory`` streamed from any other store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from companion.core import cells
+from companion.core.cells import CellColumn, CellKind
+from companion.core.cells import neutralise as neutralise
+from companion.core.cells import show_time as show_time
 from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for
 from companion.core.text import MAX_KEYWORD_CHARS
-from companion.core.timeutil import from_db
 
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
-SHOWN_TIME = "%Y-%m-%d %H:%M:%S"
 ZONE_HEADER = "时区"
 # SQLite integers are signed 64-bit: a larger id could not be stored (Python raises OverflowError).
 MAX_INT = 2**63 - 1
@@ -108,17 +110,12 @@ BY_HEADER = {c.header: c for c in COLUMNS}
 LEGACY_HEADERS: tuple[str, ...] = tuple(c.header for c in COLUMNS if c.required)
 
 
-def neutralise(cell: str) -> str:
-    """A leading apostrophe makes Excel show ``=1+1`` as text; restore strips exactly one."""
-    return f"'{cell}" if cell.startswith(FORMULA_PREFIXES) else cell
-
-
 def unneutralise(cell: str) -> str:
     return cell[1:] if cell.startswith("'") else cell
 
 
 def show_code(enum: type[StrEnum], value: str) -> str:
-    return f"{value}（{LABELS[enum][value]}）"
+    return cells.show_code(LABELS[enum], value)
 
 
 def zone_name(tz: tzinfo) -> str:
@@ -138,83 +135,21 @@ def fixed_offset(tz: tzinfo, now: datetime, years: int = 30) -> timedelta | None
     return first
 
 
-# ---- writing: SQL expressions over the memory table ------------------------------------------------
-
-def _sql_neutralised(column: str) -> str:
-    return (f"CASE WHEN substr({column}, 1, 1) IN ('=', '+', '-', '@', char(9), char(13), '''') "
-            f"THEN '''' || {column} ELSE {column} END")
-
-
-def _sql_code(column: str, enum: type[StrEnum]) -> str:
-    cases = " ".join(f"WHEN '{code}' THEN '{code}（{label}）'" for code, label in LABELS[enum].items())
-    return f"CASE {column} {cases} ELSE {column} END"
-
-
-def offset_text(offset: timedelta) -> str:
-    """``+08:00``, ``-03:30``: the form ``datetime.fromisoformat`` reads back."""
-    seconds = int(offset.total_seconds())
-    sign = "-" if seconds < 0 else "+"
-    hours, rest = divmod(abs(seconds), 3600)
-    return f"{sign}{hours:02d}:{rest // 60:02d}"
-
-
-def show_time(moment: datetime, tz: tzinfo) -> str:
-    """A stored UTC moment as a CSV cell: local wall time with its offset."""
-    local = moment.astimezone(tz)
-    return local.strftime(SHOWN_TIME) + offset_text(local.utcoffset() or timedelta(0))
-
+# ---- writing: the cells of ``core.cells``, formatted by the store when it can (SQLite in SQL) ---------
 
 CONTENT_FIELDS = frozenset({"event", "keywords", "importance"})  # blank in a tombstone's row
-TOMBSTONE_SQL = f"status = '{Status.FORGOTTEN.value}'"
+_CELL_KINDS = {Kind.INT: CellKind.PLAIN, Kind.BOOL: CellKind.PLAIN, Kind.TEXT: CellKind.TEXT,
+               Kind.WORDS: CellKind.WORDS, Kind.IMPORTANCE: CellKind.IMPORTANCE, Kind.TIME: CellKind.TIME,
+               Kind.CODE: CellKind.CODE}
+CELLS: tuple[CellColumn, ...] = tuple(
+    CellColumn(c.field, _CELL_KINDS[c.kind], LABELS[c.enum] if c.enum is not None else None, c.field in CONTENT_FIELDS)
+    for c in COLUMNS
+)
 
 
-def _content(expression: str) -> str:
-    """A tombstone's row carries no content, whatever its table row holds."""
-    return f"CASE WHEN {TOMBSTONE_SQL} THEN NULL ELSE {expression} END"
-
-
-def select_expressions(offset: timedelta | None) -> list[str]:
-    """One SQL expression per CSV column. With a fixed offset, times are shifted and marked in SQL;
-    without one they come raw and ``finish_row`` converts them."""
-    out: list[str] = []
-    for c in COLUMNS:
-        if c.field in CONTENT_FIELDS:
-            shown = c.field if c.kind is Kind.IMPORTANCE else _sql_neutralised(c.field)  # a REAL: csv writes repr
-            out.append(_content(shown))
-        elif c.kind is Kind.TIME:
-            if offset is None:
-                out.append(c.field)
-            else:
-                seconds = int(offset.total_seconds())
-                out.append(f"datetime({c.field}, '{seconds:+d} seconds') || '{offset_text(offset)}'")
-        elif c.kind is Kind.TEXT:
-            out.append(_sql_neutralised(c.field))
-        elif c.kind is Kind.CODE:
-            assert c.enum is not None
-            out.append(_sql_code(c.field, c.enum))
-        else:
-            out.append(c.field)
-    return out
-
-
-TIME_INDEXES = tuple(i for i, c in enumerate(COLUMNS) if c.kind is Kind.TIME)
-
-
-def row_finisher(tz: tzinfo, offset: timedelta | None) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """Appends the zone; converts stored UTC times to local ones when SQL could not (no fixed offset)."""
-    zone = zone_name(tz)
-    if offset is not None:
-        return lambda row: (*row, zone)
-
-    def finish(row: tuple[Any, ...]) -> tuple[Any, ...]:
-        cells = list(row)
-        for i in TIME_INDEXES:
-            if cells[i] is not None:
-                cells[i] = show_time(from_db(str(cells[i])), tz)
-        cells.append(zone)
-        return tuple(cells)
-
-    return finish
+def backup_row(memory: Memory, tz: tzinfo) -> list[object]:
+    """One memory's row of a backup file, zone last: what ``SnapshotReader.cell_rows`` gives in SQL."""
+    return [*cells.memory_cells(memory, CELLS, tz), zone_name(tz)]
 
 
 # ---- reading ----------------------------------------------------------------------------------------

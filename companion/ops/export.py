@@ -8,39 +8,18 @@ import csv
 import io
 from collections.abc import Iterable
 from datetime import tzinfo
-from enum import StrEnum
 
-from companion.core.models import Memory, Scope, Status
-from companion.ops.csvformat import COLUMNS, CONTENT_FIELDS, HEADERS, Kind, neutralise, show_code, show_time, zone_name
+from companion.core import cells
+from companion.core.models import Memory, Scope
+from companion.ops.csvformat import CELLS, HEADERS, zone_name
 
 SCOPE_HEADER = "范围"
 
 
 def memory_cells(memory: Memory, tz: tzinfo) -> list[object]:
-    """One memory's cells in ``HEADERS`` order, as a backup writes them."""
-    cells: list[object] = []
-    tombstone = memory.status is Status.FORGOTTEN
-    for column in COLUMNS:
-        value = getattr(memory, column.field)
-        if value is None or (tombstone and column.field in CONTENT_FIELDS):
-            cells.append(None)
-        elif column.kind is Kind.TIME:
-            cells.append(show_time(value, tz))
-        elif column.kind is Kind.IMPORTANCE:
-            cells.append(f"{value:.2f}")
-        elif column.kind is Kind.WORDS:
-            cells.append(neutralise(",".join(value)))
-        elif column.kind is Kind.TEXT:
-            cells.append(neutralise(str(value)))
-        elif column.kind is Kind.CODE:
-            assert column.enum is not None and isinstance(value, StrEnum)
-            cells.append(show_code(column.enum, value.value))
-        elif column.kind is Kind.BOOL:
-            cells.append(int(value))
-        else:
-            cells.append(value)
-    cells.append(zone_name(tz))
-    return cells
+    """One memory's cells in ``HEADERS`` order, as a backup writes them but for importance, shown with
+    two decimals."""
+    return [*cells.memory_cells(memory, CELLS, tz, rounded=True), zone_name(tz)]
 
 
 def export_csv_bytes(rows: Iterable[tuple[Scope, Memory]], tz: tzinfo) -> tuple[bytes, int]:

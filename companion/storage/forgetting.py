@@ -15,7 +15,7 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Status
 from companion.core.timeutil import to_db
 from companion.storage import journal, shortterm
-from companion.storage.records import forget_op
+from companion.storage.records import ChangeOp, forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
 
 
@@ -69,6 +69,7 @@ async def forget_everywhere(
     if everything:
         await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope_key,))
         await shortterm.delete(conn, scope_key, None, None)
+        await journal.record(conn, scope_key, [(None, ChangeOp.EVENTS)], now)
     else:
         cursor = await conn.execute(
             "SELECT id FROM pending_turns WHERE scope_key = ? AND turn_key IN (SELECT value FROM json_each(?))",
@@ -78,6 +79,8 @@ async def forget_everywhere(
                                [(scope_key, i) for i in sorted(drop)])
         told = {*short, *await shortterm.told_by(conn, scope_key, keys)}
         await shortterm.delete(conn, scope_key, sorted(told), None)
+        if told:
+            await journal.record(conn, scope_key, [(None, ChangeOp.EVENTS)], now)
     gone = await tombstone(conn, table, scope_key, wanted, now, reason) if table is not None else []
     if gone or everything:
         # The profile may quote what was forgotten: it goes now and is rebuilt without it.

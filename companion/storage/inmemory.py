@@ -22,6 +22,7 @@ from companion.core.models import (
     StatusReason,
     Turn,
 )
+from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
@@ -30,6 +31,7 @@ from companion.storage.records import (
     ChangeOp,
     Setting,
     change_op,
+    drops_events,
     forget_op,
 )
 from companion.storage.rows import renumbered
@@ -50,6 +52,7 @@ class InMemoryStore:
         self._profiles: dict[Scope, tuple[Profile, bool]] = {}
         self._settings: dict[tuple[str, str], str] = {}  # (name, owner) -> value, as stored
         self._changes: list[Change] = []  # the journal, oldest first
+        self._counters: dict[Scope, int] = {}  # each scope's newest seq
         self._next_seq = 1
         self._moving: dict[int, int] = {}  # old chat id -> new: moves begun, not finished
         self._next_handle = 1
@@ -66,17 +69,17 @@ class InMemoryStore:
     def _journal(self, scope: Scope, entries: Iterable[tuple[int | None, ChangeOp]], now: datetime) -> None:
         for handle, op in entries:
             self._changes.append(Change(self._next_seq, scope, handle, op, now))
+            self._counters[scope] = self._next_seq
             self._next_seq += 1
 
     async def change_counter(self, scope: Scope) -> int:
-        return next((c.seq for c in reversed(self._changes) if c.scope == scope), 0)
+        return self._counters.get(scope, 0)
 
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
         return [c for c in self._changes if c.scope == scope and c.seq > after][: max(limit, 0)]
 
     async def prune_changes(self, before: datetime) -> int:
-        newest = {c.scope: c.seq for c in self._changes}
-        kept = [c for c in self._changes if c.at >= before or newest[c.scope] == c.seq]
+        kept = [c for c in self._changes if c.at >= before or self._counters[c.scope] == c.seq]
         gone = len(self._changes) - len(kept)
         self._changes = kept
         return gone
@@ -195,12 +198,15 @@ class InMemoryStore:
         if ids is None:
             self._turns.pop(scope, None)
             self._short.pop(scope, None)
+            self._journal(scope, [(None, ChangeOp.EVENTS)], now)
         else:
             gone_turns, gone_short = set(queued), set(short)
             self._turns[scope] = [t for t in self._turns.get(scope, [])
                                   if t.id not in gone_turns and (t.key is None or t.key not in keys)]
-            self._short[scope] = [r for r in self._short.get(scope, [])
-                                  if r.id not in gone_short and not keys.intersection(r.keys)]
+            items = self._short.get(scope, [])
+            if gone_short or any(keys.intersection(r.keys) for r in items):
+                self._journal(scope, [(None, ChangeOp.EVENTS)], now)
+            self._short[scope] = [r for r in items if r.id not in gone_short and not keys.intersection(r.keys)]
         rows.update(stones)
         self._journal(scope, [(mid, forget_op(reason)) for mid in wanted], now)
         if stones or ids is None:
@@ -345,6 +351,8 @@ class InMemoryStore:
     ) -> None:
         rows = self._short.setdefault(scope, [])
         rows.append(ShortItem(self._next_short, kind, user, reply, at, recalled, tuple(keys)))
+        if kind is ShortKind.EVENT:
+            self._journal(scope, [(None, ChangeOp.EVENTS)], at)
         self._next_short += 1
         mine = [r for r in rows if r.kind is kind]
         drop = {r.id for r in mine[: max(0, len(mine) - keep)]}
@@ -358,6 +366,8 @@ class InMemoryStore:
         gone = set(ids or ())
         self._short[scope] = [r for r in self._short.get(scope, [])
                               if not (r.id in gone or (ids is None and (kind is None or r.kind is kind)))]
+        if drops_events(ids, kind):
+            self._journal(scope, [(None, ChangeOp.EVENTS)], utcnow())
 
     # ---- profiles ----
     async def load_profile(self, scope: Scope) -> tuple[Profile, bool] | None:

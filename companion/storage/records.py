@@ -116,9 +116,17 @@ class ChangeOp(StrEnum):
     IMPORTED = "imported"  # written as it was (a restore, a kept earlier wording)
     DECAYED = "decayed"  # scope-wide: the daily decay lowered importances
     MOVED_CHAT = "moved_chat"  # scope-wide: the group moved to a new chat id (old and new scope)
+    # Not a memory: the scope's short-term events (today's, told by extraction) were added or dropped, so a
+    # cache of them reloads. Short-term turns are read afresh every time and write no entry.
+    EVENTS = "events"
 
 
-SCOPE_WIDE: frozenset[ChangeOp] = frozenset({ChangeOp.DECAYED, ChangeOp.MOVED_CHAT})
+SCOPE_WIDE: frozenset[ChangeOp] = frozenset({ChangeOp.DECAYED, ChangeOp.MOVED_CHAT})  # every memory of the scope
+
+
+def drops_events(ids: object, kind: object) -> bool:
+    """Whether dropping short-term items by ``ids`` or ``kind`` (``drop_short``) may drop events."""
+    return ids is not None or kind in (None, "event")
 
 
 @dataclass(frozen=True, slots=True)

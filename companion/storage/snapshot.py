@@ -9,13 +9,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
+from companion.core.cells import CellColumn
 from companion.core.errors import InvalidScopeError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import from_db
 from companion.storage import migrations, spares
+from companion.storage.cellsql import finisher, select_cells
 
 
 class SnapshotReader:
@@ -38,11 +40,19 @@ class SnapshotReader:
             self._tables = {str(k): spares.table_name(str(k), int(t)) for k, t in rows}
         return self._tables.get(scope.key, scope.table)
 
-    def rows(self, scope: Scope, expressions: Sequence[str]) -> Iterator[tuple[object, ...]]:
-        """The scope's memories, one tuple of ``expressions`` (SQL over the memory columns) per row, by id.
-        ``expressions`` come from code (``ops.csvformat``), never from input."""
-        select = ", ".join(expressions)
-        yield from self._conn.execute(f'SELECT {select} FROM "{self._table(scope)}" ORDER BY id')
+    def cell_rows(
+        self, scope: Scope, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None
+    ) -> Iterator[tuple[object, ...]]:
+        """The scope's memories by handle, each as the cells ``core.cells.memory_cells`` would give it,
+        formatted in SQL (``cellsql``). A table that cannot be read raises StorageError (a damaged page:
+        the caller may go on with the other scopes)."""
+        select = ", ".join(select_cells(columns, offset))
+        finish = finisher(columns, tz, offset)
+        try:
+            rows = self._conn.execute(f'SELECT {select} FROM "{self._table(scope)}" ORDER BY id')
+            yield from rows if finish is None else map(finish, rows)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(str(exc)) from None
 
     def count(self) -> tuple[int, int]:
         """(scopes, memories) of the snapshot; every registered scope must have a readable table."""

@@ -8,7 +8,7 @@ changes are named migrations (``migrations.py``); a memory table is upgraded whe
 by ``upgrade_stale`` in the background, never all at start-up.
 Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
 writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
-a new chat id ``chatmove.py``.
+a new chat id ``chatmove.py``, a reply's one read and one write and the pending edit ``turn_sql.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 import aiosqlite
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
-from companion.core.timeutil import to_db
+from companion.core.timeutil import to_db, utcnow
 from companion.storage import (  # noqa: F401 - usage and vector_schema register their migration sets
     chatmove,
     decay_sql,
@@ -40,8 +40,8 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
     writes,
 )
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
-from companion.storage.connection import Connection, storage_error
-from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting
+from companion.storage.connection import storage_error
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, Change, ChangeOp, Setting, drops_events
 from companion.storage.rows import (
     HANDLES_PER_STATEMENT,
     INSERT_MEMORY,
@@ -57,16 +57,7 @@ from companion.storage.rows import (
     row_to_turn,
 )
 from companion.storage.snapshot import STANDALONE
-from companion.storage.turn_sql import (
-    QUEUE_TURN,
-    SET_EDITING,
-    mention_sql,
-    queue_params,
-    read_turn,
-    touch_sql,
-    write_turn,
-)
-from companion.storage.turns import TurnRecord, TurnView
+from companion.storage.turn_sql import QUEUE_TURN, TurnCalls, mention_sql, queue_params, touch_sql
 from companion.storage.usage import SQLiteUsageLog
 
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
@@ -80,7 +71,7 @@ DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
 
 
-class SQLiteStore(Connection):
+class SQLiteStore(TurnCalls):
     """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
     SQLite."""
 
@@ -352,39 +343,6 @@ class SQLiteStore(Connection):
         async with self._tx() as conn:
             await conn.execute("DELETE FROM pending_turns WHERE scope_key = ?", (scope.key,))
 
-    # ---- one turn's read and write (``turns``) ----------------------------------------------------
-
-    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
-        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
-        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
-        thread idle meanwhile."""
-        if memories:
-            await self._readable(scope)  # a stale table is upgraded first
-        table = None if self._version(scope) is None else self.memory_table(scope)
-        async with self._lock:
-            try:
-                if memories:
-                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
-                return read_turn(self._raw, scope.key, table, events, turns, False)
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
-
-    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
-        """One write transaction in a worker thread (a write may wait for another process's)."""
-        if (record.queued or record.touched or record.mentioned) and \
-                self._version(scope) != migrations.CURRENT_TABLE_VERSION:
-            await self.ensure_scope(scope, record.at)  # registered, and its table current, first
-        table = None if self._version(scope) is None else self.memory_table(scope)
-        async with self._lock:
-            try:
-                await asyncio.to_thread(write_turn, self._raw, scope.key, table, record)
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
-
-    async def set_editing(self, scope: Scope, handle: int | None) -> None:
-        async with self._tx() as conn:
-            await conn.execute(SET_EDITING, (scope.key, handle))
-
     # ---- short-term memory -----------------------------------------------------------------------
 
     async def add_short(
@@ -393,6 +351,8 @@ class SQLiteStore(Connection):
     ) -> None:
         async with self._tx() as conn:
             await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep, keys)
+            if kind is ShortKind.EVENT:
+                await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], at)
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
         async with self._tx(write=False) as conn:
@@ -401,6 +361,8 @@ class SQLiteStore(Connection):
     async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
         async with self._tx() as conn:
             await shortterm.delete(conn, scope.key, ids, kind)
+            if drops_events(ids, kind):
+                await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], utcnow())
 
     # ---- profiles --------------------------------------------------------------------------------
 

@@ -1,17 +1,20 @@
-"""SQLite's side of one turn (``turns``): its read and its write, each one transaction run in one go on
-the plain ``sqlite3`` connection by a caller that holds the store's lock (so no other thread uses the
-connection meanwhile). Also the statements ``SQLiteStore`` shares with them: queueing a turn, an access,
-a mention."""
+"""SQLite's side of one turn (``turns``): its read, one transaction run in one go on the plain ``sqlite3``
+connection by a caller that holds the store's lock (so no other thread uses the connection meanwhile);
+its write, in the caller's transaction; and the pending edit. ``TurnCalls`` is the part of ``SQLiteStore``
+that offers them. Also the statements ``SQLiteStore`` shares with them: queueing a turn, an access, a
+mention."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
-from datetime import datetime
 
-from companion.core.models import ShortKind, Status, Turn
+import aiosqlite
+
+from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import to_db
 from companion.storage import journal, shortterm
+from companion.storage.connection import Connection, storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.turns import TurnRecord, TurnView
@@ -76,30 +79,50 @@ def read_turn(
     )
 
 
-def write_turn(conn: sqlite3.Connection, key: str, table: str | None, done: TurnRecord) -> None:
-    """``TurnBatch.record_turn`` in one write transaction; all or nothing."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if done.short is not None:
-            turn = done.short
-            added, trim = shortterm.add_params(key, ShortKind.TURN, turn.user, turn.reply, turn.at, done.recalled,
-                                               done.keep, () if turn.key is None else (turn.key,))
-            conn.execute(shortterm.ADD, added)
-            conn.execute(shortterm.TRIM, trim)
-        conn.executemany(QUEUE_TURN, [queue_params(key, t) for t in done.queued])
-        if table is not None:
-            _count(conn, table, done.touched, done.mentioned, done.at)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+async def write_turn(conn: aiosqlite.Connection, key: str, table: str | None, done: TurnRecord) -> None:
+    """``TurnBatch.record_turn``'s statements, in the caller's transaction."""
+    if done.short is not None:
+        turn = done.short
+        added, trim = shortterm.add_params(key, ShortKind.TURN, turn.user, turn.reply, turn.at, done.recalled,
+                                           done.keep, () if turn.key is None else (turn.key,))
+        await conn.execute(shortterm.ADD, added)
+        await conn.execute(shortterm.TRIM, trim)
+    if done.queued:
+        await conn.executemany(QUEUE_TURN, [queue_params(key, t) for t in done.queued])
+    if table is not None and done.touched:
+        await conn.execute(touch_sql(table, len(done.touched)), (to_db(done.at), *done.touched))
+    if table is not None and done.mentioned:
+        await conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
 
 
-def _count(
-    conn: sqlite3.Connection, table: str, touched: Sequence[int], mentioned: Sequence[int], at: datetime
-) -> None:
-    if touched:
-        conn.execute(touch_sql(table, len(touched)), (to_db(at), *touched))
-    if mentioned:
-        conn.executemany(mention_sql(table), [(to_db(at), mid) for mid in mentioned])
+class TurnCalls(Connection):
+    """``TurnBatch`` on the store's connection; ``SQLiteStore`` inherits it."""
+
+    async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
+        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
+        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
+        thread idle meanwhile."""
+        if memories:
+            await self._readable(scope)  # a stale table is upgraded first
+        table = None if self._version(scope) is None else self.memory_table(scope)
+        async with self._lock:
+            try:
+                if memories:
+                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
+                return read_turn(self._raw, scope.key, table, events, turns, False)
+            except sqlite3.Error as exc:
+                raise storage_error(exc) from exc
+
+    async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
+        """One write transaction on the connection's thread, like every other write: a statement sent
+        whole to another thread (``asyncio.to_thread``) waited on the GIL once per statement and made a
+        busy bot's turns three times slower."""
+        async with self._tx() as conn:
+            if record.queued or record.touched or record.mentioned:
+                await self._ensure_scope(conn, scope, record.at)  # registered, and its table current
+            table = None if self._version(scope) is None else self.memory_table(scope)
+            await write_turn(conn, scope.key, table, record)
+
+    async def set_editing(self, scope: Scope, handle: int | None) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_EDITING, (scope.key, handle))

@@ -57,9 +57,9 @@ def _decaying(row: str) -> str:
 
 
 # Content-free tombstones for what faded, expired or copies a better active memory of the same words
-# (the higher one, or the newer of equals, stays unless it is itself cleaned now). One statement: it
-# reads the rows as they were before it, as SQLite's does. Scopes that lost memories get a stale profile,
-# and each memory removed a journal entry.
+# (the higher one, or the newer of equals, stays unless it is itself cleaned now), found through the
+# index on the scope and the hash of the words. One statement: it reads the rows as they were before it,
+# as SQLite's does. Scopes that lost memories get a stale profile, and each memory removed a journal entry.
 CLEAN = f"""
 WITH cleaned AS (
     UPDATE memories AS t SET event = '', keywords = '{{}}', terms = '{{}}', importance = 0, status = 'forgotten',
@@ -67,13 +67,11 @@ WITH cleaned AS (
         status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN '{StatusReason.FADED}'
                              WHEN {_cleanable("t")} THEN '{StatusReason.EXPIRED}' ELSE '{StatusReason.DUPLICATE}' END
     WHERE {_IN_BATCH.replace("(user_id, chat_id)", "(t.user_id, t.chat_id)")} AND t.status = 'active'
-        AND {_decaying("t")} AND ({_cleanable("t")} OR ((t.user_id, t.chat_id, t.event) IN (
-        SELECT user_id, chat_id, event FROM memories WHERE {_IN_BATCH} AND status = 'active'
-        GROUP BY user_id, chat_id, event HAVING count(*) > 1) AND EXISTS (
-        SELECT 1 FROM memories AS o WHERE o.user_id = t.user_id AND o.chat_id = t.chat_id AND o.event = t.event
-        AND o.status = 'active' AND o.id != t.id
+        AND {_decaying("t")} AND ({_cleanable("t")} OR EXISTS (
+        SELECT 1 FROM memories AS o WHERE o.user_id = t.user_id AND o.chat_id = t.chat_id
+        AND md5(o.event) = md5(t.event) AND o.event = t.event AND o.status = 'active' AND o.id != t.id
         AND (o.importance > t.importance OR (o.importance = t.importance AND o.id > t.id))
-        AND NOT ({_decaying("o")} AND {_cleanable("o")}))))
+        AND NOT ({_decaying("o")} AND {_cleanable("o")})))
     RETURNING t.id, t.user_id, t.chat_id),
 journal AS (
     INSERT INTO memory_changes (user_id, chat_id, handle, op, at)

@@ -4,7 +4,10 @@ two workers starting together apply each step once. Never edit a step that has s
 
 Made for a server database: every memory in one table keyed by its scope (``user_id``, ``chat_id``; 0 for a
 private chat), whose identity column is the database-wide handle; the other records in tables of their own
-with the same scope columns; times as ``timestamptz``, lists as ``text[]``.
+with the same scope columns; times as ``timestamptz``, lists as ``text[]``. Memories leave room in each
+page (fillfactor) so the daily decay rewrites a row in place (a HOT update: no index is touched); cleanup
+finds a scope's copies of the same words by the hash of the text (an event can be longer than a b-tree
+entry may be).
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ CORE = MigrationSet("core", (
         superseded_by bigint,
         status_reason text NOT NULL,
         fingerprint text NOT NULL
-    );
+    ) WITH (fillfactor = 85);
     CREATE INDEX memories_scope ON memories (user_id, chat_id, id);
+    CREATE INDEX memories_same_words ON memories (user_id, chat_id, md5(event)) WHERE status = 'active';
     CREATE INDEX memories_decaying ON memories (user_id, chat_id)
         WHERE status = 'active' AND validity != 'permanent' AND tier != 'long' AND NOT pinned;
     CREATE TABLE memory_sources (

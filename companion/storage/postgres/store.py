@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
 from companion.storage.postgres import decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
@@ -34,7 +35,7 @@ from companion.storage.postgres.rows import (
     second,
     turn_to_row,
 )
-from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, Change, ChangeOp, Setting
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, Change, ChangeOp, Setting, drops_events
 from companion.storage.rows import renumbered
 from companion.storage.turns import TurnRecord, TurnView
 
@@ -272,8 +273,11 @@ class PostgresStore(Pool):
         self, scope: Scope, kind: ShortKind, user: str, reply: str | None, at: datetime, *, keep: int,
         recalled: bool = False, keys: Sequence[str] = (),
     ) -> None:
-        async with self._tx() as conn:
+        # Only events are journalled (their cache follows the counter); turns are read afresh every time.
+        async with self._changing([scope] if kind is ShortKind.EVENT else []) as conn:
             await writes.add_short(conn, scope, kind, user, reply, at, recalled, keep, keys)
+            if kind is ShortKind.EVENT:
+                await journal.record(conn, scope, [(None, ChangeOp.EVENTS)], at)
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
         rows = await self._fetch(f"SELECT {SHORT_COLUMNS} FROM short_term WHERE {_SCOPED} AND kind = $3 "
@@ -281,13 +285,17 @@ class PostgresStore(Pool):
         return [row_to_short(r) for r in reversed(rows)]
 
     async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
-        if ids is not None:
-            await self._fetch(f"DELETE FROM short_term WHERE {_SCOPED} AND id = ANY($3::bigint[])",
-                              *key(scope), list(ids))
-        elif kind is not None:
-            await self._fetch(f"DELETE FROM short_term WHERE {_SCOPED} AND kind = $3", *key(scope), kind.value)
-        else:
-            await self._fetch(f"DELETE FROM short_term WHERE {_SCOPED}", *key(scope))
+        events = drops_events(ids, kind)
+        async with self._changing([scope] if events else []) as conn:
+            if ids is not None:
+                await conn.execute(f"DELETE FROM short_term WHERE {_SCOPED} AND id = ANY($3::bigint[])",
+                                   *key(scope), list(ids))
+            elif kind is not None:
+                await conn.execute(f"DELETE FROM short_term WHERE {_SCOPED} AND kind = $3", *key(scope), kind.value)
+            else:
+                await conn.execute(f"DELETE FROM short_term WHERE {_SCOPED}", *key(scope))
+            if events:
+                await journal.record(conn, scope, [(None, ChangeOp.EVENTS)], utcnow())
 
     # ---- profiles --------------------------------------------------------------------------------
 

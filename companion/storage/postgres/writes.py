@@ -101,13 +101,16 @@ async def forget_everywhere(conn: Conn, scope: Scope, ids: Sequence[int] | None,
     if everything:
         await conn.execute("DELETE FROM pending_turns WHERE user_id = $1 AND chat_id = $2", *scoped)
         await conn.execute("DELETE FROM short_term WHERE user_id = $1 AND chat_id = $2", *scoped)
+        await journal.record(conn, scope, [(None, ChangeOp.EVENTS)], now)
     else:
         await conn.execute("DELETE FROM pending_turns WHERE user_id = $1 AND chat_id = $2 "
                            "AND (id = ANY($3::bigint[]) OR turn_key = ANY($4::text[]))", *scoped, list(queued),
                            sorted(keys))
-        await conn.execute("DELETE FROM short_term WHERE user_id = $1 AND chat_id = $2 "
-                           "AND (id = ANY($3::bigint[]) OR turn_keys && $4::text[])", *scoped, list(short),
-                           sorted(keys))
+        told = await conn.fetch("DELETE FROM short_term WHERE user_id = $1 AND chat_id = $2 "
+                                "AND (id = ANY($3::bigint[]) OR turn_keys && $4::text[]) RETURNING id", *scoped,
+                                list(short), sorted(keys))
+        if told or short:
+            await journal.record(conn, scope, [(None, ChangeOp.EVENTS)], now)
     gone = await tombstone(conn, scope, wanted, now, reason)
     if gone or everything:
         # The profile may quote what was forgotten: it goes now and is rebuilt without it.
