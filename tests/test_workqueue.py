@@ -12,7 +12,16 @@ import pytest
 from redis.asyncio import Redis
 
 from companion.ops.redisleader import RedisLeader
-from companion.ops.workqueue import SHARDS, Entry, LeaseLost, QueueKeys, ShardWorker, UpdateQueue, shard_of
+from companion.ops.workqueue import (
+    SHARDS,
+    Entry,
+    LeaseLost,
+    QueueKeys,
+    ShardWorker,
+    UpdateQueue,
+    connect,
+    shard_of,
+)
 from tests.redistest import SERVER
 
 LEASE_MS = 600
@@ -21,7 +30,7 @@ QUICK = {"lease_ms": LEASE_MS, "renew_seconds": 0.1, "block_ms": 50}
 
 @pytest.fixture
 async def redis(redis_prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(SERVER)
+    client = connect(SERVER)
     try:
         yield client
     finally:
@@ -191,6 +200,15 @@ async def test_a_shard_is_handed_on_only_once_its_open_entries_are_acknowledged(
 
 async def _split(one: ShardWorker, other: ShardWorker) -> bool:
     return len(one.held()) == len(other.held()) == SHARDS // 2
+
+
+async def test_a_thousand_acknowledgements_at_once_wait_for_connections(redis: Redis, redis_prefix: str) -> None:
+    queue = UpdateQueue(redis, redis_prefix)
+    await put_updates(queue, list(range(4000, 4100)), 10)
+    async with running(redis, redis_prefix, "w") as worker:
+        entries = await read_all(worker, 1000)
+        await asyncio.gather(*(worker.ack(entry) for entry in entries))
+        assert worker.open_count() == 0
 
 
 async def test_one_process_leads_and_another_takes_over_when_it_goes(redis: Redis, redis_prefix: str) -> None:

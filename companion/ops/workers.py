@@ -22,7 +22,7 @@ from pathlib import Path
 from companion.config.settings import Settings
 from companion.ops.preflight import StartupError
 from companion.ops.redisleader import RedisLeader
-from companion.ops.workqueue import ShardWorker, UpdateQueue
+from companion.ops.workqueue import ShardWorker, UpdateQueue, connect
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,9 @@ class Shared:
 
 @contextlib.asynccontextmanager
 async def shared(settings: Settings) -> AsyncIterator[Shared]:
-    from redis.asyncio import Redis
     from redis.exceptions import RedisError
 
-    redis = Redis.from_url(settings.redis_url, decode_responses=False, health_check_interval=30)
+    redis = connect(settings.redis_url)
     try:
         try:
             await redis.ping()

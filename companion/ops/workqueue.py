@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from companion.core.errors import CompanionError
@@ -83,6 +83,14 @@ return 1
 
 
 Read = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
+
+
+def connect(url: str, max_connections: int = 32) -> Redis:
+    """A client whose commands wait for a free connection: hundreds of updates finishing at once each
+    acknowledge, and a pool that refuses past its size (the default one) would fail those acknowledgements."""
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=30,
+                                           health_check_interval=30)
+    return Redis(connection_pool=pool)
 
 
 def shard_of(chat_id: int, shards: int = SHARDS) -> int:
