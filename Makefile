@@ -39,7 +39,8 @@ test: lint
 # The long reliability proofs (docs/testing.md, "Stress"); figures land in bench/results/stress.json.
 stress: $(VENV)/.dev
 	STRESS=full FUZZ_EXAMPLES=300 $(PY) -m pytest -p no:cacheprovider tests/stress tests/test_fuzz_inputs.py \
-		tests/test_fuzz_edges.py tests/test_keyboards_fuzz.py tests/test_backup_scopes.py tests/test_fuzz_recovery.py
+		tests/test_fuzz_edges.py tests/test_keyboards_fuzz.py tests/test_backup_scopes.py tests/test_fuzz_recovery.py \
+		tests/test_workers_process.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
