@@ -39,7 +39,7 @@ class Buffering(Protocol):
         ...
 
     async def settled(self, key: Hashable) -> None:
-        """Return once the key has nothing buffered and no flush running."""
+        """Return once what the key holds now is flushed and its flushes running now have finished."""
         ...
 
     async def close(self) -> None:
@@ -52,6 +52,7 @@ class _Pending:
     flush: Flush
     texts: list[str] = field(default_factory=list)
     timer: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # flushed (or taken back)
 
 
 class MessageBuffer:
@@ -81,6 +82,7 @@ class MessageBuffer:
             return []
         if entry.timer is not None:
             entry.timer.cancel()
+        entry.done.set()
         return entry.texts
 
     async def flush_now(self, key: Hashable) -> None:
@@ -96,16 +98,16 @@ class MessageBuffer:
             await self._flush(key, entry)
 
     async def settled(self, key: Hashable) -> None:
-        """Return once ``key`` has nothing buffered and no flush running (each one's reply delivered or
-        given up). A text pushed meanwhile is waited for too: the burst is settled as a whole."""
-        while True:
-            entry = self._pending.get(key)
-            waits: list[asyncio.Task[None]] = [task for task, owner in self._running.items() if owner == key]
-            if entry is not None and entry.timer is not None:
-                waits.append(entry.timer)
-            if not waits:
-                return
-            await asyncio.wait(waits)
+        """Return once what ``key`` holds now has been flushed and every flush of it running now has finished
+        (each reply delivered or given up). Texts that join the held ones before their flush are part of the
+        same turn; texts pushed after it began are a later turn and not waited for, so a user who keeps
+        talking does not hold back what was already answered."""
+        running = [task for task, owner in self._running.items() if owner == key]
+        entry = self._pending.get(key)
+        if running:
+            await asyncio.wait(running)
+        if entry is not None:
+            await entry.done.wait()
 
     async def _wait(self, key: Hashable, entry: _Pending) -> None:
         await asyncio.sleep(self.quiet_seconds)
@@ -126,6 +128,7 @@ class MessageBuffer:
         finally:
             if task is not None:
                 self._running.pop(task, None)
+            entry.done.set()
 
     async def close(self) -> None:
         """Flush everything still waiting (shutdown must not lose messages), every key at once, then wait
