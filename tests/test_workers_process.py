@@ -168,6 +168,7 @@ async def test_one_process_with_the_queue_answers_once_in_order_and_survives_kil
         await bot.kill()
         await load
         bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await tg.wait_for_call("setWebhook", timeout=120, count=3)  # up, so the stop below is a clean one
         await until_answered(tg, second, per_user)
     finally:
         code, _ = await bot.stop()
