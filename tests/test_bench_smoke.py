@@ -113,7 +113,8 @@ async def test_scale_on_postgresql_gives_the_same_keys(tmp_path: Path) -> None:
     assert pg["build"]["rows"] == 10 * 6 + 80 and pg["startup"]["active_scopes"] == 10
     assert pg["recall_big"]["warm"]["p95"] > 0 and pg["forget_big"]["n"] == 5 and pg["size"]["db_mb"] > 0
     assert pg["decay"]["scopes"] == 11 + 2 * NEW_USERS and pg["decay"]["decayed"] > 0
-    assert pg["write_new_user"]["took_spare"] is None and pg["backup"]["seconds"] is None
+    assert pg["write_new_user"]["took_spare"] is None and pg["backup"]["snapshot_s"] is None
+    assert pg["backup"]["files"] == sqlite["backup"]["files"] and pg["backup"]["seconds"] > 0
 
 
 async def test_bot_answers_every_message_exactly_once() -> None:

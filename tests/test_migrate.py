@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from companion.core.errors import RestoreError
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
-from companion.ops.commands import run_memories, run_migrate
+from companion.ops.backup import make_backup
+from companion.ops.commands import run_memories, run_migrate, run_restore
 from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
 from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, WEEKLY, MemoryStore, UsageRow
 from companion.storage.factory import open_store, sqlite_url
@@ -137,3 +139,29 @@ async def test_the_command_copies_this_installation_and_refuses_itself(tmp_path:
         assert "verified 3 scopes" in capsys.readouterr().out
     with pytest.raises(Exception, match="would copy from"):
         await run_migrate(settings, argparse.Namespace(source=None, to=settings.database))
+
+
+async def test_a_postgresql_installation_backs_up_to_csv_and_restores_from_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with pg_schema() as url, pg_schema() as fresh:
+        store = await open_store(url)
+        try:
+            await fill(store)
+            result = await make_backup(store, tmp_path / "backups", NOW, UTC, 7)
+            want = {s: await store.fetch_memories(s, set(Status)) for s in await store.scopes()}
+        finally:
+            await store.close()
+        assert result.files == 3  # one CSV per scope, the empty one too
+        settings = make_settings(tmp_path / "restored", database_url=fresh)
+        assert await run_restore(settings, argparse.Namespace(path=result.folder, force=False)) == 0
+        assert "restored 4 memories and 1 tombstones" in capsys.readouterr().out
+        back = await open_store(fresh)
+        try:
+            for scope, memories in want.items():
+                got = await back.fetch_memories(scope, set(Status))
+                assert [(m.id, m.event, m.status, m.importance, m.created_at) for m in got] == [
+                    (m.id, m.event, m.status, m.importance, m.created_at) for m in memories]
+        finally:
+            await back.close()
+        with pytest.raises(RestoreError, match="already holds memories"):  # a server database is not swapped
+            await run_restore(settings, argparse.Namespace(path=result.folder, force=True))

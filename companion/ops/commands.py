@@ -86,7 +86,16 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
     from companion.ops import dblock
     from companion.ops.restore import restore
+    from companion.storage.factory import sqlite_path
 
+    if sqlite_path(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
+        from companion.ops.migrate import restore_into
+
+        with ProgressLine("restore") as progress:
+            result = await restore_into(settings.database, args.path, utcnow(), progress=progress, tz=settings.tz)
+        print(f"restored {result.rows} memories and {result.tombstones} tombstones of "
+              f"{counted(result.users, result.scopes)} into the database at DATABASE_URL (copied and verified)")
+        return 0
     with dblock.hold(settings.db_path, "restore"), ProgressLine("restore") as progress:
         result = await restore(
             args.path, settings.db_path, utcnow(), force=args.force, progress=progress,

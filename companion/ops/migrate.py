@@ -13,15 +13,19 @@ starts with the copy). The bot must be stopped meanwhile: a write during the cop
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import astuple, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import astuple, dataclass, field, replace
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
 from typing import Any
 
-from companion.core.errors import StorageError
+from companion.core.errors import RestoreError, StorageError
 from companion.core.models import Memory, Scope, ShortItem, ShortKind, Turn
+from companion.ops.restore import RestoreResult, restore
 from companion.storage.base import EVERY_STATUS, SETTINGS, Keyed, MemoryStore, Setting, UsageLog, UsageRow
+from companion.storage.factory import open_store, sqlite_url
 
 # Far above what a scope holds (the short-term buffer keeps 200 turns, the queue drains every few turns).
 ALL = 1_000_000
@@ -242,3 +246,27 @@ async def verify(source: MemoryStore, target: MemoryStore, copied: Copied) -> No
     if copied.mismatched:
         raise MigrationMismatchError(f"the target differs from the source in {len(copied.mismatched)} place(s): "
                                      + "; ".join(copied.mismatched[:5]))
+
+
+async def restore_into(url: str, source: Path, now: datetime, *, progress: Progress | None = None,
+                       tz: tzinfo | None = None) -> RestoreResult:
+    """``bot.py restore`` for a store kept in no database file (PostgreSQL): the backup is rebuilt as a
+    SQLite file in a temporary folder, exactly as a SQLite restore rebuilds it, then copied into the store
+    at ``url`` and verified (``migrate``). The target must hold no scope yet: a server database is not
+    swapped like a file, so restore into a new, empty database (or schema) and point ``DATABASE_URL`` at it."""
+    with tempfile.TemporaryDirectory(prefix="restore-") as tmp:
+        staged = Path(tmp) / "memory.sqlite3"
+        result = await restore(source, staged, now, progress=progress, tz=tz)
+        target = await open_store(url)
+        try:
+            if await target.scopes():
+                raise RestoreError("the database at DATABASE_URL already holds memories; restore into a new, "
+                                   "empty database (or schema) and point DATABASE_URL at it")
+            copy = await open_store(sqlite_url(staged))
+            try:
+                await migrate(copy, target, now)
+            finally:
+                await copy.close()
+        finally:
+            await target.close()
+    return replace(result, kept_old=None, pruned=())

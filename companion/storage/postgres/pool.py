@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, Self
 
 import asyncpg
@@ -100,7 +101,7 @@ class Pool:
     # ---- scopes ----------------------------------------------------------------------------------
 
     @staticmethod
-    async def _ensure_scope(conn: Conn, scope: Scope, now: Any) -> None:
+    async def _ensure_scope(conn: Conn, scope: Scope, now: datetime) -> None:
         await conn.execute("INSERT INTO scopes (user_id, chat_id, created_at) VALUES ($1, $2, $3) "
                            "ON CONFLICT DO NOTHING", *key(scope), second(now))
 
