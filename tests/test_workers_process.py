@@ -12,6 +12,7 @@ import os
 import random
 import re
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -148,8 +149,10 @@ async def test_one_process_with_the_queue_answers_once_in_order_and_survives_kil
     try:
         await tg.wait_for_call("setWebhook", timeout=120)
         await greet(tg, users)
+        begin = time.perf_counter()
         await talk(tg, users, per_user, seed=1)
-        await until_answered(tg, users, per_user + 0)
+        await until_answered(tg, users, per_user)
+        seconds = time.perf_counter() - begin - 1.0  # until_answered's last second looks for extra answers
     finally:
         code, _ = await bot.stop()
     assert code == 0, bot.output[-3000:]
@@ -175,7 +178,11 @@ async def test_one_process_with_the_queue_answers_once_in_order_and_survives_kil
     assert code == 0, bot.output[-3000:]
     # The window between a delivered answer and its acknowledgement is one Redis call: a kill there
     # repeats that one answer (each user's burst at most once).
-    check(tg, second, per_user, killed=True)
+    duplicates = check(tg, second, per_user, killed=True)
+    rate = round(len(users) * per_user / seconds, 1)
+    record("queue_one_process", {"users": len(users), "messages_per_user": per_user, "database": "sqlite",
+                                 "seconds": round(seconds, 1), "messages_per_s": rate,
+                                 "answered_twice_after_kill": duplicates})
 
 
 async def test_workers_need_a_shared_database_and_the_queue(tmp_path: Path) -> None:
@@ -203,6 +210,7 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
         try:
             await tg.wait_for_call("setWebhook", timeout=120)
             await greet(tg, users)
+            begin = time.perf_counter()
             load = asyncio.create_task(talk(tg, users, per_user, seed=3))
             await until_some_answered(tg, users, len(users) * per_user // 3)
             await asyncio.sleep(random.uniform(0, 0.5))
@@ -210,6 +218,7 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
             os.kill(child, signal.SIGKILL)  # the other worker takes its shards over once the leases expire
             await load
             await until_answered(tg, users, per_user)
+            seconds = time.perf_counter() - begin - 1.0  # until_answered's last second looks for extra answers
         finally:
             code, _ = await bot.stop()
         output = bot.output
@@ -217,7 +226,9 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
     assert code == 0, output[-3000:]
     duplicates = check(tg, users, per_user, killed=True)
     record("workers", {"users": len(users), "messages_per_user": per_user, "workers": 2, "killed_workers": 1,
-                       "answered_twice": duplicates, "memories_stored": stored, "memories_in_wrong_scope": len(stray)})
+                       "seconds_with_the_kill": round(seconds, 1),
+                       "messages_per_s": round(len(users) * per_user / seconds, 1), "answered_twice": duplicates,
+                       "memories_stored": stored, "memories_in_wrong_scope": len(stray)})
     assert not stray, stray[:5]
     assert stored > 0, "extraction never stored anything"
     assert "worker process" in output and "took shard" in output
