@@ -19,7 +19,7 @@ $(VENV)/.runtime: $(RUNTIME)
 	@echo "Installed."
 	touch $@
 
-$(VENV)/.dev: $(RUNTIME) requirements-dev.txt requirements-postgres.txt $(VENV)/.runtime
+$(VENV)/.dev: $(RUNTIME) requirements-dev.txt requirements-postgres.txt requirements-workers.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
@@ -42,7 +42,8 @@ test: lint
 # The long reliability proofs (docs/testing.md, "Stress"); figures land in bench/results/stress.json.
 stress: $(VENV)/.dev
 	STRESS=full FUZZ_EXAMPLES=300 $(PY) -m pytest -p no:cacheprovider tests/stress tests/test_fuzz_inputs.py \
-		tests/test_fuzz_edges.py tests/test_keyboards_fuzz.py tests/test_backup_scopes.py tests/test_fuzz_recovery.py
+		tests/test_fuzz_edges.py tests/test_keyboards_fuzz.py tests/test_backup_scopes.py tests/test_fuzz_recovery.py \
+		tests/test_workers_process.py
 
 # The AstrBot plugin: dist/astrbot_plugin_companion_memory/ and its zip (docs/astrbot.md).
 astrbot-plugin:

@@ -1,6 +1,7 @@
 """Composition root and command line.
 
     python bot.py                 run the Telegram bot (default)
+    python bot.py worker          handle updates from the shared queue (REDIS_URL; docs/operator.md, "Workers")
     python bot.py console         chat in the terminal as one local user
     python bot.py backup          write today's backup now
     python bot.py restore PATH    rebuild the database from a backup folder or snapshot [--force]
@@ -34,6 +35,7 @@ from companion.core.errors import CompanionError, ConfigError
 from companion.ops.assembly import Services, admin_service, services
 from companion.ops.commands import OPERATOR_COMMANDS, Command
 from companion.ops.dblock import DatabaseInUseError
+from companion.ops.leader import ALONE
 from companion.ops.preflight import StartupError, preflight
 
 if TYPE_CHECKING:
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from companion.chat.pipeline import ChatService
     from companion.config.settings import Settings
     from companion.core.models import Scope
+    from companion.ops.workers import Shared
+    from handlers.queue import Consumer
 
 log = logging.getLogger("bot")
 
@@ -91,15 +95,31 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     # Every start-up problem (a missing, malformed or rejected token or key, no route) is found before
     # aiogram and the chat's libraries are imported: they cost seconds of CPU, the checks a fraction of one.
     settings.require_for_chat(telegram=True)
+    settings.require_for_workers(worker=False)
     from companion.ops import dblock  # fcntl only: a database in use is refused before Telegram is asked
 
-    with dblock.hold(settings.db_path, "the bot"):
+    # SQLite is one process's file; a server database is shared by every worker and needs no file lock.
+    with contextlib.nullcontext() if settings.shared_database else dblock.hold(settings.db_path, "the bot"):
         await preflight(settings, telegram=True)
-        return await serve(settings)
+        if settings.workers == 1:
+            return await serve(settings)
+        from companion.ops.workers import worker_command, worker_processes
+
+        async with worker_processes(settings.workers - 1, worker_command(Path(__file__).resolve()), PROJECT_DIR,
+                                    settings.stop_timeout_seconds):
+            return await serve(settings)
 
 
-async def serve(settings: Settings) -> int:
-    """The bot itself, once the checks passed; the caller holds the database lock."""
+async def run_worker(settings: Settings, args: argparse.Namespace) -> int:
+    settings.require_for_chat(telegram=True)
+    settings.require_for_workers(worker=True)
+    await preflight(settings, telegram=True)
+    return await serve(settings, receiving=False)
+
+
+async def serve(settings: Settings, *, receiving: bool = True) -> int:
+    """The bot itself, once the checks passed; the caller holds the database lock (SQLite). ``receiving``:
+    this process takes updates from Telegram (a ``worker`` only handles what the queue gives it)."""
     from companion.chat.stopping import wind_down
     from companion.ops import jobs, reviews
     from companion.ops.staging import remove_staging
@@ -114,34 +134,44 @@ async def serve(settings: Settings) -> int:
 
     if remove_staging(settings.db_path):
         log.info("removed the half-built database of a restore that was killed")
-    async with companion(settings) as (chat, parts):
+    async with companion(settings) as (chat, parts), queue_parts(settings) as shared:
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
-        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings)
+        leader = shared.leader if shared is not None else ALONE
+        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings, leader)
 
         async def blocked(scope: Scope) -> None:
             await switch_off_blocked(chat, buffer, scope)
 
         reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
-                         *proactive_senders(bot, blocked))
+                         *proactive_senders(bot, blocked), leader=leader)
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
         kanban = None
+        consumer: Consumer | None = None
         try:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
-            kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
+            if receiving:  # one process polls the kanbans and serves the OAuth callback, never every worker
+                kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
             # new supergroup's first message finds its members under the new id.
             groups = dispatcher["groups"]
-            await jobs.guarded("unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
-            await set_menus(bot, bot_commands())
-            await register_admin_commands(bot, settings.admin_ids)
+            await jobs.led(leader, "unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
+            if receiving:
+                await set_menus(bot, bot_commands())
+                await register_admin_commands(bot, settings.admin_ids)
             scheduler.start()
             # Decay and a missed backup run beside polling: users are answered while they run.
-            background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings)))
+            background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings, leader)))
             # Memory tables left at an old version are upgraded in small batches, never at start-up.
             upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
             background.append(upgrading)
-            await receive(dispatcher, bot, settings)
+            if shared is None:
+                await receive(dispatcher, bot, settings)
+            else:
+                from handlers.queue import Consumer
+
+                consumer = Consumer(dispatcher, bot, buffer, shared.worker)
+                await consume(consumer, shared, dispatcher, bot, settings, receiving=receiving)
         finally:
             if upgrading is not None:
                 upgrading.cancel()  # the table upgrade resumes at the next start
@@ -150,11 +180,46 @@ async def serve(settings: Settings) -> int:
             if scheduler.running:  # a start-up failure comes before the scheduler started
                 scheduler.shutdown(wait=False)
             # Within STOP_TIMEOUT_SECONDS: replies and extractions in flight finish or are abandoned
-            # with their turns still queued (companion.chat.stopping).
-            await wind_down(chat, buffer, background, settings.stop_timeout_seconds)
+            # with their turns still queued (companion.chat.stopping); queued updates are acknowledged
+            # as they finish, the abandoned ones are read again by the next worker of their shard.
+            handling = list(consumer.handling) if consumer is not None else []
+            await wind_down(chat, buffer, [*background, *handling], settings.stop_timeout_seconds)
+            if consumer is not None:
+                await consumer.leave()
             await bot.session.close()
     log.info("bot stopped")
     return 0
+
+
+@asynccontextmanager
+async def queue_parts(settings: Settings) -> AsyncIterator[Shared | None]:
+    """With REDIS_URL: the queue, this process's shard leases and the scheduled jobs' lead; else nothing."""
+    if not settings.redis_url:
+        yield None
+        return
+    from companion.ops.workers import shared
+
+    async with shared(settings) as parts:
+        yield parts
+
+
+async def consume(consumer: Consumer, shared: Shared, dispatcher: Dispatcher, bot: Bot, settings: Settings, *,
+                  receiving: bool) -> None:
+    """Handle the queue's updates until told to stop; the receiving process also takes them from Telegram."""
+    from handlers.queue import intake
+    from handlers.webhook import receive, stop_signal
+
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(consumer.run(stop), name="consume-updates")
+    try:
+        if receiving:
+            await receive(intake(shared.queue), bot, settings, queued_for=dispatcher)
+        else:
+            log.info("worker started; handling the queue's updates")
+            await stop_signal().wait()
+    finally:
+        stop.set()
+        await consuming
 
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
@@ -193,13 +258,15 @@ def logs_to_file(path: Path) -> Iterator[None]:
         handler.close()
 
 
-COMMANDS: dict[str, Command] = {"run": run_bot, "console": run_console_mode, **OPERATOR_COMMANDS}
+COMMANDS: dict[str, Command] = {"run": run_bot, "worker": run_worker, "console": run_console_mode,
+                                **OPERATOR_COMMANDS}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bot.py", description="Companion bot with long-term memory.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (default)")
+    sub.add_parser("worker", help="handle the queue's updates beside the bot (REDIS_URL, a shared database)")
     sub.add_parser("console", help="chat in the terminal as one local user")
     sub.add_parser("backup", help="write today's backup now")
     restore_p = sub.add_parser("restore", help="rebuild the database from a backup folder or snapshot")

@@ -23,16 +23,25 @@ from companion.config.settings import Settings
 log = logging.getLogger(__name__)
 
 
-async def receive(dispatcher: Dispatcher, bot: Bot, settings: Settings) -> None:
-    """Take updates until the process is told to stop (SIGTERM or Ctrl-C), by webhook or by polling."""
+async def receive(
+    dispatcher: Dispatcher, bot: Bot, settings: Settings, *, queued_for: Dispatcher | None = None
+) -> None:
+    """Take updates until the process is told to stop (SIGTERM or Ctrl-C), by webhook or by polling.
+
+    With ``queued_for``, ``dispatcher`` only queues updates (``handlers.queue.intake``) for the workers'
+    dispatcher: Telegram is asked for the update types that one handles, and each update is queued before
+    Telegram learns it arrived (the webhook answers after it, polling confirms it with the next request)."""
+    handling = queued_for or dispatcher
+    allowed = handling.resolve_used_update_types()
     if settings.webhook_url:
-        await serve_webhook(dispatcher, bot, settings, stop_signal())
+        await serve_webhook(dispatcher, bot, settings, stop_signal(), allowed, background=queued_for is None)
         return
     # A webhook left by an earlier run in webhook mode would refuse every getUpdates (409 Conflict);
     # removing it keeps the updates Telegram holds, which polling then takes.
     await bot.delete_webhook(drop_pending_updates=False)
     log.info("bot started; polling %s", settings.telegram_api_base)
-    await dispatcher.start_polling(bot, close_bot_session=False)
+    await dispatcher.start_polling(bot, close_bot_session=False, allowed_updates=allowed,
+                                   handle_as_tasks=queued_for is None)
 
 
 def stop_signal() -> asyncio.Event:
@@ -44,11 +53,14 @@ def stop_signal() -> asyncio.Event:
     return stop
 
 
-async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, stop: asyncio.Event) -> None:
+async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, stop: asyncio.Event,
+                        allowed: list[str], *, background: bool = True) -> None:
     """Serve the webhook until ``stop`` is set, then stop taking requests. The webhook stays registered with
-    Telegram, which keeps new updates until this bot (or another process of it) answers again."""
+    Telegram, which keeps new updates until this bot (or another process of it) answers again. Without
+    ``background`` each request is answered once ``dispatcher`` is done with its update."""
     app = web.Application()
-    handler = SimpleRequestHandler(dispatcher, bot, secret_token=settings.webhook_token())
+    handler = SimpleRequestHandler(dispatcher, bot, handle_in_background=background,
+                                   secret_token=settings.webhook_token())
     app.router.add_route("POST", settings.webhook_path, handler.handle)  # not ``register``: it closes the bot's session
     setup_application(app, dispatcher, bot=bot)
     runner = web.AppRunner(app, access_log=None)
@@ -57,7 +69,7 @@ async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, st
         await web.TCPSite(runner, settings.webhook_listen, settings.webhook_port).start()
         await bot.set_webhook(
             settings.webhook_url, secret_token=settings.webhook_token(), drop_pending_updates=False,
-            allowed_updates=dispatcher.resolve_used_update_types(),
+            allowed_updates=allowed,
         )
         log.info("bot started; webhook at %s (listening on %s:%d)", _shown(settings.webhook_url),
                  settings.webhook_listen, settings.webhook_port)

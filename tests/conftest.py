@@ -23,6 +23,7 @@ from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema, require_server
+from tests.redistest import redis_keys
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
 
@@ -60,6 +61,14 @@ def store(any_store: MemoryStore) -> MemoryStore:
     """The store contract suites' store: every backend (a module with a ``store`` fixture of its own uses
     that instead)."""
     return any_store
+
+
+@pytest.fixture
+async def redis_prefix() -> AsyncIterator[str]:
+    """A Redis key prefix of this test's own (tests/redistest.py), its keys deleted after; skips without a
+    server (fails with CI=true)."""
+    async with redis_keys() as prefix:
+        yield prefix
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@
 Each new message restarts the quiet period; when it passes, the texts are joined and handed to the
 flush callback. A command that must come after what the user said before it (``/stop_aiGF``) calls
 ``flush_now``: the buffered texts are answered at once and the call returns when every flush of that key,
-including ones already running, is done.
+including ones already running, is done. ``settled`` waits until a key has nothing buffered and nothing
+being flushed: a queue of updates acknowledges a text only once its answer is out.
 
-The handlers type against ``Buffering``: ``MessageBuffer`` holds one process's messages, the default; a
-deployment of several workers replaces it with one they share (or routes each user to one worker).
+The handlers type against ``Buffering``: ``MessageBuffer`` holds one process's messages. Several worker
+processes each keep their own: the queue routes each chat to one worker at a time (handlers/queue.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class Buffering(Protocol):
         """Finish the key's running flushes, then flush what it has buffered."""
         ...
 
+    async def settled(self, key: Hashable) -> None:
+        """Return once what the key holds now is flushed and its flushes running now have finished."""
+        ...
+
     async def close(self) -> None:
         """Flush everything still waiting, then wait for running flushes."""
         ...
@@ -47,6 +52,7 @@ class _Pending:
     flush: Flush
     texts: list[str] = field(default_factory=list)
     timer: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # flushed (or taken back)
 
 
 class MessageBuffer:
@@ -76,6 +82,7 @@ class MessageBuffer:
             return []
         if entry.timer is not None:
             entry.timer.cancel()
+        entry.done.set()
         return entry.texts
 
     async def flush_now(self, key: Hashable) -> None:
@@ -89,6 +96,18 @@ class MessageBuffer:
             if entry.timer is not None:
                 entry.timer.cancel()
             await self._flush(key, entry)
+
+    async def settled(self, key: Hashable) -> None:
+        """Return once what ``key`` holds now has been flushed and every flush of it running now has finished
+        (each reply delivered or given up). Texts that join the held ones before their flush are part of the
+        same turn; texts pushed after it began are a later turn and not waited for, so a user who keeps
+        talking does not hold back what was already answered."""
+        running = [task for task, owner in self._running.items() if owner == key]
+        entry = self._pending.get(key)
+        if running:
+            await asyncio.wait(running)
+        if entry is not None:
+            await entry.done.wait()
 
     async def _wait(self, key: Hashable, entry: _Pending) -> None:
         await asyncio.sleep(self.quiet_seconds)
@@ -109,6 +128,7 @@ class MessageBuffer:
         finally:
             if task is not None:
                 self._running.pop(task, None)
+            entry.done.set()
 
     async def close(self) -> None:
         """Flush everything still waiting (shutdown must not lose messages), every key at once, then wait

@@ -9,7 +9,7 @@ so a message handled meanwhile already sees "off", and the store's older "on" mu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from companion.core.models import Scope
@@ -25,6 +25,15 @@ class CompanionModes:
 
     async def load(self) -> None:
         self._on = await self._engine.active_scopes()
+
+    async def reload(self, which: Callable[[Scope], bool]) -> None:
+        """Read again from the store the mode of every scope ``which`` picks (their chats were handled by
+        another worker process until now; this one takes them over). A scope being switched here keeps
+        what this process set."""
+        stored = await self._engine.active_scopes()
+        for scope in [*self._on, *stored]:
+            if which(scope) and scope not in self._switching and (scope in stored) != (scope in self._on):
+                self.set(scope, scope in stored)
 
     def is_on(self, scope: Scope) -> bool:
         return scope in self._on

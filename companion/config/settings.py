@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8080, ge=1, le=65535)
+    # Several worker processes (docs/operator.md, "Workers"): updates go through Redis Streams at REDIS_URL.
+    # Empty: the process that receives an update handles it. WORKERS > 1 needs REDIS_URL and a shared database.
+    redis_url: str = ""
+    redis_prefix: str = Field(default="companion", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    workers: int = Field(default=1, ge=1, le=64)
     llm_api_key: SecretStr | None = None
     llm_base_url: str = DEFAULT_LLM_BASE_URL
     llm_model: str = "deepseek-chat"
@@ -214,6 +219,11 @@ class Settings(BaseSettings):
         return self.database_url or f"{SQLITE_PREFIX}{self.data_dir / DB_NAME}"
 
     @property
+    def shared_database(self) -> bool:
+        """A server database several processes use at once (SQLite is one process's file)."""
+        return self.database.startswith(("postgresql://", "postgres://"))
+
+    @property
     def db_path(self) -> Path:
         """The SQLite file the store lives in (and beside which operator commands take their lock); for a
         store of another kind, where that file would be."""
@@ -239,6 +249,26 @@ class Settings(BaseSettings):
             + (f" {sources}." if sources else "")
         )
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"must be a redis://, rediss:// or unix:// URL, not {_shown_url(value)!r}")
+        return value
+
+    def require_for_workers(self, *, worker: bool) -> None:
+        """One line when several processes are asked for (WORKERS > 1, or ``bot.py worker``) without what
+        they share: the queue (REDIS_URL) and a server database (SQLite allows one process at a time)."""
+        if self.workers == 1 and not worker:
+            return
+        what = "bot.py worker" if worker else f"WORKERS={self.workers}"
+        if not self.redis_url:
+            raise ConfigError(f"{what} needs REDIS_URL: the workers share the updates through Redis.")
+        if not self.shared_database:
+            raise ConfigError(f"{what} needs a shared database (DATABASE_URL=postgresql://...): "
+                              "SQLite is used by one process at a time; run WORKERS=1 with SQLite.")
+
     def require_for_chat(self, *, telegram: bool) -> None:
         """What chatting needs, in one line: LLM_API_KEY unless LLM_BASE_URL names another (possibly
         keyless, local) server, and TELEGRAM_BOT_TOKEN for the bot (not for the console)."""
@@ -251,6 +281,12 @@ class Settings(BaseSettings):
         if self.llm_api_key is not None and _is_set(self.llm_api_key):
             return self.llm_api_key.get_secret_value().strip()
         return "" if self.llm_key_needed else LOCAL_KEY
+
+
+def _shown_url(url: str) -> str:
+    """A URL without its password, for a message."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.password else url
 
 
 def _is_set(value: object) -> bool:

@@ -65,6 +65,16 @@ async def run_backup(store: MemoryStore, settings: Settings, now: datetime | Non
     return result
 
 
+async def run_decay_once(engine: MemoryEngine, tz: tzinfo, now: datetime | None = None) -> DecayReport | str:
+    """The scheduled decay, unless one already ran this local day: the lead may pass to another process
+    after its decay ran (the store's record is what several schedulers agree on)."""
+    now = now or utcnow()
+    last = await engine.last_decay_at()
+    if last is not None and last.astimezone(tz).date() == now.astimezone(tz).date():
+        return f"already ran today at {last.astimezone(tz):%H:%M}"
+    return await run_decay(engine, now)
+
+
 async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
     last = await engine.last_decay_at()
     return last is None or now - last >= timedelta(days=1)
@@ -78,7 +88,7 @@ def build_scheduler(
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 
     async def decay_job() -> None:
-        await led(leader, "decay", lambda: run_decay(engine))
+        await led(leader, "decay", lambda: run_decay_once(engine, settings.tz))
 
     async def backup_job() -> None:
         await led(leader, "backup", lambda: run_backup(store, settings))

@@ -1,0 +1,256 @@
+"""``python bot.py`` with ``REDIS_URL``, behind the webhook of the fake Telegram, against the fake LLM: every
+message is answered once and in order per chat, also across a ``kill -9`` mid-load and a restart; with
+PostgreSQL, two worker processes (``WORKERS=2``) share the load, one of them killed mid-load, and the
+scheduled decay runs once for the day. The model's reply names the tags of the texts it answers, so each
+answer says which messages it covers (the buffer merges a burst into one turn)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from companion.chat import texts
+from companion.storage.factory import open_store
+from tests.fakes import FakeLLM, FakeTelegram
+from tests.fakes.llm import request_text
+from tests.pgtest import pg_schema
+from tests.redistest import SERVER as REDIS_SERVER
+from tests.scripted import EXTRACT_MARK, PROFILE_MARK
+from tests.stress.harness import BotProcess, record, scale
+from tests.test_webhook import free_port
+
+TAG = re.compile(r"#(\d+)-(\d+)#")
+FIRST_USER = 710_001
+
+
+def tagged(uid: int, n: int) -> str:
+    return f"今天第{n}件事 #{uid}-{n}#"
+
+
+def answer_tags(body: dict[str, Any]) -> str:
+    """The tags of the turn's own text (the last user message), in the order the user sent them."""
+    users = [m.get("content") for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    last = str(users[-1]) if users else ""
+    return "收到 " + " ".join(f"#{u}-{n}#" for u, n in TAG.findall(last))
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
+    async with FakeTelegram() as tg, FakeLLM() as llm:
+        async def reply(body: dict[str, Any]) -> str:
+            await asyncio.sleep(random.uniform(0.02, 0.2))
+            return answer_tags(body)
+
+        async def extract(body: dict[str, Any]) -> str:
+            text = request_text(body)
+            if PROFILE_MARK in text:
+                return json.dumps({"core": "喜欢散步", "dynamic": []}, ensure_ascii=False)
+            if EXTRACT_MARK not in text:
+                return '{"memories": []}'
+            lines = [line for line in text.split("对话：", 1)[-1].splitlines() if "用户：" in line]
+            memories = [{"event": f"散步 #{u}-{n}#", "keywords": ["散步", f"{u}-{n}"], "importance": 60,
+                         "validity": "30d", "type": "event"} for line in lines for u, n in TAG.findall(line)]
+            return json.dumps({"memories": memories}, ensure_ascii=False)
+
+        llm.set_chat_reply(reply)
+        llm.set_json_reply(extract)
+        yield tg, llm
+
+
+def env_for(tg: FakeTelegram, llm: FakeLLM, root: Path, prefix: str, **extra: str) -> dict[str, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "LLM_", "STRESS"))}
+    env.update(
+        TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE=tg.base_url, LLM_API_KEY="sk-workers",
+        LLM_BASE_URL=llm.base_url, LLM_MAX_RETRIES="0", LLM_TIMEOUT_SECONDS="10", LLM_TOOLS_ENABLED="false",
+        DATA_DIR=str(root / "data"), BACKUP_DIR=str(root / "backups"), QUIET_SECONDS="0.3",
+        EXTRACT_EVERY_MIN="50", EXTRACT_EVERY_MAX="50", LOG_LEVEL="INFO", PYTHONUNBUFFERED="1",
+        WEBHOOK_URL=f"http://127.0.0.1:{port}/hook", WEBHOOK_PORT=str(port),
+        REDIS_URL=REDIS_SERVER, REDIS_PREFIX=prefix,
+    )
+    env.update(extra)
+    return env
+
+
+def answered(tg: FakeTelegram, uid: int) -> list[str]:
+    """The tags the user's answers named, in the order they were sent."""
+    return [f"{u}-{n}" for message in tg.sent_messages(uid) for u, n in TAG.findall(str(message.get("text", "")))]
+
+
+async def until_answered(tg: FakeTelegram, users: range, per_user: int, timeout: float = scale(240, 1800)) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while any(len(set(answered(tg, uid))) < per_user for uid in users):
+        assert loop.time() < deadline, "not every message was answered"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # an answer that should not exist gets its chance to show up
+
+
+async def until_some_answered(tg: FakeTelegram, users: range, count: int, timeout: float = 120) -> None:
+    """Until ``count`` texts of these users are answered: the load is under way."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while sum(len(answered(tg, uid)) for uid in users) < count:
+        assert loop.time() < deadline, "the load never got under way"
+        await asyncio.sleep(0.05)
+
+
+async def greet(tg: FakeTelegram, users: range) -> None:
+    for uid in users:
+        tg.push_text(uid, "/start_aiGF")
+    for uid in users:
+        assert (await tg.wait_for_messages(uid, 1, timeout=120))[0]["text"] == texts.GREETING_NEW
+
+
+async def talk(tg: FakeTelegram, users: range, per_user: int, seed: int) -> None:
+    """Every user sends ``per_user`` texts in bursts (some merge into one turn, some do not)."""
+    rng = random.Random(seed)
+    for n in range(per_user):
+        for uid in users:
+            tg.push_text(uid, tagged(uid, n))
+        await asyncio.sleep(rng.choice((0.0, 0.05, 0.5)))
+
+
+def check(tg: FakeTelegram, users: range, per_user: int, *, killed: bool = False) -> int:
+    """Every message answered, in the order sent; returns how many were answered twice. Only after a
+    ``kill -9`` may one answer per user be repeated: the turn whose answer was delivered right before the
+    kill, before its acknowledgement reached Redis."""
+    duplicates = 0
+    for uid in users:
+        got = answered(tg, uid)
+        expected = [f"{uid}-{n}" for n in range(per_user)]
+        firsts = list(dict.fromkeys(got))
+        assert firsts == expected, f"user {uid}: answered {got}"
+        duplicates += len(got) - len(firsts)
+        repeated = {tag for tag in got if got.count(tag) > 1}
+        turns = [{f"{u}-{n}" for u, n in TAG.findall(str(m.get("text", "")))} for m in tg.sent_messages(uid)]
+        one_turn = not repeated or (killed and any(repeated <= tags for tags in turns))
+        assert one_turn, f"user {uid}: more than one answer repeated: {[m.get('text') for m in tg.sent_messages(uid)]}"
+    return duplicates
+
+
+async def test_one_process_with_the_queue_answers_once_in_order_and_survives_kill_minus_nine(
+    servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path, redis_prefix: str
+) -> None:
+    tg, llm = servers
+    env = env_for(tg, llm, tmp_path, redis_prefix)
+    users, per_user = range(FIRST_USER, FIRST_USER + scale(12, 200)), scale(6, 20)
+    bot = await BotProcess(env, tmp_path, tg=tg).start()
+    try:
+        await tg.wait_for_call("setWebhook", timeout=120)
+        await greet(tg, users)
+        begin = time.perf_counter()
+        await talk(tg, users, per_user, seed=1)
+        await until_answered(tg, users, per_user)
+        seconds = time.perf_counter() - begin - 1.0  # until_answered's last second looks for extra answers
+    finally:
+        code, _ = await bot.stop()
+    assert code == 0, bot.output[-3000:]
+    check(tg, users, per_user)
+    assert not [c for c in tg.calls if c[0].lower() == "getupdates"], "webhook mode must not poll"
+
+    # kill -9 while the next texts are being answered; the restarted process answers the rest, once.
+    second = range(users.stop, users.stop + len(users))
+    bot = await BotProcess(env, tmp_path, tg=tg).start()
+    try:
+        await tg.wait_for_call("setWebhook", timeout=120, count=2)
+        await greet(tg, second)
+        load = asyncio.create_task(talk(tg, second, per_user, seed=2))
+        await until_some_answered(tg, second, len(second) * per_user // 3)
+        await asyncio.sleep(random.uniform(0, 0.5))  # not always right after an answer went out
+        await bot.kill()
+        await load
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        await tg.wait_for_call("setWebhook", timeout=120, count=3)  # up, so the stop below is a clean one
+        await until_answered(tg, second, per_user)
+    finally:
+        code, _ = await bot.stop()
+    assert code == 0, bot.output[-3000:]
+    # The window between a delivered answer and its acknowledgement is one Redis call: a kill there
+    # repeats that one answer (each user's burst at most once).
+    duplicates = check(tg, second, per_user, killed=True)
+    rate = round(len(users) * per_user / seconds, 1)
+    record("queue_one_process", {"users": len(users), "messages_per_user": per_user, "database": "sqlite",
+                                 "seconds": round(seconds, 1), "messages_per_s": rate,
+                                 "answered_twice_after_kill": duplicates})
+
+
+async def test_workers_need_a_shared_database_and_the_queue(tmp_path: Path) -> None:
+    from tests.process import clean_env, run_cli
+
+    env = clean_env() | {"TELEGRAM_BOT_TOKEN": "1:AAA", "LLM_API_KEY": "sk-x", "DATA_DIR": str(tmp_path / "d")}
+    code, _, err = await run_cli(env | {"WORKERS": "2", "REDIS_URL": REDIS_SERVER}, tmp_path)
+    assert code == 2 and err.strip().count("\n") == 0 and "WORKERS=2 needs a shared database" in err, err
+    code, _, err = await run_cli(env | {"REDIS_URL": REDIS_SERVER}, tmp_path, "worker")
+    assert code == 2 and "bot.py worker needs a shared database" in err, err
+    code, _, err = await run_cli(env | {"DATABASE_URL": "postgresql://x@127.0.0.1/test"}, tmp_path, "worker")
+    assert code == 2 and "bot.py worker needs REDIS_URL" in err, err
+
+
+@pytest.mark.postgresql
+async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay_once(
+    servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path, redis_prefix: str
+) -> None:
+    tg, llm = servers
+    users, per_user = range(FIRST_USER, FIRST_USER + scale(20, 200)), scale(5, 20)
+    async with pg_schema() as url:
+        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2", EXTRACT_EVERY_MIN="2",
+                      EXTRACT_EVERY_MAX="2")
+        bot = await BotProcess(env, tmp_path, tg=tg).start()
+        try:
+            await tg.wait_for_call("setWebhook", timeout=120)
+            await greet(tg, users)
+            begin = time.perf_counter()
+            load = asyncio.create_task(talk(tg, users, per_user, seed=3))
+            await until_some_answered(tg, users, len(users) * per_user // 3)
+            await asyncio.sleep(random.uniform(0, 0.5))
+            child = worker_pid(bot)
+            os.kill(child, signal.SIGKILL)  # the other worker takes its shards over once the leases expire
+            await load
+            await until_answered(tg, users, per_user)
+            seconds = time.perf_counter() - begin - 1.0  # until_answered's last second looks for extra answers
+        finally:
+            code, _ = await bot.stop()
+        output = bot.output
+        stray, stored = await memories_by_scope(url)
+    assert code == 0, output[-3000:]
+    duplicates = check(tg, users, per_user, killed=True)
+    record("workers", {"users": len(users), "messages_per_user": per_user, "workers": 2, "killed_workers": 1,
+                       "seconds_with_the_kill": round(seconds, 1),
+                       "messages_per_s": round(len(users) * per_user / seconds, 1), "answered_twice": duplicates,
+                       "memories_stored": stored, "memories_in_wrong_scope": len(stray)})
+    assert not stray, stray[:5]
+    assert stored > 0, "extraction never stored anything"
+    assert "worker process" in output and "took shard" in output
+    # Both processes started with the decay overdue (a new database); only the leader ran it.
+    assert output.count("job decay catch-up done") == 1, output[-3000:]
+
+
+async def memories_by_scope(url: str) -> tuple[list[tuple[str, str]], int]:
+    """Memories whose tag names another user than their scope's, and how many memories there are."""
+    store = await open_store(url)
+    try:
+        stray, stored = [], 0
+        for scope in await store.scopes():
+            for memory in await store.fetch_memories(scope):
+                stored += 1
+                stray += [(scope.key, memory.event) for u, _ in TAG.findall(memory.event) if int(u) != scope.user_id]
+        return stray, stored
+    finally:
+        await store.close()
+
+
+def worker_pid(bot: BotProcess) -> int:
+    found = re.search(r"started 1 worker processes \(pids (\d+)\)", bot.output)
+    assert found, bot.output[-3000:]
+    return int(found.group(1))
