@@ -170,8 +170,9 @@ WHEEL_ENGINE = ("companion.core", "companion.storage", "companion.recall", "comp
                 "companion.engine", "memory")
 NOT_THE_ENGINES = frozenset({"aiogram", "pandas", "apscheduler", "prompt_toolkit", "tqdm", "matplotlib",
                              "pydantic_settings"})
-# Optional backends an engine module loads by name only when configured (their own requirements files).
-OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3"})
+# Optional backends an engine module loads only when configured (their own requirements files; asyncpg:
+# the PostgreSQL store, opened by the factory for a postgresql:// URL, the extra [postgres]).
+OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3", "asyncpg"})
 
 
 def engine_files() -> list[Path]:
