@@ -34,7 +34,7 @@ FIRST_USER = 710_001
 
 
 def tagged(uid: int, n: int) -> str:
-    return f"今天第{n}件事 #{uid}-{n}#"
+    return f"今天第{n}件事，去散步了 #{uid}-{n}#"
 
 
 def answer_tags(body: dict[str, Any]) -> str:
@@ -204,8 +204,8 @@ async def test_two_workers_on_postgresql_share_the_load_survive_a_kill_and_decay
     tg, llm = servers
     users, per_user = range(FIRST_USER, FIRST_USER + scale(20, 200)), scale(5, 20)
     async with pg_schema() as url:
-        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2", EXTRACT_EVERY_MIN="2",
-                      EXTRACT_EVERY_MAX="2")
+        env = env_for(tg, llm, tmp_path, redis_prefix, DATABASE_URL=url, WORKERS="2",
+                      IMPORTANT_KEYWORDS="散步")  # every turn is extracted at once
         bot = await BotProcess(env, tmp_path, tg=tg).start()
         try:
             await tg.wait_for_call("setWebhook", timeout=120)
