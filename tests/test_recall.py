@@ -395,3 +395,23 @@ def test_a_question_word_glued_to_the_verb_does_not_hide_the_topic(extractor: Ke
     index = ScopeIndex([dataclasses.replace(mem(i, extractor.keywords(e), event=e), terms=extractor.keywords(e))
                         for i, e in enumerate(facts, start=1)], extractor.keywords)
     assert recall(index, extractor, "我这周哪天练吉他来着", BOT) == [1]
+
+
+@pytest.mark.parametrize(("earlier", "reply", "turn", "expected"), [
+    # A change of topic: the window's words (the peanuts, the cat, the reply) must not hide what the turn names.
+    (("晚上吃了点花生米", "我的猫今天好乖"), "嗯嗯，我记着呢。", "我这周哪天练吉他来着", [3]),
+    (("晚上吃了点花生米", "今天加班好累"), "辛苦啦，早点休息。", "我的猫叫什么来着", [2]),
+    # A vague turn: the window names the topic (the cat), as before.
+    (("我的猫最近不吃饭",), None, "它今天还是没精神", [2]),
+    # Neither the turn nor the window touches a memory: nothing.
+    (("今天加班好累",), "辛苦啦。", "明天要下雨吗", []),
+])
+def test_the_window_helps_a_vague_turn_and_never_hides_the_turns_own_topic(
+    extractor: KeywordExtractor, earlier: tuple[str, ...], reply: str | None, turn: str, expected: list[int]
+) -> None:
+    facts = [("对花生过敏", ["花生", "过敏"]), ("养了一只猫叫年糕，最近不爱吃饭", ["猫", "年糕"]),
+             ("在学吉他，每周练三次", ["吉他", "练琴"])]
+    index = ScopeIndex([dataclasses.replace(mem(i, keywords, event=e), terms=extractor.keywords(e))
+                        for i, (e, keywords) in enumerate(facts, start=1)], extractor.keywords)
+    query = build_query(turn, extractor.keywords, earlier=earlier, reply=reply)
+    assert [r.memory.id for r in index.rank(query, NOW, BOT)] == expected

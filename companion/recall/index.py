@@ -322,6 +322,13 @@ class ScopeIndex:
         memory = self.memories[mid]
         if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
             return None
+        match = self._passes(mid, query, rules)
+        if match is None and query.turn is not None:
+            match = self._passes(mid, query.turn, rules)
+        return match
+
+    def _passes(self, mid: int, query: Query, rules: RecallFilter) -> float | None:
+        """The memory's match share of the query when it clears the gate, else None."""
         covered = self._covered(mid, query)
         match = self._chars.share(mid, query.units, query.content, covered)
         if match < rules.min_match:
@@ -330,7 +337,6 @@ class ScopeIndex:
         if rules.min_match > 0 and clauses and self._chars.coverage(mid, clauses, covered) < MIN_CLAUSE_COVERAGE:
             return None
         return match
-
 
     def _covered(self, mid: int, query: Query) -> dict[str, float]:
         """Content units of the turn's words that match one of this memory's terms as words."""

@@ -35,6 +35,10 @@ class Query:
     units: dict[str, float] = field(default_factory=dict)
     content: dict[str, float] = field(default_factory=dict)
     clauses: list[dict[str, float]] = field(default_factory=list)
+    # The current turn alone, when earlier messages were read too: the gate admits a memory that covers
+    # enough of either, so the window helps a vague turn ("它还是没精神") and never hides what the turn
+    # itself names after a change of topic.
+    turn: Query | None = None
 
     def __bool__(self) -> bool:
         return bool(self.words or self.units)
@@ -75,8 +79,14 @@ def clause_content(text: str, words: tuple[str, ...]) -> tuple[dict[str, float],
 def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:
     """``earlier``: the user's previous turns, oldest first; ``reply``: the companion's last reply."""
     query = Query()
-    query.add(text, tokenize(text), CURRENT_WEIGHT)
+    words = tokenize(text)
+    query.add(text, words, CURRENT_WEIGHT)
     recent = [t for t in earlier if t.strip()][-EARLIER_USER_TURNS:]
+    if recent or (reply and reply.strip()):
+        turn = Query()
+        turn.add(text, words, CURRENT_WEIGHT)
+        query = Query(turn=turn)
+        query.add(text, words, CURRENT_WEIGHT)
     for distance, turn in enumerate(reversed(recent), start=1):
         query.add(turn, tokenize(turn), CURRENT_WEIGHT / (1 + distance))
     if reply and reply.strip():
