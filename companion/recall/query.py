@@ -78,17 +78,16 @@ def clause_content(text: str, words: tuple[str, ...]) -> tuple[dict[str, float],
 
 def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:
     """``earlier``: the user's previous turns, oldest first; ``reply``: the companion's last reply."""
-    query = Query()
     words = tokenize(text)
-    query.add(text, words, CURRENT_WEIGHT)
+    alone = Query()
+    alone.add(text, words, CURRENT_WEIGHT)
     recent = [t for t in earlier if t.strip()][-EARLIER_USER_TURNS:]
-    if recent or (reply and reply.strip()):
-        turn = Query()
-        turn.add(text, words, CURRENT_WEIGHT)
-        query = Query(turn=turn)
-        query.add(text, words, CURRENT_WEIGHT)
-    for distance, turn in enumerate(reversed(recent), start=1):
-        query.add(turn, tokenize(turn), CURRENT_WEIGHT / (1 + distance))
+    if not recent and not (reply and reply.strip()):
+        return alone
+    query = Query(turn=alone)
+    query.add(text, words, CURRENT_WEIGHT)
+    for distance, said in enumerate(reversed(recent), start=1):
+        query.add(said, tokenize(said), CURRENT_WEIGHT / (1 + distance))
     if reply and reply.strip():
         query.add(reply, tokenize(reply), REPLY_WEIGHT)
     return query
