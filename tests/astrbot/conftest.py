@@ -50,12 +50,13 @@ def astrbot_venv(venv: Path | None = None, pin: str = ASTRBOT, base: str = sys.e
 
 
 def python312() -> str | None:
-    """A Python 3.12 interpreter on PATH or under pyenv, for the newest AstrBot."""
-    found = shutil.which("python3.12")
-    if found:
-        return found
+    """A Python 3.12 interpreter under pyenv or on PATH, for the newest AstrBot. A pyenv shim is no
+    interpreter: it runs only where pyenv's selected versions include 3.12, which a test cannot rely on."""
     pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))
-    return str(pyenv[-1]) if pyenv else None
+    if pyenv:
+        return str(pyenv[-1])
+    found = shutil.which("python3.12")
+    return found if found and "/shims/" not in found else None
 
 
 @pytest.fixture(scope="session")
