@@ -5,18 +5,15 @@ local one every session and CI run has). Without a server the tests skip with on
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
 
-import pytest
-
 from bench.server import server_schema
+from tests.servers import ask, require
 
 SERVER = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SKIP_REASON = "PostgreSQL tests: no server at TEST_DATABASE_URL (default 127.0.0.1:5432/test); CI=true makes this fail"
 
 
@@ -35,25 +32,12 @@ async def _probe() -> str | None:
 
 @cache
 def _unreachable() -> str | None:
-    """Why the server cannot be used, or None; asked once per test session (in a loop of its own)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_probe())
-    # Inside a running loop (an async fixture): ask on a thread with its own loop.
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _probe()).result()
+    return ask(_probe)
 
 
 def require_server() -> None:
     """Skip (or in CI fail) the calling test when the server is unreachable."""
-    why = _unreachable()
-    if why is not None:
-        if IN_CI:
-            pytest.fail(f"CI=true and the PostgreSQL test server is unreachable: {why}")
-        pytest.skip(SKIP_REASON)
+    require(_unreachable(), "PostgreSQL", SKIP_REASON)
 
 
 @asynccontextmanager

@@ -4,16 +4,13 @@ the tests skip with one reason; with ``CI=true`` they fail instead, so CI can ne
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
 
-import pytest
-
-from tests.pgtest import IN_CI
+from tests.servers import ask, require
 
 SERVER = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 SKIP_REASON = "Redis tests: no server at TEST_REDIS_URL (default 127.0.0.1:6379); CI=true makes this fail"
@@ -37,19 +34,11 @@ async def _probe() -> str | None:
 
 @cache
 def _unreachable() -> str | None:
-    """Why the server cannot be used, or None; asked once per test session (in a loop of its own)."""
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _probe()).result()
+    return ask(_probe)
 
 
 def require_redis() -> None:
-    why = _unreachable()
-    if why is not None:
-        if IN_CI:
-            pytest.fail(f"CI=true and the Redis test server is unreachable: {why}")
-        pytest.skip(SKIP_REASON)
+    require(_unreachable(), "Redis", SKIP_REASON)
 
 
 @asynccontextmanager
