@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from companion.core import tiers
-from companion.core.models import Memory, Scope, Status, StatusReason
+from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import utcnow
+from companion.core.week import WEEK, summarise_week
+from companion.core.week import WeekSummary as WeekSummary  # the senders' type, where it always was
 from companion.ops.jobs import led
 from companion.ops.leader import ALONE, Leader
 from companion.storage.base import REVIEW_SENT, WEEKLY, WEEKLY_SENT
@@ -24,19 +25,10 @@ from memory import MemoryEngine
 log = logging.getLogger(__name__)
 
 REVIEW_EVERY = timedelta(hours=20)  # at most one review message a day (a little slack for the hourly job)
-WEEK = timedelta(days=7)
 BATCH = 5
 
 ReviewSender = Callable[[Scope, Sequence[tuple[Memory, tiers.Suggestion]]], Awaitable[bool]]
 WeeklySender = Callable[[Scope, "WeekSummary"], Awaitable[bool]]
-
-
-@dataclass(frozen=True, slots=True)
-class WeekSummary:
-    learned: list[Memory]
-    promoted: int
-    archived: int
-    evicted: int
 
 
 def in_hours(now: datetime, tz: tzinfo, hours: tuple[int, int]) -> bool:
@@ -67,15 +59,7 @@ async def review_round(
 
 
 async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> WeekSummary:
-    everything = await engine.memories(scope, set(Status))
-    since = now - WEEK
-    return WeekSummary(
-        learned=[m for m in everything if m.is_active and m.created_at >= since],
-        promoted=sum(m.is_active and m.status_reason == StatusReason.PROMOTED and m.updated_at >= since
-                     for m in everything),
-        archived=sum(m.status is Status.ARCHIVED and m.updated_at >= since for m in everything),
-        evicted=sum(m.status_reason == StatusReason.EVICTED and m.updated_at >= since for m in everything),
-    )
+    return summarise_week(await engine.memories(scope, set(Status)), now)
 
 
 async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:

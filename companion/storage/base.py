@@ -33,6 +33,7 @@ from companion.storage.capabilities import (
 from companion.storage.records import (
     EXACT_EXPIRY,
     GROUP_MEMORY,
+    HOST_ADDRESS,
     HOST_LABEL,
     IMPORTED,
     JOURNAL_KEEP,
@@ -54,12 +55,12 @@ from companion.storage.records import (
 from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "GROUP_MEMORY", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP",
-    "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS", "SHARE_PRIVATE",
-    "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp", "ChatMoves",
-    "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore", "ScopeRegistry",
-    "Setting", "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView",
-    "UsageCell", "UsageLog", "VectorIndex", "VectorRow", "text_hash",
+    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "GROUP_MEMORY", "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
+    "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
+    "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
+    "ChatMoves", "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore",
+    "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue",
+    "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})

@@ -1,63 +1,54 @@
 """The AstrBot plugin: a ``Star`` that gives every speaker long-term memory through the companion engine.
 
-The only module importing ``astrbot``; everything it does is ``service.MemoryService``. The engine imports
-and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever comes first), so
-loading the plugin stays cheap; the model used for learning is AstrBot's own current provider, looked up
-at each call. A failure in here is logged and never costs AstrBot its reply."""
+With ``bridge`` the only modules importing ``astrbot``; everything it does is ``service.MemoryService``.
+The engine imports and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever
+comes first), so loading the plugin stays cheap; the model used for learning and profiles is AstrBot's own
+current provider, looked up at each call. A failure in here is logged in one line and never costs AstrBot
+its reply."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from astrbot.api import AstrBotConfig
-from astrbot.api.event import AstrMessageEvent, MessageEventResult, filter
+from astrbot.api.event import AstrMessageEvent, MessageChain, MessageEventResult, filter
 from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools
 
-from companion.core.errors import CompanionError, LLMUnavailableError
+from companion.core.errors import CompanionError
 from companion.core.models import Origin
+from companion.core.timeutil import utcnow
 from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import BadArgument
+from companion.hosts.astrbot.bridge import (
+    ProviderModel,
+    failed,
+    private_address,
+    send_to,
+    speaker_of,
+    words_of,
+)
 from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.llm.base import Message, json_object
+from companion.hosts.astrbot.weekly import MONDAY, WEEKLY_AT, every, next_at, weekly_round
 
 if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
     from companion.hosts.astrbot.service import MemoryService
 
-log = logging.getLogger("astrbot_plugin_companion_memory")
 NAME = "astrbot_plugin_companion_memory"
 TOOLS = tuple(f"companion_memory_{verb}" for verb in
               ("add", "search", "list", "update", "forget", "move", "archive", "due"))
 SHORT_LIST = 6  # lines of "what you remember" a group sees when the list cannot go privately
 
 
-class ProviderModel:
-    """The engine's JSON model over AstrBot's configured provider: no second API key. The provider is
-    looked up at each call, so a provider added or switched in the WebUI is used at once."""
-
-    def __init__(self, context: Context) -> None:
-        self._context = context
-
-    async def json(self, messages: Sequence[Message], *, purpose: str, max_tokens: int = 1200) -> dict[str, Any]:
-        provider = self._context.get_using_provider()
-        if provider is None:
-            raise LLMUnavailableError(f"{purpose}: no provider configured in AstrBot")
-        prompt = "\n\n".join(str(m.get("content") or "") for m in messages)
-        try:
-            answer = await provider.text_chat(prompt=prompt, contexts=[], system_prompt="")
-        except Exception as exc:  # a provider's own errors, whatever the vendor
-            raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
-        text = (answer.completion_text or "").strip()
-        if text.startswith("```"):
-            text = text.strip("`").removeprefix("json").strip()
-        return json_object(text, purpose)
+def final(event: AstrMessageEvent, text: str) -> MessageEventResult:
+    """A command's answer, which ends the event: the command is not also sent to the model."""
+    return event.plain_result(text).stop_event()
 
 
 def engine_class() -> type[MemoryService]:
@@ -66,31 +57,13 @@ def engine_class() -> type[MemoryService]:
     return MemoryService
 
 
-def speaker_of(event: AstrMessageEvent) -> Speaker:
-    return Speaker(str(event.get_platform_id()), str(event.get_sender_id()), str(event.get_group_id() or ""))
-
-
-def final(event: AstrMessageEvent, text: str) -> MessageEventResult:
-    """A command's answer, which ends the event: the command is not also sent to the model."""
-    return event.plain_result(text).stop_event()
-
-
-def words_of(event: AstrMessageEvent) -> list[str]:
-    """The command's arguments (the command word itself dropped)."""
-    try:
-        parts = shlex.split(event.message_str)
-    except ValueError:
-        parts = event.message_str.split()
-    return parts[1:]
-
-
 class CompanionMemory(Star):
     def __init__(self, context: Context, config: AstrBotConfig | None = None) -> None:
         super().__init__(context)
         self.options = Options.read(config)
         self._service: MemoryService | None = None
         self._opening = asyncio.Lock()
-        self._nightly: asyncio.Task[None] | None = None
+        self._jobs: list[asyncio.Task[None]] = []
         self._confirming: set[str] = set()
 
     @filter.on_astrbot_loaded()
@@ -98,8 +71,8 @@ class CompanionMemory(Star):
         """Open the engine once AstrBot is up, so neither the plugin's load nor the first request waits."""
         try:
             await self.service()
-        except Exception:
-            log.exception("the memory engine did not open; the next request tries again")
+        except Exception as exc:  # the next request tries again
+            failed("opening the memory engine", exc)
 
     async def service(self) -> MemoryService:
         async with self._opening:
@@ -107,14 +80,27 @@ class CompanionMemory(Star):
                 # The engine's modules (jieba, numpy: ~0.6 s) import in a thread, off AstrBot's loop.
                 service_class = await asyncio.to_thread(engine_class)
                 data = Path(StarTools.get_data_dir(NAME))
-                llm = ProviderModel(self.context) if self.options.learning else None
-                self._service = await service_class.open(data, self.options, llm)
-                self._nightly = asyncio.create_task(self._service.run_nightly())
+                wants_model = self.options.learning or self.options.profile
+                llm = ProviderModel(self.context) if wants_model else None
+                service = self._service = await service_class.open(data, self.options, llm)
+                self._jobs = [
+                    asyncio.create_task(every(service.next_nightly, lambda _: service.nightly(), utcnow,
+                                              "nightly memory upkeep")),
+                    asyncio.create_task(every(lambda now: next_at(now, self.options.tz, WEEKLY_AT, MONDAY),
+                                              self.weekly, utcnow, "the weekly summaries")),
+                ]
             return self._service
 
+    async def weekly(self, now: datetime) -> int:
+        """Send the weekly summaries due at ``now`` (the scheduler's run, or a test's chosen Monday)."""
+        async def send(address: str, text: str) -> bool:
+            return await send_to(self.context, address, MessageChain().message(text))
+        return await weekly_round(await self.service(), now, send)
+
     async def terminate(self) -> None:
-        if self._nightly is not None:
-            self._nightly.cancel()
+        for job in self._jobs:
+            job.cancel()
+        self._jobs = []
         if self._service is not None:
             await self._service.close()
             self._service = None
@@ -134,16 +120,16 @@ class CompanionMemory(Star):
             block = await service.reference(speaker_of(event), req.prompt or "")
             if block:
                 req.prompt = f"{req.prompt or ''}\n\n{block}"
-        except Exception:  # an edge: AstrBot answers without memory rather than not at all
-            log.exception("memory injection failed")
+        except Exception as exc:  # an edge: AstrBot answers without memory rather than not at all
+            failed("memory injection", exc)
 
     @filter.on_llm_response()
     async def learn(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
         try:
             service = await self.service()
             await service.note_exchange(speaker_of(event), event.message_str, resp.completion_text or "")
-        except Exception:
-            log.exception("queueing the exchange for learning failed")
+        except Exception as exc:  # an edge: the reply is already made
+            failed("learning from the exchange", exc)
 
     # ---- the model's tools (bound to the speaker in code) --------------------------------------------
 
@@ -275,14 +261,21 @@ class CompanionMemory(Star):
 
     async def _privately(self, event: AstrMessageEvent, text: str) -> bool:
         """Send to the speaker's private chat where the platform can start one; False where it cannot."""
-        from astrbot.api.event import MessageChain
+        return await send_to(self.context, private_address(event), MessageChain().message(text))
 
-        try:
-            return bool(await self.context.send_message(
-                f"{event.get_platform_id()}:FriendMessage:{event.get_sender_id()}", MessageChain().message(text)))
-        except Exception:  # a platform without proactive private messages: the group gets a short list
-            log.debug("no private message on %s", event.get_platform_id(), exc_info=True)
-            return False
+    @filter.command("每周总结", alias={"weekly"})
+    async def weekly_switch(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        """Opt in or out of the Monday summary, sent to this private chat (never to a group)."""
+        speaker = speaker_of(event)
+        choice = (words_of(event)[:1] or [""])[0].lower()
+        if speaker.in_group:
+            yield final(event, texts.WEEKLY_PRIVATE_ONLY)
+        elif choice not in ("on", "off", "开", "关"):
+            yield final(event, texts.WEEKLY_USAGE)
+        else:
+            on = choice in ("on", "开")
+            await (await self.service()).set_weekly(speaker, on, event.unified_msg_origin)
+            yield final(event, texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
 
     @filter.command("忘记", alias={"forget"})
     async def forget_one(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:

@@ -22,6 +22,7 @@ class Options:
     recall_limit: int = 3
     tools: bool = True
     learning: bool = True
+    profile: bool = True  # the speaker's profile, rebuilt from their memories by AstrBot's provider
     learn_every: int = 4  # finished exchanges queued before one extraction
     decay: bool = True
     backup_time: time = time(3, 30)
@@ -61,6 +62,7 @@ class Options:
         return cls(
             capacity=number("capacity", 10, 5000), inject_limit=number("inject_limit", 0, 30),
             recall_limit=number("recall_limit", 0, 10), tools=flag("tools"), learning=flag("learning"),
+            profile=flag("profile"),
             learn_every=number("learn_every", 1, 50), decay=flag("decay"),
             backup_time=_clock_time(text("backup_time"), default.backup_time),
             backup_keep=number("backup_keep", 0, 365), timezone=zone,

@@ -20,6 +20,7 @@ from typing import Any
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
 from companion.core.timeutil import utcnow
+from companion.engine.profile import matching_traits
 from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import (
     BadArgument,
@@ -33,9 +34,10 @@ from companion.hosts.astrbot.arguments import (
 from companion.hosts.astrbot.fences import fenced
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
+from companion.hosts.astrbot.weekly import next_at
 from companion.llm.base import JsonModel
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import EXACT_EXPIRY, HOST_LABEL, MemoryStore
+from companion.storage.base import EXACT_EXPIRY, HOST_ADDRESS, HOST_LABEL, WEEKLY, MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
 
@@ -71,6 +73,7 @@ class MemoryService:
         self._clock = clock
         self._labelled: set[str] = set()
         self._learning: set[Scope] = set()
+        self._refreshing: set[Scope] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -147,7 +150,8 @@ class MemoryService:
         if not memories:
             return None
         shown = for_prompt(memories, self.options.inject_limit)
-        lines = [texts.HEADER, *(f"- [{m.id}] {m.event}" for m in shown)]
+        lines = [*await self._profile_lines(speaker.scope, text), texts.HEADER,
+                 *(f"- [{m.id}] {m.event}" for m in shown)]
         if self.options.recall_limit and text.strip():
             live = {m.id for m in memories}
             ids = {m.id for m in shown}
@@ -156,6 +160,15 @@ class MemoryService:
             if recalled:
                 lines += [texts.RECALLED, *(f"- [{m.id}] {m.event}" for m in recalled)]
         return fenced("\n".join(lines))
+
+    async def _profile_lines(self, scope: Scope, text: str) -> list[str]:
+        """The speaker's profile as the Telegram bot tells it: the core always, the traits this text touches."""
+        profile = await self.engine.profile(scope) if self.options.profile else None
+        if profile is None:
+            return []
+        lines = [texts.PROFILE.format(core=profile.core)] if profile.core else []
+        traits = matching_traits(profile, self.engine.keywords.keywords(text)) if text.strip() else []
+        return [*lines, *([texts.TRAITS, *(f"- {t}" for t in traits)] if traits else [])]
 
     # ---- the model's tools ---------------------------------------------------------------------------
 
@@ -258,23 +271,52 @@ class MemoryService:
     # ---- learning from the conversation -----------------------------------------------------------
 
     async def note_exchange(self, speaker: Speaker, user: str, reply: str) -> None:
-        """Queue a finished exchange; enough queued starts one extraction in the background."""
-        if not self.options.learning or not self.engine.can_extract or not user.strip():
+        """Queue a finished exchange; enough queued starts one extraction in the background, which rebuilds
+        the profile after. Otherwise the profile is rebuilt when due, as the Telegram bot does after a turn
+        (none yet, a day old, or changed memories and six hours since the last build)."""
+        if not self.engine.can_extract or not user.strip():
             return
         scope = speaker.scope
-        await self._label(speaker)
-        await self.engine.note_turn(scope, Turn(user=user[:2000], reply=reply[:2000], at=self._clock()))
-        if scope not in self._learning and await self.engine.pending_count(scope) >= self.options.learn_every:
-            self._learning.add(scope)
-            self._spawn(self._learn(scope))
+        if self.options.learning:
+            await self._label(speaker)
+            await self.engine.note_turn(scope, Turn(user=user[:2000], reply=reply[:2000], at=self._clock()))
+            if scope not in self._learning and await self.engine.pending_count(scope) >= self.options.learn_every:
+                self._learning.add(scope)
+                self._spawn(self._learn(scope))
+                return
+        if self.options.profile and scope not in self._refreshing and scope not in self._learning:
+            self._spawn(self._refresh_profile(scope))
 
     async def _learn(self, scope: Scope) -> None:
         try:
             await self.engine.consolidate(scope, self._clock())
         except LLMError as exc:
             log.warning("learning for a scope failed (turns stay queued): %s", exc)
+            return
         finally:
             self._learning.discard(scope)
+        if self.options.profile:
+            await self._refresh_profile(scope)
+
+    async def _refresh_profile(self, scope: Scope) -> None:
+        if scope in self._refreshing:
+            return
+        self._refreshing.add(scope)
+        try:
+            await self.engine.refresh_profile(scope, self._clock())
+        except LLMError as exc:
+            log.warning("profile rebuild for a scope failed, the last one stays: %s", exc)
+        finally:
+            self._refreshing.discard(scope)
+
+    # ---- the weekly summary -------------------------------------------------------------------------
+
+    async def set_weekly(self, speaker: Speaker, on: bool, address: str) -> None:
+        """Opt in or out; ``address`` is where AstrBot reaches the speaker (their private chat's origin)."""
+        await self._label(speaker)
+        await self.store.set_setting(WEEKLY, speaker.scope, on)
+        if on:
+            await self.store.set_setting(HOST_ADDRESS, speaker.scope, address)
 
     def _spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
@@ -301,20 +343,7 @@ class MemoryService:
         return path
 
     def next_nightly(self, now: datetime) -> datetime:
-        local = now.astimezone(self.options.tz)
-        at = local.replace(hour=self.options.backup_time.hour, minute=self.options.backup_time.minute,
-                           second=0, microsecond=0)
-        return (at if at > local else at + timedelta(days=1)).astimezone(UTC)
-
-    async def run_nightly(self) -> None:
-        """The plugin's scheduler: sleeps to the configured time; a failed night is logged, never fatal."""
-        while True:
-            now = self._clock()
-            await asyncio.sleep(max(1.0, (self.next_nightly(now) - now).total_seconds()))
-            try:
-                await self.nightly()
-            except Exception:  # an edge: the next night tries again
-                log.exception("nightly memory upkeep failed")
+        return next_at(now, self.options.tz, self.options.backup_time)
 
 
 def _iso(value: datetime | None) -> str:

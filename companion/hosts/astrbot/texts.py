@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from companion.core.week import WeekSummary
+
 # Fences around everything the plugin puts into a request: the next request scrubs them from the history
 # AstrBot saved, so one member's memories never stay in a group's shared conversation.
 BEGIN = "<companion-memory>"
@@ -17,6 +19,8 @@ GUIDANCE = (
     "不要保存寒暄、一次性的小事或别人的隐私；不要向其他人透露这些记忆。"
 )
 
+PROFILE = "关于正在和你说话的这个人（长期了解）：{core}"
+TRAITS = "这个人最近的情况（和这句话有关）："
 HEADER = "关于正在和你说话的这个人，你记得（仅供参考，不必逐条提起）："
 RECALLED = "和这句话相关的回忆："
 
@@ -29,6 +33,10 @@ NOT_YOURS = "没有找到这条记忆（编号 {id}）。"
 CONFIRM_ALL = "确定要忘掉我记得的关于你的全部 {count} 条吗？确定请发送 /忘记全部 确认"
 FORGOT_ALL = "好的，已经全部忘掉了（{count} 条）。"
 USAGE_FORGET = "用法：/忘记 <编号>，编号见 /我的记忆"
+WEEKLY_ON = "好的，每周一我会私聊告诉你这周记住了什么。发送 /每周总结 off 关闭。"
+WEEKLY_OFF = "好的，不再发送每周记忆小结。"
+WEEKLY_USAGE = "用法：/每周总结 on 或 /每周总结 off（每周一私聊发送这周记住的事）"
+WEEKLY_PRIVATE_ONLY = "每周总结只在私聊里发送：请私聊我发送 /每周总结 on。"
 
 ADMIN_ADDED = "已为 {user} 增加记忆 #{id}。"
 ADMIN_DELETED = "已删除 {user} 的记忆 #{id}。"
@@ -48,3 +56,14 @@ TOOL_MOVED = "编号 {id} 已移到{tier}。"
 TOOL_ARCHIVED = "编号 {id} 已归档。"
 TOOL_BAD = "参数不对：{why}"
 TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期记忆"}
+
+
+def weekly(week: WeekSummary) -> str:
+    """The weekly summary as the Telegram bot words it, pointing at the plugin's own list command."""
+    lines = ["这周我记住了：", *([f"· {m.event}" for m in week.learned[:10]] or ["· （没有新的事情）"])]
+    extra = [text.format(n) for n, text in ((week.promoted, "升级了 {} 条"), (week.archived, "归档了 {} 条"),
+                                             (week.evicted, "因为记忆太多清理了 {} 条小事")) if n]
+    if extra:
+        lines.append("另外" + "，".join(extra) + "。")
+    lines.append("想看全部可以发 /我的记忆。")
+    return "\n".join(lines)
