@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,14 @@ class AstrBot:
         installed: bool = (await self._ask({"op": "install", "zip": str(copy)}))["installed"]
         return installed
 
+    async def install_url(self, url: str, proxy: str) -> bool:
+        installed: bool = (await self._ask({"op": "install_url", "url": url, "proxy": proxy}))["installed"]
+        return installed
+
+    async def weekly(self, now: datetime) -> int:
+        sent: int = (await self._ask({"op": "weekly", "now": now.isoformat()}))["sent"]
+        return sent
+
     async def measure(self) -> dict[str, float]:
         return await self._ask({"op": "measure"})
 
@@ -121,12 +130,20 @@ class AstrBot:
                     await self.process.wait()
 
 
-async def start_astrbot(python: Path, root: Path, llm: FakeLLM, *, plugin: bool = True) -> AstrBot:
-    """AstrBot on ``root`` (``plugin=False``: alone, a benchmark's baseline), once it is ready for messages."""
+async def start_astrbot(python: Path, root: Path, llm: FakeLLM, *, plugin: bool = True, telegram: str = "",
+                        settings: dict[str, Any] | None = None) -> AstrBot:
+    """AstrBot on ``root`` (``plugin=False``: alone, a benchmark's baseline), once it is ready for messages;
+    ``telegram``: with AstrBot's Telegram adapter on that Bot API; ``settings``: the plugin's config, as the
+    WebUI saves it."""
     root.mkdir(parents=True, exist_ok=True)
+    if settings is not None:
+        config = root / "data" / "config" / f"{NAME}_config.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(settings), encoding="utf-8")
     log = (root / "astrbot.log").open("ab")
+    flags = (*(() if plugin else ("--no-plugin",)), *(("--telegram", telegram) if telegram else ()))
     process = await asyncio.create_subprocess_exec(
-        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1", *(() if plugin else ("--no-plugin",)),
+        str(python), str(HARNESS), str(root), f"{llm.base_url}/v1", *flags,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=root, limit=2**22,
     )
     log.close()
@@ -149,8 +166,8 @@ class Rig:
     """One AstrBot root shared by a module's tests (AstrBot takes ~20 s to start): its process, the fake
     model it talks to, and a restart on the same data."""
 
-    def __init__(self, python: Path, root: Path, llm: FakeLLM, bot: AstrBot) -> None:
-        self.python, self.root, self.llm, self.bot = python, root, llm, bot
+    def __init__(self, python: Path, root: Path, llm: FakeLLM, bot: AstrBot, telegram: str = "") -> None:
+        self.python, self.root, self.llm, self.bot, self.telegram = python, root, llm, bot, telegram
 
     @property
     def data(self) -> Path:
@@ -158,7 +175,7 @@ class Rig:
 
     async def restart(self) -> None:
         await self.bot.stop()
-        self.bot = await start_astrbot(self.python, self.root, self.llm)
+        self.bot = await start_astrbot(self.python, self.root, self.llm, telegram=self.telegram)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -1,11 +1,15 @@
 """Real AstrBot with the built plugin, driven over stdin/stdout (run by the AstrBot virtualenv's Python).
 
-``python harness.py ROOT LLM_URL``: ROOT is AstrBot's root (``data/plugins/`` must hold the built plugin).
+``python harness.py ROOT LLM_URL [--no-plugin] [--telegram BOT_API_URL]``: ROOT is AstrBot's root
+(``data/plugins/`` may hold the built plugin); ``--telegram`` adds AstrBot's own Telegram adapter, polling
+the fake Bot API at that address.
 Each stdin line is a JSON command; each answer one JSON line on stdout (AstrBot's logs go to stderr):
 ``{"op": "send", "platform", "sender", "group", "text"}`` runs one message through AstrBot's pipeline as
 its event bus does and answers ``{"replies": [...], "files": [...]}``; ``{"op": "install", "zip"}``
 installs the plugin from its zip as the WebUI's upload does; ``{"op": "measure"}`` answers the
-plugin's start-up, hook overhead and the process's memory; ``{"op": "stop"}`` stops AstrBot and exits.
+plugin's start-up, hook overhead and the process's memory; ``{"op": "install_url", "url", "proxy"}``
+installs from a repository URL as the WebUI does; ``{"op": "weekly", "now"}`` runs the plugin's weekly job
+at that ISO time; ``{"op": "stop"}`` stops AstrBot and exits.
 Messages are events of any platform id (AstrBot's webchat adapter speaks for one platform only), so one
 AstrBot serves QQ-like, Lark-like and webchat senders, private and in groups, side by side."""
 # mypy: ignore-errors
@@ -22,7 +26,8 @@ import uuid
 from pathlib import Path
 
 ROOT, LLM_URL = Path(sys.argv[1]), sys.argv[2]
-BASELINE = sys.argv[3:] == ["--no-plugin"]  # AstrBot alone, for the benchmark's side-by-side baseline
+BASELINE = "--no-plugin" in sys.argv[3:]  # AstrBot alone, for the benchmark's side-by-side baseline
+TELEGRAM = sys.argv[sys.argv.index("--telegram") + 1] if "--telegram" in sys.argv else ""
 # AstrBot logs to stdout: the protocol keeps the real stdout, everything else goes to stderr.
 PROTOCOL = os.fdopen(os.dup(1), "w", encoding="utf-8")
 os.dup2(2, 1)
@@ -33,10 +38,11 @@ os.chdir(ROOT)
 sys.path.insert(0, str(ROOT))
 PLUGIN = "astrbot_plugin_companion_memory"
 ADMIN = "admin1"
+TELEGRAM_ADMIN = "9001"
 
 
 def write_config() -> None:
-    for folder in ("config", "plugin_data", "temp"):  # what AstrBot's own main.py makes before starting
+    for folder in ("config", "plugins", "plugin_data", "temp"):  # what `astrbot init` and its main.py make
         (ROOT / "data" / folder).mkdir(parents=True, exist_ok=True)
     path = ROOT / "data" / "cmd_config.json"
     if path.exists():
@@ -49,9 +55,15 @@ def write_config() -> None:
             "modalities": ["text", "tool_use"],
         }],
         "provider_settings": {"enable": True, "default_provider_id": "fake", "streaming_response": False},
-        "admins_id": [ADMIN], "t2i": False, "t2i_endpoint": "http://127.0.0.1:9/",
+        "admins_id": [ADMIN, TELEGRAM_ADMIN], "t2i": False, "t2i_endpoint": "http://127.0.0.1:9/",
         "platform_settings": {"unique_session": False, "rate_limit": {"time": 60, "count": 1000}},
         "dashboard": {"enable": False},
+        "platform": [{
+            "id": "telegram", "type": "telegram", "enable": True, "telegram_token": "123456:TEST",
+            "start_message": "hi", "telegram_api_base_url": f"{TELEGRAM}/bot",
+            "telegram_file_base_url": f"{TELEGRAM}/file/bot", "telegram_command_register": False,
+            "telegram_command_auto_refresh": False,
+        }] if TELEGRAM else [],
     }), encoding="utf-8")
 
 
@@ -120,14 +132,24 @@ async def main() -> None:
             event = HarnessEvent(command["text"], command["platform"], command["sender"], command.get("group", ""))
             info = lifecycle.astrbot_config_mgr.get_conf_info(event.unified_msg_origin)
             await lifecycle.pipeline_scheduler_mapping[info["id"]].execute(event)
-            if plugin is not None:  # learning runs in the background: let it finish before the answer
-                await (await plugin.service()).wait_idle()
+            # Learning runs in the background: let it finish before the answer (when the engine is open).
+            if plugin is not None and plugin._service is not None:
+                await plugin._service.wait_idle()
             print(json.dumps({"replies": event.replies, "files": event.files}, ensure_ascii=False), file=out,
                   flush=True)
         elif command["op"] == "install":  # the WebUI's upload: AstrBot unpacks the zip and loads it
             await lifecycle.plugin_manager.install_plugin_from_file(command["zip"])
             plugin = loaded()
             print(json.dumps({"installed": plugin is not None}), file=out, flush=True)
+        elif command["op"] == "install_url":  # the WebUI's "install from a repository URL", its proxy set
+            await lifecycle.plugin_manager.install_plugin(command["url"], command.get("proxy", ""))
+            plugin = loaded()
+            print(json.dumps({"installed": plugin is not None}), file=out, flush=True)
+        elif command["op"] == "weekly":
+            from datetime import datetime
+
+            sent = await plugin.weekly(datetime.fromisoformat(command["now"]))
+            print(json.dumps({"sent": sent}), file=out, flush=True)
         elif command["op"] == "measure":
             print(json.dumps(await measure(plugin)), file=out, flush=True)
         elif command["op"] == "stop":

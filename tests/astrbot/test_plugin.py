@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.astrbot.conftest import Rig
-from tests.astrbot.model import last_user, memory_block, saved, told
+from tests.astrbot.model import PROFILE, last_user, memory_block, reply_to, saved, told
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,7 +30,7 @@ async def test_a_tool_call_saves_in_the_speakers_scope_and_only_they_are_told(ri
 
     fake_llm.requests.clear()
     await astrbot.send("/今天吃什么好", sender="alice", group="g1")
-    assert SECRET in last_user(fake_llm.requests[-1])
+    assert SECRET in last_user(reply_to(fake_llm.requests))
 
     for who, group, platform in (("bob", "g1", "qq"), ("alice", "g2", "qq"), ("alice", "", "qq"),
                                  ("alice", "g1", "lark")):
@@ -53,7 +53,7 @@ async def test_admin_commands_export_and_forget(rig: Rig) -> None:
 
     fake_llm.requests.clear()
     await astrbot.send("最近怎么样", sender="carol")
-    block = memory_block(fake_llm.requests[-1])
+    block = memory_block(reply_to(fake_llm.requests))
     assert "喜欢猫" in block and "喜欢狗" not in block
 
     assert await astrbot.send(f"/修改记忆 carol {handle} 喜欢橘猫 9", sender="admin1") == \
@@ -71,7 +71,7 @@ async def test_admin_commands_export_and_forget(rig: Rig) -> None:
     assert await astrbot.send(f"/忘记 {handle}", sender="carol") == [f"好的，已经忘掉第 {handle} 条。"]
     fake_llm.requests.clear()
     await astrbot.send("最近怎么样", sender="carol")
-    assert "橘猫" not in told(fake_llm.requests[-1])
+    assert "橘猫" not in told(reply_to(fake_llm.requests))
 
     await astrbot.send(f"/记住：{SAID}", sender="carol")
     assert (await astrbot.send("/忘记全部", sender="carol"))[0].startswith("确定要忘掉")
@@ -87,6 +87,21 @@ async def test_a_group_sees_a_short_list_where_it_cannot_go_privately(rig: Rig) 
     assert "还有 2 条没有列出" in listed
     assert await rig.bot.send("/我的记忆", sender="gina") == ["我还没有记住关于你的事。"]
     assert await rig.bot.send("/我的记忆", sender="hank", group="g3") == ["我还没有记住关于你的事。"]
+
+
+async def test_the_profile_is_built_by_astrbots_provider_and_told_the_next_time(rig: Rig) -> None:
+    await rig.bot.send("/增加记忆 paul 喜欢爬山 8", sender="admin1")
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="paul")
+    (job,) = [r for r in rig.llm.requests if "用户画像" in last_user(r)]  # after the reply, in the background
+    assert "喜欢爬山" in last_user(job)
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="paul")
+    assert f"{PROFILE}喜欢爬山" in memory_block(reply_to(rig.llm.requests))
+    assert not any("用户画像" in last_user(r) for r in rig.llm.requests)  # not rebuilt every turn
+    rig.llm.requests.clear()
+    await rig.bot.send("周末干嘛", sender="quinn")
+    assert "喜欢爬山" not in told(reply_to(rig.llm.requests))
 
 
 PER_USER = [  # the per-user design's {user_id}.json
@@ -112,7 +127,7 @@ async def test_imports_of_both_formats_double_nothing(rig: Rig) -> None:
     assert await rig.bot.send("/导入记忆", sender="admin1") == ["导入完成：新增 0 条，已存在跳过 3 条，无法识别 1 个。"]
     rig.llm.requests.clear()
     await rig.bot.send("周末干嘛", sender="12345")
-    block = memory_block(rig.llm.requests[-1])
+    block = memory_block(reply_to(rig.llm.requests))
     assert "喜欢喝乌龙茶" in block and "下周要考驾照" in block, block
 
 
@@ -121,14 +136,14 @@ async def test_a_restart_keeps_everything(rig: Rig) -> None:
     await rig.restart()
     rig.llm.requests.clear()
     await rig.bot.send("周末干嘛", sender="12345")
-    block = memory_block(rig.llm.requests[-1])
+    block = memory_block(reply_to(rig.llm.requests))
     assert all(text in block for text in ("喜欢喝乌龙茶", "下周要考驾照", SECRET)), block
     rig.llm.requests.clear()
     await rig.bot.send("/周末干嘛", sender="u7", group="g9")
-    assert "叫他老七" in memory_block(rig.llm.requests[-1])
+    assert "叫他老七" in memory_block(reply_to(rig.llm.requests))
     rig.llm.requests.clear()
     await rig.bot.send("/今天吃什么好", sender="alice", group="g1")
-    assert SECRET in memory_block(rig.llm.requests[-1])
+    assert SECRET in memory_block(reply_to(rig.llm.requests))
     rig.llm.requests.clear()
     await rig.bot.send("周末干嘛", sender="u7")
-    assert "叫他老七" not in told(rig.llm.requests[-1])
+    assert "叫他老七" not in told(reply_to(rig.llm.requests))

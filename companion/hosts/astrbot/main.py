@@ -125,6 +125,8 @@ class CompanionMemory(Star):
 
     @filter.on_llm_response()
     async def learn(self, event: AstrMessageEvent, resp: LLMResponse) -> None:
+        if self._service is None:  # not open: this request's injection tried, failed and said why
+            return
         try:
             service = await self.service()
             await service.note_exchange(speaker_of(event), event.message_str, resp.completion_text or "")
