@@ -1,6 +1,7 @@
 """The AstrBot plugin: a ``Star`` that gives every speaker long-term memory through the companion engine.
 
-With ``bridge`` the only modules importing ``astrbot``; everything it does is ``service.MemoryService``.
+The only module importing ``astrbot`` (``bridge`` meets its objects through Protocols); everything it does
+is ``service.MemoryService``.
 The engine imports and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever
 comes first), so loading the plugin stays cheap; the model used for learning and profiles is AstrBot's own
 current provider, looked up at each call. A failure in here is logged in one line and never costs AstrBot
