@@ -7,7 +7,8 @@ The model is asked without the scope's lock (extractions of one scope take turns
 which nothing else waits on); then, under it, the extraction is stored only if every turn
 it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
 is asked again about what is queued now), and merged against the rows as they are by then: a memory
-the user edited or saved meanwhile keeps its newer words."""
+the user edited or saved meanwhile keeps its newer words. A profile rebuild that is due rides on the same call
+(``ProfileService.ask_with_extraction``) and is kept, under the lock, only when the extraction was stored whole."""
 
 from __future__ import annotations
 

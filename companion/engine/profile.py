@@ -1,8 +1,9 @@
 """The USER_PROMPT: a short two-layer profile (core always shown, dynamic on matching turns).
 
-Built by the model from the scope's memories, persisted so it survives restarts and LLM outages, and
-cached in process. A failed rebuild keeps the last good profile. The model is asked without the scope's
-lock; under it the profile is kept only if every memory it was built from is still there in those words.
+Built by the model from the scope's memories (in the extraction's call when one runs while it is due),
+persisted so it survives restarts and LLM outages, and cached in process. A failed rebuild keeps the last
+good profile. The model is asked without the scope's lock; under it the profile is kept only if every
+memory it was built from is still there in those words.
 """
 
 from __future__ import annotations
