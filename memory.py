@@ -100,7 +100,7 @@ class MemoryEngine(SteeringAPI):
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
                                        lambda: self.dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
-                                          self._curator.get, clock, config.extract_max_turns)
+                                          self._curator.get, clock, config.extract_max_turns, self.profiles)
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
         self._loading: asyncio.Future[None] | None = None

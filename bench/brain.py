@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fakes.llm import FakeLLM, ToolCallAnswer, request_text
-from tests.scripted import EXTRACT_MARK, PROFILE_MARK, latest_user_message, recalled_events, user_words
+from tests.scripted import (
+    EXTRACT_MARK,
+    EXTRACT_PROFILE_MARK,
+    PROFILE_MARK,
+    latest_user_message,
+    recalled_events,
+    user_words,
+)
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}\s*")
 _PROFILE_LINE = re.compile(r"^- (.*)（重要程度 [\d.]+，(\w+)）$")
@@ -69,7 +76,12 @@ class ScriptedModel:
             dialogue = text.split("对话：", 1)[-1]
             said = "\n".join(line for line in dialogue.splitlines() if "用户：" in line)
             found = [memory for word, memory in self.facts.items() if word in said]
-            return self._answer("extraction", json.dumps({"memories": found}, ensure_ascii=False))
+            answer: dict[str, Any] = {"memories": found}
+            if EXTRACT_PROFILE_MARK in text:  # the profile too, from the stored memories and what it learns now
+                self.counts["profile"] += 1
+                learned = [f"- {m['event']}（重要程度 {m['importance']}，{m['type']}）" for m in found]
+                answer["profile"] = self._profile("\n".join([*learned, *text.split("对话：", 1)[0].splitlines()]))
+            return self._answer("extraction", json.dumps(answer, ensure_ascii=False))
         return json.dumps({"memories": []})
 
     def _answer(self, purpose: str, text: str) -> str:
@@ -95,7 +107,7 @@ class ScriptedModel:
                 dynamic.append({"text": event, "keywords": fact["keywords"]})
             else:
                 core.append(event)
-        return {"core": "；".join(core)[:CORE_CHARS], "dynamic": dynamic}
+        return {"core": "；".join(dict.fromkeys(core))[:CORE_CHARS], "dynamic": dynamic}
 
 
 def wants_tool(user_text: str) -> tuple[str, dict[str, Any]] | None:

@@ -14,6 +14,7 @@ EXTRACT_MARK = "提取值得长期记住"
 PROFILE_MARK = "用户画像"
 SUMMARY_MARK = "刚刚结束的一段对话"
 SAVE_MARK = "用户的原话："
+EXTRACT_PROFILE_MARK = "用户介绍"  # an extraction that also asks for the profile (prompts/extract_profile.md)
 PROFILE_MEMORIES = "记忆（"  # the header of the memories a profile prompt lists
 
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import csv
 import io
+import os
 import random
 import subprocess
 import sys
@@ -247,6 +248,29 @@ def test_cli_users_forget_export_stats(tmp_path: Path, monkeypatch: pytest.Monke
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split()[:2] == [str(USER), "0"] for line in lines)
     assert any(line.split()[:2] == [str(OTHER), "1"] for line in lines)
+
+
+@pytest.mark.parametrize("key", ["", None])
+def test_operator_commands_run_without_a_model_key(tmp_path: Path, key: str | None) -> None:
+    """``users`` and ``forget`` never ask the model: with no LLM_API_KEY (blank, as .env.example leaves it, or
+    absent) and DeepSeek's default LLM_BASE_URL they work, as a process started by an operator."""
+    data = tmp_path / "data"
+    cat, _ = _seed(data)
+    env = {name: value for name, value in os.environ.items() if name not in {"LLM_API_KEY", "LLM_BASE_URL"}}
+    env |= {"DATA_DIR": str(data), "BACKUP_DIR": str(tmp_path / "backups")}
+    if key is not None:
+        env["LLM_API_KEY"] = key
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "bot.py", *args], cwd=Path(__file__).parent.parent, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    users = run("users")
+    assert users.returncode == 0, users.stderr
+    assert "2 users" in users.stdout and str(USER) in users.stdout
+    forgot = run("forget", str(USER), str(cat))
+    assert forgot.returncode == 0, forgot.stderr
+    assert f"forgot memory {cat}" in forgot.stdout
 
 
 async def test_usage_report_by_local_day_and_purpose(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ PROBE = """
 import memory, prompts
 from companion.recall.keywords import KeywordExtractor
 assert not memory.__file__.startswith({root!r}), memory.__file__
-text = prompts.render("extract", today="2025-12-23", known="（无）", turns="用户：我感冒了")
+text = prompts.render("extract", today="2025-12-23", known="（无）", profile="", turns="用户：我感冒了")
 assert "感冒" in text
 extractor = KeywordExtractor()
 extractor.load()

@@ -16,7 +16,8 @@ from companion.engine.profile import parse_profile
 
 # The callers (memory.py, profile.py) pass exactly these; a prompt edit that changes them breaks a call.
 DECLARED = {
-    "extract": {"today", "known", "turns"},
+    "extract": {"today", "known", "turns", "profile"},
+    "extract_profile": {"max_chars", "memories"},
     "save": {"today", "text"},
     "profile": {"today", "max_chars", "memories"},
     "system": {"tool_rules"},
@@ -77,7 +78,7 @@ def test_unknown_prompt_is_an_error() -> None:
 
 
 def test_values_are_inserted_literally() -> None:
-    text = prompts.render("extract", today="$turns", known="（无）", turns="用户：我有 $5 和 ${today}")
+    text = prompts.render("extract", today="$turns", known="（无）", profile="", turns="用户：我有 $5 和 ${today}")
     assert "今天是 $turns。" in text
     assert "用户：我有 $5 和 ${today}" in text
 

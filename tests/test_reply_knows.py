@@ -7,12 +7,21 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Turn, Validity
 from companion.engine.profile import ProfilePolicy, needs_rebuild, parse_profile
-from tests.scripted import ScriptedBrain, model_context, reference_data
+from tests.fakes.llm import request_text
+from tests.scripted import (
+    EXTRACT_MARK,
+    EXTRACT_PROFILE_MARK,
+    PROFILE_MARK,
+    ScriptedBrain,
+    model_context,
+    reference_data,
+)
 from tests.support import USER, Live, Rig
 
 ME = Scope(818)
@@ -60,6 +69,78 @@ async def test_a_health_fact_is_learned_at_once_kept_long_term_and_reaches_the_r
     rig.clock.advance(minutes=2)
     await rig.chat.reply(ME, "朋友送了我一罐花生酱，能吃吗")
     assert "对花生过敏" in model_context(rig.llm.chat_requests()[-1])
+
+
+class Thorough(ScriptedBrain):
+    """A model that does all its extraction prompt asks: when the prompt asks for the profile too, it writes
+    one from the memories the prompt lists and those it learns now (the core: every event, dates cut)."""
+
+    def answer_json(self, body: dict[str, Any]) -> str:
+        answer = json.loads(super().answer_json(body))
+        text = request_text(body)
+        if EXTRACT_PROFILE_MARK in text:
+            memories = text.split("已经记住的内容（", 1)[-1].split("对话：", 1)[0]
+            listed = [ln[2:].split("（")[0] for ln in memories.splitlines() if ln.startswith("- ")]
+            events = [*(m["event"].split(" ", 1)[-1] for m in answer["memories"]), *listed]
+            answer["profile"] = {"core": "；".join(dict.fromkeys(events)), "dynamic": []}
+        return json.dumps(answer, ensure_ascii=False)
+
+
+async def test_a_due_profile_is_rebuilt_in_the_extractions_own_call(rig: Rig) -> None:
+    """The empty profile is due as soon as anything is learned: the extraction's call writes it, with no
+    profile call of its own."""
+    Thorough(facts={"过敏": ALLERGY}).install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "跟你说，我对花生过敏的")
+    await rig.chat.drain()
+    [call] = rig.llm.json_requests()
+    assert EXTRACT_MARK in request_text(call) and EXTRACT_PROFILE_MARK in request_text(call)
+    assert PROFILE_MARK not in request_text(call)
+    profile = await rig.engine.profile(ME)
+    assert profile is not None and profile.core == "对花生过敏"
+    # Built now, from everything stored: not due again, so the next extraction does not ask for it.
+    assert not await rig.engine.profiles.due(ME, rig.clock())
+
+
+async def test_a_profile_written_with_a_forgotten_fact_told_again_is_not_kept(rig: Rig) -> None:
+    """What the user had forgotten, told again, is not learned; the profile the same call wrote with it is
+    not kept either, and the rebuild of its own is made from what is stored."""
+    brain = Thorough(facts={"过敏": ALLERGY})
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    [handle] = await rig.engine.remember(ME, [MemoryDraft("对花生过敏", ["花生", "过敏"], 90.0)], rig.clock())
+    await rig.engine.forget(ME, [handle])
+    await rig.chat.reply(ME, "跟你说，我对花生过敏的")
+    await rig.chat.drain()
+    assert brain.extraction_calls == 1 and not await rig.engine.memories(ME)
+    profile = await rig.engine.profile(ME)
+    assert profile is None or "花生" not in profile.core + str(profile.dynamic)
+
+
+async def test_a_profile_due_on_a_plain_turn_waits_for_the_next_extraction(rig: Rig) -> None:
+    """Past the minimum refresh, with memories learned since, the profile is due; a turn that starts no
+    extraction asks nothing (it is queued, and would make a profile built now stale at once): the next
+    extraction's call rebuilds it, with what that turn told."""
+    cat = {"event": "养了一只猫叫布丁", "keywords": ["布丁", "猫"], "importance": 65, "validity": "permanent",
+           "type": "fact"}
+    Thorough(facts={"过敏": ALLERGY, "布丁": cat}).install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "跟你说，我对花生过敏的")
+    await rig.chat.drain()
+    rig.clock.advance(hours=7)
+    await rig.engine.remember(ME, [MemoryDraft("住在杭州", ["杭州"], 60.0)], rig.clock())
+    assert await rig.engine.profiles.due(ME, rig.clock())
+    asked = len(rig.llm.json_requests())
+    for text in ("我家猫叫布丁", "今天天气不错"):
+        await rig.chat.reply(ME, text)
+        await rig.chat.drain()
+    assert len(rig.llm.json_requests()) == asked, "a plain turn asked the model"
+    await rig.chat.reply(ME, "最近又感冒了")  # news: extracted at once
+    await rig.chat.drain()
+    [call] = rig.llm.json_requests()[asked:]
+    assert EXTRACT_PROFILE_MARK in request_text(call)
+    profile = await rig.engine.profile(ME)
+    assert profile is not None and "养了一只猫叫布丁" in profile.core and "住在杭州" in profile.core
 
 
 async def test_the_profile_is_built_from_every_tier(rig: Rig) -> None:

@@ -83,8 +83,8 @@ class Learning:
             session.since_extraction = 0
             session.extract_at = self.next_extraction()
             self.extract(scope)
-        elif scope not in self._refreshing:
-            self._spawn(self._refresh_profile(scope, now), f"profile-{scope.key}")
+        # No profile rebuild on a turn of its own: this turn waits in the queue, and the extraction that
+        # reads it rebuilds a due profile in its own call, with what the turns tell.
 
     async def _is_news(self, scope: Scope, session: Session, text: str) -> bool:
         """An important word extracts at once when it is news: the first time it comes up, and only while

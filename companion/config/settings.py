@@ -135,6 +135,14 @@ class Settings(BaseSettings):
     def _csv_list(cls, value: object) -> object:
         return _split_csv(value)
 
+    @field_validator("telegram_bot_token", "webhook_secret", "llm_api_key", "embedding_api_key", "dida_client_secret",
+                     "dida_token_key")
+    @classmethod
+    def _blank_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        # .env.example leaves the keys blank ("LLM_API_KEY="): a blank key is no key, so every check of
+        # whether one is set agrees with ``require`` (an operator command must not build a client for it).
+        return value if value is not None and value.get_secret_value().strip() else None
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:

@@ -266,6 +266,8 @@ class MergePlan:
     updates: list[Memory] = field(default_factory=list)
     # Each updated row as it was stored before the merge, by handle: what a receipt's undo puts back.
     before: dict[int, Memory] = field(default_factory=dict)
+    # Drafts left out before planning (a forgotten event told again, a memory changed meanwhile retold).
+    dropped: int = 0
 
     def reworded(self) -> list[tuple[Memory, Memory]]:
         """(stored, merged) for each row a retelling gave other words: the user is told, and may undo."""

@@ -7,7 +7,8 @@ The model is asked without the scope's lock (extractions of one scope take turns
 which nothing else waits on); then, under it, the extraction is stored only if every turn
 it read is still queued (a forget, a chat's move or another worker may have taken some meanwhile: then it
 is asked again about what is queued now), and merged against the rows as they are by then: a memory
-the user edited or saved meanwhile keeps its newer words."""
+the user edited or saved meanwhile keeps its newer words. A profile rebuild that is due rides on the same call
+(``ProfileService.ask_with_extraction``) and is kept, under the lock, only when the extraction was stored whole."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Protocol
 from companion.core.models import Memory, Recalled, Scope, Turn
 from companion.engine.learning import MAX_RELATED, Learner, related
 from companion.engine.locks import KeyedLocks
+from companion.engine.profile import ProfileService
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import Consolidation
 from companion.engine.writer import MemoryWriter
@@ -39,8 +41,9 @@ class Consolidator:
     def __init__(
         self, store: MemoryStore, writer: MemoryWriter, learner: Learner, short: ShortTermBook,
         recall: RelatedRecall, get: Callable[[Scope, int], Awaitable[Memory]], clock: Callable[[], datetime],
-        batch: int,
+        batch: int, profiles: ProfileService,
     ) -> None:
+        self._profiles = profiles
         self._store = store
         self._writer = writer
         self._learner = learner
@@ -74,8 +77,10 @@ class Consolidator:
         known = await related(self._store, scope, await self._recall(
             scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
             cooldown=None))
+        ask = await self._profiles.ask_with_extraction(scope, now)
         seen = await self._store.change_counter(scope)
-        drafts, today_events = await self._learner.extract(turns, known, now)
+        drafts, today_events, profile = await self._learner.extract(turns, known, now,
+                                                                    profile=ask.prompt if ask else "")
         async with self._writer.lock(scope):
             still = {t.id for t in await self._store.pending_turns(scope, self._batch)}
             if any(t.id not in still for t in turns):
@@ -87,6 +92,10 @@ class Consolidator:
             plan = await self._writer.absorb(scope, turns, drafts, now,
                                              changed={c.handle for c in since if c.handle is not None},
                                              seen=known.values())
+            if ask is not None:
+                await self._profiles.adopt(scope, ask, profile, now, rewritten={m.id for m in plan.updates},
+                                           learned=bool(plan.inserts or plan.updates),
+                                           whole=not since and not plan.dropped)
         await self._store.set_setting(LAST_EXTRACTION, scope, now)
         await self._writer.embed(scope, now)
         log.info("extraction for %s: %d turns, %d new, %d updated",

@@ -46,16 +46,18 @@ class Learner:
         self._tz = tz
 
     async def extract(
-        self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime
-    ) -> tuple[list[MemoryDraft], list[str]]:
-        """Memories (each in the tier its nature calls for, sourced from the last turn) and today's small
-        events told in the turns. ``known`` are the stored memories shown with their handles: only those
-        may be superseded."""
+        self, turns: Sequence[Turn], known: Mapping[int, Memory], now: datetime, *, profile: str = ""
+    ) -> tuple[list[MemoryDraft], list[str], object]:
+        """Memories (each in the tier its nature calls for, sourced from the last turn), today's small
+        events told in the turns, and the answer's "profile" (None when absent): ``profile`` is the prompt's
+        part asking for one (``ProfileService.ask_with_extraction``). ``known`` are the stored memories shown
+        with their handles: only those may be superseded."""
         if self.llm is None:
             raise RuntimeError("extraction needs an LLM client")
         today = local_date(now, self._tz)
         listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
-        prompt = prompts.render("extract", today=today, known=listed, turns=self.format_turns(turns))
+        prompt = prompts.render("extract", today=today, known=listed, profile=profile,
+                                turns=self.format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
         drafts = parse_extraction(data, self._keywords, today)
         last = turns[-1]
@@ -66,7 +68,7 @@ class Learner:
             draft.source_chat_id, draft.source_message_id = last.chat_id, last.message_id
             if draft.supersedes not in known:
                 draft.supersedes = None  # only a memory the model was shown, so only this scope's
-        return drafts, parse_today(data)
+        return drafts, parse_today(data), data.get("profile") if profile else None
 
     async def judge(self, text: str, now: datetime) -> MemoryDraft:
         """An explicit save: the model judges type, tier and importance; without it the words are kept."""

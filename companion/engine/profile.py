@@ -1,15 +1,16 @@
 """The USER_PROMPT: a short two-layer profile (core always shown, dynamic on matching turns).
 
-Built by the model from the scope's memories, persisted so it survives restarts and LLM outages, and
-cached in process. A failed rebuild keeps the last good profile. The model is asked without the scope's
-lock; under it the profile is kept only if every memory it was built from is still there in those words.
+Built by the model from the scope's memories (in the extraction's call when one runs while it is due),
+persisted so it survives restarts and LLM outages, and cached in process. A failed rebuild keeps the last
+good profile. The model is asked without the scope's lock; under it the profile is kept only if every
+memory it was built from is still there in those words.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
@@ -118,6 +119,14 @@ def memory_lines(memories: Sequence[Memory], tz: tzinfo) -> str:
     return "\n".join(f"- {m.event}（重要程度 {m.importance:.0f}，{m.type.value}）" for m in memories)
 
 
+@dataclass(frozen=True, slots=True)
+class ProfileAsk:
+    """A rebuild asked in the extraction's call: the memories it is built from and the prompt's part."""
+
+    memories: tuple[Memory, ...]
+    prompt: str
+
+
 class ProfileService:
     def __init__(self, storage: MemoryStore, llm: JsonModel | None, tz: tzinfo, policy: ProfilePolicy) -> None:
         self._storage = storage
@@ -157,6 +166,47 @@ class ProfileService:
         profile, stale = current
         empty = not profile.core and not profile.dynamic
         return needs_rebuild(profile.built_at, stale, now, self.policy, empty=empty)
+
+    async def ask_with_extraction(self, scope: Scope, now: datetime) -> ProfileAsk | None:
+        """A rebuild to ask for in the extraction's own call: when one is due, or will be as soon as the
+        extraction learns anything (the empty profile, or one past the minimum refresh). It costs no call
+        of its own, and it is built with what the turns tell rather than made stale by them at once."""
+        if self._llm is None:
+            return None
+        current = await self.current(scope)
+        if current is not None:
+            profile = current[0]
+            empty = not profile.core and not profile.dynamic
+            if not needs_rebuild(profile.built_at, True, now, self.policy, empty=empty):
+                return None
+        memories = profile_input(await self._storage.fetch_memories(scope), now, self.policy.min_importance)
+        prompt = prompts.render("extract_profile", max_chars=self.policy.max_chars,
+                                memories=memory_lines(memories, self._tz) or "（无）")
+        return ProfileAsk(tuple(memories), prompt)
+
+    async def adopt(
+        self, scope: Scope, ask: ProfileAsk, answer: object, now: datetime, *, rewritten: Collection[int],
+        learned: bool, whole: bool,
+    ) -> bool:
+        """Keep the profile the extraction's call wrote (``answer``: its "profile" object), under the scope's
+        lock right after the extraction was stored. ``rewritten``: the memories the extraction merged into
+        (their new words are the model's own); ``learned``: it stored anything; ``whole``: every draft was
+        stored and nothing else changed meanwhile. Kept only when it is due and is built from what is stored
+        now, as ``rebuild`` keeps one; otherwise (or when the answer has no valid profile) False, and a
+        rebuild of its own follows when one is due."""
+        if not whole or not isinstance(answer, dict) or not (learned or await self.due(scope, now)):
+            return False
+        try:
+            profile = parse_profile(answer, self.policy.max_chars)
+        except LLMBadResponseError:
+            return False
+        told = {(m.id, m.event) for m in await self._storage.fetch_memories(scope)}
+        if any(m.id not in rewritten and (m.id, m.event) not in told for m in ask.memories):
+            return False
+        profile.built_at = now
+        await self._storage.save_profile(scope, profile, now)
+        self._cache[scope] = (profile, False)
+        return True
 
     async def rebuild(
         self, scope: Scope, now: datetime, lock: Callable[[Scope], AbstractAsyncContextManager[None]]

@@ -4,15 +4,30 @@ documented in ``companion.engine.steering.Curator``; a save is judged first by `
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from companion.core import tiers
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier
+from companion.core.models import Memory, MemoryDraft, Origin, Scope
 from companion.engine.learning import Learner
 from companion.engine.steering import Curator
-from companion.engine.types import MemoryStats, Provenance, Saved
-from companion.storage.base import ACTIVE_ONLY
+from companion.engine.types import Saved
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _curated(
+    method: Callable[Concatenate[Curator, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[SteeringAPI, P], Coroutine[Any, Any, R]]:
+    """``Curator``'s method as the engine's: the same signature and docstring, said once."""
+
+    @functools.wraps(method)
+    async def delegate(self: SteeringAPI, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await method(self._curator, *args, **kwargs)
+
+    return delegate
 
 
 class SteeringAPI:
@@ -58,63 +73,20 @@ class SteeringAPI:
         NothingToUndoError when there are none."""
         return await self._curator.undo_rewording(scope, handle, now, copy)
 
-    async def get(self, scope: Scope, handle: int) -> Memory:
-        """One memory by handle, checked against its owner: another scope's handle is refused, never read."""
-        return await self._curator.get(scope, handle)
-
-    async def edit(
-        self, scope: Scope, handle: int, text: str | None, now: datetime, *, importance: float | None = None
-    ) -> Memory:
-        return await self._curator.edit(scope, handle, text, now, importance=importance)
-
-    async def move(self, scope: Scope, handle: int, tier: Tier, now: datetime) -> Memory:
-        return await self._curator.move(scope, handle, tier, now)
-
-    async def promote(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.promote(scope, handle, now)
-
-    async def keep(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.keep(scope, handle, now)
-
-    async def archive(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.archive(scope, handle, now)
-
-    async def restore(self, scope: Scope, handle: int, now: datetime) -> Memory:
-        return await self._curator.restore(scope, handle, now)
-
-    async def set_review(self, scope: Scope, handle: int, when: datetime) -> Memory:
-        return await self._curator.set_review(scope, handle, when)
-
-    async def touch(self, scope: Scope, ids: Sequence[int], now: datetime) -> None:
-        return await self._curator.touch(scope, ids, now)
-
-    async def pin(self, scope: Scope, handle: int, pinned: bool, now: datetime) -> Memory:
-        return await self._curator.pin(scope, handle, pinned, now)
-
-    async def search(
-        self, scope: Scope, query: str, now: datetime, *, statuses: Collection[Status] = ACTIVE_ONLY,
-        tiers_: Collection[Tier] | None = None, types: Collection[MemoryType] | None = None,
-        since: datetime | None = None, until: datetime | None = None, origins: Collection[Origin] | None = None,
-        limit: int = 20, use: bool = False,
-    ) -> list[Memory]:
-        return await self._curator.search(scope, query, now, statuses=statuses, tiers_=tiers_, types=types,
-                                          since=since, until=until, origins=origins, limit=limit, use=use)
-
-    async def why(self, scope: Scope, handle: int) -> Provenance:
-        return await self._curator.why(scope, handle)
-
-    async def due_reviews(self, scope: Scope, now: datetime) -> list[tuple[Memory, tiers.Suggestion]]:
-        return await self._curator.due_reviews(scope, now)
-
-    async def review(self, scope: Scope, handle: int, action: tiers.Action, now: datetime) -> Memory:
-        return await self._curator.review(scope, handle, action, now)
-
-    async def undo_review(
-        self, scope: Scope, handle: int, action: tiers.Action, now: datetime, *, done_at: datetime,
-        tier: Tier | None = None, review_at: datetime | None = None,
-    ) -> Memory:
-        return await self._curator.undo_review(scope, handle, action, now, done_at=done_at, tier=tier,
-                                               review_at=review_at)
-
-    async def stats(self, scope: Scope, now: datetime) -> MemoryStats:
-        return await self._curator.stats(scope, now)
+    # The rest is the curator's own, one signature and docstring (``_curated``).
+    get = _curated(Curator.get)
+    edit = _curated(Curator.edit)
+    move = _curated(Curator.move)
+    promote = _curated(Curator.promote)
+    keep = _curated(Curator.keep)
+    archive = _curated(Curator.archive)
+    restore = _curated(Curator.restore)
+    set_review = _curated(Curator.set_review)
+    touch = _curated(Curator.touch)
+    pin = _curated(Curator.pin)
+    search = _curated(Curator.search)
+    why = _curated(Curator.why)
+    due_reviews = _curated(Curator.due_reviews)
+    review = _curated(Curator.review)
+    undo_review = _curated(Curator.undo_review)
+    stats = _curated(Curator.stats)

@@ -116,6 +116,7 @@ class MemoryWriter:
                     and not any(same_event(m.event, m.keywords, d.event, d.keywords) for m in overtaken)]
         await self._cache.refresh(scope)  # another process may have written since the index was current
         plan, active = await self._plan(scope, prepared, now)
+        plan.dropped = len(drafts) - len(prepared)
         plan.updates = [_keep_words(m, plan.before[m.id]) if m.id in changed and m.id in plan.before else m
                         for m in plan.updates]
         up_to = max(t.id or 0 for t in turns)
