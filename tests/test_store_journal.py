@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from itertools import groupby
+from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.core.cells import memory_cells
 from companion.core.errors import StorageError
 from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
+from companion.ops.csvformat import CELLS, fixed_offset
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
@@ -159,6 +163,27 @@ async def test_stream_memories_returns_every_memory_in_every_status(store: Memor
     only_bob = [(s, [m.event for m in part]) async for s, part in store.stream_memories([BOB])]
     assert only_bob == [(BOB, ["别人的"])]
     assert [x async for x in store.stream_memories([Scope(303)])] == []
+
+
+@pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/St_Johns"])
+async def test_stream_cells_gives_every_scopes_memories_as_their_cells(store: MemoryStore, zone: str) -> None:
+    """Whatever formats them (SQL or Python), the cells are ``memory_cells`` of the streamed memories, each
+    scope's rows together in handle order, across pages that hold several scopes."""
+    tz = ZoneInfo(zone)
+    ids = await store.apply_changes(ALICE, NOW, inserts=[draft(f"=事{n}") for n in range(7)])
+    await store.apply_changes(ALICE, NOW, forget=ids[:2])
+    await store.apply_changes(BOB, NOW, inserts=[draft("别人的"), draft("@第二")])
+    await store.set_active(Scope(303), True, NOW)  # a scope without memories streams nothing
+    runs = [(scope, [list(row) for row in rows])
+            async for scope, rows in store.stream_cells(CELLS, tz, fixed_offset(tz, NOW), batch=4)]
+    order = [scope for scope, _ in groupby(scope for scope, _ in runs)]
+    assert all(rows for _, rows in runs) and len(order) == len(set(order)) == 2  # each scope's rows together
+    together: dict[Scope, list[list[object]]] = {}
+    for scope, rows in runs:
+        together.setdefault(scope, []).extend(rows)
+    expected = {scope: [memory_cells(m, CELLS, tz) for m in part]
+                async for scope, part in store.stream_memories(batch=100)}
+    assert together == expected and len(together[ALICE]) == 7 and together[ALICE][0][1] is None  # tombstone
 
 
 async def test_short_term_events_move_the_counter_and_turns_do_not(store: MemoryStore) -> None:

@@ -31,8 +31,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from companion.core.errors import BackupError, StorageError
+from companion.core.models import Scope
 from companion.core.timeutil import local_date
-from companion.ops.csvformat import CELLS, HEADERS, backup_row, fixed_offset, zone_name
+from companion.ops.csvformat import CELLS, HEADERS, fixed_offset, zone_name
 from companion.storage.base import Maintenance, MemoryStore
 from companion.storage.maintenance import make_standalone, open_snapshot
 
@@ -48,6 +49,7 @@ WORKER_EXIT_S = 10.0
 WORKER_POLL_S = 0.5
 MAX_WORKERS = 4  # CSV export processes (one per core up to this); the snapshot is read, never written
 WORKER_NICE = 10
+FLUSH_ROWS = 50_000  # streamed rows held before their files are written
 
 
 class BackupStopped(BackupError):
@@ -301,29 +303,51 @@ def swap_in(staging: Path, folder: Path) -> None:
 
 
 async def export_streamed(
-    store: MemoryStore, folder: Path, tz: tzinfo, progress: Progress | None = None,
+    store: MemoryStore, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> tuple[Exported, int]:
-    """One CSV per scope from the memories the store streams (``stream_memories``), each file written
-    off the event loop; returns what was written and how many distinct users."""
+    """One CSV per scope from the cells the store streams (``stream_cells``: formatted by the store, read
+    in large pages across scopes), the files written and published off the event loop a group at a time;
+    returns what was written and how many distinct users."""
     scopes = await store.scopes()
-    written: list[tuple[Path, Path]] = []
+    zone = zone_name(tz)
+    ready: list[tuple[Scope, list[Sequence[object]]]] = []
+    done: set[Scope] = set()
     total_rows = 0
-    for done, scope in enumerate(scopes, start=1):
+
+    async def flush() -> None:
+        nonlocal total_rows
+        total_rows += await asyncio.to_thread(write_scopes, folder, ready, zone)
+        done.update(scope for scope, _ in ready)
+        ready.clear()
+        if progress is not None:
+            progress(len(done), len(scopes))
+
+    async for scope, cells in store.stream_cells(CELLS, tz, fixed_offset(tz, now)):
         if stop is not None and stop.is_set():
             raise BackupStopped("backup stopped before every file was written")
-        rows = [backup_row(m, tz) async for _, batch in store.stream_memories([scope]) for m in batch]
+        if not ready or ready[-1][0] != scope:
+            if len(ready) >= PUBLISH_BATCH or sum(len(rows) for _, rows in ready) >= FLUSH_ROWS:
+                await flush()
+            ready.append((scope, []))
+        ready[-1][1].extend(cells)
+    await flush()
+    ready.extend((scope, []) for scope in scopes if scope not in done)  # no memories: a file of headers alone
+    await flush()
+    return Exported(len(done), total_rows), len({s.user_id for s in done})
+
+
+def write_scopes(folder: Path, scopes: Sequence[tuple[Scope, Sequence[Sequence[object]]]], zone: str) -> int:
+    """Each scope's rows (cells, zone last) into its CSV file, then publish them; returns the rows written."""
+    written: list[tuple[Path, Path]] = []
+    rows = 0
+    for scope, cells in scopes:
         path = folder / f"{scope.key}.csv"
         tmp = path.with_name(f".{path.name}.tmp")
-        total_rows += await asyncio.to_thread(write_csv, tmp, rows)
+        rows += write_csv(tmp, ((*row, zone) for row in cells))
         written.append((tmp, path))
-        if len(written) >= PUBLISH_BATCH:
-            await asyncio.to_thread(publish, written)
-            written = []
-        if progress is not None:
-            progress(done, len(scopes))
-    await asyncio.to_thread(publish, written)
-    return Exported(len(scopes), total_rows), len({s.user_id for s in scopes})
+    publish(written)
+    return rows
 
 
 async def _make_backup(
@@ -344,7 +368,7 @@ async def _make_backup(
         # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
         (staging / IN_PROGRESS).write_text(f"started {now.isoformat()}\n", encoding="utf-8")
         if files is None:
-            exported, users = await export_streamed(store, staging, tz, progress, stop)
+            exported, users = await export_streamed(store, staging, tz, now, progress, stop)
         else:
             exported = await _export_snapshot(files, staging, now, tz, progress, stop)
         (staging / IN_PROGRESS).unlink()
