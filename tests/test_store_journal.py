@@ -5,6 +5,8 @@ settings keep their types and keys apart and follow a group's move; streaming re
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import Counter
 from dataclasses import replace
 from itertools import groupby
@@ -166,24 +168,28 @@ async def test_stream_memories_returns_every_memory_in_every_status(store: Memor
 
 
 @pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/St_Johns"])
-async def test_stream_cells_gives_every_scopes_memories_as_their_cells(store: MemoryStore, zone: str) -> None:
-    """Whatever formats them (SQL or Python), the cells are ``memory_cells`` of the streamed memories, each
-    scope's rows together in handle order, across pages that hold several scopes."""
+async def test_stream_csv_gives_every_scopes_memories_as_csv_lines(store: MemoryStore, zone: str) -> None:
+    """Whoever renders them (SQL or Python), the lines are what the csv module writes of ``memory_cells``
+    of the streamed memories and the tail, each scope's together in handle order, across reads that hold
+    several scopes."""
     tz = ZoneInfo(zone)
-    ids = await store.apply_changes(ALICE, NOW, inserts=[draft(f"=事{n}") for n in range(7)])
+    ids = await store.apply_changes(ALICE, NOW, inserts=[draft(f"=事{n}, \"引号\"") for n in range(7)])
     await store.apply_changes(ALICE, NOW, forget=ids[:2])
-    await store.apply_changes(BOB, NOW, inserts=[draft("别人的"), draft("@第二")])
+    await store.apply_changes(BOB, NOW, inserts=[draft("别人的\n两行"), draft("@第二")])
     await store.set_active(Scope(303), True, NOW)  # a scope without memories streams nothing
-    runs = [(scope, [list(row) for row in rows])
-            async for scope, rows in store.stream_cells(CELLS, tz, fixed_offset(tz, NOW), batch=4)]
-    order = [scope for scope, _ in groupby(scope for scope, _ in runs)]
-    assert all(rows for _, rows in runs) and len(order) == len(set(order)) == 2  # each scope's rows together
-    together: dict[Scope, list[list[object]]] = {}
-    for scope, rows in runs:
-        together.setdefault(scope, []).extend(rows)
-    expected = {scope: [memory_cells(m, CELLS, tz) for m in part]
-                async for scope, part in store.stream_memories(batch=100)}
-    assert together == expected and len(together[ALICE]) == 7 and together[ALICE][0][1] is None  # tombstone
+    chunks = [c async for c in store.stream_csv(CELLS, tz, fixed_offset(tz, NOW), ("区,域",), batch=4)]
+    order = [scope for scope, _ in groupby(scope for scope, _, _ in chunks)]
+    assert all(count for _, _, count in chunks) and len(order) == len(set(order)) == 2  # each scope's together
+    together: dict[Scope, tuple[str, int]] = {}
+    for scope, lines, count in chunks:
+        text, rows = together.get(scope, ("", 0))
+        together[scope] = (text + lines, rows + count)
+    out = {}
+    async for scope, part in store.stream_memories(batch=100):
+        buffer = io.StringIO(newline="")
+        csv.writer(buffer).writerows([*memory_cells(m, CELLS, tz), "区,域"] for m in part)
+        out[scope] = (buffer.getvalue(), len(part))
+    assert together == out and together[ALICE][1] == 7 and together[BOB][0].count('"') >= 4
 
 
 async def test_short_term_events_move_the_counter_and_turns_do_not(store: MemoryStore) -> None:

@@ -49,7 +49,7 @@ WORKER_EXIT_S = 10.0
 WORKER_POLL_S = 0.5
 MAX_WORKERS = 4  # CSV export processes (one per core up to this); the snapshot is read, never written
 WORKER_NICE = 10
-FLUSH_ROWS = 50_000  # streamed rows held before their files are written
+FLUSH_CHARS = 20_000_000  # streamed CSV held before its files are written
 
 
 class BackupStopped(BackupError):
@@ -83,8 +83,9 @@ def replaced_folder(backup_dir: Path, day: str) -> Path:
     return backup_dir / f".{day}.replaced"
 
 
-def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
-    """Header and rows into ``path`` (not yet durable: see ``publish``); returns the rows written."""
+def write_csv(path: Path, rows: Iterable[Sequence[object]], lines: Iterable[str] = ()) -> int:
+    """Header, rows and lines of CSV text written before (``stream_csv``) into ``path`` (not yet durable:
+    see ``publish``); returns the rows written (``lines`` are not counted)."""
     count = 0
     with path.open("w", encoding="utf-8-sig", newline="") as handle:
         writer = csv.writer(handle)
@@ -92,6 +93,8 @@ def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
         for row in rows:
             writer.writerow(row)
             count += 1
+        for text in lines:
+            handle.write(text)
     return count
 
 
@@ -306,48 +309,48 @@ async def export_streamed(
     store: MemoryStore, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> tuple[Exported, int]:
-    """One CSV per scope from the cells the store streams (``stream_cells``: formatted by the store, read
-    in large pages across scopes), the files written and published off the event loop a group at a time;
+    """One CSV per scope from the lines the store streams (``stream_csv``: rendered by the store, read in
+    large pages across scopes), the files written and published off the event loop a group at a time;
     returns what was written and how many distinct users."""
     scopes = await store.scopes()
-    zone = zone_name(tz)
-    ready: list[tuple[Scope, list[Sequence[object]]]] = []
+    ready: list[tuple[Scope, list[str]]] = []
     done: set[Scope] = set()
     total_rows = 0
 
     async def flush() -> None:
-        nonlocal total_rows
-        total_rows += await asyncio.to_thread(write_scopes, folder, ready, zone)
+        await asyncio.to_thread(write_scopes, folder, ready)
         done.update(scope for scope, _ in ready)
         ready.clear()
         if progress is not None:
             progress(len(done), len(scopes))
 
-    async for scope, cells in store.stream_cells(CELLS, tz, fixed_offset(tz, now)):
+    held = 0  # characters of lines waiting for their files
+    async for scope, lines, count in store.stream_csv(CELLS, tz, fixed_offset(tz, now), (zone_name(tz),)):
         if stop is not None and stop.is_set():
             raise BackupStopped("backup stopped before every file was written")
         if not ready or ready[-1][0] != scope:
-            if len(ready) >= PUBLISH_BATCH or sum(len(rows) for _, rows in ready) >= FLUSH_ROWS:
+            if len(ready) >= PUBLISH_BATCH or held >= FLUSH_CHARS:
                 await flush()
+                held = 0
             ready.append((scope, []))
-        ready[-1][1].extend(cells)
+        ready[-1][1].append(lines)
+        held += len(lines)
+        total_rows += count
     await flush()
     ready.extend((scope, []) for scope in scopes if scope not in done)  # no memories: a file of headers alone
     await flush()
     return Exported(len(done), total_rows), len({s.user_id for s in done})
 
 
-def write_scopes(folder: Path, scopes: Sequence[tuple[Scope, Sequence[Sequence[object]]]], zone: str) -> int:
-    """Each scope's rows (cells, zone last) into its CSV file, then publish them; returns the rows written."""
+def write_scopes(folder: Path, scopes: Sequence[tuple[Scope, Sequence[str]]]) -> None:
+    """Each scope's CSV lines into its file after the header, then publish them."""
     written: list[tuple[Path, Path]] = []
-    rows = 0
-    for scope, cells in scopes:
+    for scope, chunks in scopes:
         path = folder / f"{scope.key}.csv"
         tmp = path.with_name(f".{path.name}.tmp")
-        rows += write_csv(tmp, ((*row, zone) for row in cells))
+        write_csv(tmp, (), chunks)
         written.append((tmp, path))
     publish(written)
-    return rows
 
 
 async def _make_backup(

@@ -66,7 +66,7 @@ __all__ = [
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
 EVERY_STATUS: frozenset[Status] = frozenset(Status)
 STREAM_BATCH = 500  # memories per batch of ``stream_memories``: one short read each
-CELL_BATCH = 5000  # rows per batch of ``stream_cells``: a backup of a million rows in 200 reads
+CELL_BATCH = 5000  # rows per read of ``stream_csv``: a backup of a million rows in 200 reads
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -98,14 +98,16 @@ class MemoryRecords(Protocol):
         export of any size never holds a transaction or the whole database in memory."""
         ...
 
-    def stream_cells(
-        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, *, batch: int = CELL_BATCH
-    ) -> AsyncIterator[tuple[Scope, list[Sequence[object]]]]:
-        """Every memory in every status of every scope as the cells ``core.cells.memory_cells`` gives it
-        (``offset``: the zone's fixed UTC offset, or None), each scope's rows one after another in handle
-        order (the scopes in any order), in batches of one scope's rows; each read is short and fetches up
-        to ``batch`` rows, of several scopes if need be. A store may format the cells itself (in SQL), so
-        a backup of a million rows needs few round trips and little Python per row."""
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        """Every memory in every status of every scope as one line of CSV: what the csv module's default
+        writer makes of the cells ``core.cells.memory_cells`` gives it followed by ``tail`` (``offset``: the
+        zone's fixed UTC offset, or None). Each scope's lines come one after another in handle order (the
+        scopes in any order), in chunks of one scope's lines: (scope, lines, how many). Each read is short
+        and fetches up to ``batch`` rows, of several scopes if need be. A store may render the lines itself
+        (in SQL), so a backup of a million rows needs few round trips and little Python per row."""
         ...
 
     async def owner_of(self, handle: int) -> Scope | None:

@@ -6,7 +6,9 @@ snapshot reader (``snapshot.SnapshotReader.cell_rows``) runs them in SQLite's SQ
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+import csv
+import io
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
@@ -95,8 +97,16 @@ def finisher(columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None
     return finish
 
 
-async def cells_of(memories: AsyncIterator[tuple[Scope, list[Memory]]], columns: Sequence[CellColumn], tz: tzinfo
-                   ) -> AsyncIterator[tuple[Scope, list[Sequence[object]]]]:
-    """``MemoryRecords.stream_cells`` of a store that streams its memories and formats them in Python."""
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as the csv module's default writer writes them (minimal quoting, CRLF): the form of
+    ``MemoryRecords.stream_csv``."""
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
+
+
+async def csv_of(memories: AsyncIterator[tuple[Scope, list[Memory]]], columns: Sequence[CellColumn], tz: tzinfo,
+                 tail: Sequence[str]) -> AsyncIterator[tuple[Scope, str, int]]:
+    """``MemoryRecords.stream_csv`` of a store that streams its memories and formats them in Python."""
     async for scope, batch in memories:
-        yield scope, [memory_cells(m, columns, tz) for m in batch]
+        yield scope, csv_text([*memory_cells(m, columns, tz), *tail] for m in batch), len(batch)

@@ -25,7 +25,7 @@ from companion.core.models import (
 )
 from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
-from companion.storage.cellsql import cells_of
+from companion.storage.cellsql import csv_of
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
     SCOPE_SETTINGS,
@@ -133,10 +133,11 @@ class InMemoryStore:
             for start in range(0, len(rows), batch):
                 yield scope, [replace(m) for _, m in rows[start:start + batch]]
 
-    def stream_cells(
-        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, *, batch: int = CELL_BATCH
-    ) -> AsyncIterator[tuple[Scope, list[Sequence[object]]]]:
-        return cells_of(self.stream_memories(batch=batch), columns, tz)
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return csv_of(self.stream_memories(batch=batch), columns, tz, tail)
 
     async def owner_of(self, handle: int) -> Scope | None:
         return self._owners.get(handle)

@@ -41,7 +41,7 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
     writes,
 )
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
-from companion.storage.cellsql import cells_of
+from companion.storage.cellsql import csv_of
 from companion.storage.connection import storage_error
 from companion.storage.kanban import KanbanTables
 from companion.storage.records import (
@@ -315,10 +315,11 @@ class SQLiteStore(TurnCalls, KanbanTables):
                 yield scope, memories
                 after = memories[-1].id
 
-    def stream_cells(
-        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, *, batch: int = CELL_BATCH
-    ) -> AsyncIterator[tuple[Scope, list[Sequence[object]]]]:
-        return cells_of(self.stream_memories(batch=batch), columns, tz)
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return csv_of(self.stream_memories(batch=batch), columns, tz, tail)
 
     # ---- pending turns (extraction queue) ---------------------------------------------------------
 

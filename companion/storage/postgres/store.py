@@ -93,17 +93,11 @@ class PostgresStore(KanbanTables):
                 yield scope, memories
                 after = memories[-1].id
 
-    async def stream_cells(
-        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, *, batch: int = CELL_BATCH
-    ) -> AsyncIterator[tuple[Scope, list[Sequence[object]]]]:
-        first, later = cells.queries(columns, offset)
-        rows = await self._fetch(first, batch)
-        while rows:
-            for run in cells.split(rows, columns, tz, offset):
-                yield run
-            if len(rows) < batch:
-                break
-            rows = await self._fetch(later, batch, *rows[-1][:3])
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return cells.stream_csv(self._fetch, columns, tz, offset, tail, batch)
 
     async def owner_of(self, handle: int) -> Scope | None:
         rows = await self._fetch("SELECT user_id, chat_id FROM memories WHERE id = $1", int(handle))
