@@ -1,12 +1,15 @@
 """PostgreSQL's side of ``MemoryRecords.stream_csv``: a backup's CSV lines rendered by the server
-(``cellsql``'s rules in this server's SQL, then the csv module's minimal quoting) and read across every
-scope in pages by keyset (scope, handle), each page's lines joined per scope, so a million rows take a few
-hundred short reads instead of two per scope and Python handles one string per scope, not a row. A zone
-without a fixed offset (daylight saving time) has its times converted in Python and its lines written by
-the csv module. ``tests/test_cellsql.py`` holds the files equal to SQLite's, byte for byte."""
+(``cellsql``'s rules in this server's SQL, then the csv module's minimal quoting), a page of whole scopes
+(about ``batch`` rows) per read, each scope's lines joined by the server, so a million rows take a few
+hundred short reads instead of two per scope and Python handles one string per scope, not a row; the next
+pages are read while one is handed over. A zone without a fixed offset (daylight saving time) has its
+times converted in Python and its lines written by the csv module, paged by keyset (scope, handle).
+``tests/test_cellsql.py`` holds the files equal to SQLite's, byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta, tzinfo
 from itertools import groupby
@@ -31,6 +34,8 @@ POSTGRES = Dialect(
     plain=lambda column: f"{column}::int" if CODECS.get(column) is BOOL else column,
 )
 _ORDER = "ORDER BY user_id, chat_id, id LIMIT $1"
+SIZES = "SELECT user_id, chat_id, count(*) FROM memories GROUP BY user_id, chat_id ORDER BY user_id, chat_id"
+AHEAD = 2  # pages read while one is handed over: the server renders them on two cores
 Fetch = Callable[..., Awaitable[list[Any]]]
 
 
@@ -50,17 +55,30 @@ def _shown(column: CellColumn, cell: str) -> str:
     return cell  # a number or a time: nothing to quote
 
 
-def line_queries(columns: Sequence[CellColumn], offset: timedelta) -> tuple[str, str]:
-    """A page's statements (the first, and every later one after the scope and handle ``$3, $4, $5``) giving
-    a row per scope of the page: its last handle, its lines joined and how many (``$2``: the tail)."""
+def lines_query(columns: Sequence[CellColumn], offset: timedelta) -> str:
+    """A page's statement: the scopes ``$1, $2`` (user and chat ids), a row each (its lines joined, in handle
+    order, and how many); ``$3``: what ends each line."""
     cells = [_shown(c, cell) for c, cell in zip(columns, select_cells(columns, offset, POSTGRES), strict=True)]
     # concat: one copy of the line (a chain of || copies it once per cell) and nothing for a NULL.
-    line = "concat(" + ", ',', ".join(cells) + ", $2::text)"
-    page = f"SELECT user_id, chat_id, id, {line} AS line FROM memories"
-    grouped = ("SELECT user_id, chat_id, max(id), string_agg(line, '' ORDER BY id), count(*) FROM ({page}) AS page "
-               "GROUP BY user_id, chat_id ORDER BY user_id, chat_id")
-    after = "WHERE (user_id, chat_id, id) > ($3, $4, $5)"
-    return grouped.format(page=f"{page} {_ORDER}"), grouped.format(page=f"{page} {after} {_ORDER}")
+    line = "concat(" + ", ',', ".join(cells) + ", $3::text)"
+    return (f"SELECT m.user_id, m.chat_id, string_agg({line}, '' ORDER BY m.id), count(*) "
+            "FROM unnest($1::bigint[], $2::bigint[]) AS s(user_id, chat_id) "
+            "JOIN memories AS m ON m.user_id = s.user_id AND m.chat_id = s.chat_id "
+            "GROUP BY m.user_id, m.chat_id ORDER BY m.user_id, m.chat_id")
+
+
+def pages(sizes: Sequence[Sequence[Any]], batch: int) -> list[tuple[list[int], list[int]]]:
+    """Scopes (user id, chat id, rows) in pages of about ``batch`` rows; a larger scope is a page alone."""
+    out: list[tuple[list[int], list[int]]] = []
+    held = batch
+    for user_id, chat_id, rows in sizes:
+        if held + int(rows) > batch:
+            out.append(([], []))
+            held = 0
+        out[-1][0].append(int(user_id))
+        out[-1][1].append(int(chat_id))
+        held += int(rows)
+    return out
 
 
 def cell_queries(columns: Sequence[CellColumn]) -> tuple[str, str]:
@@ -76,20 +94,28 @@ def tail_text(tail: Sequence[str]) -> str:
 
 async def stream_csv(fetch: Fetch, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None,
                      tail: Sequence[str], batch: int) -> AsyncIterator[tuple[Scope, str, int]]:
-    """``MemoryRecords.stream_csv`` on ``fetch`` (one statement, its rows)."""
+    """``MemoryRecords.stream_csv`` on ``fetch`` (one statement on a pooled connection, its rows). Pages
+    are whole scopes, so the next ones are read (``AHEAD``, on connections of their own) while this one is
+    handed over: the server renders on every core it has."""
     if offset is None:
         async for chunk in _converted(fetch, columns, tz, tail, batch):
             yield chunk
         return
-    first, later = line_queries(columns, offset)
-    suffix = tail_text(tail)
-    rows = await fetch(first, batch, suffix)
-    while rows:
-        for user_id, chat_id, _, lines, count in rows:
-            yield scope_of(user_id, chat_id), str(lines), int(count)
-        if sum(int(row[4]) for row in rows) < batch:
-            return
-        rows = await fetch(later, batch, suffix, *rows[-1][:3])
+    sql, suffix = lines_query(columns, offset), tail_text(tail)
+    waiting: deque[asyncio.Future[list[Any]]] = deque()
+    try:
+        for users, chats in pages(await fetch(SIZES), batch):
+            waiting.append(asyncio.ensure_future(fetch(sql, users, chats, suffix)))
+            if len(waiting) > AHEAD:
+                for user_id, chat_id, lines, count in await waiting.popleft():
+                    yield scope_of(user_id, chat_id), str(lines), int(count)
+        while waiting:
+            for user_id, chat_id, lines, count in await waiting.popleft():
+                yield scope_of(user_id, chat_id), str(lines), int(count)
+    finally:
+        for future in waiting:  # stopped part-way: reads nobody will take
+            future.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
 
 
 async def _converted(fetch: Fetch, columns: Sequence[CellColumn], tz: tzinfo, tail: Sequence[str], batch: int
