@@ -22,6 +22,7 @@ from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.maintenance import open_snapshot
+from companion.storage.postgres.cells import pages
 from companion.storage.sqlite import SQLiteStore
 from tests.pgtest import pg_schema
 
@@ -106,3 +107,11 @@ async def test_a_store_without_files_backs_up_the_same_csv_files_by_streaming(
         f"{s.key}.csv" for s in (ALICE, bob, Scope(303)))
     for path in streamed.folder.iterdir():
         assert path.read_bytes() == (files.folder / path.name).read_bytes()
+
+
+def test_postgresql_pages_hold_whole_scopes_of_about_a_batch() -> None:
+    """A page of the PostgreSQL backup is whole scopes up to ``batch`` rows; a larger scope is a page alone."""
+    sizes = [(1, 0, 3), (2, -5, 3), (3, 0, 10), (4, 0, 1)]
+    assert pages(sizes, 6) == [([1, 2], [0, -5]), ([3], [0]), ([4], [0])]
+    assert pages(sizes, 100) == [([1, 2, 3, 4], [0, -5, 0, 0])]
+    assert pages([], 6) == []
