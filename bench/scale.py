@@ -34,6 +34,7 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
+from companion.engine.types import MemoryContext
 from companion.ops.assembly import engine_on
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.recall.index import RecallFilter
@@ -68,21 +69,35 @@ class ScaleConfig:
 
 
 class _Turns:
-    """One simulated session per user: turn counter and recall cooldown, as ChatService keeps them."""
+    """One simulated session per user: turn counter and recall cooldown, as ChatService keeps them; each
+    turn makes the chat pipeline's two store calls, ``open_turn`` before the context (one read) and
+    ``finish_turn`` after the reply (one write: the accesses of what was shown)."""
 
     def __init__(self, engine: MemoryEngine) -> None:
         self.engine = engine
         self.turn: dict[Scope, int] = {}
         self.cooldown: dict[Scope, dict[int, int]] = {}
+        self.finish = Stopwatch()  # the write after the reply: not part of what the reply waits for
 
-    async def run(self, scope: Scope, text: str, now: datetime) -> int:
+    async def run(self, scope: Scope, text: str, now: datetime, watch: Stopwatch) -> int:
+        """The memory context a reply waits for, timed by ``watch``; its write is timed apart (``finish``)."""
         turn = self.turn[scope] = self.turn.get(scope, 0) + 1
         cooldown = self.cooldown.setdefault(scope, {})
-        context = await self.engine.build_context(scope, text, now, turn=turn, cooldown=cooldown)
+        with watch:
+            context = await _context(self.engine, scope, text, now, turn=turn, cooldown=cooldown)
+            render_reference(context, now, self.engine.config.tz)
         for recalled in context.recalled:
             cooldown[recalled.memory.id] = turn
-        render_reference(context, now, self.engine.config.tz)
+        with self.finish:
+            await self.engine.finish_turn(scope, now, shown=context.recalled, opened=True)
         return len(context.recalled)
+
+
+async def _context(engine: MemoryEngine, scope: Scope, text: str, now: datetime, *, turn: int,
+                   cooldown: dict[int, int]) -> MemoryContext:
+    """A reply's memory context as the chat pipeline builds it: one read (``open_turn``), then no store call."""
+    await engine.open_turn(scope)
+    return await engine.build_context(scope, text, now, turn=turn, cooldown=cooldown, opened=True)
 
 
 def _settings(root: Path, config: ScaleConfig) -> Settings:
@@ -203,7 +218,7 @@ async def _startup(settings: Settings) -> tuple[dict[str, Any], MemoryStore, Mem
     active = await engine.active_scopes()
     parts["active_scopes_s"] = time.perf_counter() - started - sum(parts.values())
     first = min(active, key=lambda s: s.key) if active else Scope(1)
-    await engine.build_context(first, "最近又感冒了，好难受", NOW, turn=1, cooldown={})
+    await _context(engine, first, "最近又感冒了，好难受", NOW, turn=1, cooldown={})
     parts["first_context_s"] = time.perf_counter() - started - sum(parts.values())
     total = time.perf_counter() - started
     cpu = time.process_time() - cpu
@@ -280,9 +295,8 @@ async def _recall(engine: MemoryEngine, scopes: list[Scope], turns: int, rng: ra
     for scope in scopes:
         for n in range(per_scope):
             text = synth.message(rng)
-            with cold if n == 0 else warm:
-                recalled += await session.run(scope, text, NOW)
-    return {"cold": cold.summary(), "warm": warm.summary(),
+            recalled += await session.run(scope, text, NOW, cold if n == 0 else warm)
+    return {"cold": cold.summary(), "warm": warm.summary(), "finish": session.finish.summary(),
             "recalled_per_turn": round(recalled / (per_scope * len(scopes)), 3)}
 
 
@@ -421,8 +435,7 @@ async def _decay(engine: MemoryEngine, sampled: list[Scope], rng: random.Random,
     with elapsed() as took:
         job = asyncio.create_task(engine.decay(later))
         while not job.done():
-            with turns:
-                await session.run(reader, synth.message(rng), later)
+            await session.run(reader, synth.message(rng), later, turns)
             with writes:
                 await engine.remember(writer, [synth.memory(rng, later)], later)
             # A chatting user pauses between messages; back to back, the chat would take most of the

@@ -5,6 +5,7 @@ a backup streamed through a store without files writes the same files."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from dataclasses import replace
@@ -17,9 +18,13 @@ import pytest
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.ops.backup import make_backup
 from companion.ops.csvformat import CELLS, backup_row, fixed_offset, zone_name
+from companion.storage.base import MemoryStore
+from companion.storage.factory import open_store
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.maintenance import open_snapshot
+from companion.storage.postgres.cells import pages
 from companion.storage.sqlite import SQLiteStore
+from tests.pgtest import pg_schema
 
 NOW = datetime(2025, 12, 23, 4, 0, 7, tzinfo=UTC)
 ALICE = Scope(101, -100555)
@@ -72,23 +77,41 @@ async def test_sql_cells_equal_the_python_cells(tmp_path: Path, zone: str) -> No
     assert len(sql) == 5 and as_csv(sql) == as_csv(python)
 
 
-async def test_a_store_without_files_backs_up_the_same_csv_files_by_streaming(tmp_path: Path) -> None:
-    """The nightly backup of a store with no database file (``maintenance()`` is None) streams its memories
-    through the store: the same CSV files, byte for byte, as the SQLite snapshot's."""
-    tz = ZoneInfo("Asia/Shanghai")
+@pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/St_Johns"])
+@pytest.mark.parametrize("backend", ["memory", "postgresql"])
+async def test_a_store_without_files_backs_up_the_same_csv_files_by_streaming(
+    tmp_path: Path, backend: str, zone: str,
+) -> None:
+    """The nightly backup of a store with no database file (``maintenance()`` is None) streams its cells
+    through the store (PostgreSQL formats them in SQL, across scopes): the same CSV files, byte for byte, as
+    the SQLite snapshot's."""
+    tz = ZoneInfo(zone)
     bob = Scope(202)
-    sqlite = await SQLiteStore.open(tmp_path / "m.sqlite3")
-    plain = InMemoryStore()
-    results = []
-    try:
-        for store, name in ((sqlite, "sqlite"), (plain, "memory")):
+    async with contextlib.AsyncExitStack() as stack:
+        sqlite = await SQLiteStore.open(tmp_path / "m.sqlite3")
+        stack.push_async_callback(sqlite.close)
+        if backend == "postgresql":
+            other: MemoryStore = await open_store(await stack.enter_async_context(pg_schema()))
+            stack.push_async_callback(other.close)
+        else:
+            other = InMemoryStore()
+        results = []
+        for store, name in ((sqlite, "sqlite"), (other, "streamed")):
             await store.import_rows(ALICE, memories(), NOW)
             await store.import_rows(bob, [replace(m, id=m.id + 10) for m in memories()[:2]], NOW)
+            await store.set_active(Scope(303), True, NOW)  # registered, no memories: a file of headers alone
             results.append(await make_backup(store, tmp_path / name, NOW, tz, keep_days=7))
-    finally:
-        await sqlite.close()
     files, streamed = results
-    assert (streamed.files, streamed.rows, streamed.users) == (files.files, files.rows, files.users) == (2, 7, 2)
-    assert sorted(p.name for p in streamed.folder.iterdir()) == [f"{ALICE.key}.csv", f"{bob.key}.csv"]
+    assert (streamed.files, streamed.rows, streamed.users) == (files.files, files.rows, files.users) == (3, 7, 3)
+    assert sorted(p.name for p in streamed.folder.iterdir()) == sorted(
+        f"{s.key}.csv" for s in (ALICE, bob, Scope(303)))
     for path in streamed.folder.iterdir():
         assert path.read_bytes() == (files.folder / path.name).read_bytes()
+
+
+def test_postgresql_pages_hold_whole_scopes_of_about_a_batch() -> None:
+    """A page of the PostgreSQL backup is whole scopes up to ``batch`` rows; a larger scope is a page alone."""
+    sizes = [(1, 0, 3), (2, -5, 3), (3, 0, 10), (4, 0, 1)]
+    assert pages(sizes, 6) == [([1, 2], [0, -5]), ([3], [0]), ([4], [0])]
+    assert pages(sizes, 100) == [([1, 2, 3, 4], [0, -5, 0, 0])]
+    assert pages([], 6) == []

@@ -5,13 +5,19 @@ settings keep their types and keys apart and follow a group's move; streaming re
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import Counter
 from dataclasses import replace
+from itertools import groupby
+from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.core.cells import memory_cells
 from companion.core.errors import StorageError
 from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
+from companion.ops.csvformat import CELLS, fixed_offset
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
@@ -159,6 +165,31 @@ async def test_stream_memories_returns_every_memory_in_every_status(store: Memor
     only_bob = [(s, [m.event for m in part]) async for s, part in store.stream_memories([BOB])]
     assert only_bob == [(BOB, ["别人的"])]
     assert [x async for x in store.stream_memories([Scope(303)])] == []
+
+
+@pytest.mark.parametrize("zone", ["Asia/Shanghai", "America/St_Johns"])
+async def test_stream_csv_gives_every_scopes_memories_as_csv_lines(store: MemoryStore, zone: str) -> None:
+    """Whoever renders them (SQL or Python), the lines are what the csv module writes of ``memory_cells``
+    of the streamed memories and the tail, each scope's together in handle order, across reads that hold
+    several scopes."""
+    tz = ZoneInfo(zone)
+    ids = await store.apply_changes(ALICE, NOW, inserts=[draft(f"=事{n}, \"引号\"") for n in range(7)])
+    await store.apply_changes(ALICE, NOW, forget=ids[:2])
+    await store.apply_changes(BOB, NOW, inserts=[draft("别人的\n两行"), draft("@第二")])
+    await store.set_active(Scope(303), True, NOW)  # a scope without memories streams nothing
+    chunks = [c async for c in store.stream_csv(CELLS, tz, fixed_offset(tz, NOW), ("区,域",), batch=4)]
+    order = [scope for scope, _ in groupby(scope for scope, _, _ in chunks)]
+    assert all(count for _, _, count in chunks) and len(order) == len(set(order)) == 2  # each scope's together
+    together: dict[Scope, tuple[str, int]] = {}
+    for scope, lines, count in chunks:
+        text, rows = together.get(scope, ("", 0))
+        together[scope] = (text + lines, rows + count)
+    out = {}
+    async for scope, part in store.stream_memories(batch=100):
+        buffer = io.StringIO(newline="")
+        csv.writer(buffer).writerows([*memory_cells(m, CELLS, tz), "区,域"] for m in part)
+        out[scope] = (buffer.getvalue(), len(part))
+    assert together == out and together[ALICE][1] == 7 and together[BOB][0].count('"') >= 4
 
 
 async def test_short_term_events_move_the_counter_and_turns_do_not(store: MemoryStore) -> None:

@@ -31,8 +31,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from companion.core.errors import BackupError, StorageError
+from companion.core.models import Scope
 from companion.core.timeutil import local_date
-from companion.ops.csvformat import CELLS, HEADERS, backup_row, fixed_offset, zone_name
+from companion.ops.csvformat import CELLS, HEADERS, fixed_offset, zone_name
 from companion.storage.base import Maintenance, MemoryStore
 from companion.storage.maintenance import make_standalone, open_snapshot
 
@@ -48,6 +49,7 @@ WORKER_EXIT_S = 10.0
 WORKER_POLL_S = 0.5
 MAX_WORKERS = 4  # CSV export processes (one per core up to this); the snapshot is read, never written
 WORKER_NICE = 10
+FLUSH_CHARS = 20_000_000  # streamed CSV held before its files are written
 
 
 class BackupStopped(BackupError):
@@ -81,8 +83,9 @@ def replaced_folder(backup_dir: Path, day: str) -> Path:
     return backup_dir / f".{day}.replaced"
 
 
-def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
-    """Header and rows into ``path`` (not yet durable: see ``publish``); returns the rows written."""
+def write_csv(path: Path, rows: Iterable[Sequence[object]], lines: Iterable[str] = ()) -> int:
+    """Header, rows and lines of CSV text written before (``stream_csv``) into ``path`` (not yet durable:
+    see ``publish``); returns the rows written (``lines`` are not counted)."""
     count = 0
     with path.open("w", encoding="utf-8-sig", newline="") as handle:
         writer = csv.writer(handle)
@@ -90,6 +93,8 @@ def write_csv(path: Path, rows: Iterable[Sequence[object]]) -> int:
         for row in rows:
             writer.writerow(row)
             count += 1
+        for text in lines:
+            handle.write(text)
     return count
 
 
@@ -301,29 +306,51 @@ def swap_in(staging: Path, folder: Path) -> None:
 
 
 async def export_streamed(
-    store: MemoryStore, folder: Path, tz: tzinfo, progress: Progress | None = None,
+    store: MemoryStore, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> tuple[Exported, int]:
-    """One CSV per scope from the memories the store streams (``stream_memories``), each file written
-    off the event loop; returns what was written and how many distinct users."""
+    """One CSV per scope from the lines the store streams (``stream_csv``: rendered by the store, read in
+    large pages across scopes), the files written and published off the event loop a group at a time;
+    returns what was written and how many distinct users."""
     scopes = await store.scopes()
-    written: list[tuple[Path, Path]] = []
+    ready: list[tuple[Scope, list[str]]] = []
+    done: set[Scope] = set()
     total_rows = 0
-    for done, scope in enumerate(scopes, start=1):
+
+    async def flush() -> None:
+        await asyncio.to_thread(write_scopes, folder, ready)
+        done.update(scope for scope, _ in ready)
+        ready.clear()
+        if progress is not None:
+            progress(len(done), len(scopes))
+
+    held = 0  # characters of lines waiting for their files
+    async for scope, lines, count in store.stream_csv(CELLS, tz, fixed_offset(tz, now), (zone_name(tz),)):
         if stop is not None and stop.is_set():
             raise BackupStopped("backup stopped before every file was written")
-        rows = [backup_row(m, tz) async for _, batch in store.stream_memories([scope]) for m in batch]
+        if not ready or ready[-1][0] != scope:
+            if len(ready) >= PUBLISH_BATCH or held >= FLUSH_CHARS:
+                await flush()
+                held = 0
+            ready.append((scope, []))
+        ready[-1][1].append(lines)
+        held += len(lines)
+        total_rows += count
+    await flush()
+    ready.extend((scope, []) for scope in scopes if scope not in done)  # no memories: a file of headers alone
+    await flush()
+    return Exported(len(done), total_rows), len({s.user_id for s in done})
+
+
+def write_scopes(folder: Path, scopes: Sequence[tuple[Scope, Sequence[str]]]) -> None:
+    """Each scope's CSV lines into its file after the header, then publish them."""
+    written: list[tuple[Path, Path]] = []
+    for scope, chunks in scopes:
         path = folder / f"{scope.key}.csv"
         tmp = path.with_name(f".{path.name}.tmp")
-        total_rows += await asyncio.to_thread(write_csv, tmp, rows)
+        write_csv(tmp, (), chunks)
         written.append((tmp, path))
-        if len(written) >= PUBLISH_BATCH:
-            await asyncio.to_thread(publish, written)
-            written = []
-        if progress is not None:
-            progress(done, len(scopes))
-    await asyncio.to_thread(publish, written)
-    return Exported(len(scopes), total_rows), len({s.user_id for s in scopes})
+    publish(written)
 
 
 async def _make_backup(
@@ -344,7 +371,7 @@ async def _make_backup(
         # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
         (staging / IN_PROGRESS).write_text(f"started {now.isoformat()}\n", encoding="utf-8")
         if files is None:
-            exported, users = await export_streamed(store, staging, tz, progress, stop)
+            exported, users = await export_streamed(store, staging, tz, now, progress, stop)
         else:
             exported = await _export_snapshot(files, staging, now, tz, progress, stop)
         (staging / IN_PROGRESS).unlink()

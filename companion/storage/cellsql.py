@@ -1,24 +1,47 @@
 """``core.cells`` rules as SQL expressions over a memory table, so a backup of a million rows costs little
 more than the csv module alone (formatting each ``Memory`` in Python took several times as long). The
-snapshot reader (``snapshot.SnapshotReader.cell_rows``) runs them; ``tests/test_cellsql.py`` holds them
-equal to ``core.cells.memory_cells``."""
+snapshot reader (``snapshot.SnapshotReader.cell_rows``) runs them in SQLite's SQL, PostgreSQL's store
+(``stream_cells``) in its own (``Dialect``); ``tests/test_cellsql.py`` holds them equal to
+``core.cells.memory_cells``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import timedelta, tzinfo
+import csv
+import io
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from companion.core.cells import CellColumn, CellKind, offset_text, show_time
-from companion.core.models import Status
+from companion.core.cells import CellColumn, CellKind, memory_cells, offset_text, show_time
+from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db
 
 TOMBSTONE = f"status = '{Status.FORGOTTEN.value}'"
 
 
-def _neutralised(column: str) -> str:
-    return (f"CASE WHEN substr({column}, 1, 1) IN ('=', '+', '-', '@', char(9), char(13), '''') "
-            f"THEN '''' || {column} ELSE {column} END")
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between two backends' SQL: a character by its code, a local time (column, seconds
+    east of UTC, the offset's text), a list column as comma text, a number or a switch as a number."""
+
+    char: Callable[[int], str]
+    time: Callable[[str, int, str], str]
+    words: Callable[[str], str]
+    plain: Callable[[str], str]
+
+
+SQLITE = Dialect(
+    char=lambda code: f"char({code})",
+    time=lambda column, seconds, text: f"datetime({column}, '{seconds:+d} seconds') || '{text}'",
+    words=lambda column: column,  # stored as comma text already
+    plain=lambda column: column,  # a switch is stored as 0/1 already
+)
+
+
+def _neutralised(column: str, dialect: Dialect) -> str:
+    return (f"CASE WHEN substr({column}, 1, 1) IN ('=', '+', '-', '@', {dialect.char(9)}, {dialect.char(13)}, "
+            f"'''') THEN '''' || {column} ELSE {column} END")
 
 
 def _code(column: str, labels: dict[str, str]) -> str:
@@ -31,36 +54,59 @@ def _content(expression: str) -> str:
     return f"CASE WHEN {TOMBSTONE} THEN NULL ELSE {expression} END"
 
 
-def select_cells(columns: Sequence[CellColumn], offset: timedelta | None) -> list[str]:
+def select_cells(columns: Sequence[CellColumn], offset: timedelta | None, dialect: Dialect = SQLITE) -> list[str]:
     """One SQL expression per column. With a fixed offset, times are shifted and marked in SQL; without
     one they come raw and ``finisher`` converts them. Fields and labels come from code, never from input."""
     out: list[str] = []
     for c in columns:
-        if c.kind in (CellKind.TEXT, CellKind.WORDS):
-            shown = _neutralised(c.field)
+        if c.kind is CellKind.TEXT:
+            shown = _neutralised(c.field, dialect)
+        elif c.kind is CellKind.WORDS:
+            shown = _neutralised(dialect.words(c.field), dialect)
         elif c.kind is CellKind.TIME and offset is not None:
-            seconds = int(offset.total_seconds())
-            shown = f"datetime({c.field}, '{seconds:+d} seconds') || '{offset_text(offset)}'"
+            shown = dialect.time(c.field, int(offset.total_seconds()), offset_text(offset))
         elif c.kind is CellKind.CODE:
             shown = _code(c.field, dict(c.labels or {}))
+        elif c.kind is CellKind.PLAIN:
+            shown = dialect.plain(c.field)
         else:
-            shown = c.field  # numbers; an importance is a REAL, which csv writes in full
+            shown = c.field  # an importance: a REAL, which csv writes in full
         out.append(_content(shown) if c.content else shown)
     return out
 
 
-def finisher(columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None
-             ) -> Callable[[tuple[Any, ...]], tuple[Any, ...]] | None:
-    """Converts stored UTC times to local ones where SQL could not (no fixed offset); None when SQL did."""
+def _from_text(cell: Any) -> datetime:
+    return from_db(str(cell))
+
+
+def finisher(columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None,
+             moment: Callable[[Any], datetime] = _from_text) -> Callable[[Sequence[Any]], tuple[Any, ...]] | None:
+    """Converts stored UTC times (read by ``moment``: SQLite's text by default) to local ones where SQL
+    could not (no fixed offset); None when SQL did."""
     if offset is not None:
         return None
     times = [i for i, c in enumerate(columns) if c.kind is CellKind.TIME]
 
-    def finish(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    def finish(row: Sequence[Any]) -> tuple[Any, ...]:
         cells = list(row)
         for i in times:
             if cells[i] is not None:
-                cells[i] = show_time(from_db(str(cells[i])), tz)
+                cells[i] = show_time(moment(cells[i]), tz)
         return tuple(cells)
 
     return finish
+
+
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as the csv module's default writer writes them (minimal quoting, CRLF): the form of
+    ``MemoryRecords.stream_csv``."""
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
+
+
+async def csv_of(memories: AsyncIterator[tuple[Scope, list[Memory]]], columns: Sequence[CellColumn], tz: tzinfo,
+                 tail: Sequence[str]) -> AsyncIterator[tuple[Scope, str, int]]:
+    """``MemoryRecords.stream_csv`` of a store that streams its memories and formats them in Python."""
+    async for scope, batch in memories:
+        yield scope, csv_text([*memory_cells(m, columns, tz), *tail] for m in batch), len(batch)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from typing import TypeVar
 
 from companion.core import rules
+from companion.core.cells import CellColumn
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import (
@@ -23,7 +24,8 @@ from companion.core.models import (
     Turn,
 )
 from companion.core.timeutil import utcnow
-from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
+from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
+from companion.storage.cellsql import csv_of
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
     SCOPE_SETTINGS,
@@ -130,6 +132,12 @@ class InMemoryStore:
             rows = sorted(self._memories.get(scope, {}).items())
             for start in range(0, len(rows), batch):
                 yield scope, [replace(m) for _, m in rows[start:start + batch]]
+
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return csv_of(self.stream_memories(batch=batch), columns, tz, tail)
 
     async def owner_of(self, handle: int) -> Scope | None:
         return self._owners.get(handle)

@@ -20,12 +20,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import aiosqlite
 
+from companion.core.cells import CellColumn
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.timeutil import to_db, utcnow
 from companion.storage import (  # noqa: F401 - usage and vector_schema register their migration sets
@@ -39,7 +40,8 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
     vector_schema,
     writes,
 )
-from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
+from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
+from companion.storage.cellsql import csv_of
 from companion.storage.connection import storage_error
 from companion.storage.kanban import KanbanTables
 from companion.storage.records import (
@@ -312,6 +314,12 @@ class SQLiteStore(TurnCalls, KanbanTables):
                 memories = [row_to_memory(row) for row in rows]
                 yield scope, memories
                 after = memories[-1].id
+
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return csv_of(self.stream_memories(batch=batch), columns, tz, tail)
 
     # ---- pending turns (extraction queue) ---------------------------------------------------------
 

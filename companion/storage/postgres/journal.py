@@ -19,7 +19,11 @@ from companion.storage.records import Change, ChangeOp, change_op
 
 Entry = tuple[int | None, ChangeOp]  # (handle, or None for the whole scope; what happened)
 
-COUNTER = "SELECT coalesce(max(seq), 0) FROM memory_changes WHERE user_id = $1 AND chat_id = $2"
+# The newest entry by a backward step of the scope's index, never an aggregate: with statistics from before
+# the rows came (a new table, autovacuum not yet run) the planner read every entry of a busy scope for
+# max(seq), 1.3 ms and a heap fetch each for 8,000 entries, on every turn.
+NEWEST = "SELECT seq FROM memory_changes WHERE user_id = $1 AND chat_id = $2 ORDER BY seq DESC LIMIT 1"
+COUNTER = f"SELECT coalesce(({NEWEST}), 0)"
 
 
 async def lock_scopes(conn: Conn, scopes: Iterable[Scope]) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 from typing import TypeVar
 
+from companion.core.cells import CellColumn
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.timeutil import utcnow
-from companion.storage.base import ACTIVE_ONLY, STREAM_BATCH
-from companion.storage.postgres import decay, journal, turn, writes
+from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
+from companion.storage.postgres import cells, decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
 from companion.storage.postgres.kanban import KanbanTables
 from companion.storage.postgres.pool import DRIVER_ERRORS, pg_error
@@ -91,6 +92,12 @@ class PostgresStore(KanbanTables):
                 memories = [row_to_memory(r) for r in rows]
                 yield scope, memories
                 after = memories[-1].id
+
+    def stream_csv(
+        self, columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None, tail: Sequence[str] = (), *,
+        batch: int = CELL_BATCH,
+    ) -> AsyncIterator[tuple[Scope, str, int]]:
+        return cells.stream_csv(self._fetch, columns, tz, offset, tail, batch)
 
     async def owner_of(self, handle: int) -> Scope | None:
         rows = await self._fetch("SELECT user_id, chat_id FROM memories WHERE id = $1", int(handle))

@@ -6,6 +6,7 @@ an access, a mention."""
 from __future__ import annotations
 
 from companion.core.models import Scope, ShortKind, Turn
+from companion.storage.postgres.journal import NEWEST
 from companion.storage.postgres.rows import (
     SELECT_MEMORY,
     SHORT_COLUMNS,
@@ -32,7 +33,7 @@ _ITEMS = (f"SELECT {SHORT_COLUMNS} FROM short_term WHERE {_SCOPED} AND kind = '{
 # Everything but the memories, as one row: one statement reads one snapshot.
 READ = f"""
 SELECT
-    (SELECT coalesce(max(seq), 0) FROM memory_changes WHERE {_SCOPED}), s.active,
+    coalesce(({NEWEST}), 0), s.active,
     p.core, p.dynamic, p.built_at, p.dirty, t.editing,
     ARRAY(SELECT ROW(i.*) FROM ({_ITEMS.format(kind=ShortKind.EVENT.value, limit="$3")}) AS i),
     ARRAY(SELECT ROW(i.*) FROM ({_ITEMS.format(kind=ShortKind.TURN.value, limit="$4")}) AS i)
