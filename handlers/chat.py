@@ -47,7 +47,7 @@ async def answer_turn(
     markup = None
     try:
         async with typing(bot, chat_id), kept_if_abandoned(chat, scope, text,
-                                                           remember=group is None or group.remember):
+                                                           remember=None if group is not None else True):
             reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:
