@@ -130,6 +130,17 @@ class ChatService:
         self._sessions.pop(old, None)
         self._sessions.pop(new, None)
 
+    async def taken_over(self, which: Callable[[Scope], bool]) -> None:
+        """This process takes over the chats ``which`` picks from another worker: their companion mode and
+        conversations are read again from the store (a session cached here may be older than what the
+        other worker wrote since); a session answering a turn now stays."""
+        await self.modes.reload(which)
+        for scope, session in list(self._sessions.items()):
+            if which(scope) and not session.lock.locked():
+                await self._learning.queue_waiting(scope, session)
+                if self._sessions.get(scope) is session and not session.lock.locked():
+                    del self._sessions[scope]
+
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
         if session is None:

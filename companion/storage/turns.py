@@ -52,11 +52,11 @@ class TurnRecord:
 def setting_keys(scope: Scope) -> tuple[tuple[str, str | None], ...]:
     """(name, owner) of each setting ``TurnView`` carries, in ``setting_fields``'s order; a private scope's
     group settings have no owner (None: the read matches no row)."""
-    group = scope.chat_id is not None
+    chat = scope.chat_id
     return (
         (REVIEW_SENT.name.value, REVIEW_SENT.owner(scope)),
-        (GROUP_MEMORY.name.value, GROUP_MEMORY.owner(scope.chat_id) if group else None),
-        (SHARE_PRIVATE.name.value, SHARE_PRIVATE.owner(scope.user_id) if group else None),
+        (GROUP_MEMORY.name.value, None if chat is None else GROUP_MEMORY.owner(chat)),
+        (SHARE_PRIVATE.name.value, None if chat is None else SHARE_PRIVATE.owner(scope.user_id)),
     )
 
 

@@ -1,7 +1,7 @@
 """PostgreSQL's side of one turn (``storage.turns``): what the reply needs read in one statement (one
 snapshot, one round trip; a second in the same snapshot when the scope's memories are wanted too), and what
-the turn did (the conversation's state with it) written in one transaction. Also the statements the store shares with them: queueing a turn,
-an access, a mention."""
+the turn did (the conversation's state with it) written in one transaction. Also the statements the store
+shares with them: queueing a turn, an access, a mention."""
 
 from __future__ import annotations
 
