@@ -166,6 +166,13 @@ class MemoryEngine(SteeringAPI):
         """Whether the scope has companion mode on, as stored now (another process may have switched it)."""
         return (await self._store.turn_context(scope, events=0)).active
 
+    async def hinted_at(self, scope: Scope) -> datetime | None:
+        """When a "how to start" hint last went out to the scope, from any process (``hinted``)."""
+        return (await self._store.turn_context(scope, events=0)).hinted_at
+
+    async def hinted(self, scope: Scope, at: datetime) -> None:
+        await self._store.set_hinted(scope, at)
+
     async def group_memory(self, scope: Scope) -> bool:
         """Whether the scope's group keeps memories (``GROUP_MEMORY``; a private scope always does)."""
         return (await self._store.turn_context(scope, events=0)).group_memory

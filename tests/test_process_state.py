@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from companion.chat import texts
+from companion.core.hints import HINT_EVERY
 from companion.core.models import MemoryDraft, Scope, Validity
 from tests.fakes import FakeLLM
 from tests.support import Rig, close_rig, make_settings, open_rig
@@ -67,6 +68,16 @@ async def test_an_edit_pressed_on_one_worker_takes_the_next_message_on_the_other
     assert (await two.engine.get(ME, saved.id)).event == "养了一只猫叫咪咪，三岁了"
     after = await one.chat.reply(ME, "今天好冷")  # taken: the next message is talk again, on either worker
     assert after.saved is None and (await one.engine.get(ME, saved.id)).event == "养了一只猫叫咪咪，三岁了"
+
+
+async def test_a_hint_one_worker_sent_holds_the_other_back(workers: tuple[Rig, Rig]) -> None:
+    one, two = workers
+    assert await one.chat.may_hint(ME)
+    assert not await two.chat.may_hint(ME)  # the other process hinted a moment ago
+    for rig in (one, two):
+        rig.clock.advance(seconds=HINT_EVERY.total_seconds())
+    assert await two.chat.may_hint(ME)
+    assert not await one.chat.may_hint(ME) and not await two.chat.may_hint(ME)
 
 
 async def test_a_worker_taking_a_chat_over_continues_its_cooldowns_and_countdown(

@@ -454,9 +454,11 @@ async def test_a_turn_reads_its_settings_and_keeps_the_conversation_state(store:
     await store.set_setting(SHARE_PRIVATE, 101, True)
     await store.set_editing(member, 5)
     await store.record_turn(member, TurnRecord(at=NOW, conversation='{"turn":3}'))
+    await store.set_hinted(member, NOW)
     view = await store.turn_context(member, events=0)
     assert (view.review_sent, view.group_memory, view.share_private) == (NOW, False, True)
-    assert (view.conversation, view.editing) == ('{"turn":3}', 5)  # each write keeps the other's column
+    assert (view.conversation, view.editing, view.hinted_at) == ('{"turn":3}', 5, NOW)  # each keeps the others'
+    assert fresh.hinted_at is None and (await store.turn_context(elsewhere, events=0)).hinted_at is None
     other = await store.turn_context(elsewhere, events=0)
     assert (other.group_memory, other.share_private, other.conversation) == (True, True, None)
     alone = await store.turn_context(ALICE, events=0)  # a private scope: no group switches apply

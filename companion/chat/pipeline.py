@@ -162,6 +162,23 @@ class ChatService:
         known = bool(await self.engine.memories(scope))
         return texts.GREETING_BACK if known else texts.GREETING_NEW
 
+    async def may_hint(self, scope: Scope) -> bool:
+        """Whether a "how to start" hint may go to ``scope`` now (and it counts as sent): one per
+        ``HINT_EVERY`` whichever worker process takes the messages. This process's gate answers a burst
+        without the store; what passes it is checked against the last hint any process sent."""
+        now = self.clock()
+        if not self.hints.allow(scope, now):
+            return False
+        try:
+            last = await self.engine.hinted_at(scope)
+            if not self.hints.due(last, now):
+                self.hints.note(scope, last or now)
+                return False
+            await self.engine.hinted(scope, now)
+        except StorageError as exc:  # a hint more or less is no harm: this process's gate decides
+            log.warning("the last hint to %s is unknown: %s", scope.key, exc)
+        return True
+
     async def keeps_memory(self, scope: Scope) -> bool:
         """Whether the scope's turns are kept (a group may switch its memory off): as its last turn read it,
         else as stored now."""

@@ -62,6 +62,7 @@ class InMemoryStore:
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
         self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
         self._conversations: dict[Scope, str] = {}  # scope -> its host's conversation state
+        self._hinted: dict[Scope, datetime] = {}  # scope -> when its last hint went out
         self._dida_links: dict[int, str] = {}
         self._dida_cards: dict[int, dict[int, str]] = {}
 
@@ -328,7 +329,7 @@ class InMemoryStore:
             profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
             turns=await self.short_items(scope, ShortKind.TURN, turns),
             memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
-            conversation=self._conversations.get(scope),
+            conversation=self._conversations.get(scope), hinted_at=self._hinted.get(scope),
             **setting_fields([None if owner is None else self._settings.get((name, owner))
                               for name, owner in setting_keys(scope)]),
         )
@@ -338,6 +339,9 @@ class InMemoryStore:
             self._editing.pop(scope, None)
         else:
             self._editing[scope] = handle
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        self._hinted[scope] = at
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         # Nothing here can fail half-way: each step is a change to a dict.

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from datetime import datetime
 
 import aiosqlite
 
 from companion.core.models import Scope, ShortKind, Status, Turn
-from companion.core.timeutil import to_db
+from companion.core.timeutil import from_db, to_db
 from companion.storage import journal, shortterm
 from companion.storage.connection import Connection, storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
@@ -29,8 +30,10 @@ TURN_STATE = MigrationSet("turn_state", (
     """),
     # The conversation's small state (recall cooldowns, the extraction countdown...), as its host encodes
     # it: a worker that takes the chat over continues where the last one left off.
+    # And when the last "how to start" hint went out, so a burst spread over two workers gets one.
     Migration("0002_conversation", """
-    ALTER TABLE turn_state ADD COLUMN conversation TEXT
+    ALTER TABLE turn_state ADD COLUMN conversation TEXT;
+    ALTER TABLE turn_state ADD COLUMN hinted_at TEXT
     """),
 ))
 register(TURN_STATE)
@@ -39,6 +42,9 @@ SET_EDITING = ("INSERT INTO turn_state (scope_key, editing) VALUES (?, ?) "
                "ON CONFLICT(scope_key) DO UPDATE SET editing = excluded.editing")
 SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation) VALUES (?, ?) "
                     "ON CONFLICT(scope_key) DO UPDATE SET conversation = excluded.conversation")
+SET_HINTED = ("INSERT INTO turn_state (scope_key, hinted_at) VALUES (?, ?) "
+              "ON CONFLICT(scope_key) DO UPDATE SET hinted_at = excluded.hinted_at")
+STATE = "SELECT editing, conversation, hinted_at FROM turn_state WHERE scope_key = ?"
 SETTING = "SELECT value FROM settings WHERE name = ? AND owner = ?"
 
 QUEUE_TURN = ("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
@@ -70,7 +76,7 @@ def read_turn(
         mode = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
         profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
         settings = [conn.execute(SETTING, named).fetchone() for named in setting_keys(scope)]
-        state = conn.execute("SELECT editing, conversation FROM turn_state WHERE scope_key = ?", (key,)).fetchone()
+        state = conn.execute(STATE, (key,)).fetchone()
         told = conn.execute(shortterm.ITEMS, (key, ShortKind.EVENT.value, events)).fetchall()
         said = conn.execute(shortterm.ITEMS, (key, ShortKind.TURN.value, turns)).fetchall() if turns > 0 else []
         rows = None
@@ -87,6 +93,7 @@ def read_turn(
         memories=None if rows is None else [row_to_memory(r) for r in rows],
         editing=None if state is None or state[0] is None else int(state[0]),
         conversation=None if state is None or not state[1] else str(state[1]),
+        hinted_at=None if state is None or state[2] is None else from_db(state[2]),
         **setting_fields([None if row is None else str(row[0]) for row in settings]),
     )
 
@@ -140,3 +147,7 @@ class TurnCalls(Connection):
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
         async with self._tx() as conn:
             await conn.execute(SET_EDITING, (scope.key, handle))
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_HINTED, (scope.key, to_db(at)))

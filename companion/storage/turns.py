@@ -33,6 +33,7 @@ class TurnView:
     # The conversation's own small state as its host last wrote it (``TurnRecord.conversation``), opaque
     # here: every worker process continues the conversation where the last one left it.
     conversation: str | None = None
+    hinted_at: datetime | None = None  # when a "how to start" hint last went out to the scope (``set_hinted``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,4 +88,8 @@ class TurnBatch(Protocol):
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
         """The user pressed "edit" on this memory: their next message, whichever process takes it, is its
         new text (``TurnView.editing``); None when that message came."""
+        ...
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        """A hint went out to the scope at ``at`` (``TurnView.hinted_at``), whichever process sent it."""
         ...

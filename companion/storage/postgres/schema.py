@@ -193,10 +193,12 @@ DIDA = MigrationSet("dida", (
     """),
 ))
 
-# The conversation's small state beside the pending edit (SQLite's ``turn_sql.TURN_STATE``, step 0002).
+# The conversation's small state and the last hint's time beside the pending edit (SQLite's
+# ``turn_sql.TURN_STATE``, step 0002).
 TURN_STATE = MigrationSet("turn_state", (
     Migration("0001_conversation", """
-    ALTER TABLE turn_state ADD COLUMN conversation text
+    ALTER TABLE turn_state ADD COLUMN conversation text;
+    ALTER TABLE turn_state ADD COLUMN hinted_at timestamptz
     """),
 ))
 
