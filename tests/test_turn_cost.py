@@ -18,7 +18,7 @@ from companion.chat.pipeline import ChatConfig, ChatService
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import MemoryStore
+from companion.storage.base import GROUP_MEMORY, SHARE_PRIVATE, MemoryStore
 from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM
 from tests.support import Clock, Rig, make_settings
@@ -123,3 +123,10 @@ async def test_a_group_turn_reads_the_group_switches_with_its_context(counted: t
     [cold] = await rig.engine.memories(IN_GROUP)
     assert cold.mention_count == 2  # shown and mentioned, both times, in the turn's one write
     assert [t.user for t in await rig.engine.pending_turns(IN_GROUP, 10)] == ["我还是不舒服", "有点头疼"]
+    await rig.store.set_setting(SHARE_PRIVATE, IN_GROUP.user_id, True)
+    await rig.engine.recall(ME, "感冒", rig.clock())  # the private index loaded, as a private turn leaves it
+    rig.llm.queue_chat("感冒发烧要多休息。")
+    assert await turn(rig, store, "还有点咳嗽", IN_GROUP, said) == ONE + Counter({"change_counter": 1})
+    await rig.store.set_setting(SHARE_PRIVATE, IN_GROUP.user_id, False)
+    await rig.store.set_setting(GROUP_MEMORY, IN_GROUP.chat_id or 0, False)
+    assert await turn(rig, store, "今天好冷", IN_GROUP, said) == Counter({"turn_context": 1})  # nothing kept

@@ -188,14 +188,16 @@ class GroupTurn:
     ) -> MemoryContext:
         """The memories this reply may use: the speaker's in this group (and private ones when shared),
         from the engine's recall index; ``opened``: after ``open_turn``, which brought the group scope's up
-        to date (the private scope's costs a look at its change counter)."""
+        to date (the private scope's costs a look at its change counter, once)."""
         if not self.remember or scope.chat_id is None:
             return MemoryContext()
         candidates = await engine.indexed_memories(scope, opened=opened)
         if self.share_private:
             private = Scope(scope.user_id)
             candidates += [r.memory for r in await engine.recall(private, text, now, cooldown=None)]
-            candidates += [m for m in await engine.indexed_memories(private) if m.type is MemoryType.INSTRUCTION]
+            # The recall just brought the private index up to date: read again without a store call.
+            candidates += [m for m in await engine.indexed_memories(private, opened=True)
+                           if m.type is MemoryType.INSTRUCTION]
         chosen = pick_group_memories(candidates, self.limit)
         return MemoryContext(
             recalled=[Recalled(m, 1.0, 1.0) for m in chosen if m.type is not MemoryType.INSTRUCTION],
