@@ -70,6 +70,17 @@ async def test_an_edit_pressed_on_one_worker_takes_the_next_message_on_the_other
     assert after.saved is None and (await one.engine.get(ME, saved.id)).event == "养了一只猫叫咪咪，三岁了"
 
 
+async def test_a_worker_taking_a_chat_back_continues_from_what_the_other_wrote(workers: tuple[Rig, Rig]) -> None:
+    one, two = workers
+    await one.chat.start(ME)
+    await one.chat.reply(ME, "你好")  # the first worker's session: turn 1
+    for text in ("在吗", "我回来了"):  # the chat's shard moved to the second worker: turns 2 and 3
+        await two.chat.reply(ME, text)
+    await one.chat.taken_over(lambda scope: scope == ME)  # ...and back: the cached session is older than the store
+    await one.chat.reply(ME, "还在")
+    assert one.chat.session(ME).turn == 4
+    assert [t.user for t in one.chat.session(ME).history] == ["你好", "在吗", "我回来了", "还在"]
+
 async def test_a_hint_one_worker_sent_holds_the_other_back(workers: tuple[Rig, Rig]) -> None:
     one, two = workers
     assert await one.chat.may_hint(ME)

@@ -253,7 +253,8 @@ class ChatService:
         except StorageError as exc:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
             return False
-        session.view = view
+        # Kept for this turn's decisions; the memories and turns read with it have their own homes.
+        session.view = view if view.memories is None and not view.turns else replace(view, memories=None, turns=[])
         if self.modes.observe(scope, view.active, mark):
             return None
         session.steer.editing = view.editing
