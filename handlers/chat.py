@@ -28,7 +28,7 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Bufferi
     if scope is None or said is None:
         return
     if not await chat.active(scope):
-        if await chat.may_hint(scope):  # one hint per person per HINT_EVERY, not one per message
+        if await chat.hints.allow(scope):  # one hint per person per HINT_EVERY, not one per message
             await message.answer(texts.NOT_STARTED)
         return
     chat_id, message_id = message.chat.id, message.message_id

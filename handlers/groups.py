@@ -117,7 +117,7 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: B
     text = without_mention(said, me)
     if not await chat.active(scope):
         room.add(name, text, scope.user_id)
-        if await chat.may_hint(scope):
+        if await chat.hints.allow(scope):
             await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
     chat_id, message_id = message.chat.id, message.message_id

@@ -83,12 +83,12 @@ async def test_a_worker_taking_a_chat_back_continues_from_what_the_other_wrote(w
 
 async def test_a_hint_one_worker_sent_holds_the_other_back(workers: tuple[Rig, Rig]) -> None:
     one, two = workers
-    assert await one.chat.may_hint(ME)
-    assert not await two.chat.may_hint(ME)  # the other process hinted a moment ago
+    assert await one.chat.hints.allow(ME)
+    assert not await two.chat.hints.allow(ME)  # the other process hinted a moment ago
     for rig in (one, two):
         rig.clock.advance(seconds=HINT_EVERY.total_seconds())
-    assert await two.chat.may_hint(ME)
-    assert not await one.chat.may_hint(ME) and not await two.chat.may_hint(ME)
+    assert await two.chat.hints.allow(ME)
+    assert not await one.chat.hints.allow(ME) and not await two.chat.hints.allow(ME)
 
 
 async def test_a_worker_taking_a_chat_over_continues_its_cooldowns_and_countdown(

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from companion.chat import texts
 from companion.chat.group import GroupTurn
+from companion.chat.hinting import Hints
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
@@ -33,7 +34,6 @@ from companion.chat.steering import opening_reviews, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import LLMError, StorageError
-from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
@@ -110,7 +110,7 @@ class ChatService:
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max))
         self._tools = tools if config.tools_enabled else None
-        self.hints = HintGate()  # "how to start" hints to people outside companion mode, rate-limited
+        self.hints = Hints(engine, clock)  # "how to start" hints to people outside companion mode, rate-limited
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -161,23 +161,6 @@ class ChatService:
             log.warning("profile build failed for %s, keeping the last one: %s", scope.key, exc)
         known = bool(await self.engine.memories(scope))
         return texts.GREETING_BACK if known else texts.GREETING_NEW
-
-    async def may_hint(self, scope: Scope) -> bool:
-        """Whether a "how to start" hint may go to ``scope`` now (and it counts as sent): one per
-        ``HINT_EVERY`` whichever worker process takes the messages. This process's gate answers a burst
-        without the store; what passes it is checked against the last hint any process sent."""
-        now = self.clock()
-        if not self.hints.allow(scope, now):
-            return False
-        try:
-            last = await self.engine.hinted_at(scope)
-            if not self.hints.due(last, now):
-                self.hints.note(scope, last or now)
-                return False
-            await self.engine.hinted(scope, now)
-        except StorageError as exc:  # a hint more or less is no harm: this process's gate decides
-            log.warning("the last hint to %s is unknown: %s", scope.key, exc)
-        return True
 
     async def keeps_memory(self, scope: Scope) -> bool:
         """Whether the scope's turns are kept (a group may switch its memory off): as its last turn read it,
