@@ -45,7 +45,9 @@ SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation) VALUES (?,
 SET_HINTED = ("INSERT INTO turn_state (scope_key, hinted_at) VALUES (?, ?) "
               "ON CONFLICT(scope_key) DO UPDATE SET hinted_at = excluded.hinted_at")
 STATE = "SELECT editing, conversation, hinted_at FROM turn_state WHERE scope_key = ?"
-SETTING = "SELECT value FROM settings WHERE name = ? AND owner = ?"
+# The three settings ``TurnView`` carries, in one statement (each pair a primary-key lookup).
+SETTINGS = ("SELECT name, value FROM settings WHERE (name = ? AND owner = ?) OR (name = ? AND owner = ?) "
+            "OR (name = ? AND owner = ?)")
 
 QUEUE_TURN = ("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
               "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -75,7 +77,8 @@ def read_turn(
         change = conn.execute(journal.COUNTER, (key,)).fetchone()
         mode = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
         profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
-        settings = [conn.execute(SETTING, named).fetchone() for named in setting_keys(scope)]
+        named = setting_keys(scope)
+        found = dict(conn.execute(SETTINGS, [part for pair in named for part in pair]).fetchall())
         state = conn.execute(STATE, (key,)).fetchone()
         told = conn.execute(shortterm.ITEMS, (key, ShortKind.EVENT.value, events)).fetchall()
         said = conn.execute(shortterm.ITEMS, (key, ShortKind.TURN.value, turns)).fetchall() if turns > 0 else []
@@ -94,7 +97,7 @@ def read_turn(
         editing=None if state is None or state[0] is None else int(state[0]),
         conversation=None if state is None or not state[1] else str(state[1]),
         hinted_at=None if state is None or state[2] is None else from_db(state[2]),
-        **setting_fields([None if row is None else str(row[0]) for row in settings]),
+        **setting_fields([None if found.get(name) is None else str(found[name]) for name, _ in named]),
     )
 
 
