@@ -166,6 +166,17 @@ class MemoryEngine(SteeringAPI):
         """Whether the scope has companion mode on, as stored now (another process may have switched it)."""
         return (await self._store.turn_context(scope, events=0)).active
 
+    async def hinted_at(self, scope: Scope) -> datetime | None:
+        """When a "how to start" hint last went out to the scope, from any process (``hinted``)."""
+        return (await self._store.turn_context(scope, events=0)).hinted_at
+
+    async def hinted(self, scope: Scope, at: datetime) -> None:
+        await self._store.set_hinted(scope, at)
+
+    async def group_memory(self, scope: Scope) -> bool:
+        """Whether the scope's group keeps memories (``GROUP_MEMORY``; a private scope always does)."""
+        return (await self._store.turn_context(scope, events=0)).group_memory
+
     async def set_active(self, scope: Scope, active: bool, now: datetime) -> None:
         await self._store.set_active(scope, active, now)
         if not active:
@@ -272,10 +283,16 @@ class MemoryEngine(SteeringAPI):
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
                                           earlier=earlier, reply=reply, opened=opened)
 
-    async def known_words(self, scope: Scope, words: Iterable[str]) -> set[str]:
-        """Those of ``words`` an active memory of the scope already holds (from the cached recall index)."""
-        index = await self._cache.index(scope)
+    async def known_words(self, scope: Scope, words: Iterable[str], *, opened: bool = False) -> set[str]:
+        """Those of ``words`` an active memory of the scope already holds (from the cached recall index);
+        ``opened``: after ``open_turn``, with no store call."""
+        index = await self._cache.index(scope, checked=opened)
         return {word for word in words if index.holds(word)}
+
+    async def indexed_memories(self, scope: Scope, *, opened: bool = False) -> list[Memory]:
+        """The scope's active memories, from the cached recall index (``memories`` reads the store);
+        ``opened``: after ``open_turn``, with no store call."""
+        return list((await self._cache.index(scope, checked=opened)).memories.values())
 
     def tools(self, *, forget: Forget | None = None) -> ToolFactory:
         """The memory tools a model may call, built per call for the caller's scope
@@ -285,12 +302,14 @@ class MemoryEngine(SteeringAPI):
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
         shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
+        conversation: str | None = None,
     ) -> list[int]:
         """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
-        extraction (oldest first), an access for each ``shown`` memory (when ``opened``) and a mention for
-        each the ``reply`` mentions, whose ids it returns."""
+        extraction (oldest first), an access for each ``shown`` memory (when ``opened``), a mention for
+        each the ``reply`` mentions, whose ids it returns, and the host's ``conversation`` state, which the
+        next ``open_turn`` in any process reads back (None: as it is; "": none)."""
         return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
-                                               touched=opened)
+                                               touched=opened, conversation=conversation)
 
     # ---- consolidation (extraction) --------------------------------------------------------------
 

@@ -28,7 +28,7 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, buffer: Bufferi
     if scope is None or said is None:
         return
     if not await chat.active(scope):
-        if chat.hints.allow(scope, chat.clock()):  # one hint per person per HINT_EVERY, not one per message
+        if await chat.hints.allow(scope):  # one hint per person per HINT_EVERY, not one per message
             await message.answer(texts.NOT_STARTED)
         return
     chat_id, message_id = message.chat.id, message.message_id
@@ -47,7 +47,7 @@ async def answer_turn(
     markup = None
     try:
         async with typing(bot, chat_id), kept_if_abandoned(chat, scope, text,
-                                                           remember=group is None or group.remember):
+                                                           remember=None if group is not None else True):
             reply = await chat.reply(scope, text, chat_id=chat_id, message_id=message_id, group=group)
         answer = reply.text
         if reply.saved is not None:

@@ -119,14 +119,15 @@ async def deliver(
 
 @contextlib.asynccontextmanager
 async def kept_if_abandoned(
-    chat: ChatService, scope: Scope, text: str, *, remember: bool = True
+    chat: ChatService, scope: Scope, text: str, *, remember: bool | None = True
 ) -> AsyncIterator[None]:
     """A reply cancelled because the bot is stopping (companion.chat.stopping) gets no answer, but what the
-    user said is queued for memory, so the next start extracts it."""
+    user said is queued for memory, so the next start extracts it. ``remember`` None: as the scope keeps
+    memories (a group's switch: ``ChatService.keeps_memory``)."""
     try:
         yield
     except asyncio.CancelledError:
-        if remember:
+        if remember is True or (remember is None and await chat.keeps_memory(scope)):
             await chat.engine.note_turn(scope, Turn(user=text, reply=None, at=chat.clock()))
             log.info("reply for %s abandoned at stop; the turn is queued for memory", scope.key)
         raise

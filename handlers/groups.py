@@ -103,8 +103,8 @@ def speaker(message: Message) -> str:
 
 # ---- text in a group -------------------------------------------------------------------------------
 
-async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: Buffering,
-                        groups: GroupSettings, rooms: Rooms, settings: Settings) -> None:
+async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: Buffering, rooms: Rooms,
+                        settings: Settings) -> None:
     said = message.text if message.text is not None else message.caption
     scope = scope_of(message)
     if scope is None or said is None or message.from_user is None:
@@ -117,15 +117,15 @@ async def on_group_text(message: Message, bot: Bot, chat: ChatService, buffer: B
     text = without_mention(said, me)
     if not await chat.active(scope):
         room.add(name, text, scope.user_id)
-        if chat.hints.allow(scope, chat.clock()):
+        if await chat.hints.allow(scope):
             await message.reply(gt.GROUP_NOT_STARTED.format(bot=me.username))
         return
     chat_id, message_id = message.chat.id, message.message_id
 
     async def flush(joined: str) -> None:
         # The room as it is when the turn is answered, before this turn's words (which the turn carries).
-        turn = GroupTurn(speaker=name, room=room.render(), remember=await groups.memory_on(chat_id),
-                         share_private=await groups.shares_private(scope.user_id), limit=settings.group_memory_limit,
+        # The group's switches are read with the turn's context (``GroupTurn.settled``).
+        turn = GroupTurn(speaker=name, room=room.render(), limit=settings.group_memory_limit,
                          title=message.chat.title)
         room.add(name, joined, scope.user_id)
         room.add(COMPANION_NAME, await answer_turn(bot, chat, buffer, scope, chat_id, joined, message_id, turn),

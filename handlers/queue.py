@@ -63,10 +63,11 @@ class Consumer:
         worker.on_take = self._taken
 
     async def _taken(self, shards: frozenset[int]) -> None:
-        """Another worker may have switched companion mode in these shards' chats: read it again."""
+        """Another worker may have switched companion mode or gone on with a conversation in these shards'
+        chats: read them again."""
         chat: ChatService = self._dispatcher["chat"]
         count = self.worker.shards
-        await chat.modes.reload(lambda scope: shard_of(scope.chat_id or scope.user_id, count) in shards)
+        await chat.taken_over(lambda scope: shard_of(scope.chat_id or scope.user_id, count) in shards)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.worker.start()

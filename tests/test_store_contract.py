@@ -445,6 +445,30 @@ async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
     assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's
 
 
+async def test_a_turn_reads_its_settings_and_keeps_the_conversation_state(store: MemoryStore) -> None:
+    member, elsewhere = Scope(101, -7), Scope(101, -8)
+    fresh = await store.turn_context(member, events=0)
+    assert (fresh.review_sent, fresh.group_memory, fresh.share_private, fresh.conversation) == (None, True, False, None)
+    await store.set_setting(REVIEW_SENT, member, NOW)
+    await store.set_setting(GROUP_MEMORY, -7, False)
+    await store.set_setting(SHARE_PRIVATE, 101, True)
+    await store.set_editing(member, 5)
+    await store.record_turn(member, TurnRecord(at=NOW, conversation='{"turn":3}'))
+    await store.set_hinted(member, NOW)
+    view = await store.turn_context(member, events=0)
+    assert (view.review_sent, view.group_memory, view.share_private) == (NOW, False, True)
+    assert (view.conversation, view.editing, view.hinted_at) == ('{"turn":3}', 5, NOW)  # each keeps the others'
+    assert fresh.hinted_at is None and (await store.turn_context(elsewhere, events=0)).hinted_at is None
+    other = await store.turn_context(elsewhere, events=0)
+    assert (other.group_memory, other.share_private, other.conversation) == (True, True, None)
+    alone = await store.turn_context(ALICE, events=0)  # a private scope: no group switches apply
+    assert (alone.group_memory, alone.share_private, alone.review_sent) == (True, False, None)
+    await store.record_turn(member, TurnRecord(at=NOW))  # None: the state stays
+    assert (await store.turn_context(member, events=0)).conversation == '{"turn":3}'
+    await store.record_turn(member, TurnRecord(at=NOW, conversation=""))  # "": it goes
+    assert (await store.turn_context(member, events=0)).conversation is None
+
+
 async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: MemoryStore) -> None:
     [a, b] = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")], sources=["k1", "k2"])
     [c] = await store.apply_changes(BOB, NOW, inserts=[draft("丙")], sources=["k9"])

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
 from companion.chat.persona import quote
 from companion.core.extraction import tells
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
-from companion.storage.base import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE, ScopeRegistry, SettingStore
+from companion.storage.base import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE, ScopeRegistry, SettingStore, TurnView
 from memory import MemoryContext, MemoryEngine
 
 ROOM_LINES = 20
@@ -148,14 +148,22 @@ class Rooms:
 @dataclass(frozen=True, slots=True)
 class GroupTurn:
     """What the pipeline needs to answer one addressed group message: who speaks, the room as it was
-    before this message, whether the group keeps memories, and whether the speaker shares private ones."""
+    before this message, whether the group keeps memories, and whether the speaker shares private ones
+    (None: as the turn's one read of the store finds them, ``settled``)."""
 
     speaker: str
     room: str
-    remember: bool
-    share_private: bool
     limit: int
+    remember: bool | None = None
+    share_private: bool | None = None
     title: str | None = None  # the group's, naming it where its memories are shown privately
+
+    def settled(self, view: TurnView | None) -> GroupTurn:
+        """The switches left to the store as the turn read them (``MemoryEngine.open_turn``); a store that
+        could not be read keeps nothing and shares nothing."""
+        remember = self.remember if self.remember is not None else view is not None and view.group_memory
+        share = self.share_private if self.share_private is not None else view is not None and view.share_private
+        return replace(self, remember=remember, share_private=share)
 
     def reference(self) -> str:
         """The group part of this turn's reference block (quoted data, like the memories). The room's
@@ -175,15 +183,21 @@ class GroupTurn:
             return f"{reference.rstrip()}\n{self.reference()}"
         return f"{head}{self.reference()}{mark}{tail}"
 
-    async def context(self, engine: MemoryEngine, scope: Scope, text: str, now: datetime) -> MemoryContext:
-        """The memories this reply may use: the speaker's in this group (and private ones when shared)."""
+    async def context(
+        self, engine: MemoryEngine, scope: Scope, text: str, now: datetime, *, opened: bool = False
+    ) -> MemoryContext:
+        """The memories this reply may use: the speaker's in this group (and private ones when shared),
+        from the engine's recall index; ``opened``: after ``open_turn``, which brought the group scope's up
+        to date (the private scope's costs a look at its change counter, once)."""
         if not self.remember or scope.chat_id is None:
             return MemoryContext()
-        candidates = list(await engine.memories(scope))
+        candidates = await engine.indexed_memories(scope, opened=opened)
         if self.share_private:
             private = Scope(scope.user_id)
             candidates += [r.memory for r in await engine.recall(private, text, now, cooldown=None)]
-            candidates += [m for m in await engine.memories(private) if m.type is MemoryType.INSTRUCTION]
+            # The recall just brought the private index up to date: read again without a store call.
+            candidates += [m for m in await engine.indexed_memories(private, opened=True)
+                           if m.type is MemoryType.INSTRUCTION]
         chosen = pick_group_memories(candidates, self.limit)
         return MemoryContext(
             recalled=[Recalled(m, 1.0, 1.0) for m in chosen if m.type is not MemoryType.INSTRUCTION],

@@ -41,19 +41,21 @@ class Learning:
 
     async def finish_turn(
         self, scope: Scope, session: Session, turn: Turn | None, shown: Sequence[Recalled], answer: str | None,
-        now: datetime, *, opened: bool,
+        now: datetime, *, opened: bool, conversation: str | None = None,
     ) -> list[int]:
         """Record the turn in one write (``MemoryEngine.finish_turn``): ``turn`` (None: nothing to keep)
         as short-term context and queued for learning, behind any turns still waiting, and the shown
         memories' accesses and mentions. A turn the database cannot take (a full disk) waits in the session
-        and is queued, in order, with the next turn it can take. Returns the mentioned memories' ids."""
+        and is queued, in order, with the next turn it can take; ``conversation``: the session's state to keep
+(``Session.state``). Returns the mentioned memories' ids."""
         if turn is not None:
             if len(session.unqueued) == session.unqueued.maxlen:
                 log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
             session.unqueued.append(turn)
         try:
             mentioned = await self.engine.finish_turn(scope, now, short=turn, queued=list(session.unqueued),
-                                                      shown=shown, reply=answer, opened=opened)
+                                                      shown=shown, reply=answer, opened=opened,
+                                                      conversation=conversation)
         except StorageError as exc:
             log.warning("could not record the turn of %s (%d wait to be queued for learning): %s", scope.key,
                         len(session.unqueued), exc)
@@ -71,22 +73,31 @@ class Learning:
                 return
             session.unqueued.popleft()
 
-    async def after_turn(self, scope: Scope, session: Session, text: str, now: datetime) -> None:
+    async def count_turn(self, scope: Scope, session: Session, text: str, *, opened: bool = False) -> bool:
+        """Count an answered turn toward the next extraction, before the turn is recorded (the countdown
+        is kept with it: ``Session.state``); True when an extraction is due, which ``after_turn`` starts
+        once the turn is queued. ``opened``: after ``MemoryEngine.open_turn`` (no store call)."""
         session.since_extraction += 1
-        session.news_waiting |= await self._is_news(scope, session, text)
+        session.news_waiting |= await self._is_news(scope, session, text, opened)
         # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
         last = session.last_extraction_turn
         news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
-        if news_due or session.since_extraction >= session.extract_at:
-            session.news_waiting = False
-            session.last_extraction_turn = session.turn
-            session.since_extraction = 0
-            session.extract_at = self.next_extraction()
+        if not (news_due or session.since_extraction >= session.extract_at):
+            return False
+        session.news_waiting = False
+        session.last_extraction_turn = session.turn
+        session.since_extraction = 0
+        session.extract_at = self.next_extraction()
+        return True
+
+    def after_turn(self, scope: Scope, now: datetime, extract: bool) -> None:
+        """After the recorded turn: the extraction ``count_turn`` found due, else a profile rebuild if due."""
+        if extract:
             self.extract(scope)
         # No profile rebuild on a turn of its own: this turn waits in the queue, and the extraction that
         # reads it rebuilds a due profile in its own call, with what the turns tell.
 
-    async def _is_news(self, scope: Scope, session: Session, text: str) -> bool:
+    async def _is_news(self, scope: Scope, session: Session, text: str, opened: bool) -> bool:
         """An important word extracts at once when it is news: the first time it comes up, and only while
         no memory of the scope holds it yet. Talking on about the same thing (a cold over several turns, the
         cold that was learned last week) waits for the regular extraction instead of paying for one per
@@ -100,7 +111,7 @@ class Learning:
         for word in said:
             session.news_turns[word] = session.turn
         try:
-            known = await self.engine.known_words(scope, said)
+            known = await self.engine.known_words(scope, said, opened=opened)
         except StorageError as exc:
             log.warning("could not read what %s already knows; treating the turn as news: %s", scope.key, exc)
             known = set()

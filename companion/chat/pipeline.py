@@ -1,7 +1,9 @@
 """The conversation pipeline, shared by Telegram and the console: one user turn in, one reply out.
 
 Short-term memory (the last turns, recall cooldowns, the extraction countdown) lives here, in the
-process. Long-term memory goes through the engine; what each turn hands to it, and when extraction and
+process, cached: each turn's one write keeps it in the store and a session new to this process reads it
+back, so another worker process continues the conversation (``Session.state``). Long-term memory goes
+through the engine; what each turn hands to it, and when extraction and
 profile rebuilds run (background tasks after the reply, so the user never waits), is ``learning``.
 
 A reply call is laid out for DeepSeek's prefix cache (``layout``). When tools are on and a ``ToolFactory``
@@ -22,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from companion.chat import texts
 from companion.chat.group import GroupTurn
+from companion.chat.hinting import Hints
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
@@ -31,7 +34,6 @@ from companion.chat.steering import opening_reviews, steer
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import LLMError, StorageError
-from companion.core.hints import HintGate
 from companion.core.models import Memory, Scope, ShortKind, Turn
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
@@ -39,7 +41,6 @@ from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
-from companion.storage.base import REVIEW_SENT
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class ChatService:
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max))
         self._tools = tools if config.tools_enabled else None
-        self.hints = HintGate()  # "how to start" hints to people outside companion mode, rate-limited
+        self.hints = Hints(engine, clock)  # "how to start" hints to people outside companion mode, rate-limited
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
@@ -128,6 +129,17 @@ class ChatService:
         self.modes.moved(old, new)
         self._sessions.pop(old, None)
         self._sessions.pop(new, None)
+
+    async def taken_over(self, which: Callable[[Scope], bool]) -> None:
+        """This process takes over the chats ``which`` picks from another worker: their companion mode and
+        conversations are read again from the store (a session cached here may be older than what the
+        other worker wrote since); a session answering a turn now stays."""
+        await self.modes.reload(which)
+        for scope, session in list(self._sessions.items()):
+            if which(scope) and not session.lock.locked():
+                await self._learning.queue_waiting(scope, session)
+                if self._sessions.get(scope) is session and not session.lock.locked():
+                    del self._sessions[scope]
 
     def session(self, scope: Scope) -> Session:
         session = self._sessions.get(scope)
@@ -150,6 +162,14 @@ class ChatService:
         known = bool(await self.engine.memories(scope))
         return texts.GREETING_BACK if known else texts.GREETING_NEW
 
+    async def keeps_memory(self, scope: Scope) -> bool:
+        """Whether the scope's turns are kept (a group may switch its memory off): as its last turn read it,
+        else as stored now."""
+        session = self._sessions.get(scope)
+        if session is not None and session.view is not None:
+            return session.view.group_memory
+        return await self.engine.group_memory(scope)
+
     async def stop(self, scope: Scope, unanswered: Sequence[str] = ()) -> str:
         """Short-term context and caches go; long-term memory and queued turns stay (extracted later).
 
@@ -165,7 +185,7 @@ class ChatService:
             for text in unanswered:
                 await self.engine.note_turn(scope, Turn(user=text, reply=None, at=now))
             await self.engine.set_active(scope, False, now)
-        await self.engine.clear_short_term(scope, ShortKind.TURN)
+        await self._end_conversation(scope, now)
         self._learning.extract(scope)
         return texts.STOPPED
 
@@ -178,12 +198,14 @@ class ChatService:
         """One turn; ``group`` for an addressed message in a group chat (companion.chat.group)."""
         text = sendable(text)  # a lone surrogate would fail every model call and write of this turn
         session = self.session(scope)
-        remember = group is None or group.remember
         async with session.lock:
             opened = await self._open(scope, session)
             if group is None and opened is None:  # another process stopped companion mode meanwhile
                 self._sessions.pop(scope, None)
                 return Reply(texts.NOT_STARTED, ok=False)
+            if group is not None:  # the group's switches, as this turn's read found them
+                group = group.settled(session.view)
+            remember = group is None or bool(group.remember)
             session.message = (chat_id, message_id)
             session.answering = new_turn_key()
             try:
@@ -201,20 +223,26 @@ class ChatService:
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
     async def _open(self, scope: Scope, session: Session) -> bool | None:
-        """The turn's one read of the store (``MemoryEngine.open_turn``); the first message after a restart
-        finds the last turns there, not an empty session. False when the store cannot be read, None when
+        """The turn's one read of the store (``MemoryEngine.open_turn``), kept as ``session.view``; the
+        first message after a restart, or on another worker process, finds the last turns and the
+        conversation's state there, not an empty session. False when the store cannot be read, None when
         it says another process stopped companion mode."""
         restoring = not session.restored
         session.restored = True
+        session.view = None
         mark = self.modes.mark()
         try:
             view = await self.engine.open_turn(scope, turns=self.config.history_turns if restoring else 0)
         except StorageError as exc:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
             return False
+        # Kept for this turn's decisions; the memories and turns read with it have their own homes.
+        session.view = view if view.memories is None and not view.turns else replace(view, memories=None, turns=[])
         if self.modes.observe(scope, view.active, mark):
             return None
         session.steer.editing = view.editing
+        if restoring:
+            session.resume(view.conversation)
         if restoring and not session.history:
             session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None)
                                    for item in view.turns)
@@ -243,12 +271,14 @@ class ChatService:
                      to_forget=outcome.to_forget, forget_all=outcome.forget_all)
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
-        """The first turn of a conversation raises reviews the user left unanswered for days."""
-        if session.turn != 0:
+        """The first turn of a conversation in this process raises reviews the user left unanswered for
+        days (``REVIEW_SENT``, which companion.ops.reviews writes, read with the turn)."""
+        if session.reviews_looked:
             return None
+        session.reviews_looked = True
         now = self.clock()
         try:
-            sent = await self.engine.setting(REVIEW_SENT, scope)  # companion.ops.reviews writes it
+            sent = session.view.review_sent if session.view is not None else None
             unanswered = sent is not None and now - sent >= self.config.review_unanswered
             return await opening_reviews(self.engine, scope, session.steer, now, unanswered)
         except StorageError as exc:
@@ -286,8 +316,14 @@ class ChatService:
         async with session.lock:
             saved = await self._summarise(scope, session)
             self._sessions.pop(scope, None)
-            await self.engine.clear_short_term(scope, ShortKind.TURN)
+            await self._end_conversation(scope, self.clock())
         return texts.reset_done(saved)
+
+    async def _end_conversation(self, scope: Scope, now: datetime) -> None:
+        """The short-term turns go, and the conversation's state with them: the next conversation, in any
+        process, starts afresh (its cooldowns, countdown and first-turn reviews)."""
+        await self.engine.clear_short_term(scope, ShortKind.TURN)
+        await self.engine.finish_turn(scope, now, conversation="")
 
     def _schedule_summary(self, scope: Scope, session: Session) -> None:
         """After some minutes of silence the conversation is summarised, without clearing the context."""
@@ -325,7 +361,7 @@ class ChatService:
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
         try:
-            context = await (group.context(self.engine, scope, text, now) if group is not None else
+            context = await (group.context(self.engine, scope, text, now, opened=opened) if group is not None else
                              self.engine.build_context(
                                  scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
                                  earlier=[t.user for t in session.history],
@@ -362,16 +398,22 @@ class ChatService:
         if keep:
             self._record(session, text, answer, key)
         recalled_ids = tuple(r.memory.id for r in context.recalled)
+        remember = group is None or bool(group.remember)
         turn = None
-        if keep and (group is None or group.remember):
+        if keep and remember:
             turn = Turn(user=text, reply=answer, at=now, chat_id=session.message[0], message_id=session.message[1],
                         key=key)
+        # Counted before the write, which keeps the countdown with the turn; a group that keeps nothing
+        # keeps no conversation state either.
+        learn = answer is not None and remember
+        extract = await self._learning.count_turn(scope, session, text, opened=opened) if learn else False
+        state = session.state(self.engine.config.recall_cooldown_turns) if remember else None
         mentioned = await self._learning.finish_turn(scope, session, turn, context.recalled, answer, now,
-                                                     opened=opened and group is None)
+                                                     opened=opened and group is None, conversation=state)
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
-        if group is None or group.remember:
-            await self._learning.after_turn(scope, session, text, now)
+        if learn:
+            self._learning.after_turn(scope, now, extract)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)
 
     def _toolset(self, scope: Scope, group: GroupTurn | None) -> Toolset:

@@ -1,10 +1,17 @@
 """One conversation's state in the process: its short-term history (each turn with its key), recall
 cooldowns, the extraction countdown, and the turns still to be queued for learning; and how forgetting
-takes a turn out of all of it at once, so the next reply call never sees it."""
+takes a turn out of all of it at once, so the next reply call never sees it.
+
+The small part another worker process must continue with (the turn count, cooldowns, the injection
+window, the extraction countdown) goes to the store with each turn's one write, as ``Session.state``'s
+compact JSON, and comes back with the first read of a session new to this process (``Session.resume``).
+The history has a store of its own (the short-term turns)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import secrets
 from collections import deque
 from collections.abc import Collection, Sequence
@@ -14,9 +21,13 @@ from typing import NamedTuple
 from companion.chat.steering import SteeringState, scrub
 from companion.core.extraction import tells
 from companion.core.models import Memory, Turn
+from companion.storage.base import TurnView
+
+log = logging.getLogger(__name__)
 
 INJECTION_WINDOW = 10
 UNQUEUED_KEPT = 50
+STATE_VERSION = 1  # of ``Session.state``'s JSON: a state of another version is not resumed
 
 
 class Told(NamedTuple):
@@ -55,6 +66,43 @@ class Session:
     dropped: set[str] = field(default_factory=set)
     # Turns the database could not queue for learning (a full disk), oldest first: queued with the next turn.
     unqueued: deque[Turn] = field(default_factory=lambda: deque(maxlen=UNQUEUED_KEPT))
+    view: TurnView | None = None  # this turn's read of the store (``MemoryEngine.open_turn``); None: unread
+    reviews_looked: bool = False  # this process looked for reviews to raise at the conversation's start
+
+    def state(self, cooldown_turns: int) -> str:
+        """What another process continues with, as compact JSON; a cooldown over (``cooldown_turns`` passed
+        since the memory was shown) goes from the session too, so neither grows with the conversation."""
+        self.cooldown = {mid: at for mid, at in self.cooldown.items() if self.turn - at < cooldown_turns}
+        return json.dumps({
+            "v": STATE_VERSION, "turn": self.turn, "cool": {str(mid): at for mid, at in self.cooldown.items()},
+            "shown": "".join("1" if shown else "0" for shown in self.injections),
+            "since": self.since_extraction, "at": self.extract_at, "last": self.last_extraction_turn,
+            "news": self.news_turns, "wait": self.news_waiting,
+        }, ensure_ascii=False, separators=(",", ":"))
+
+    def resume(self, state: str | None) -> None:
+        """Continue from a ``state`` another process (or this one before a restart) wrote; nothing (None, or
+        a state this version cannot read) leaves the session as it is."""
+        if not state:
+            return
+        try:
+            found = json.loads(state)
+            if found.get("v") != STATE_VERSION:
+                return
+            turn, cool, shown = int(found["turn"]), found["cool"], str(found["shown"])
+            since, at, last = int(found["since"]), int(found["at"]), found["last"]
+            news, waiting = found["news"], bool(found["wait"])
+            cooldown = {int(mid): int(when) for mid, when in cool.items()}
+            news_turns = {str(word): int(when) for word, when in news.items()}
+            last_turn = None if last is None else int(last)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("a stored conversation state could not be read, starting afresh: %s", type(exc).__name__)
+            return
+        self.turn, self.cooldown, self.since_extraction, self.extract_at = turn, cooldown, since, at
+        self.last_extraction_turn = last_turn
+        self.injections.clear()
+        self.injections.extend(flag == "1" for flag in shown)
+        self.news_turns, self.news_waiting = news_turns, waiting
 
     def forget_everything(self) -> None:
         """Every turn goes, the one being answered too (it is neither kept nor queued)."""

@@ -28,8 +28,16 @@ class HintGate:
         """True (and the hint counted as sent at ``now``) when ``key`` may get a hint."""
         if not hint_due(self._last.get(key), now, self._every):
             return False
-        self._last[key] = now
+        self.note(key, now)
+        return True
+
+    def due(self, last: datetime | None, now: datetime) -> bool:
+        """``hint_due`` at this gate's interval (``last``: a hint another process sent)."""
+        return hint_due(last, now, self._every)
+
+    def note(self, key: Hashable, at: datetime) -> None:
+        """A hint to ``key`` went out at ``at`` (here, or from another process)."""
+        self._last[key] = at
         self._last.move_to_end(key)
         while len(self._last) > self._size:
             self._last.popitem(last=False)
-        return True

@@ -114,14 +114,17 @@ class ContextBuilder:
 
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None, queued: Sequence[Turn],
-        shown: Sequence[Recalled], reply: str | None, touched: bool,
+        shown: Sequence[Recalled], reply: str | None, touched: bool, conversation: str | None = None,
     ) -> list[int]:
         """One write: the short-term turn, the queued turns, the accesses (``touched``: the context was
-        built ``opened``) and the mentions. Returns the ids of the shown memories the reply mentions."""
+        built ``opened``), the mentions and the host's ``conversation`` state (``TurnRecord``). Returns the
+        ids of the shown memories the reply mentions."""
         mentioned = [r.memory.id for r in shown if reply and mentions(reply, r.memory)]
         record = TurnRecord(at=now, short=short, keep=SHORT_TURNS_KEPT, recalled=bool(shown), queued=queued,
-                            touched=[r.memory.id for r in shown] if touched else [], mentioned=mentioned)
-        if record.short is not None or record.queued or record.touched or record.mentioned:
+                            touched=[r.memory.id for r in shown] if touched else [], mentioned=mentioned,
+                            conversation=conversation)
+        if (record.short is not None or record.queued or record.touched or record.mentioned
+                or conversation is not None):
             await self._store.record_turn(scope, record)
         self._cache.mentioned(scope, mentioned, now)
         return mentioned

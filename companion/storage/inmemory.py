@@ -37,7 +37,7 @@ from companion.storage.records import (
     forget_op,
 )
 from companion.storage.rows import renumbered
-from companion.storage.turns import TurnRecord, TurnView
+from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -63,6 +63,8 @@ class InMemoryStore:
         self._next_short = 1
         self._sources: dict[int, set[str]] = {}  # memory handle -> the keys of the turns it came from
         self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
+        self._conversations: dict[Scope, str] = {}  # scope -> its host's conversation state
+        self._hinted: dict[Scope, datetime] = {}  # scope -> when its last hint went out
         self._dida_links: dict[int, str] = {}
         self._dida_cards: dict[int, dict[int, str]] = {}
 
@@ -335,6 +337,9 @@ class InMemoryStore:
             profile=self._profiles.get(scope), events=await self.short_items(scope, ShortKind.EVENT, events),
             turns=await self.short_items(scope, ShortKind.TURN, turns),
             memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
+            conversation=self._conversations.get(scope), hinted_at=self._hinted.get(scope),
+            **setting_fields([None if owner is None else self._settings.get((name, owner))
+                              for name, owner in setting_keys(scope)]),
         )
 
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
@@ -342,6 +347,9 @@ class InMemoryStore:
             self._editing.pop(scope, None)
         else:
             self._editing[scope] = handle
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        self._hinted[scope] = at
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         # Nothing here can fail half-way: each step is a change to a dict.
@@ -353,6 +361,10 @@ class InMemoryStore:
             await self.add_turn(scope, queued)
         await self.touch(scope, record.touched, record.at)
         await self.mark_mentioned(scope, record.mentioned, record.at)
+        if record.conversation:
+            self._conversations[scope] = record.conversation
+        elif record.conversation is not None:
+            self._conversations.pop(scope, None)
 
     # ---- short-term memory ----
     async def add_short(

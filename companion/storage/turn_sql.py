@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from datetime import datetime
 
 import aiosqlite
 
 from companion.core.models import Scope, ShortKind, Status, Turn
-from companion.core.timeutil import to_db
+from companion.core.timeutil import from_db, to_db
 from companion.storage import journal, shortterm
 from companion.storage.connection import Connection, storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
-from companion.storage.turns import TurnRecord, TurnView
+from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
 
 TURN_STATE = MigrationSet("turn_state", (
     # Per-scope conversation state every worker process must see: the memory an "edit" press waits on.
@@ -27,11 +28,26 @@ TURN_STATE = MigrationSet("turn_state", (
         editing INTEGER
     )
     """),
+    # The conversation's small state (recall cooldowns, the extraction countdown...), as its host encodes
+    # it: a worker that takes the chat over continues where the last one left off.
+    # And when the last "how to start" hint went out, so a burst spread over two workers gets one.
+    Migration("0002_conversation", """
+    ALTER TABLE turn_state ADD COLUMN conversation TEXT;
+    ALTER TABLE turn_state ADD COLUMN hinted_at TEXT
+    """),
 ))
 register(TURN_STATE)
 
 SET_EDITING = ("INSERT INTO turn_state (scope_key, editing) VALUES (?, ?) "
                "ON CONFLICT(scope_key) DO UPDATE SET editing = excluded.editing")
+SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation) VALUES (?, ?) "
+                    "ON CONFLICT(scope_key) DO UPDATE SET conversation = excluded.conversation")
+SET_HINTED = ("INSERT INTO turn_state (scope_key, hinted_at) VALUES (?, ?) "
+              "ON CONFLICT(scope_key) DO UPDATE SET hinted_at = excluded.hinted_at")
+STATE = "SELECT editing, conversation, hinted_at FROM turn_state WHERE scope_key = ?"
+# The three settings ``TurnView`` carries, in one statement (each pair a primary-key lookup).
+SETTINGS = ("SELECT name, value FROM settings WHERE (name = ? AND owner = ?) OR (name = ? AND owner = ?) "
+            "OR (name = ? AND owner = ?)")
 
 QUEUE_TURN = ("INSERT INTO pending_turns (scope_key, user_text, reply_text, created_at, chat_id, message_id, "
               "turn_key) VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -51,16 +67,19 @@ def queue_params(key: str, turn: Turn) -> tuple[object, ...]:
 
 
 def read_turn(
-    conn: sqlite3.Connection, key: str, table: str | None, events: int, turns: int, memories: bool
+    conn: sqlite3.Connection, scope: Scope, table: str | None, events: int, turns: int, memories: bool
 ) -> TurnView:
     """``TurnBatch.turn_context`` in one read transaction; ``table``: the scope's memory table (None when
     the scope has none)."""
+    key = scope.key
     conn.execute("BEGIN")
     try:
         change = conn.execute(journal.COUNTER, (key,)).fetchone()
-        scope = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
+        mode = conn.execute("SELECT active FROM scopes WHERE key = ?", (key,)).fetchone()
         profile = conn.execute(f"SELECT {PROFILE_COLUMNS} FROM profiles WHERE scope_key = ?", (key,)).fetchone()
-        state = conn.execute("SELECT editing FROM turn_state WHERE scope_key = ?", (key,)).fetchone()
+        named = setting_keys(scope)
+        found = dict(conn.execute(SETTINGS, [part for pair in named for part in pair]).fetchall())
+        state = conn.execute(STATE, (key,)).fetchone()
         told = conn.execute(shortterm.ITEMS, (key, ShortKind.EVENT.value, events)).fetchall()
         said = conn.execute(shortterm.ITEMS, (key, ShortKind.TURN.value, turns)).fetchall() if turns > 0 else []
         rows = None
@@ -71,11 +90,14 @@ def read_turn(
     finally:
         conn.execute("COMMIT")  # a read: nothing to keep or undo
     return TurnView(
-        change=int(change[0]) if change else 0, active=bool(scope[0]) if scope else False,
+        change=int(change[0]) if change else 0, active=bool(mode[0]) if mode else False,
         profile=row_to_profile(profile) if profile else None, events=shortterm.to_items(told, ShortKind.EVENT),
         turns=shortterm.to_items(said, ShortKind.TURN),
         memories=None if rows is None else [row_to_memory(r) for r in rows],
         editing=None if state is None or state[0] is None else int(state[0]),
+        conversation=None if state is None or not state[1] else str(state[1]),
+        hinted_at=None if state is None or state[2] is None else from_db(state[2]),
+        **setting_fields([None if found.get(name) is None else str(found[name]) for name, _ in named]),
     )
 
 
@@ -93,6 +115,8 @@ async def write_turn(conn: aiosqlite.Connection, key: str, table: str | None, do
         await conn.execute(touch_sql(table, len(done.touched)), (to_db(done.at), *done.touched))
     if table is not None and done.mentioned:
         await conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
+    if done.conversation is not None:
+        await conn.execute(SET_CONVERSATION, (key, done.conversation or None))
 
 
 class TurnCalls(Connection):
@@ -108,8 +132,8 @@ class TurnCalls(Connection):
         async with self._lock:
             try:
                 if memories:
-                    return await asyncio.to_thread(read_turn, self._raw, scope.key, table, events, turns, True)
-                return read_turn(self._raw, scope.key, table, events, turns, False)
+                    return await asyncio.to_thread(read_turn, self._raw, scope, table, events, turns, True)
+                return read_turn(self._raw, scope, table, events, turns, False)
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
 
@@ -126,3 +150,7 @@ class TurnCalls(Connection):
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
         async with self._tx() as conn:
             await conn.execute(SET_EDITING, (scope.key, handle))
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        async with self._tx() as conn:
+            await conn.execute(SET_HINTED, (scope.key, to_db(at)))

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from companion.core.models import Memory, Profile, Scope, ShortItem, Turn
+from companion.storage.records import GROUP_MEMORY, REVIEW_SENT, SHARE_PRIVATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,14 @@ class TurnView:
     turns: list[ShortItem]  # the newest short-term turns asked for, oldest first
     memories: list[Memory] | None  # the active memories, when asked for (an index to build); else None
     editing: int | None = None  # the memory whose new words the next message is (``set_editing``)
+    # What the reply's host decides from settings, read with the rest rather than one call each:
+    review_sent: datetime | None = None  # ``REVIEW_SENT`` of the scope
+    group_memory: bool = True  # ``GROUP_MEMORY`` of the scope's group (a private scope: True)
+    share_private: bool = False  # ``SHARE_PRIVATE`` of the scope's user, in a group scope
+    # The conversation's own small state as its host last wrote it (``TurnRecord.conversation``), opaque
+    # here: every worker process continues the conversation where the last one left it.
+    conversation: str | None = None
+    hinted_at: datetime | None = None  # when a "how to start" hint last went out to the scope (``set_hinted``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,22 +47,49 @@ class TurnRecord:
     queued: Sequence[Turn] = ()  # for the extraction, oldest first (turns a failed write left waiting too)
     touched: Sequence[int] = ()  # memories shown to the reply: an access each
     mentioned: Sequence[int] = ()  # memories the reply mentioned
+    conversation: str | None = None  # the host's conversation state to keep (None: as it is; "": none)
+
+
+def setting_keys(scope: Scope) -> tuple[tuple[str, str | None], ...]:
+    """(name, owner) of each setting ``TurnView`` carries, in ``setting_fields``'s order; a private scope's
+    group settings have no owner (None: the read matches no row)."""
+    chat = scope.chat_id
+    return (
+        (REVIEW_SENT.name.value, REVIEW_SENT.owner(scope)),
+        (GROUP_MEMORY.name.value, None if chat is None else GROUP_MEMORY.owner(chat)),
+        (SHARE_PRIVATE.name.value, None if chat is None else SHARE_PRIVATE.owner(scope.user_id)),
+    )
+
+
+def setting_fields(values: Sequence[str | None]) -> dict[str, Any]:
+    """``TurnView``'s setting fields from the stored values ``setting_keys`` named (None: absent)."""
+    review, group, share = values
+    return {
+        "review_sent": None if review is None else REVIEW_SENT.decode(review),
+        "group_memory": group is None or GROUP_MEMORY.decode(group),  # absent: on
+        "share_private": share is not None and SHARE_PRIVATE.decode(share),
+    }
 
 
 class TurnBatch(Protocol):
     """The two calls; part of ``base.MemoryStore``."""
 
     async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
-        """The scope's companion mode, profile, newest ``events`` events and change counter; with ``turns``
-        its newest short-term turns, with ``memories`` its active memories. A scope never seen reads as
-        empty and is not created."""
+        """The scope's companion mode, profile, newest ``events`` events, change counter, pending edit,
+        conversation state and the settings ``TurnView`` names; with ``turns`` its newest short-term turns,
+        with ``memories`` its active memories. A scope never seen reads as empty and is not created."""
         ...
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
-        """Keep the short-term turn, queue the turns, count the accesses and mentions, in one transaction."""
+        """Keep the short-term turn, queue the turns, count the accesses and mentions, keep the conversation
+        state, in one transaction."""
         ...
 
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
         """The user pressed "edit" on this memory: their next message, whichever process takes it, is its
         new text (``TurnView.editing``); None when that message came."""
+        ...
+
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        """A hint went out to the scope at ``at`` (``TurnView.hinted_at``), whichever process sent it."""
         ...

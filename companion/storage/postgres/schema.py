@@ -193,7 +193,16 @@ DIDA = MigrationSet("dida", (
     """),
 ))
 
-SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS, DIDA)
+# The conversation's small state and the last hint's time beside the pending edit (SQLite's
+# ``turn_sql.TURN_STATE``, step 0002).
+TURN_STATE = MigrationSet("turn_state", (
+    Migration("0001_conversation", """
+    ALTER TABLE turn_state ADD COLUMN conversation text;
+    ALTER TABLE turn_state ADD COLUMN hinted_at timestamptz
+    """),
+))
+
+SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS, DIDA, TURN_STATE)
 
 
 async def migrate(conn: Conn, now: datetime, sets: Sequence[MigrationSet] = SETS) -> list[str]:

@@ -241,6 +241,9 @@ class PostgresStore(KanbanTables):
                           "ON CONFLICT (user_id, chat_id) DO UPDATE SET editing = excluded.editing",
                           *key(scope), handle)
 
+    async def set_hinted(self, scope: Scope, at: datetime) -> None:
+        await self._fetch(turn.HINTED, *key(scope), second(at))
+
     # ---- the extraction queue --------------------------------------------------------------------
 
     async def add_turn(self, scope: Scope, turn_: Turn) -> int:
