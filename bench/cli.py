@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="measure the dense path against this OpenAI-compatible embeddings endpoint, or a "
                              "local sentence-transformers model folder")
     recall.add_argument("--embedding-model", help="model name for --embeddings (default: EMBEDDING_MODEL)")
+    recall.add_argument("--keep", type=Path, metavar="FILE",
+                        help="with --embeddings: also pickle the turn records here, to try fusion rules offline")
     recall.add_argument("--gate-sweep", type=_shares, metavar="SHARES",
                         help="calibrate the gate: gated hit and false injection at each minimum share, "
                              "e.g. 0.2,0.3,0.4")
@@ -79,9 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the bot may recall only each scope's N newest memories (a tier filter that "
                              "limited a reply to the 2 newest short-term ones; for comparison)")
     loo = commands.add_parser("loo", help="leave-one-dataset-out choice of the gate's share and the query window")
-    loo.add_argument("datasets", type=Path, nargs="+")
+    loo.add_argument("datasets", type=Path, nargs="+", help="JSONL data sets, or records kept by --keep (.pickle)")
     loo.add_argument("--shares", type=_shares, default=(0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7))
     loo.add_argument("--goal", type=float, default=0.10, help="false injection allowed on certified negatives")
+    loo.add_argument("--aim", type=float, help="false injection each training set must keep to when a threshold is "
+                     "chosen (default: the goal; lower leaves a margin for a held-out set stricter than its others)")
     loo.add_argument("--json", type=Path, help="also write the results here")
     loo.add_argument("--keep", type=Path, metavar="DIR", help="also pickle the turn records here (local use)")
     dense_loo = commands.add_parser("dense-loo", help="leave-one-dataset-out choice of the dense gate from "
@@ -280,11 +284,16 @@ def _gate_sweep(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 def run_loo_command(args: argparse.Namespace) -> int:
     from bench.loo import format_folds, run_loo
 
-    report = run_loo(args.datasets, args.shares, args.goal, args.keep)
+    report = run_loo(args.datasets, args.shares, args.goal if args.aim is None else args.aim, args.keep)
     print("fixed share:")
     print(format_folds(report["fixed share"]))
     print("scope-adaptive (share >= the scope's usual share for the turn + margin):")
     print(format_folds(report["scope-adaptive"]))
+    print("the gate's rule and threshold chosen on the others (rules: " + ", ".join(report["each rule"]) + "):")
+    print(format_folds(report["rule chosen on the others"]))
+    for name, folds in report["each rule"].items():
+        print(f"rule {name!r} alone, its threshold chosen on the others:")
+        print(format_folds(folds))
     if args.json:
         write_json(args.json, report)
     return 0

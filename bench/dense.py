@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pickle
 import sys
 import tempfile
 import time
@@ -49,6 +50,7 @@ FLOORS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.7)
 STANDOUTS = (1.0, 2.0, 3.0, 4.0, 5.0)
 OVER_CHANCE = (0.25, 0.5, 1.0, 1.5, 2.0)
 FUSION_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
+FUSION_KS = (1.0, 5.0, 20.0, 60.0)  # the fusion's rank constant: 60 is the usual one, smaller favours first places
 
 
 def _policies() -> dict[str, DensePolicy]:
@@ -92,6 +94,63 @@ class Turn:
     lexical: list[int] = field(default_factory=list)  # keyword candidates past the bot's gate (widened)
     hits: list[tuple[int, float]] = field(default_factory=list)  # nearest memories, closest first
     live: list[int] = field(default_factory=list)  # what the engine with the configured dense gate injects
+
+
+@dataclass
+class Kept:
+    """A replay's records (``--keep``): every turn's rankings and nearest memories, to replay rules offline."""
+
+    turns: list[Turn]
+    rows: _RowMap
+    latency: dict[str, list[float]]
+    notes: dict[str, int]
+    ks: Sequence[int]
+
+    def _ids(self, turn: Turn, rows: Iterable[int], depth: int) -> list[str]:
+        return self.rows.expand(turn.number, rows, depth)
+
+    def systems(self, policy: DensePolicy) -> dict[str, Any]:
+        """Each system's ranking (gates lifted), gated hit and false injection under this dense gate."""
+        depth = max(self.ks)
+        out: dict[str, Any] = {}
+        for name in SYSTEMS:
+            ranking = MetricsAccumulator(self.ks)
+            hit = positives = injected = negatives = 0
+            for turn in self.turns:
+                gated = self._ids(turn, self.gated(name, turn, policy), 10**6)
+                if turn.relevant:
+                    positives += 1
+                    hit += any(i in turn.relevant for i in gated)
+                    ranking.add("q", self._ids(turn, self._ranked(name, turn, policy), depth), turn.relevant, 0.0)
+                else:
+                    negatives += 1
+                    injected += bool(gated)
+            summary = {k: v for k, v in ranking.summary().items() if k != "latency_ms"} if positives else {}
+            summary["gated hit"] = round(hit / (positives or 1), 4)
+            summary["false injection, other user"] = round(injected / (negatives or 1), 4)
+            summary["latency_ms"] = latency_summary(self.latency[name]) if self.latency[name] else {}
+            out[name] = summary
+        return out
+
+    def _ranked(self, name: str, turn: Turn, policy: DensePolicy) -> list[int]:
+        dense = [h for h, _ in turn.hits[: policy.depth]]
+        if name == "engine":
+            return turn.ranked
+        if name == "dense":
+            return [h for h, _ in turn.hits]
+        return [h for h, _ in reciprocal_rank_fusion([turn.ranked, dense], weights=(1.0, policy.weight),
+                                                     k=policy.fusion_k)]
+
+    def gated(self, name: str, turn: Turn, policy: DensePolicy) -> list[int]:
+        if name == "engine":
+            return turn.lexical[:BOT_LIMIT]
+        admitted = [h for h, _ in standout(turn.hits, policy)][: policy.depth]
+        if name == "dense":
+            return admitted[:BOT_LIMIT]
+        if not admitted:
+            return turn.lexical[:BOT_LIMIT]
+        return [h for h, _ in reciprocal_rank_fusion([turn.lexical, admitted], weights=(1.0, policy.weight),
+                                                     k=policy.fusion_k)][:BOT_LIMIT]
 
 
 class DenseReplay:
@@ -160,56 +219,18 @@ class DenseReplay:
         self.latency["engine+dense"].append((time.perf_counter() - started) * 1000)
         return turn
 
-    def _ids(self, turn: Turn, rows: Iterable[int], depth: int) -> list[str]:
-        return self.rows.expand(turn.number, rows, depth)
-
     def systems(self, policy: DensePolicy) -> dict[str, Any]:
-        """Each system's ranking (gates lifted), gated hit and false injection under this dense gate."""
-        depth = max(self.ks)
-        out: dict[str, Any] = {}
-        for name in SYSTEMS:
-            ranking = MetricsAccumulator(self.ks)
-            hit = positives = injected = negatives = 0
-            for turn in self.turns:
-                gated = self._ids(turn, self._gated(name, turn, policy), 10**6)
-                if turn.relevant:
-                    positives += 1
-                    hit += any(i in turn.relevant for i in gated)
-                    ranking.add("q", self._ids(turn, self._ranked(name, turn, policy.weight), depth), turn.relevant,
-                                0.0)
-                else:
-                    negatives += 1
-                    injected += bool(gated)
-            summary = {k: v for k, v in ranking.summary().items() if k != "latency_ms"} if positives else {}
-            summary["gated hit"] = round(hit / (positives or 1), 4)
-            summary["false injection, other user"] = round(injected / (negatives or 1), 4)
-            summary["latency_ms"] = latency_summary(self.latency[name]) if self.latency[name] else {}
-            out[name] = summary
-        return out
+        return self.kept().systems(policy)
 
-    def _ranked(self, name: str, turn: Turn, weight: float) -> list[int]:
-        dense = [h for h, _ in turn.hits[: DensePolicy().depth]]
-        if name == "engine":
-            return turn.ranked
-        if name == "dense":
-            return [h for h, _ in turn.hits]
-        return [h for h, _ in reciprocal_rank_fusion([turn.ranked, dense], weights=(1.0, weight))]
-
-    def _gated(self, name: str, turn: Turn, policy: DensePolicy) -> list[int]:
-        if name == "engine":
-            return turn.lexical[:BOT_LIMIT]
-        admitted = [h for h, _ in standout(turn.hits, policy)][: policy.depth]
-        if name == "dense":
-            return admitted[:BOT_LIMIT]
-        if not admitted:
-            return turn.lexical[:BOT_LIMIT]
-        return [h for h, _ in reciprocal_rank_fusion([turn.lexical, admitted], weights=(1.0, policy.weight))][
-            :BOT_LIMIT]
+    def kept(self) -> Kept:
+        """What the offline rules read, without the engine."""
+        return Kept(self.turns, self.rows, dict(self.latency), dict(self.notes), self.ks)
 
     def agrees_with_live(self) -> float:
         """Share of turns on which the offline fusion under the configured policy equals the engine's own."""
         policy = self.dense.policy
-        same = sum(self._gated("engine+dense", t, policy) == t.live for t in self.turns)
+        kept = self.kept()
+        same = sum(kept.gated("engine+dense", t, policy) == t.live for t in self.turns)
         return round(same / (len(self.turns) or 1), 4)
 
 
@@ -229,8 +250,6 @@ async def replay_dense(lines: Iterable[DatasetLine], ks: Sequence[int], url: str
 
 
 def run_dense_command(args: argparse.Namespace) -> int:
-    from bench.cli import format_table
-
     local = args.embeddings if Path(args.embeddings).is_dir() else None
     replay = asyncio.run(replay_dense(read_dataset(args.dataset), args.k, None if local else args.embeddings,
                                       args.embedding_model, local))
@@ -242,28 +261,41 @@ def run_dense_command(args: argparse.Namespace) -> int:
         return 2
     print("dense run: " + ", ".join(f"{k} {v}" for k, v in sorted(replay.notes.items())), file=sys.stderr)
     policy = replay.dense.policy
-    configured = replay.systems(policy)
     print(f"{count} queries, {len(replay.turns) - count} asked of another user; model {replay.dense.model}, "
           f"dense gate: cosine >= {policy.min_similarity:g}, standout >= {policy.min_standout:g} "
           f"(EMBEDDING_MIN_SIMILARITY, EMBEDDING_MIN_STANDOUT); vectors scored by {replay.dense.vectors.backend}")
+    report = summarise(replay.kept(), policy, replay.dense.model)
+    report["offline fusion equals the engine's"] = replay.agrees_with_live()
+    if args.json:
+        write_json(args.json, report)
+    if getattr(args, "keep", None):
+        args.keep.write_bytes(pickle.dumps(replay.kept()))
+    return 0
+
+
+def summarise(kept: Kept, policy: DensePolicy, model: str) -> dict[str, Any]:
+    """Every system under ``policy``, the dense gate sweep and the fusion sweep, printed and as a report."""
+    from bench.cli import format_table
+
+    configured = kept.systems(policy)
     print(format_table(configured))
-    sweep = {name: replay.systems(p) for name, p in DENSE_POLICIES.items()}
-    weights = {f"{w:g}": replay.systems(replace(policy, weight=w))["engine+dense"] for w in FUSION_WEIGHTS}
-    print("dense weight in the fusion: " + ", ".join(
-        f"{w}: hit@1 {v['hit@1']:.3f}, recall@5 {v['recall@5']:.3f}, gated hit {v['gated hit']:.3f}"
-        for w, v in weights.items()))
+    sweep = {name: kept.systems(p) for name, p in DENSE_POLICIES.items()}
+    weights = {f"{w:g}": kept.systems(replace(policy, weight=w))["engine+dense"] for w in FUSION_WEIGHTS}
+    fusion = {f"k {k:g}, weight {w:g}": kept.systems(replace(policy, weight=w, fusion_k=k))["engine+dense"]
+              for k in FUSION_KS for w in FUSION_WEIGHTS}
+    print("fusion (rank constant k, dense weight): " + "; ".join(
+        f"{name}: hit@1 {v['hit@1']:.3f}, recall@5 {v['recall@5']:.3f}, gated hit {v['gated hit']:.3f}"
+        for name, v in fusion.items()))
     print("dense gate              dense gated hit / FI    engine+dense gated hit / FI")
     for name, systems in sweep.items():
         d, f = systems["dense"], systems["engine+dense"]
         print(f"{name:<22}  {d['gated hit']:.3f} / {d['false injection, other user']:.3f}"
               f"          {f['gated hit']:.3f} / {f['false injection, other user']:.3f}")
-    report: dict[str, Any] = {"queries": count, "model": replay.dense.model, **configured,
-                              "offline fusion equals the engine's": replay.agrees_with_live(),
-                              "dense gate sweep": sweep, "fusion weight sweep": weights,
-                              "notes": dict(replay.notes)}
-    if args.json:
-        write_json(args.json, report)
-    return 0
+    return {"queries": sum(1 for t in kept.turns if t.relevant), "model": model, **configured,
+            "policy": {"min_similarity": policy.min_similarity, "min_standout": policy.min_standout,
+                       "weight": policy.weight, "fusion_k": policy.fusion_k},
+            "dense gate sweep": sweep, "fusion weight sweep": weights, "fusion sweep": fusion,
+            "notes": dict(kept.notes)}
 
 
 def choose_policy(train: Sequence[Mapping[str, Any]], goal: float) -> str:
@@ -279,22 +311,53 @@ def choose_policy(train: Sequence[Mapping[str, Any]], goal: float) -> str:
     return max(fits, key=gain) if fits else min(DENSE_POLICIES, key=worst)
 
 
-def run_dense_loo_command(args: argparse.Namespace) -> int:
+def choose_fusion(train: Sequence[Mapping[str, Any]]) -> str:
+    """The fusion (rank constant, dense weight) with the best mean hit@1 of the fused ranking over ``train``
+    (recall@5 breaks ties)."""
+    def score(name: str) -> tuple[float, float]:
+        return (sum(float(r["fusion sweep"][name]["hit@1"]) for r in train),
+                sum(float(r["fusion sweep"][name]["recall@5"]) for r in train))
+
+    names: list[str] = list(train[0]["fusion sweep"])
+    return max(names, key=score)
+
+
+def _report(path: Path) -> dict[str, Any]:
+    """A ``recall --embeddings --json`` report, or one made from a replay's records (``--keep``, .pickle) under
+    the default dense policy, so a new fusion or gate is measured without embedding again."""
     import json
 
-    reports = {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in args.results}
+    if path.suffix == ".pickle":
+        print(f"{path.stem}:")
+        return summarise(pickle.loads(path.read_bytes()), DensePolicy(), path.stem)
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def run_dense_loo_command(args: argparse.Namespace) -> int:
+    reports = {path.stem: _report(path) for path in args.results}
     folds = []
     print("held out            chosen on the others   fused gated hit / FI   dense gated hit / FI   "
           "keyword gated hit / FI")
-    for held, report in reports.items():
+    for held, report in reports.items() if len(reports) > 1 else ():
         name = choose_policy([r for k, r in reports.items() if k != held], args.goal)
         row = report["dense gate sweep"][name]
         folds.append({"held out": held, "policy": name, **{s: row[s] for s in SYSTEMS}})
         cells = "   ".join(f"{row[s]['gated hit']:.3f} / {row[s]['false injection, other user']:.3f}"
                            for s in ("engine+dense", "dense", "engine"))
         print(f"{held:<18}  {name:<21}  {cells}")
+    fusion_folds = []
+    if all("fusion sweep" in r for r in reports.values()) and len(reports) > 1:
+        print("held out            fusion chosen on the others   fused hit@1 / recall@5 / recall@10   "
+              "keywords              dense")
+        for held, report in reports.items():
+            name = choose_fusion([r for k, r in reports.items() if k != held])
+            fused = report["fusion sweep"][name]
+            fusion_folds.append({"held out": held, "fusion": name, "engine+dense": fused,
+                                 "engine": report["engine"], "dense": report["dense"]})
+            cells = "   ".join(f"{row['hit@1']:.3f} / {row['recall@5']:.3f} / {row['recall@10']:.3f}"
+                               for row in (fused, report["engine"], report["dense"]))
+            print(f"{held:<18}  {name:<28}  {cells}")
     if args.json:
-        write_json(args.json, {"goal": args.goal, "folds": folds})
+        write_json(args.json, {"goal": args.goal, "folds": folds, "fusion folds": fusion_folds})
     return 0
-
-

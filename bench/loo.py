@@ -16,7 +16,7 @@ import asyncio
 import pickle
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,10 @@ from bench.recall import _RowMap, draft_for, names_the_same_thing, partners, sha
 from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.ops.assembly import open_engine
-from companion.recall.index import GATE_DEPTH
+from companion.recall.chars import Evidence
+from companion.recall.index import GATE_DEPTH, MIN_CLAUSE_COVERAGE
 from companion.recall.keywords import KeywordExtractor
+from companion.recall.query import build_query
 from memory import MemoryEngine
 
 # (earlier user turns, with the companion's last reply): the windows measured.
@@ -42,6 +44,15 @@ DEPTH = 10
 ANY_SHARE = 1e-9
 REFERENCE = 20
 MARGINS = (None, 0.0, 0.1, 0.2, 0.3)  # the scope-adaptive rule: share >= the usual share + margin (None: off)
+# What the gate compares with its threshold, each computed from the same recorded evidence (``Evidence``): the
+# shipped share; the share beyond what one unit alone gives, rescaled (``Evidence.beyond_chance``); the same not
+# rescaled. Chosen like the threshold, on the training sets.
+RULES: dict[str, Callable[[Evidence], float]] = {
+    "share": lambda found: found.share,
+    "beyond chance": lambda found: found.beyond_chance(),
+    "share - lone": lambda found: max(found.asked - found.asked_lone, found.held - found.held_lone),
+}
+THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 15))  # 0.05 .. 0.7, for every rule
 
 
 @dataclass
@@ -54,16 +65,28 @@ class Turn:
     # window -> the scope's usual share for this turn: the median share of its first REFERENCE candidates
     reference: dict[str, float] = field(default_factory=dict)
     size: int = 0  # memories (engine rows) in the scope asked
+    # window -> per candidate (same order): the gate's evidence and clause coverage on the window, and on the
+    # turn alone when the window read more than the turn
+    evidence: dict[str, list[tuple[tuple[Evidence, float], tuple[Evidence, float] | None]]] = field(
+        default_factory=dict)
 
-    def injected(self, window: str, share: float, limit: int = BOT_LIMIT, margin: float | None = None) -> list[str]:
+    def injected(self, window: str, share: float, limit: int = BOT_LIMIT, margin: float | None = None,
+                 rule: str = "share") -> list[str]:
         out: list[str] = []
         admitted = 0
         floor = share if margin is None else max(share, self.reference[window] + margin)
-        for ids, match in self.candidates[window]:
+        statistic = RULES[rule]
+        for position, (ids, match) in enumerate(self.candidates[window]):
+            if self.evidence:  # replayed from the recorded evidence, on the window or the turn alone
+                match = self._stat(window, position, statistic)
             if match >= floor and admitted < limit:
                 admitted += 1
                 out.extend(ids)
         return out
+
+    def _stat(self, window: str, position: int, statistic: Callable[[Evidence], float]) -> float:
+        sides = [side for side in self.evidence[window][position] if side is not None]
+        return max((statistic(found) for found, cover in sides if cover >= MIN_CLAUSE_COVERAGE), default=0.0)
 
 
 @dataclass
@@ -80,16 +103,17 @@ class Record:
         return {"hit@1": sum(hit_at_k(t.ranked[window], t.relevant, 1) for t in positives) / n,
                 "recall@5": sum(recall_at_k(t.ranked[window], t.relevant, 5) for t in positives) / n}
 
-    def gate(self, window: str, share: float, margin: float | None = None) -> dict[str, float]:
+    def gate(self, window: str, share: float, margin: float | None = None, rule: str = "share") -> dict[str, float]:
         positives = self.positives()
-        out = {"gated hit": sum(any(i in t.relevant for i in t.injected(window, share, margin=margin))
+        out = {"gated hit": sum(any(i in t.relevant for i in t.injected(window, share, margin=margin, rule=rule))
                                 for t in positives) / (len(positives) or 1)}
         for label, turns in (("false injection, other user", [t for t in self.turns if t.kind == "other user"]),
                              ("false injection, chit-chat", [t for t in self.turns if t.kind == "chit-chat"]),
                              ("false injection, certified", [t for t in self.turns
                                                              if t.kind != "positive" and t.certified])):
             if turns:
-                out[label] = sum(bool(t.injected(window, share, margin=margin)) for t in turns) / len(turns)
+                out[label] = sum(bool(t.injected(window, share, margin=margin, rule=rule)) for t in turns) / len(
+                    turns)
         return out
 
 
@@ -99,10 +123,18 @@ def _window(line: QueryLine, window: str) -> tuple[tuple[str, ...], str | None]:
 
 
 async def _candidates(engine: MemoryEngine, scope: Scope, line: QueryLine, window: str, rows: _RowMap,
-                      number: int) -> list[tuple[tuple[str, ...], float]]:
+                      number: int, turn: Turn) -> list[tuple[tuple[str, ...], float]]:
     earlier, reply = _window(line, window)
+    # Every one of the gate's first few (gate lifted): the rules and the clause coverage are applied offline.
     found = await engine.recall(scope, line.text, line.time, cooldown=None, earlier=earlier, reply=reply,
-                                limit=GATE_DEPTH, min_match=ANY_SHARE)
+                                limit=GATE_DEPTH, min_match=0.0)
+    # What the gate reads for each, on the window and on the turn alone, so other gate rules replay offline.
+    # The engine keeps its index and query builder to itself: a benchmark may look (read only).
+    index = await engine._cache.index(scope)
+    query = build_query(line.text, engine._context.query_words, earlier=earlier, reply=reply)
+    turn.evidence[window] = [
+        (index.evidence(r.memory.id, query), index.evidence(r.memory.id, query.turn) if query.turn else None)
+        for r in found]
     return [(tuple(rows.expand(number, [r.memory.id], 10**6)), r.match) for r in found]
 
 
@@ -151,10 +183,11 @@ async def _gate_inputs(engine: MemoryEngine, scope: Scope, line: QueryLine, rows
         if alias != window:
             turn.candidates[window] = turn.candidates[alias]
             turn.reference[window] = turn.reference[alias]
+            turn.evidence[window] = turn.evidence[alias]
             if ranking:
                 turn.ranked[window] = turn.ranked[alias]
             continue
-        turn.candidates[window] = await _candidates(engine, scope, line, window, rows, number)
+        turn.candidates[window] = await _candidates(engine, scope, line, window, rows, number, turn)
         turn.reference[window] = await _reference(engine, scope, line, window)
         if ranking:
             turn.ranked[window] = await _ranked(engine, scope, line, window, rows, number)
@@ -197,37 +230,38 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
         out.turns.append(turn)
 
 
-def _worst_fi(record: Record, window: str, share: float, margin: float | None) -> float:
-    return record.gate(window, share, margin).get("false injection, certified", 0.0)
+def _worst_fi(record: Record, window: str, share: float, margin: float | None, rule: str = "share") -> float:
+    return record.gate(window, share, margin, rule).get("false injection, certified", 0.0)
 
 
 def choose(train: Sequence[Record], shares: Sequence[float], goal: float,
-           margins: Sequence[float | None] = (None,)) -> tuple[str, float, float | None]:
-    """The window with the best mean hit@1 over ``train``; then, among the (share, margin) pairs at which every
-    training set's certified false injection is within ``goal``, the one with the best mean gated hit (the one
-    with the lowest worst false injection when none is)."""
+           margins: Sequence[float | None] = (None,), rules: Sequence[str] = ("share",),
+           ) -> tuple[str, float, float | None, str]:
+    """The window with the best mean hit@1 over ``train``; then, among the (share, margin, rule) choices at which
+    every training set's certified false injection is within ``goal``, the one with the best mean gated hit (the
+    one with the lowest worst false injection when none is). The rule is chosen like its threshold: on ``train``."""
     window = max(WINDOWS, key=lambda w: (sum(r.ranking(w)["hit@1"] for r in train), -list(WINDOWS).index(w)))
-    pairs = [(s, m) for s in sorted(shares) for m in margins]
-    fits = [(s, m) for s, m in pairs if all(_worst_fi(r, window, s, m) <= goal for r in train)]
+    choices = [(s, m, g) for g in rules for s in sorted(shares) for m in margins]
+    fits = [c for c in choices if all(_worst_fi(r, window, *c) <= goal for r in train)]
     if fits:
-        share, margin = max(fits, key=lambda p: sum(r.gate(window, p[0], p[1])["gated hit"] for r in train))
+        share, margin, rule = max(fits, key=lambda c: sum(r.gate(window, *c)["gated hit"] for r in train))
     else:
-        share, margin = min(pairs, key=lambda p: max(_worst_fi(r, window, p[0], p[1]) for r in train))
-    return window, share, margin
+        share, margin, rule = min(choices, key=lambda c: max(_worst_fi(r, window, *c) for r in train))
+    return window, share, margin, rule
 
 
 def leave_one_out(records: Sequence[Record], shares: Sequence[float], goal: float,
-                  margins: Sequence[float | None] = (None,)) -> list[dict[str, Any]]:
+                  margins: Sequence[float | None] = (None,), rules: Sequence[str] = ("share",)) -> list[dict[str, Any]]:
     folds = []
     for held in records:
         train = [r for r in records if r is not held]
-        window, share, margin = choose(train, shares, goal, margins)
-        own = choose([held], shares, goal, margins)
+        window, share, margin, rule = choose(train, shares, goal, margins, rules)
+        own = choose([held], shares, goal, margins, rules)
         folds.append({
-            "held out": held.name, "window": window, "share": share, "margin": margin,
+            "held out": held.name, "window": window, "rule": rule, "share": share, "margin": margin,
             **{k: round(v, 4) for k, v in held.ranking(window).items()},
-            **{k: round(v, 4) for k, v in held.gate(window, share, margin).items()},
-            "held-out set's own choice": {"window": own[0], "share": own[1], "margin": own[2],
+            **{k: round(v, 4) for k, v in held.gate(window, share, margin, rule).items()},
+            "held-out set's own choice": {"window": own[0], "share": own[1], "margin": own[2], "rule": own[3],
                                           **{k: round(v, 4) for k, v in held.gate(*own).items()}},
         })
     return folds
@@ -245,22 +279,29 @@ def sweep(records: Sequence[Record], shares: Sequence[float]) -> dict[str, Any]:
     return out
 
 
-def run_loo(paths: Sequence[Path], shares: Sequence[float], goal: float, keep: Path | None = None) -> dict[str, Any]:
-    """``keep``: also pickle each set's records into this folder, to try other gates on them offline."""
-    records = [asyncio.run(record(path.stem, read_dataset(path))) for path in paths]
+def run_loo(paths: Sequence[Path], shares: Sequence[float], aim: float, keep: Path | None = None) -> dict[str, Any]:
+    """``keep``: also pickle each set's records into this folder, to try other gates on them offline. A path
+    ending in .pickle is such a record, read instead of replayed."""
+    records = [pickle.loads(path.read_bytes()) if path.suffix == ".pickle" else
+               asyncio.run(record(path.stem, read_dataset(path))) for path in paths]
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
         for record_ in records:
             (keep / f"{record_.name}.pickle").write_bytes(pickle.dumps(record_))
-    return {"goal": goal, "fixed share": leave_one_out(records, shares, goal),
-            "scope-adaptive": leave_one_out(records, shares, goal, MARGINS), "sets": sweep(records, shares)}
+    per_rule = {name: leave_one_out(records, THRESHOLDS, aim, rules=(name,)) for name in RULES}
+    return {"aim: false injection each training set keeps to": aim, "fixed share": leave_one_out(records, shares, aim),
+            "scope-adaptive": leave_one_out(records, shares, aim, MARGINS),
+            "rule chosen on the others": leave_one_out(records, THRESHOLDS, aim, rules=tuple(RULES)),
+            "each rule": per_rule, "sets": sweep(records, shares)}
 
 
 def format_folds(folds: Sequence[Mapping[str, Any]]) -> str:
-    rows = ["held out        window          share margin  hit@1  rec@5  gated hit  FI other  FI certified"]
+    rows = ["held out        window          rule           share margin  hit@1  rec@5  gated hit  FI other  "
+            "FI certified"]
     for fold in folds:
         margin = "  -  " if fold["margin"] is None else f"{fold['margin']:5.2f}"
-        rows.append(f"{fold['held out']:<15} {fold['window']:<15} {fold['share']:5.2f} {margin}  {fold['hit@1']:.3f}  "
+        rows.append(f"{fold['held out']:<15} {fold['window']:<15} {fold.get('rule', 'share'):<14} {fold['share']:5.2f} "
+                    f"{margin}  {fold['hit@1']:.3f}  "
                     f"{fold['recall@5']:.3f}  {fold['gated hit']:9.3f}  "
                     f"{fold.get('false injection, other user', float('nan')):8.3f}  "
                     f"{fold.get('false injection, certified', float('nan')):12.3f}")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Tier, Validity
+from companion.engine.retrievers import DensePolicy
 from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.fusion import RRF_K, reciprocal_rank_fusion
 
@@ -90,3 +91,15 @@ def test_an_empty_filter_says_so() -> None:
 ])
 def test_word_match(words: list[str], matched: bool) -> None:
     assert matches_words(memory(), words) is matched
+
+
+def test_the_dense_fusion_lets_the_keyword_first_place_stand_against_agreement_further_down() -> None:
+    # With the usual k = 60 a memory fifth by keywords and second by meaning outranks the keyword first place
+    # (1/65 + 1/62 > 1/61): measured with a real model, that cost LoCoMo hit@1 (0.318 vs 0.340 for keywords
+    # alone). The dense path's constant lets a first place count, while agreement still lifts within the list.
+    lexical, dense = ["a", "b", "c", "d", "e"], ["x", "e"]
+    assert reciprocal_rank_fusion([lexical, dense])[0][0] == "e"
+    policy = DensePolicy()
+    fused = [i for i, _ in reciprocal_rank_fusion([lexical, dense], k=policy.fusion_k, weights=(1.0, policy.weight))]
+    assert fused[0] == "a"
+    assert fused.index("e") < fused.index("c")  # found by both: above the keyword ranks it shared

@@ -9,7 +9,7 @@ import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Validity
 from companion.recall.chars import units
-from companion.recall.index import RRF_K, RecallFilter, ScopeIndex, fuse, mentions
+from companion.recall.index import MIN_CLAUSE_COVERAGE, RRF_K, RecallFilter, ScopeIndex, fuse, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import Query, build_query
 
@@ -186,7 +186,7 @@ def test_only_allowed_memories_are_gated(allowed: set[int] | None, limit: int | 
 
 def test_recall_filter_defaults() -> None:
     rules = RecallFilter()
-    assert (rules.limit, rules.min_importance, rules.min_match, rules.cooldown_turns) == (2, 50.0, 0.45, 5)
+    assert (rules.limit, rules.min_importance, rules.min_match, rules.cooldown_turns) == (2, 50.0, 0.25, 5)
 
 
 # ---- ranking ---------------------------------------------------------------------------------------
@@ -415,3 +415,24 @@ def test_the_window_helps_a_vague_turn_and_never_hides_the_turns_own_topic(
                         for i, (e, keywords) in enumerate(facts, start=1)], extractor.keywords)
     query = build_query(turn, extractor.keywords, earlier=earlier, reply=reply)
     assert [r.memory.id for r in index.rank(query, NOW, BOT)] == expected
+
+
+def test_one_chance_word_of_a_short_question_is_not_a_match(extractor: KeywordExtractor) -> None:
+    # Three content words: a memory holding one of them shares a third of the question by chance, which a share
+    # threshold chosen on Chinese turns (twenty units, one unit a twentieth) lets through. The gate counts the
+    # match beyond what that one word alone gives, so the same threshold holds in both languages.
+    facts = ["Jon: I watched the sunrise from the pier this morning", "Jon: I painted the sunrise at the lake",
+             "Gina: my dance studio opens next week", "Jon: we went hiking with the kids",
+             "Gina: the new shoes hurt my feet", "Jon: I lost my job at the bank"]
+    index = ScopeIndex([dataclasses.replace(mem(i, [], event=event), terms=extractor.keywords(event, limit=64))
+                        for i, event in enumerate(facts, start=1)], extractor.keywords)
+    # Asked of another user's memories: "dance" is all they share, about half of the question's information.
+    query = build_query("How was Melanie's dance?", extractor.keywords)
+    found, coverage = index.evidence(3, query)
+    assert found.share >= BOT.min_match and coverage >= MIN_CLAUSE_COVERAGE  # a plain share would admit it
+    assert index.rank(query, NOW, BOT) == []
+    # Two of the question's words are more than chance.
+    assert [r.memory.id for r in index.rank(build_query("Where did Melanie watch the sunrise?", extractor.keywords),
+                                            NOW, BOT)] == [1]
+    # A Chinese turn keeps what it had: one shared word of several characters is more than one unit.
+    assert recall(scope(extractor), extractor, "我今天又有点不舒服", BOT) == [1]

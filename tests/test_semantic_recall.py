@@ -332,6 +332,6 @@ async def test_a_store_without_vectors_keeps_keyword_recall(
         assert engine.dense is None
         assert "needs a store that keeps vectors" in caplog.text
         await engine.remember(ME, [dog()], NOW)
-        assert await recalled_events(engine, "我的狗") != []
+        assert await recalled_events(engine, "我的小狗呢") != []
     finally:
         await engine.close()

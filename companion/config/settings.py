@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     history_turns: int = Field(default=10, ge=1, le=100)
     recall_max: int = Field(default=2, ge=0, le=10)
     recall_min_importance: float = Field(default=50.0, ge=0, le=100)
-    recall_min_match: float = Field(default=0.45, ge=0, le=1)
+    recall_min_match: float = Field(default=0.25, ge=0, le=1)
     recall_cooldown_turns: int = Field(default=5, ge=0)
     recall_max_rate: float = Field(default=0.2, ge=0, le=1)
     extract_every_min: int = Field(default=8, ge=1)

@@ -52,7 +52,12 @@ class DensePolicy:
     by_scope_size: bool = False  # measure from the expected best of the scope's size (measured, not better)
     retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
     depth: int = 20  # candidates each retriever contributes to the fusion
-    weight: float = 1.0  # the dense ranking's weight in the fusion (the keyword ranking's is 1)
+    # The fusion: the dense ranking's weight (the keyword ranking's is 1) and the rank constant. 60, the usual
+    # constant for many deep rankings, let a weaker ranking's agreement a few ranks down outvote the keyword
+    # ranking's first place (LoCoMo hit@1 0.318 vs keywords alone 0.340); 1 lets a first place count. Chosen
+    # on one half of LoCoMo's conversations and reported on the other, both ways, with a real model (§7).
+    weight: float = 0.75
+    fusion_k: float = 1.0
     sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
 
 
@@ -279,7 +284,7 @@ class DenseRetriever:
         if not dense:
             return list(lexical[: rules.limit])
         by_id = {r.memory.id: r for r in lexical}
-        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense],
+        fused = reciprocal_rank_fusion([[r.memory.id for r in lexical], dense], k=self.policy.fusion_k,
                                        weights=(1.0, self.policy.weight))[: rules.limit]
         return [
             Recalled(memory=by_id[h].memory, score=score, match=by_id[h].match) if h in by_id

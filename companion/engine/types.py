@@ -17,7 +17,7 @@ from companion.engine.retrievers import DensePolicy
 class EngineConfig:
     recall_max: int = 2
     recall_min_importance: float = 50.0
-    recall_min_match: float = 0.45
+    recall_min_match: float = 0.25
     recall_cooldown_turns: int = 5
     extract_max_turns: int = 12
     capacity: int = 200

@@ -21,6 +21,7 @@ import sys
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from companion.core.text import normalize_text
 
@@ -104,6 +105,34 @@ def unit_weight(unit: str) -> float:
     return UNIGRAM_WEIGHT if len(unit) == 1 else BIGRAM_WEIGHT
 
 
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a memory and a query share, as a share of the query's information (``asked``) and of the memory's
+    own (``held``), each beside ``lone``: the share one unit alone carries on that side (the query's or the
+    memory's heaviest unit). A chance match of one word is worth about ``lone``; the gate asks for more."""
+
+    asked: float = 0.0
+    asked_lone: float = 0.0
+    held: float = 0.0
+    held_lone: float = 0.0
+
+    @property
+    def share(self) -> float:
+        return max(self.asked, self.held)
+
+    def beyond_chance(self) -> float:
+        """How far the match stands above one unit's worth, rescaled to 0..1 on the side that shows most:
+        (share - lone) / (1 - lone)."""
+        return max(_beyond(self.asked, self.asked_lone), _beyond(self.held, self.held_lone))
+
+
+def _beyond(share: float, lone: float) -> float:
+    return max(0.0, (share - lone) / (1 - lone)) if lone < 1 else 0.0
+
+
+NO_EVIDENCE = Evidence()
+
+
 class CharIndex:
     """Units of one scope's memories. ``add`` and ``remove`` keep it current without a rebuild."""
 
@@ -117,7 +146,7 @@ class CharIndex:
         # The gate reads the same units' weights on every turn: kept until the index changes (a unit's
         # weight depends on the scope's size and its document frequency).
         self._weights: dict[str, float] = {}
-        self._own_weight: dict[int, float] = {}
+        self._own_weight: dict[int, tuple[float, float]] = {}
 
     def __len__(self) -> int:
         return len(self._units)
@@ -176,23 +205,37 @@ class CharIndex:
         the memory: a pair across two words counts when the memory has it ("种花" in 种 + 花呢) and is
         no dilution when it does not. ``covered``: content units of turn words the word index matched to
         this memory ("花生酱" ~ "花生"): they count as shared."""
+        return self.evidence(memory_id, query, content, covered).share
+
+    def evidence(self, memory_id: int, query: Mapping[str, float], content: Mapping[str, float],
+                 covered: Mapping[str, float] | None = None) -> Evidence:
+        """``share`` with what one unit alone would have given on each side (``Evidence``)."""
         own = self._units.get(memory_id)
         if not own:
-            return 0.0
+            return NO_EVIDENCE
         weight = self.evidence_weight
         shared_units = {u: q for u, q in query.items() if u in own}
         of_memory = sum(q * weight(u) for u, q in shared_units.items())
         if of_memory <= 0:
-            return 0.0
+            return NO_EVIDENCE
         extra = {u: q for u, q in (covered or {}).items() if u not in shared_units}
         shared = of_memory + sum(q * weight(u) for u, q in extra.items())
         of_memory += sum(q * weight(u) for u, q in extra.items() if u in own)
         shared_units.update(extra)
-        asked = shared + sum(q * weight(u) for u, q in content.items() if u not in shared_units)
-        total = self._own_weight.get(memory_id)
-        if total is None:
-            total = self._own_weight[memory_id] = sum(weight(u) for u in own)
-        return min(1.0, max(shared / asked, of_memory / total))
+        rest = {u: q for u, q in content.items() if u not in shared_units}
+        asked = shared + sum(q * weight(u) for u, q in rest.items())
+        total, single = self._own(memory_id, own)
+        lone = max(max(q * weight(u) for u, q in shared_units.items()),
+                   max((q * weight(u) for u, q in rest.items()), default=0.0))
+        return Evidence(min(1.0, shared / asked), lone / asked, min(1.0, of_memory / total), single / total)
+
+    def _own(self, memory_id: int, own: Mapping[str, float]) -> tuple[float, float]:
+        """A memory's total evidence weight and its heaviest unit's (kept until the index changes)."""
+        cached = self._own_weight.get(memory_id)
+        if cached is None:
+            weights = [self.evidence_weight(u) for u in own]
+            cached = self._own_weight[memory_id] = (sum(weights), max(weights))
+        return cached
 
     def coverage(self, memory_id: int, clauses: Iterable[Mapping[str, float]],
                  covered: Mapping[str, float] | None = None) -> float:
