@@ -9,6 +9,8 @@ import pytest
 
 from companion.chat import texts
 from companion.core.models import Scope
+from handlers import build_router
+from handlers.delivery import TYPING_AFTER_SECONDS
 from tests.scripted import user_words
 from tests.support import USER, Live
 
@@ -29,7 +31,12 @@ async def test_lower_case_command_from_the_menu_works(live: Live) -> None:
 
 async def test_quick_messages_become_one_turn_with_typing(live: Live) -> None:
     await live.say("/start_aiGF", 1)
-    live.llm.set_chat_reply("收到你的三句话啦")
+
+    async def slow_reply(body: object) -> str:  # slower than TYPING_AFTER_SECONDS: "typing…" is shown meanwhile
+        await asyncio.sleep(TYPING_AFTER_SECONDS + 0.5)
+        return "收到你的三句话啦"
+
+    live.llm.set_chat_reply(slow_reply)
     for text in ("在吗", "今天好累", "加班到十点"):
         live.tg.push_text(USER, text)
         await asyncio.sleep(0.05)
@@ -168,3 +175,17 @@ async def test_a_send_that_keeps_failing_is_caught_and_the_bot_keeps_working(liv
     sent = await live.tg.wait_for_messages(USER, 1, timeout=15)
     assert sent[0]["text"] == texts.INTERNAL_ERROR
     assert await live.say("/help", 2) == texts.HELP
+
+
+def test_every_filter_runs_on_the_event_loop() -> None:
+    """aiogram sends each synchronous filter (every ``F.…``) to a thread per check; build_router makes them
+    coroutines (handlers.inline), and the routing tests above show they still route the same."""
+    root = build_router()
+    checked = 0
+    for router in root.chain_tail:
+        for observer in router.observers.values():
+            for handler in [observer._handler, *observer.handlers]:
+                for filter_ in handler.filters or ():
+                    assert filter_.awaitable, f"{router.name}.{observer.event_name}: {filter_.callback!r}"
+                    checked += 1
+    assert checked > 20
