@@ -14,7 +14,7 @@ from companion.ops.admin import AdminService
 from handlers import admin, chat, commands, dida, errors, forgetting, groups, memory_list, reviews, user_commands
 from handlers.cleaning import SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
-from handlers.inline import run_filters_inline
+from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
 
 
@@ -25,7 +25,7 @@ def build_router() -> Router:
     # Groups first: group commands and addressed messages; private chats fall through to the rest.
     root.include_routers(groups.build(), commands.build(), admin.build(), dida.build(), memory_list.build(),
                          forgetting.build(), reviews.build(), user_commands.build(), chat.build(), errors.build())
-    run_filters_inline(root)
+    tune_routing(root)
     return root
 
 
