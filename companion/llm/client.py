@@ -176,7 +176,7 @@ class LLMClient:
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__} {getattr(exc, 'status_code', '')}") from exc
         try:
             body = json.loads(raw)
-        except (ValueError, RecursionError):  # a proxy's HTML error page with status 200, a cut-off body
+        except (ValueError, RecursionError):  # a proxy's HTML error page with status 200, broken JSON
             raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion") from None
         if not isinstance(body, dict):
             raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion")
