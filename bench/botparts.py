@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiogram import Bot
+from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from aiogram.types import Update
 
 from bench.botdriver import serve_main
 from bench.brain import REPLIES
@@ -28,6 +29,7 @@ from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient, Message
 from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
+from handlers import build_router
 
 HISTORY_TURNS = (0, 5, 10)  # the bot sends up to HISTORY_TURNS=10 past exchanges with every reply call
 
@@ -74,6 +76,32 @@ async def _engine_turn_ms(samples: int) -> float:
             await engine.close()
 
 
+class _Active:
+    """``ChatService`` as ``on_text`` sees it for a user in companion mode."""
+
+    async def active(self, scope: Scope) -> bool:
+        return True
+
+
+class _Held:
+    """A buffer that keeps nothing: the part measured ends where the turn's own work begins."""
+
+    def push(self, key: object, text: str, flush: object) -> None:
+        pass
+
+
+async def _dispatch_ms(bot: Bot, samples: int) -> float:
+    """aiogram's dispatch of a private text through the bot's routers and middlewares to ``on_text``."""
+    dispatcher = Dispatcher(chat=_Active(), buffer=_Held())
+    dispatcher.include_router(build_router())
+    updates = iter(Update.model_validate(
+        {"update_id": n, "message": {"message_id": n, "date": 1_700_000_000, "text": TURNS[n % len(TURNS)],
+                                     "chat": {"id": 1 + n % 50, "type": "private", "first_name": "A"},
+                                     "from": {"id": 1 + n % 50, "is_bot": False, "first_name": "A"}}},
+        context={"bot": bot}) for n in range(samples + 10))
+    return await cpu_ms(lambda: dispatcher.feed_update(bot, next(updates)), samples)
+
+
 async def measure_parts(samples: int = 200) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
@@ -92,6 +120,7 @@ async def measure_parts(samples: int = 200) -> dict[str, Any]:
                     _chat_call(llm, reply_messages(history)), samples)
             report["send_message_ms"] = await cpu_ms(lambda: bot.send_message(1, REPLIES[0]), samples)
             report["send_chat_action_ms"] = await cpu_ms(lambda: bot.send_chat_action(1, "typing"), samples)
+            report["dispatch_ms"] = await _dispatch_ms(bot, samples)
             report["engine_turn_ms"] = await _engine_turn_ms(samples)
         finally:
             await llm.close()
@@ -108,5 +137,6 @@ def format_parts(report: dict[str, Any]) -> str:
     lines = ["CPU per part of a turn, in this process (ms):"]
     lines += [f"  LLM reply call, {name}: {ms}" for name, ms in report["llm_reply_call_ms"].items()]
     lines += [f"  sendMessage: {report['send_message_ms']}", f"  sendChatAction: {report['send_chat_action_ms']}",
+              f"  aiogram dispatch of a private text to its handler: {report['dispatch_ms']}",
               f"  engine (context, prompt, queue the turn), 100 memories: {report['engine_turn_ms']}"]
     return "\n".join(lines)

@@ -13,7 +13,8 @@ from companion.config.settings import Settings
 from companion.ops.admin import AdminService
 from handlers import admin, chat, commands, dida, errors, forgetting, groups, memory_list, reviews, user_commands
 from handlers.cleaning import SendableText
-from handlers.delivery import RetryAfterMiddleware
+from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
+from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
 
 
@@ -24,12 +25,15 @@ def build_router() -> Router:
     # Groups first: group commands and addressed messages; private chats fall through to the rest.
     root.include_routers(groups.build(), commands.build(), admin.build(), dida.build(), memory_list.build(),
                          forgetting.build(), reviews.build(), user_commands.build(), chat.build(), errors.build())
+    tune_routing(root)
     return root
 
 
 def build_client(token: str, api_base: str) -> Bot:
-    """The Telegram client: aiogram's own, against ``api_base``, waiting out a flood limit (429)."""
+    """The Telegram client: aiogram's own, against ``api_base``, waiting out a flood limit (429), its response
+    models kept between garbage collections (``KeptResponseTypes``)."""
     session = AiohttpSession(api=TelegramAPIServer.from_base(api_base))
+    session.middleware(KeptResponseTypes())
     session.middleware(RetryAfterMiddleware())
     return Bot(token, session=session)
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiogram import Bot
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
@@ -35,6 +36,9 @@ FLOOD_RETRIES = 3
 FLOOD_MAX_WAIT_SECONDS = 60.0
 SERVER_RETRY_BASE_SECONDS = 0.5  # 5xx / connection failures: 0.5, 1, 2 s
 TYPING_EVERY_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per call
+# "typing…" starts only for a reply that has not come this soon: one that comes sooner is on the screen as
+# quickly as the indicator would be, and the Telegram call (with its answer to parse) is saved.
+TYPING_AFTER_SECONDS = 1.0
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -78,12 +82,34 @@ class RetryAfterMiddleware(BaseRequestMiddleware):
                 await self._sleep(wait)
 
 
+class KeptResponseTypes(BaseRequestMiddleware):
+    """A session middleware that holds on to aiogram's response model of each method called.
+
+    aiogram parses every answer with ``Response[method.__returning__]``, and pydantic keeps a parametrised
+    generic model only in a weak cache: after each full garbage collection ``Response[Message]`` (2-3 ms of
+    schema building) was built again, over a hundred times per thousand messages (BENCHMARKS.md section 15).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[Any, Any] = {}
+
+    async def __call__(
+        self, make_request: NextRequestMiddlewareType[TelegramType], bot: Bot, method: TelegramMethod[TelegramType]
+    ) -> Response[TelegramType]:
+        returning = method.__returning__
+        if returning not in self._kept:
+            self._kept[returning] = Response[returning]  # type: ignore[valid-type]
+        return await make_request(bot, method)
+
+
 @contextlib.asynccontextmanager
 async def typing(bot: Bot, chat_id: int) -> AsyncIterator[None]:
-    """"typing…" while the body runs. Unlike aiogram's ChatActionSender, a failed action (a blocked user,
-    a flood limit) only ends the indicator: it is never left as an unretrieved task exception."""
+    """"typing…" while the body runs, from ``TYPING_AFTER_SECONDS`` on. Unlike aiogram's ChatActionSender, a
+    failed action (a blocked user, a flood limit) only ends the indicator: it is never left as an unretrieved
+    task exception."""
 
     async def keep_typing() -> None:
+        await asyncio.sleep(TYPING_AFTER_SECONDS)
         while True:
             try:
                 await bot.send_chat_action(chat_id, ChatAction.TYPING)

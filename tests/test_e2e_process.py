@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from companion.chat import texts
+from handlers.delivery import TYPING_AFTER_SECONDS
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, clean_env, run_cli, start_bot
 from tests.scripted import COLD, ScriptedBrain, is_extraction, model_context
@@ -63,6 +64,12 @@ async def test_bot_process_full_flow(servers: tuple[FakeTelegram, FakeLLM], tmp_
 
         assert await say(tg, "/stop_aiGF", 7) == texts.STOPPED
         await say(tg, "/start_aiGF", 8)
+
+        async def slow_reply(body: dict[str, object]) -> str:  # slower than TYPING_AFTER_SECONDS: "typing…" shows
+            await asyncio.sleep(TYPING_AFTER_SECONDS + 0.5)
+            return caring_reply(body)
+
+        llm.set_chat_reply(slow_reply)
         await say(tg, "我们刚才聊了什么", 9)
         history = llm.chat_requests()[-1]["messages"]
         assert [m["role"] for m in history] == ["system", "user"], "short-term context was not cleared"

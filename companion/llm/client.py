@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
+import httpx2
 import openai
 from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletion
 
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
@@ -76,7 +76,8 @@ class LLMClient:
         self.usage = UsageTotals()
         self.usage_sink = usage_sink
         self._clock = clock
-        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
+        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
+                                   http_client=_http_client())
 
     async def close(self) -> None:
         await self._client.close()
@@ -121,27 +122,27 @@ class LLMClient:
         prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
         started = time.perf_counter()
         try:
-            response = await self._request(messages, purpose, options)
-            completion = _completion(response, purpose)
+            body = await self._request(messages, purpose, options)
+            completion = _completion(body, purpose)
         except LLMError:
             await self._record(purpose, None, started, prompt_chars, None)
             raise
-        await self._record(purpose, response, started, prompt_chars, completion)
+        await self._record(purpose, body.get("usage"), started, prompt_chars, completion)
         log.debug("llm %s answered %d chars, %d tool calls", purpose, len(completion.content or ""),
                   len(completion.tool_calls))
         return completion
 
     async def _record(
-        self, purpose: str, response: ChatCompletion | None, started: float, prompt_chars: int,
-        completion: Completion | None,
+        self, purpose: str, usage: Any, started: float, prompt_chars: int, completion: Completion | None,
     ) -> None:
         """One record per request (``completion`` None: it failed), to the tally and to the sink."""
-        usage = response.usage if response is not None and completion is not None else None
+        if not isinstance(usage, dict) or completion is None:
+            usage = {}
         hit, miss = cache_split(usage)
         record = UsageRecord(
             at=self._clock(), purpose=purpose, model=self.model,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
             cache_hit_tokens=hit, cache_miss_tokens=miss,
             latency_ms=round((time.perf_counter() - started) * 1000, 3), ok=completion is not None,
             tool_calls=len(completion.tool_calls) if completion else 0, prompt_chars=prompt_chars,
@@ -155,59 +156,83 @@ class LLMClient:
         except Exception:  # an edge: accounting must never cost the user a reply
             log.exception("usage sink failed for a %s call", purpose)
 
-    async def _request(self, messages: Sequence[Message], purpose: str, options: dict[str, Any]) -> ChatCompletion:
-        """One SDK call (with the SDK's own retries), its failures mapped to our typed errors."""
+    async def _request(self, messages: Sequence[Message], purpose: str, options: dict[str, Any]) -> dict[str, Any]:
+        """One SDK call (with the SDK's own retries), its failures mapped to our typed errors; the answer's
+        JSON body as it came."""
         try:
             # The SDK's documented custom-request path: same retries, timeouts and errors as
-            # ``chat.completions.create``, without its per-field parameter transformation, which
-            # measured ~6 ms of CPU per call with ten turns of history (BENCHMARKS.md, bot throughput).
-            response = await self._client.post(
+            # ``chat.completions.create``, without its per-field parameter transformation (~6 ms of CPU per
+            # call with ten turns of history, BENCHMARKS.md section 3). The body comes back as bytes: the few
+            # fields read here need no typed ChatCompletion (~0.25 ms a call, section 15).
+            raw = await self._client.post(
                 "/chat/completions",
                 body={"model": self.model, "messages": list(messages), **options},
-                cast_to=ChatCompletion,
+                cast_to=bytes,
             )
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
                 openai.InternalServerError) as exc:
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__}") from exc
-        except json.JSONDecodeError:
-            # A broken JSON body with a JSON content type escapes the SDK as a plain decode error.
-            raise LLMBadResponseError(f"{purpose}: the server sent malformed JSON") from None
         except openai.APIError as exc:
             raise LLMUnavailableError(f"{purpose}: {type(exc).__name__} {getattr(exc, 'status_code', '')}") from exc
-        if not isinstance(response, ChatCompletion):
-            # A non-JSON 200 (a proxy's HTML error page) comes back from the SDK as a bare string.
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):  # a proxy's HTML error page with status 200, broken JSON
+            raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion") from None
+        if not isinstance(body, dict):
             raise LLMBadResponseError(f"{purpose}: the server did not answer with a chat completion")
-        return response
+        return body
 
 
-def cache_split(usage: Any) -> tuple[int | None, int | None]:
-    """(hit, miss) prompt tokens from an SDK usage object. DeepSeek sends ``prompt_cache_hit_tokens`` and
-    ``prompt_cache_miss_tokens`` as extra fields; OpenAI-style servers send
-    ``prompt_tokens_details.cached_tokens``; anything else has no split."""
-    if usage is None:
-        return None, None
-    extra: dict[str, Any] = getattr(usage, "model_extra", None) or {}
-    hit, miss = extra.get("prompt_cache_hit_tokens"), extra.get("prompt_cache_miss_tokens")
-    if isinstance(hit, int) and isinstance(miss, int):
+def _http_client() -> httpx2.AsyncClient | None:
+    """The SDK's aiohttp transport where aiohttp is installed (the bot's aiogram brings it): ~0.6 ms less CPU
+    per call than its default one (BENCHMARKS.md section 15), with the SDK's same retries, timeouts and
+    errors. The engine installed alone (a host such as AstrBot) may lack aiohttp and keeps the default."""
+    try:
+        return openai.DefaultAioHttpClient()
+    except RuntimeError:  # "you must have installed the package with the `aiohttp` extra"
+        return None
+
+
+def cache_split(usage: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(hit, miss) prompt tokens from an answer's usage. DeepSeek sends ``prompt_cache_hit_tokens`` and
+    ``prompt_cache_miss_tokens``; OpenAI-style servers send ``prompt_tokens_details.cached_tokens``; anything
+    else has no split."""
+    hit, miss = usage.get("prompt_cache_hit_tokens"), usage.get("prompt_cache_miss_tokens")
+    if _is_count(hit) and _is_count(miss):
         return hit, miss
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None)
-    prompt = getattr(usage, "prompt_tokens", None)
-    if isinstance(cached, int) and isinstance(prompt, int):
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt = usage.get("prompt_tokens")
+    if _is_count(cached) and _is_count(prompt):
         return cached, max(prompt - cached, 0)
     return None, None
 
 
-def _completion(response: ChatCompletion, purpose: str) -> Completion:
-    if not response.choices:
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> int:
+    return value if _is_count(value) else 0
+
+
+def _completion(body: dict[str, Any], purpose: str) -> Completion:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise LLMBadResponseError(f"{purpose}: no choices in the answer")
-    choice = response.choices[0]
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        message = {}
     calls = tuple(
-        ToolCall(id=call.id, name=function.name, arguments=function.arguments or "")
-        for call in choice.message.tool_calls or ()
-        if (function := getattr(call, "function", None)) is not None
+        ToolCall(id=str(call.get("id") or ""), name=str(function.get("name") or ""),
+                 arguments=str(function.get("arguments") or ""))
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, dict) and isinstance(function := call.get("function"), dict)
     )
-    content = (choice.message.content or "").strip() or None
+    content = message.get("content")
+    content = (content.strip() if isinstance(content, str) else "") or None
     if content is None and not calls:
         raise LLMBadResponseError(f"{purpose}: blank answer")
-    return Completion(content=content, tool_calls=calls, finish_reason=choice.finish_reason)
+    finish = choice.get("finish_reason")
+    return Completion(content=content, tool_calls=calls, finish_reason=finish if isinstance(finish, str) else None)
