@@ -39,32 +39,41 @@ def tagged(uid: int, n: int) -> str:
 
 
 def answer_tags(body: dict[str, Any]) -> str:
-    """The tags of the turn's own text (the last user message), in the order the user sent them."""
+    """The tags of the turn's own text (the user's lines of the last user message), in the order the user
+    sent them. The reference block before them may recall an earlier memory quoting its tag ("散步 #u-n#"):
+    that is not a text this turn answers."""
     users = [m.get("content") for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
     last = str(users[-1]) if users else ""
-    return "收到 " + " ".join(f"#{u}-{n}#" for u, n in TAG.findall(last))
+    said = [line for line in last.splitlines() if line.startswith("今天第")]
+    return "收到 " + " ".join(f"#{u}-{n}#" for line in said for u, n in TAG.findall(line))
+
+
+def install_tagged_model(llm: FakeLLM) -> None:
+    """Replies after 20-200 ms naming the tags they answer; extraction turns each tagged line into a memory
+    quoting its tag (so a memory in the wrong scope shows)."""
+    async def reply(body: dict[str, Any]) -> str:
+        await asyncio.sleep(random.uniform(0.02, 0.2))
+        return answer_tags(body)
+
+    async def extract(body: dict[str, Any]) -> str:
+        text = request_text(body)
+        if PROFILE_MARK in text:
+            return json.dumps({"core": "喜欢散步", "dynamic": []}, ensure_ascii=False)
+        if EXTRACT_MARK not in text:
+            return '{"memories": []}'
+        lines = [line for line in text.split("对话：", 1)[-1].splitlines() if "用户：" in line]
+        memories = [{"event": f"散步 #{u}-{n}#", "keywords": ["散步", f"{u}-{n}"], "importance": 60,
+                     "validity": "30d", "type": "event"} for line in lines for u, n in TAG.findall(line)]
+        return json.dumps({"memories": memories}, ensure_ascii=False)
+
+    llm.set_chat_reply(reply)
+    llm.set_json_reply(extract)
 
 
 @pytest.fixture
 async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
-        async def reply(body: dict[str, Any]) -> str:
-            await asyncio.sleep(random.uniform(0.02, 0.2))
-            return answer_tags(body)
-
-        async def extract(body: dict[str, Any]) -> str:
-            text = request_text(body)
-            if PROFILE_MARK in text:
-                return json.dumps({"core": "喜欢散步", "dynamic": []}, ensure_ascii=False)
-            if EXTRACT_MARK not in text:
-                return '{"memories": []}'
-            lines = [line for line in text.split("对话：", 1)[-1].splitlines() if "用户：" in line]
-            memories = [{"event": f"散步 #{u}-{n}#", "keywords": ["散步", f"{u}-{n}"], "importance": 60,
-                         "validity": "30d", "type": "event"} for line in lines for u, n in TAG.findall(line)]
-            return json.dumps({"memories": memories}, ensure_ascii=False)
-
-        llm.set_chat_reply(reply)
-        llm.set_json_reply(extract)
+        install_tagged_model(llm)
         yield tg, llm
 
 
