@@ -42,7 +42,7 @@ async def test_store_calls_complete_once_while_backends_are_ended() -> None:
                     await store.add_short(scope, ShortKind.TURN, f"第{n}句", "嗯", now, keep=100)
                     assert len(await store.fetch_memories(scope)) == n + 1
 
-            async with ending_backends(app, every=(0.02, 0.15)) as ended:
+            async with ending_backends(app, every=(0.1, 0.4)) as ended:
                 await asyncio.gather(*(writer(w) for w in range(WRITERS)))
             assert ended[0] > 0, "no backend was ended: the test proved nothing"
 
