@@ -117,7 +117,7 @@ async def until_answered(tg: FakeTelegram, users: range, per_user: int, timeout:
     await asyncio.sleep(1.0)  # an answer that should not exist gets its chance to show up
 
 
-async def until_some_answered(tg: FakeTelegram, users: range, count: int, timeout: float = 120) -> None:
+async def until_some_answered(tg: FakeTelegram, users: range, count: int, timeout: float = scale(120, 900)) -> None:
     """Until ``count`` texts of these users are answered: the load is under way."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -264,7 +264,7 @@ async def test_two_bot_processes_on_postgresql_survive_ended_connections_and_dec
     servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path, redis_prefix: str
 ) -> None:
     """Two separate ``python bot.py`` processes (as on two machines) share PostgreSQL and Redis while their
-    database connections are ended again and again (``pg_terminate_backend``, what a server restart does):
+    database connections are ended every 0.5-2 s (``pg_terminate_backend``, what a server restart does):
     every message is answered once and in order, every memory stays in its scope, and of the two
     schedulers only one runs the day's decay."""
     tg, llm = servers
@@ -282,7 +282,7 @@ async def test_two_bot_processes_on_postgresql_survive_ended_connections_and_dec
             await tg.wait_for_call("setWebhook", timeout=120, count=2)  # the webhook now reaches the second
             await greet(tg, users)
             begin = time.perf_counter()
-            async with ending_backends(application, every=(0.1, 0.6)) as ended:
+            async with ending_backends(application, every=(0.5, 2.0)) as ended:
                 await talk(tg, users, per_user, seed=4)
                 await until_answered(tg, users, per_user)
             seconds = time.perf_counter() - begin - 1.0  # until_answered's last second looks for extra answers
