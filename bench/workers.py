@@ -2,7 +2,8 @@
 the webhook of the fake Telegram with the fake LLM of the process proofs (replies after 20-200 ms), runs
 alternating so the machine's load falls on both alike. Every message must be answered once, in order.
 
-``python -m bench.workers [--users 200] [--messages 20] [--pairs 2] [--database-url URL] [--redis URL]``
+``python -m bench.workers [--users 200] [--messages 20] [--pairs 2] [--database-url URL]``
+(Redis: ``TEST_REDIS_URL``, default 127.0.0.1:6379, under a key prefix of its own, deleted after)
 prints one JSON object per run (with the bot's CPU per message, its worker processes included) and
 their medians. Linux only (the CPU is read from /proc).
 """
@@ -17,25 +18,24 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from bench.server import server_schema
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.redistest import redis_keys
 from tests.stress.harness import BotProcess
 from tests.test_workers_process import check, env_for, greet, install_tagged_model, talk, until_answered
 
 
-async def one_run(workers: int, users: int, messages: int, database: str, redis: str) -> dict[str, Any]:
+async def one_run(workers: int, users: int, messages: int, database: str) -> dict[str, Any]:
     first = 900_001
     chats = range(first, first + users)
-    async with FakeTelegram() as tg, FakeLLM() as llm, server_schema(database, "bw") as url:
+    async with FakeTelegram() as tg, FakeLLM() as llm, server_schema(database, "bw") as url, redis_keys() as prefix:
         install_tagged_model(llm)
         with tempfile.TemporaryDirectory() as folder:
             root = Path(folder)
-            env = env_for(tg, llm, root, f"bw{uuid.uuid4().hex[:8]}", DATABASE_URL=url, WORKERS=str(workers))
-            env["REDIS_URL"] = redis
+            env = env_for(tg, llm, root, prefix, DATABASE_URL=url, WORKERS=str(workers))
             bot = await BotProcess(env, root, tg=tg).start()
             try:
                 await tg.wait_for_call("setWebhook", timeout=120)
@@ -49,7 +49,6 @@ async def one_run(workers: int, users: int, messages: int, database: str, redis:
             finally:
                 await bot.stop()
             check(tg, chats, messages)
-            await forget_keys(redis, env["REDIS_PREFIX"])
     return {"workers": workers, "users": users, "messages_per_user": messages, "seconds": round(seconds, 1),
             "messages_per_s": round(users * messages / seconds, 1),
             "bot_cpu_ms_per_message": round(1000 * cpu / (users * messages), 2),
@@ -69,23 +68,11 @@ def cpu_seconds(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-async def forget_keys(url: str, prefix: str) -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
-
-
-async def measure(users: int, messages: int, pairs: int, database: str, redis: str) -> dict[str, Any]:
+async def measure(users: int, messages: int, pairs: int, database: str) -> dict[str, Any]:
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     for pair in range(pairs):
         for workers in (1, 2) if pair % 2 == 0 else (2, 1):
-            run = await one_run(workers, users, messages, database, redis)
+            run = await one_run(workers, users, messages, database)
             print(json.dumps(run), flush=True)
             runs[workers].append(run)
     return {f"{n}_worker{'s' if n > 1 else ''}": {
@@ -100,9 +87,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(measure(args.users, args.messages, args.pairs, args.database_url, args.redis))))
+    print(json.dumps(asyncio.run(measure(args.users, args.messages, args.pairs, args.database_url))))
 
 
 if __name__ == "__main__":
