@@ -63,12 +63,15 @@ async def reconnecting(call: Callable[[], Awaitable[T]]) -> T:
     token = _retrying.set(True)
     try:
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + RECONNECT_SECONDS
+        give_up: float | None = None
         delay = FIRST_DELAY
         while True:
             try:
                 return await call()
             except ConnectionLostError as exc:
+                # Counted from the first loss, not the call's start: a first attempt that waited long (for a
+                # lock, or for the server to settle a lost COMMIT) must not leave no time to try again.
+                give_up = loop.time() + RECONNECT_SECONDS if give_up is None else give_up
                 if loop.time() + delay > give_up:
                     raise
                 log.warning("PostgreSQL connection lost (%s); trying again in %.2f s", exc, delay)
