@@ -46,3 +46,39 @@ async def pg_schema() -> AsyncIterator[str]:
     require_server()
     async with server_schema(SERVER, "t") as url:
         yield url
+
+
+def named(url: str, application: str) -> str:
+    """``url`` (from ``pg_schema``) with an ``application_name`` of its own, so ``ending_backends`` ends only
+    the connections opened through it."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={application}"
+
+
+@asynccontextmanager
+async def ending_backends(application: str, every: tuple[float, float]) -> AsyncIterator[list[int]]:
+    """While the block runs, end every backend named ``application`` (``pg_terminate_backend``, what a server
+    restart does to each connection) again and again, at random intervals within ``every`` seconds; yields
+    a one-item list holding how many were ended so far."""
+    import asyncio
+    import random
+
+    import asyncpg
+
+    ended = [0]
+    admin = await asyncpg.connect(SERVER)
+    stop = asyncio.Event()
+
+    async def keep_ending() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(random.uniform(*every))
+            ended[0] += int(await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                application))
+
+    task = asyncio.create_task(keep_ending())
+    try:
+        yield ended
+    finally:
+        stop.set()
+        await task
+        await admin.close()

@@ -198,6 +198,47 @@ async def test_a_shard_is_handed_on_only_once_its_open_entries_are_acknowledged(
             assert await second.read() == [], "b does not read again what a acknowledged"
 
 
+async def test_a_shard_is_not_handed_on_while_an_acknowledgement_is_on_its_way(
+    redis: Redis, redis_prefix: str
+) -> None:
+    """The last open entry's acknowledgement has left but Redis has not answered it: releasing the shard now
+    could reach Redis first (another connection), and the next owner would read that entry again."""
+    queue = UpdateQueue(redis, redis_prefix)
+    await put_updates(queue, list(range(5000, 5032)), 2)
+    async with running(redis, redis_prefix, "a") as first:
+        entries = await read_all(first, 64)
+        odd = sorted({entry.shard for entry in entries if entry.shard % 2})  # b's share ("a" < "b")
+        assert odd, "the test needs an entry in b's share"
+        slow = odd[0]
+        *others, last = [entry for entry in entries if entry.shard == slow]
+        for entry in entries:
+            if entry.shard != slow:
+                await first.ack(entry)
+        for entry in others:
+            await first.ack(entry)
+        gate = asyncio.Event()
+        real = first._ack
+
+        async def held_up(**kwargs: object) -> object:
+            await gate.wait()
+            return await real(**kwargs)  # type: ignore[arg-type]
+
+        first._ack = held_up  # type: ignore[assignment]
+        acking = asyncio.create_task(first.ack(last))
+        async with running(redis, redis_prefix, "b") as second:
+            await eventually(lambda: _holds(second, set(range(1, SHARDS, 2)) - {slow}), "b takes the idle shards")
+            await asyncio.sleep(0.5)  # several rounds of leases
+            assert slow in first.held() and slow not in second.held(), "handed on before the ack was answered"
+            gate.set()
+            await acking
+            await eventually(lambda: _split(first, second), "then the shard is handed on")
+            assert await second.read() == [], "b does not read again what a acknowledged"
+
+
+async def _holds(worker: ShardWorker, shards: set[int]) -> bool:
+    return worker.held() == frozenset(shards)
+
+
 async def _split(one: ShardWorker, other: ShardWorker) -> bool:
     return len(one.held()) == len(other.held()) == SHARDS // 2
 

@@ -152,6 +152,9 @@ class _Shard:
     skip: set[str]  # acknowledged by an earlier owner beyond the cursor: not handled again
     open: dict[str, bool] = field(default_factory=dict)  # read, in order -> acknowledged
     draining: bool = False  # another worker should have it: read nothing more, release once all is acked
+    # Acknowledgements sent and not yet answered: the shard is released only after them, or the release
+    # (on another connection) could reach Redis first and the next owner read those entries again.
+    acking: int = 0
 
 
 class QueueError(CompanionError):
@@ -256,7 +259,7 @@ class ShardWorker:
                 state.draining = False
                 continue
             state.draining = True
-            if not state.open:
+            if not state.open and not state.acking:
                 await self._renew(keys=[self._keys.lease(shard)], args=[self.id, 0])
                 del self._held[shard]
                 log.info("queue: worker %s handed shard %d on", self.id, shard)
@@ -354,7 +357,12 @@ class ShardWorker:
         remember = "" if acked is None or acked in passed else acked
         cursor = passed[-1] if passed else ""
         keys = [self._keys.lease(shard), self._keys.done(shard), self._keys.cursor(shard), self._keys.stream(shard)]
-        if await self._ack(keys=keys, args=[self.id, remember, cursor, *passed]):
+        state.acking += 1
+        try:
+            kept = await self._ack(keys=keys, args=[self.id, remember, cursor, *passed])
+        finally:
+            state.acking -= 1
+        if kept:
             return True
         self._drop([shard], "another worker holds its lease")
         return False
