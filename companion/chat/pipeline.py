@@ -13,7 +13,6 @@ plain chat call, with no tools field.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections import deque
@@ -31,6 +30,7 @@ from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
 from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
 from companion.chat.steering import opening_reviews, steer
+from companion.chat.summaries import Summaries
 from companion.config.settings import Settings
 from companion.core import rules
 from companion.core.errors import LLMError, StorageError
@@ -45,7 +45,6 @@ from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
-SUMMARY_MIN_TURNS = 2
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
 # send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
 REPLY_MAX_CHARS = 3 * texts.TELEGRAM_LIMIT
@@ -106,7 +105,7 @@ class ChatService:
         self._rng = rng or random.Random()
         self._sessions: dict[Scope, Session] = {}
         self.modes = CompanionModes(engine)
-        self._idle: dict[Scope, asyncio.Task[None]] = {}
+        self._summaries = Summaries(engine, clock, config.idle_summary_seconds, self._sessions.get)
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max))
         self._tools = tools if config.tools_enabled else None
@@ -218,7 +217,7 @@ class ChatService:
             finally:
                 session.answering = None
         if remember:
-            self._schedule_summary(scope, session)
+            self._summaries.schedule(scope, session)
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
@@ -298,9 +297,7 @@ class ChatService:
         # The engine dropped the persisted copies already (queue and short-term, in its transaction).
         if ids is None:
             session.forget_everything()
-            idle = self._idle.pop(scope, None)
-            if idle is not None:
-                idle.cancel()
+            self._summaries.cancel(scope)
         else:
             session.forget(done.memories, done.turn_keys)
         return len(done.memories)
@@ -314,7 +311,7 @@ class ChatService:
         """End the conversation: a summary worth keeping becomes a short-term memory; context is cleared."""
         session = self.session(scope)
         async with session.lock:
-            saved = await self._summarise(scope, session)
+            saved = await self._summaries.summarise(scope, session)
             self._sessions.pop(scope, None)
             await self._end_conversation(scope, self.clock())
         return texts.reset_done(saved)
@@ -324,35 +321,6 @@ class ChatService:
         process, starts afresh (its cooldowns, countdown and first-turn reviews)."""
         await self.engine.clear_short_term(scope, ShortKind.TURN)
         await self.engine.finish_turn(scope, now, conversation="")
-
-    def _schedule_summary(self, scope: Scope, session: Session) -> None:
-        """After some minutes of silence the conversation is summarised, without clearing the context."""
-        previous = self._idle.pop(scope, None)
-        if previous is not None:
-            previous.cancel()
-        turn = session.turn
-
-        async def later() -> None:
-            await asyncio.sleep(self.config.idle_summary_seconds)
-            if self._sessions.get(scope) is session and session.turn == turn:
-                async with session.lock:
-                    await self._summarise(scope, session)
-
-        task = asyncio.create_task(later(), name=f"idle-{scope.key}")
-        self._idle[scope] = task
-        task.add_done_callback(lambda t: self._idle.pop(scope, None) if self._idle.get(scope) is t else None)
-
-    async def _summarise(self, scope: Scope, session: Session) -> Memory | None:
-        turns = [Turn(user=t.user, reply=t.reply, at=self.clock(), key=t.key)
-                 for t in list(session.history)[session.summarised_turn:]]
-        if len(turns) < SUMMARY_MIN_TURNS:
-            return None
-        session.summarised_turn = len(session.history)
-        try:
-            return await self.engine.summarise(scope, turns, self.clock())
-        except (LLMError, StorageError) as exc:
-            log.warning("conversation summary for %s failed: %s", scope.key, exc)
-            return None
 
     async def _reply(
         self, scope: Scope, session: Session, text: str, group: GroupTurn | None = None, opened: bool = False
@@ -436,8 +404,7 @@ class ChatService:
     async def drain(self) -> None:
         """Wait for background extractions and profile rebuilds (shutdown, tests, benchmarks); pending
         idle summaries are dropped (the turns are queued for extraction anyway)."""
-        for task in list(self._idle.values()):
-            task.cancel()
+        self._summaries.cancel_all()
         await self._learning.drain()
 
 
