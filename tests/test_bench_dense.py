@@ -14,7 +14,7 @@ import pytest
 
 from bench import cli
 from bench.dataset import DatasetLine, MemoryLine, QueryLine, write_dataset
-from bench.dense import replay_dense
+from bench.dense import DENSE_POLICIES, choose_policy, replay_dense
 from tests.fakes.embeddings import FakeEmbeddings
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -84,3 +84,17 @@ async def test_every_row_reads_the_same_window_and_other_users_are_negatives(tmp
     assert replay.notes["vectors written"] == 8
     assert window and {"我家狗狗", "豆豆真可爱"} <= window[0]  # the dense query reads the window too
     assert [t.relevant for t in replay.turns] == [("u1m0",), ()]  # the question, then asked of u2
+
+
+def sweep(names: list[str], hit: float, injection: float) -> dict[str, object]:
+    row = {"gated hit": hit, "false injection, other user": injection}
+    return {"dense gate sweep": {name: {"engine+dense": row} for name in names}}
+
+
+def test_leave_one_out_chooses_among_the_gates_every_run_measured() -> None:
+    newest = list(DENSE_POLICIES)
+    older = [name for name in newest if name != "cosine >= 0.9"]  # recorded before that floor was swept
+    assert len(older) < len(newest)
+    train = [sweep(newest, 0.5, 0.05), sweep(older, 0.5, 0.05)]
+    assert choose_policy(train, 0.1) in older
+    assert choose_policy([sweep(newest, 0.5, 0.05)], 0.1, also=[sweep(older, 0.5, 0.05)]) in older
