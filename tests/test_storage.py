@@ -266,6 +266,26 @@ async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: S
     assert [m.id for m in await storage.fetch_memories(ALICE)] == [mid]
 
 
+async def test_a_whole_write_rolls_back_all_its_statements(storage: SQLiteStore) -> None:
+    """``write_whole`` (a turn's write, a usage row): statements sent to the connection's thread together
+    still commit together or not at all, and the connection is usable after a failed one."""
+    class Boom(Exception):
+        pass
+
+    def half(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'x')")
+        raise Boom
+
+    with pytest.raises(Boom):
+        await storage.write_whole(half)
+    with pytest.raises(StorageError):
+        await storage.write_whole(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    await storage.write_whole(lambda conn: conn.execute(
+        "INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'y')"))
+    rows = await storage._select("SELECT value FROM settings WHERE name = 'whole'")
+    assert [tuple(r) for r in rows] == [("y",)]
+
+
 # ---- pending turns ---------------------------------------------------------------------------------
 
 
