@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -162,10 +163,15 @@ class Connection:
         of one per statement (BEGIN, each statement, COMMIT), each ~0.1-0.3 ms of a busy bot's CPU
         (BENCHMARKS.md section 15, round 2). Committed before this returns. aiosqlite's own queue (not
         ``asyncio.to_thread``) keeps it in line with every other statement on that thread, so a caller
-        cancelled meanwhile cannot let the next transaction start before this one has ended."""
+        cancelled meanwhile cannot let the next transaction start before this one has ended; and a caller
+        cancelled before the COMMIT gets it rolled back, as a transaction sent statement by statement was."""
+        abandoned = threading.Event()
         async with self._lock:
             try:
-                return await self._on_thread(functools.partial(_whole_transaction, work=work))
+                return await self._on_thread(functools.partial(_whole_transaction, work=work, abandoned=abandoned))
+            except asyncio.CancelledError:
+                abandoned.set()
+                raise
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
 
@@ -335,12 +341,21 @@ class Connection:
             raise storage_error(exc) from exc
 
 
-def _whole_transaction(raw: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+class _Abandoned(Exception):
+    """The caller of ``Connection.write_whole`` was cancelled before the COMMIT."""
+
+
+def _whole_transaction(
+    raw: sqlite3.Connection, work: Callable[[sqlite3.Connection], T], abandoned: threading.Event
+) -> T:
     """``Connection.write_whole`` on the connection's thread: BEGIN IMMEDIATE, ``work``, COMMIT, or ROLLBACK
-    on any error (unless SQLite already rolled back by itself, see ``Connection._rollback``)."""
+    on any error or when the caller is gone (unless SQLite already rolled back by itself, see
+    ``Connection._rollback``)."""
     raw.execute("BEGIN IMMEDIATE")
     try:
         result = work(raw)
+        if abandoned.is_set():
+            raise _Abandoned  # nobody awaits the result; the caller's CancelledError is what it sees
         raw.execute("COMMIT")
     except BaseException:
         if raw.in_transaction:
