@@ -51,8 +51,8 @@ class Connection:
         self, conn: aiosqlite.Connection, raw: sqlite3.Connection, path: Path, spare_tables: int = spares.SPARE_TABLES
     ) -> None:
         self._conn = conn
-        # The same SQLite connection, for the one statement run on the event loop's thread
-        # (``SQLiteStore.change_counter``).
+        # The same SQLite connection, for reads run on the event loop's thread (``SQLiteStore.change_counter``,
+        # a turn's read) and for work sent whole to aiosqlite's thread (``write_whole``), always under the lock.
         self._raw = raw
         self._lock = asyncio.Lock()
         # Scope key -> memory table version, for every registered scope (one small query at open).
