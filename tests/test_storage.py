@@ -3,8 +3,10 @@ profiles, decay through SQL functions, and a locked database."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -264,6 +266,50 @@ async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: S
             raise Boom
     [mid] = await storage.apply_changes(ALICE, NOW, inserts=[draft()])
     assert [m.id for m in await storage.fetch_memories(ALICE)] == [mid]
+
+
+async def test_a_whole_write_rolls_back_all_its_statements(storage: SQLiteStore) -> None:
+    """``write_whole`` (a turn's write, a usage row): statements sent to the connection's thread together
+    still commit together or not at all, and the connection is usable after a failed one."""
+    class Boom(Exception):
+        pass
+
+    def half(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'x')")
+        raise Boom
+
+    with pytest.raises(Boom):
+        await storage.write_whole(half)
+    with pytest.raises(StorageError):
+        await storage.write_whole(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    await storage.write_whole(lambda conn: conn.execute(
+        "INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'y')"))
+    rows = await storage._select("SELECT value FROM settings WHERE name = 'whole'")
+    assert [tuple(r) for r in rows] == [("y",)]
+
+
+async def test_a_whole_write_whose_caller_is_cancelled_before_its_commit_is_rolled_back(
+    storage: SQLiteStore,
+) -> None:
+    """As a transaction sent statement by statement: a turn cancelled at a stop keeps nothing half-done, and
+    ``kept_if_abandoned`` queues its text once, not a second time beside a committed copy."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO settings (name, owner, value) VALUES ('cancelled', '', 'x')")
+        started.set()
+        release.wait(30)
+
+    task = asyncio.create_task(storage.write_whole(slow))
+    assert await asyncio.to_thread(started.wait, 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await storage.write_whole(lambda conn: conn.execute(
+        "INSERT INTO settings (name, owner, value) VALUES ('after', '', 'y')"))  # queued behind it
+    rows = await storage._select("SELECT name FROM settings WHERE name IN ('cancelled', 'after')")
+    assert [tuple(r) for r in rows] == [("after",)]
 
 
 # ---- pending turns ---------------------------------------------------------------------------------

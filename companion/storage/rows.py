@@ -53,7 +53,8 @@ def _enum(kind: type[StrEnum], load: Callable[[str], Any] | None = None) -> Code
 
 
 def _load_time(value: Any) -> datetime:
-    # ``fromisoformat`` reads the stored ``...Z`` form about 20x faster than ``strptime`` (``from_db``);
+    # ``fromisoformat`` reads the stored ``...Z`` form about 20x faster than ``strptime`` (``from_db``), which
+    # on a profile and the turns read every turn was ~1% of a busy bot's CPU (BENCHMARKS.md section 15);
     # anything it would read differently (a naive or offset time) goes the strict way.
     text = str(value)
     if len(text) == STORED_LEN and text[-1] == "Z":
@@ -150,7 +151,7 @@ def row_to_profile(row: Sequence[object]) -> tuple[Profile, bool]:
     """The profile and whether it is stale (memories changed since it was built)."""
     core, dynamic, built_at, dirty = row
     traits = [DynamicTrait(str(t["text"]), tuple(t["keywords"])) for t in json.loads(str(dynamic))]
-    return Profile(core=str(core), dynamic=traits, built_at=from_db(str(built_at))), bool(dirty)
+    return Profile(core=str(core), dynamic=traits, built_at=_load_time(built_at)), bool(dirty)
 
 
 TURN_COLUMNS = "id, user_text, reply_text, created_at, chat_id, message_id, turn_key"
@@ -164,7 +165,7 @@ def turn_to_row(turn: Turn) -> tuple[object, ...]:
 def row_to_turn(row: Sequence[object]) -> Turn:
     mid, user, reply, at, chat_id, message_id, key = row
     return Turn(
-        user=str(user), reply=None if reply is None else str(reply), at=from_db(str(at)),
+        user=str(user), reply=None if reply is None else str(reply), at=_load_time(at),
         id=int(mid),  # type: ignore[call-overload]
         chat_id=OPT_INT.load(chat_id), message_id=OPT_INT.load(message_id), key=None if key is None else str(key),
     )

@@ -7,14 +7,13 @@ mention."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from datetime import datetime
 
-import aiosqlite
-
 from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import from_db, to_db
-from companion.storage import journal, shortterm
+from companion.storage import journal, migrations, shortterm
 from companion.storage.connection import Connection, storage_error
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
@@ -101,22 +100,22 @@ def read_turn(
     )
 
 
-async def write_turn(conn: aiosqlite.Connection, key: str, table: str | None, done: TurnRecord) -> None:
-    """``TurnBatch.record_turn``'s statements, in the caller's transaction."""
+def write_turn(conn: sqlite3.Connection, key: str, table: str | None, done: TurnRecord) -> None:
+    """``TurnBatch.record_turn``'s statements, in the caller's transaction, on the connection's thread."""
     if done.short is not None:
         turn = done.short
         added, trim = shortterm.add_params(key, ShortKind.TURN, turn.user, turn.reply, turn.at, done.recalled,
                                            done.keep, () if turn.key is None else (turn.key,))
-        await conn.execute(shortterm.ADD, added)
-        await conn.execute(shortterm.TRIM, trim)
+        conn.execute(shortterm.ADD, added)
+        conn.execute(shortterm.TRIM, trim)
     if done.queued:
-        await conn.executemany(QUEUE_TURN, [queue_params(key, t) for t in done.queued])
+        conn.executemany(QUEUE_TURN, [queue_params(key, t) for t in done.queued])
     if table is not None and done.touched:
-        await conn.execute(touch_sql(table, len(done.touched)), (to_db(done.at), *done.touched))
+        conn.execute(touch_sql(table, len(done.touched)), (to_db(done.at), *done.touched))
     if table is not None and done.mentioned:
-        await conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
+        conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
     if done.conversation is not None:
-        await conn.execute(SET_CONVERSATION, (key, done.conversation or None))
+        conn.execute(SET_CONVERSATION, (key, done.conversation or None))
 
 
 class TurnCalls(Connection):
@@ -140,12 +139,18 @@ class TurnCalls(Connection):
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         """One write transaction on the connection's thread, like every other write: a statement sent
         whole to another thread (``asyncio.to_thread``) waited on the GIL once per statement and made a
-        busy bot's turns three times slower."""
+        busy bot's turns three times slower. Its statements go there together, one hand-over a turn."""
+        version = self._version(scope)
+        if version == migrations.CURRENT_TABLE_VERSION or not (record.queued or record.touched or record.mentioned):
+            # The usual turn: nothing to register or upgrade first, so the whole transaction goes to the
+            # connection's thread at once (``write_whole``) instead of a hand-over per statement.
+            table = None if version is None else self.memory_table(scope)
+            await self.write_whole(functools.partial(write_turn, key=scope.key, table=table, done=record))
+            return
         async with self._tx() as conn:
-            if record.queued or record.touched or record.mentioned:
-                await self._ensure_scope(conn, scope, record.at)  # registered, and its table current
+            await self._ensure_scope(conn, scope, record.at)  # registered, and its table current
             table = None if self._version(scope) is None else self.memory_table(scope)
-            await write_turn(conn, scope.key, table, record)
+            await self._on_thread(functools.partial(write_turn, key=scope.key, table=table, done=record))
 
     async def set_editing(self, scope: Scope, handle: int | None) -> None:
         async with self._tx() as conn:

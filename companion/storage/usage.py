@@ -43,6 +43,9 @@ USAGE = MigrationSet("usage", (
 ))
 register(USAGE)
 
+ADD = ("INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, "
+       "cache_miss_tokens, latency_ms, ok, tool_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
 
 class SQLiteUsageLog:
     """``UsageLog`` in the store's own database (table ``llm_usage``)."""
@@ -51,17 +54,10 @@ class SQLiteUsageLog:
         self._store = store
 
     async def add(self, record: UsageRecord) -> None:
-        try:
-            async with self._store.transaction() as conn:
-                await conn.execute(
-                    "INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tokens, cache_hit_tokens, "
-                    "cache_miss_tokens, latency_ms, ok, tool_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (to_db(record.at), record.purpose, record.model, record.prompt_tokens, record.completion_tokens,
-                     record.cache_hit_tokens, record.cache_miss_tokens, record.latency_ms, int(record.ok),
-                     record.tool_calls),
-                )
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
+        row = (to_db(record.at), record.purpose, record.model, record.prompt_tokens, record.completion_tokens,
+               record.cache_hit_tokens, record.cache_miss_tokens, record.latency_ms, int(record.ok), record.tool_calls)
+        # One hand-over to the connection's thread, not three (BEGIN, INSERT, COMMIT): one per model call.
+        await self._store.write_whole(lambda conn: conn.execute(ADD, row))
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
         """Calls since ``since`` by local day and purpose, oldest day first. Days are cut at ``offset``
