@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     dense_loo = commands.add_parser("dense-loo", help="leave-one-dataset-out choice of the dense gate from "
                                                       "several `recall --embeddings --json` results")
     dense_loo.add_argument("results", type=Path, nargs="+")
-    dense_loo.add_argument("--goal", type=float, default=0.10, help="false injection allowed on other-user turns")
+    dense_loo.add_argument("--goal", type=float, default=0.10,
+                           help="false injection allowed on certified other-user turns")
     dense_loo.add_argument("--json", type=Path, help="also write the results here")
     merge = commands.add_parser("merge", help="precision and recall of 'same fact' for the old and new merge rules")
     merge.add_argument("pairs", type=Path, nargs="?", default=None, help="pairs (default bench/data/merge_pairs.jsonl)")

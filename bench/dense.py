@@ -6,7 +6,9 @@ in meaning) and ``engine+dense`` (what the bot runs with a backend: both fused b
 same query, the turn with its conversation window (the user's earlier turns and the companion's last reply, as
 the bot passes them), and is measured twice: its ranking with every gate lifted (hit@k, recall@k, MRR), and
 what the bot would inject with the gates on (limit 2): the gated hit on the questions, and the false injection
-on every question asked of another user's memories (``bench.recall.partners``), for every data set.
+on every question asked of another user's memories (``bench.recall.partners``), for every data set, and on
+those of them the data set certifies as negatives (``bench.recall.certified_negative``: the other scope neither
+names the question's own thing nor shares a subject with it), the turns ``bench loo`` holds the keyword gate to.
 
 The dense gate is applied offline to the recorded nearest memories, so one replay measures every policy of
 ``DENSE_POLICIES`` (an absolute cosine floor, or how far a memory stands out from the scope's usual similarity
@@ -33,7 +35,7 @@ from typing import Any
 
 from bench.dataset import DatasetLine, MemoryLine, QueryLine, read_dataset
 from bench.metrics import MetricsAccumulator
-from bench.recall import _RowMap, draft_for, partners
+from bench.recall import _RowMap, certified_negative, draft_for, partners
 from bench.timing import latency_summary, write_json
 from companion.config.settings import Settings, load_settings
 from companion.core.models import Scope
@@ -91,6 +93,7 @@ class Turn:
 
     number: int
     relevant: tuple[str, ...]  # () on a question asked of another user
+    certified: bool = True  # on a question asked of another user: a negative the data set vouches for
     ranked: list[int] = field(default_factory=list)  # keyword ranking, gate lifted
     lexical: list[int] = field(default_factory=list)  # keyword candidates past the bot's gate (widened)
     hits: list[tuple[int, float]] = field(default_factory=list)  # nearest memories, closest first
@@ -116,7 +119,7 @@ class Kept:
         out: dict[str, Any] = {}
         for name in SYSTEMS:
             ranking = MetricsAccumulator(self.ks)
-            hit = positives = injected = negatives = 0
+            hit = positives = injected = negatives = certified = injected_certified = 0
             for turn in self.turns:
                 gated = self._ids(turn, self.gated(name, turn, policy), 10**6)
                 if turn.relevant:
@@ -126,9 +129,12 @@ class Kept:
                 else:
                     negatives += 1
                     injected += bool(gated)
+                    certified += turn.certified
+                    injected_certified += bool(gated) and turn.certified
             summary = {k: v for k, v in ranking.summary().items() if k != "latency_ms"} if positives else {}
             summary["gated hit"] = round(hit / (positives or 1), 4)
             summary["false injection, other user"] = round(injected / (negatives or 1), 4)
+            summary["false injection, certified"] = round(injected_certified / (certified or 1), 4)
             summary["latency_ms"] = latency_summary(self.latency[name]) if self.latency[name] else {}
             out[name] = summary
         return out
@@ -165,6 +171,8 @@ class DenseReplay:
         self.notes: Counter[str] = Counter()
         self._scopes: dict[str, int] = {}
         self._texts: dict[str, set[str]] = {}
+        self._subjects: dict[str, set[str]] = {}
+        self._by_id: dict[tuple[str, str], str] = {}
         self._unembedded: set[int] = set()
 
     async def run(self, lines: Iterable[DatasetLine]) -> None:
@@ -177,6 +185,8 @@ class DenseReplay:
                 for handle in written[:1]:
                     self.rows.add(number, handle, line.id)
                 self._texts.setdefault(line.user, set()).add(line.text)
+                self._subjects.setdefault(line.user, set()).update(line.subjects)
+                self._by_id[(line.user, line.id)] = line.text
                 self._unembedded.add(number)
                 self.notes["memories"] += 1
                 continue
@@ -186,10 +196,15 @@ class DenseReplay:
             questions.append(line)
             self.turns.append(await self._turn(number, line, tuple(line.relevant)))
         partner = partners(list(self._scopes), self._texts)
+        annotated = any(q.subjects for q in questions)
         for line in questions if partner else ():
             other = self._scopes[partner[line.user]]
             await self._sync(other, line.time)
-            self.turns.append(await self._turn(other, line, ()))
+            turn = await self._turn(other, line, ())
+            gold = [self._by_id[(line.user, r)] for r in line.relevant if (line.user, r) in self._by_id]
+            turn.certified = certified_negative(line, gold, self._texts.get(partner[line.user], ()),
+                                                self._subjects.get(partner[line.user], set()), annotated)
+            self.turns.append(turn)
 
     async def _sync(self, number: int, at: datetime) -> None:
         if number in self._unembedded:
@@ -274,6 +289,11 @@ def run_dense_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cells(row: Mapping[str, Any]) -> str:
+    return (f"{row['gated hit']:.3f} / {row['false injection, other user']:.3f} / "
+            f"{row.get('false injection, certified', float('nan')):.3f}")
+
+
 def summarise(kept: Kept, policy: DensePolicy, model: str) -> dict[str, Any]:
     """Every system under ``policy``, the dense gate sweep and the fusion sweep, printed and as a report."""
     from bench.cli import format_table
@@ -287,11 +307,10 @@ def summarise(kept: Kept, policy: DensePolicy, model: str) -> dict[str, Any]:
     print("fusion (rank constant k, dense weight): " + "; ".join(
         f"{name}: hit@1 {v['hit@1']:.3f}, recall@5 {v['recall@5']:.3f}, gated hit {v['gated hit']:.3f}"
         for name, v in fusion.items()))
-    print("dense gate              dense gated hit / FI    engine+dense gated hit / FI")
+    print("dense gate              dense gated hit / FI all / certified    engine+dense gated hit / FI all / certified")
     for name, systems in sweep.items():
         d, f = systems["dense"], systems["engine+dense"]
-        print(f"{name:<22}  {d['gated hit']:.3f} / {d['false injection, other user']:.3f}"
-              f"          {f['gated hit']:.3f} / {f['false injection, other user']:.3f}")
+        print(f"{name:<22}  {_cells(d)}          {_cells(f)}")
     return {"queries": sum(1 for t in kept.turns if t.relevant), "model": model, **configured,
             "policy": {"min_similarity": policy.min_similarity, "min_standout": policy.min_standout,
                        "weight": policy.weight, "fusion_k": policy.fusion_k},
@@ -299,11 +318,21 @@ def summarise(kept: Kept, policy: DensePolicy, model: str) -> dict[str, Any]:
             "notes": dict(kept.notes)}
 
 
+def negatives_key(reports: Iterable[Mapping[str, Any]]) -> str:
+    """The false injection the dense gate is held to: on the certified other-user turns, as ``bench loo`` holds
+    the keyword gate, when every run counted them (runs recorded before they were counted: every such turn)."""
+    certified = all("false injection, certified" in row["engine+dense"]
+                    for r in reports for row in r["dense gate sweep"].values())
+    return "false injection, certified" if certified else "false injection, other user"
+
+
 def choose_policy(train: Sequence[Mapping[str, Any]], goal: float, also: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The policy with the best mean fused gated hit among those whose fused false injection is within ``goal``
-    on every training set (the one with the lowest worst false injection when none is)."""
+    """The policy with the best mean fused gated hit among those whose fused false injection (``negatives_key``)
+    is within ``goal`` on every training set (the one with the lowest worst false injection when none is)."""
+    key = negatives_key((*train, *also))
+
     def worst(name: str) -> float:
-        return max(float(r["dense gate sweep"][name]["engine+dense"]["false injection, other user"]) for r in train)
+        return max(float(r["dense gate sweep"][name]["engine+dense"][key]) for r in train)
 
     def gain(name: str) -> float:
         return sum(float(r["dense gate sweep"][name]["engine+dense"]["gated hit"]) for r in train)
@@ -341,14 +370,13 @@ def _report(path: Path) -> dict[str, Any]:
 def run_dense_loo_command(args: argparse.Namespace) -> int:
     reports = {path.stem: _report(path) for path in args.results}
     folds = []
-    print("held out            chosen on the others   fused gated hit / FI   dense gated hit / FI   "
-          "keyword gated hit / FI")
+    print("held out            chosen on the others   fused gated hit / FI all / certified   dense (same)   "
+          "keywords (same)")
     for held, report in reports.items() if len(reports) > 1 else ():
         name = choose_policy([r for k, r in reports.items() if k != held], args.goal, also=[report])
         row = report["dense gate sweep"][name]
         folds.append({"held out": held, "policy": name, **{s: row[s] for s in SYSTEMS}})
-        cells = "   ".join(f"{row[s]['gated hit']:.3f} / {row[s]['false injection, other user']:.3f}"
-                           for s in ("engine+dense", "dense", "engine"))
+        cells = "   ".join(_cells(row[s]) for s in ("engine+dense", "dense", "engine"))
         print(f"{held:<18}  {name:<21}  {cells}")
     fusion_folds = []
     if all("fusion sweep" in r for r in reports.values()) and len(reports) > 1:
@@ -363,5 +391,6 @@ def run_dense_loo_command(args: argparse.Namespace) -> int:
                                for row in (fused, report["engine"], report["dense"]))
             print(f"{held:<18}  {name:<28}  {cells}")
     if args.json:
-        write_json(args.json, {"goal": args.goal, "folds": folds, "fusion folds": fusion_folds})
+        write_json(args.json, {"goal": args.goal, "goal on": negatives_key(reports.values()), "folds": folds,
+                               "fusion folds": fusion_folds})
     return 0

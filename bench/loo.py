@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.dataset import DatasetLine, MemoryLine, QueryLine, read_dataset
 from bench.metrics import hit_at_k, recall_at_k
-from bench.recall import _RowMap, draft_for, names_the_same_thing, partners, shares_subject
+from bench.recall import _RowMap, certified_negative, draft_for, partners
 from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.ops.assembly import open_engine
@@ -223,8 +223,7 @@ async def _replay(engine: MemoryEngine, lines: Iterable[DatasetLine], out: Recor
     for line in questions if partner else ():
         other = partner[line.user]
         gold = [by_id[(line.user, r)] for r in line.relevant if (line.user, r) in by_id]
-        certified = not names_the_same_thing(line.text, gold, texts.get(other, ())) and not shares_subject(
-            line.subjects, subjects.get(other, set()), annotated)
+        certified = certified_negative(line, gold, texts.get(other, ()), subjects.get(other, set()), annotated)
         turn = Turn("other user", certified, size=sizes[scopes[other]])
         await _gate_inputs(engine, Scope(scopes[other]), line, rows, scopes[other], turn, ranking=False)
         out.turns.append(turn)

@@ -279,6 +279,14 @@ def names_the_same_thing(question: str, gold: Iterable[str], other: Iterable[str
     return bool(named) and any(named & _names(t) for t in other)
 
 
+def certified_negative(line: QueryLine, gold: Iterable[str], other_texts: Iterable[str], other_subjects: Iterable[str],
+                       annotated: bool) -> bool:
+    """A question asked of another user's memories that the data set itself vouches has nothing relevant
+    there: the other scope neither names the question's own thing nor shares one of its subjects."""
+    return not names_the_same_thing(line.text, gold, other_texts) and not shares_subject(
+        line.subjects, other_subjects, annotated)
+
+
 def shares_subject(asked: Iterable[str], there: Iterable[str], annotated: bool) -> bool:
     """Whether the other scope may hold a memory about what the question asks: it shares one of the
     question's subjects, or the data set annotates subjects (``annotated``) and found none for this question,

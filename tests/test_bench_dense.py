@@ -15,6 +15,7 @@ import pytest
 from bench import cli
 from bench.dataset import DatasetLine, MemoryLine, QueryLine, write_dataset
 from bench.dense import DENSE_POLICIES, choose_policy, replay_dense
+from companion.engine.retrievers import DensePolicy
 from tests.fakes.embeddings import FakeEmbeddings
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -86,9 +87,50 @@ async def test_every_row_reads_the_same_window_and_other_users_are_negatives(tmp
     assert [t.relevant for t in replay.turns] == [("u1m0",), ()]  # the question, then asked of u2
 
 
+async def test_other_user_turns_the_data_set_certifies_are_counted_apart(tmp_path: Path) -> None:
+    # As ``bench loo`` holds the keyword gate: u1's question about its 表妹 asked of u2, who has a 表妹 too, is
+    # not a certified negative (u2's 表妹 memory may well be what u2 would mean); u2's 手机 question asked of u1,
+    # who holds nothing about a phone, is.
+    lines: list[DatasetLine] = [
+        MemoryLine("u1", "a0", WHEN, "我表妹在广州工作", subjects=("表妹",)),
+        MemoryLine("u1", "a1", WHEN, "我喜欢游泳", subjects=()),
+        MemoryLine("u2", "b0", WHEN, "我表妹是上海人", subjects=("表妹",)),
+        MemoryLine("u2", "b1", WHEN, "我的手机是华为的", subjects=("手机",)),
+        QueryLine("u1", "q1", LATER, "我表妹在哪里工作", ("a0",), subjects=("表妹",)),
+        QueryLine("u2", "q2", LATER, "我的手机是什么牌子", ("b1",), subjects=("手机",)),
+    ]
+    async with FakeEmbeddings(synonyms=SYNONYMS) as fake:
+        replay = await replay_dense(lines, (1, 5), fake.base_url, "fake-ngrams")
+    asked_of_other = [t for t in replay.turns if not t.relevant]
+    assert [t.certified for t in asked_of_other] == [False, True]
+    report = replay.systems(DensePolicy(min_similarity=0.0, min_standout=0.0))  # every dense candidate admitted
+    fused = report["engine+dense"]
+    assert fused["false injection, other user"] == 1.0 and fused["false injection, certified"] == 1.0
+    # The keyword gate injects u2's 表妹 memory on the uncertified turn only: it counts in the rate over every
+    # other-user turn, not in the certified one.
+    assert replay.kept().turns[2].lexical and not replay.kept().turns[3].lexical
+    assert report["engine"]["false injection, other user"] == 0.5
+    assert report["engine"]["false injection, certified"] == 0.0
+
+
 def sweep(names: list[str], hit: float, injection: float) -> dict[str, object]:
     row = {"gated hit": hit, "false injection, other user": injection}
     return {"dense gate sweep": {name: {"engine+dense": row} for name in names}}
+
+
+def test_leave_one_out_holds_the_dense_gate_to_the_certified_turns_when_counted() -> None:
+    # The goal applies where ``bench loo`` applies it to the keyword gate: the certified other-user turns.
+    names = list(DENSE_POLICIES)
+    loose, strict = "z >= 1", "z >= 5"
+    train = {"dense gate sweep": {name: {"engine+dense": {
+        "gated hit": 0.9 if name == loose else 0.5, "false injection, other user": 0.2 if name == loose else 0.05,
+        "false injection, certified": 0.05}} for name in names}}
+    assert choose_policy([train], 0.1) == loose
+    older = {"dense gate sweep": {n: {"engine+dense": {k: v for k, v in row["engine+dense"].items()
+                                                       if k != "false injection, certified"}}
+                                  for n, row in train["dense gate sweep"].items()}}
+    assert choose_policy([older], 0.1) != loose  # runs without the count: every other-user turn, as before
+    assert strict in names
 
 
 def test_leave_one_out_chooses_among_the_gates_every_run_measured() -> None:
