@@ -121,6 +121,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     """The bot itself, once the checks passed; the caller holds the database lock (SQLite). ``receiving``:
     this process takes updates from Telegram (a ``worker`` only handles what the queue gives it)."""
     from companion.chat.stopping import wind_down
+    from companion.config.runtime import settle_heap
     from companion.ops import jobs, reviews
     from companion.ops.staging import remove_staging
     from companion.ops.upgrade import upgrade_tables
@@ -150,6 +151,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
         consumer: Consumer | None = None
         try:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
+            settle_heap()  # what start-up built stays out of the garbage collector's way
             if receiving:  # one process polls the kanbans and serves the OAuth callback, never every worker
                 kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
@@ -304,6 +306,7 @@ def _terminated(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help exits here, before pydantic is imported
+    from companion.config import runtime
     from companion.config.logs import setup_logging
     from companion.config.settings import load_settings
 
@@ -313,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(PROJECT_DIR)
         setup_logging(settings.log_level)
-        return asyncio.run(COMMANDS[args.command](settings, args))
+        return runtime.run(COMMANDS[args.command](settings, args), settings.event_loop)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

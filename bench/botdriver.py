@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -123,6 +123,7 @@ async def _drive(conn: Connection, config: BotConfig) -> None:
         result = await _load(tg, config)
         result["driver_cpu_s"] = round(cpu_seconds() - cpu, 2)
         result["llm_requests"] = dict(model.counts)
+        result["telegram_calls"] = dict(Counter(name for name, _ in tg.calls))
         conn.send(result)
         await asyncio.to_thread(conn.recv)  # keep serving until the bot has drained and stopped
         result = {"llm_requests_final": dict(model.counts)}

@@ -26,6 +26,7 @@ from bench.botdriver import BotConfig, cpu_seconds, driver_main
 from bench.timing import machine
 from bot import build_bot
 from bot import companion as companion_service
+from companion.config.runtime import settle_heap
 from companion.config.settings import Settings
 
 
@@ -71,6 +72,7 @@ async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, A
         if driver.is_alive():
             driver.terminate()
     report["config"] = asdict(config)
+    report["event_loop"] = type(asyncio.get_running_loop()).__module__.split(".")[0]
     report["bot"] = "echo" if echo else "companion"
     report["machine"] = machine()
     return report
@@ -81,6 +83,7 @@ async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, 
     """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
     async with companion_service(settings) as (chat, parts):
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
+        settle_heap()  # as bot.py does once start-up is done
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:
             cpu = cpu_seconds()
@@ -113,6 +116,8 @@ async def _serve_echo(conn: Connection, driver: multiprocessing.process.BaseProc
     @dispatcher.message()
     async def answer(message: Message) -> None:
         await message.answer(ECHO_ANSWER)
+
+    settle_heap()
 
     polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
     try:
@@ -158,6 +163,7 @@ def format_bot(report: dict[str, Any]) -> str:
         f"bot CPU: {report['bot_cpu_s']} s ({report['bot_cpu_ms_per_message']} ms per message); "
         f"driver+fakes CPU: {report['driver_cpu_s']} s",
         f"LLM calls by purpose: {report['llm_calls_final']}",
+        f"Telegram calls by method: {report.get('telegram_calls', {})}; event loop: {report.get('event_loop')}",
         *(f"run {n + 1}: {run['messages_per_s']} messages/s, p95 {run['latency_ms']['p95']} ms"
           for n, run in enumerate(report.get("runs", [])) if len(report["runs"]) > 1),
     ])

@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     bot.add_argument("--parts", action="store_true", help="also measure the CPU of each part of a turn")
     bot.add_argument("--baseline", action="store_true",
                      help="also run an echo bot through the same aiogram path, alternating with the companion")
+    bot.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                     help="the bot's event loop, as EVENT_LOOP sets it for bot.py (both sides of --baseline)")
     bot.add_argument("--json", type=Path, help="also write the results here")
     cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
     cost.add_argument("--turns", type=_positive, default=200)
@@ -351,13 +353,14 @@ def run_scale_command(args: argparse.Namespace) -> int:
 def run_bot_command(args: argparse.Namespace) -> int:
     from bench.botdriver import BotConfig
     from bench.botload import format_baseline, format_bot, median_run, run_bot_bench
+    from companion.config.runtime import run
 
     config = BotConfig(users=args.users, messages=args.messages)
     runs, echoes = [], []
     for _ in range(args.repeat):  # alternating, so both see the same machine
-        runs.append(asyncio.run(run_bot_bench(config)))
+        runs.append(run(run_bot_bench(config), args.loop))
         if args.baseline:
-            echoes.append(asyncio.run(run_bot_bench(config, echo=True)))
+            echoes.append(run(run_bot_bench(config, echo=True), args.loop))
     report = median_run(runs)
     print(format_bot(report))
     if echoes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aiogram import Bot, Dispatcher, Router
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import Buffering
@@ -16,6 +15,7 @@ from handlers.cleaning import SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
+from handlers.session import JsonSession, PollPacing
 
 
 def build_router() -> Router:
@@ -30,10 +30,12 @@ def build_router() -> Router:
 
 
 def build_client(token: str, api_base: str) -> Bot:
-    """The Telegram client: aiogram's own, against ``api_base``, waiting out a flood limit (429), its response
-    models kept between garbage collections (``KeptResponseTypes``)."""
-    session = AiohttpSession(api=TelegramAPIServer.from_base(api_base))
+    """The Telegram client: aiogram's own, against ``api_base``, sending JSON bodies, waiting out a flood limit
+    (429), its response models kept between garbage collections (``KeptResponseTypes``), its polls paced
+    (``PollPacing``)."""
+    session = JsonSession(api=TelegramAPIServer.from_base(api_base))
     session.middleware(KeptResponseTypes())
+    session.middleware(PollPacing())
     session.middleware(RetryAfterMiddleware())
     return Bot(token, session=session)
 

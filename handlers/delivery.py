@@ -109,7 +109,6 @@ async def typing(bot: Bot, chat_id: int) -> AsyncIterator[None]:
     task exception."""
 
     async def keep_typing() -> None:
-        await asyncio.sleep(TYPING_AFTER_SECONDS)
         while True:
             try:
                 await bot.send_chat_action(chat_id, ChatAction.TYPING)
@@ -118,13 +117,22 @@ async def typing(bot: Bot, chat_id: int) -> AsyncIterator[None]:
                 return
             await asyncio.sleep(TYPING_EVERY_SECONDS)
 
-    task = asyncio.create_task(keep_typing(), name=f"typing-{chat_id}")
+    # A timer, not a sleeping task: most replies come first, and then nothing was created to be cancelled.
+    task: asyncio.Task[None] | None = None
+
+    def start() -> None:
+        nonlocal task
+        task = asyncio.create_task(keep_typing(), name=f"typing-{chat_id}")
+
+    timer = asyncio.get_running_loop().call_later(TYPING_AFTER_SECONDS, start)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def deliver(

@@ -124,6 +124,7 @@ class FakeTelegram(FakeServer):
             "username": bot_username, "can_join_groups": True, "can_read_all_group_messages": False,
         }  # fmt: skip
         self.calls: list[tuple[str, JSONDict]] = []
+        self.body_types: list[tuple[str, str]] = []  # (method, the request's content type)
         self.commands: list[JSONDict] | None = None
         self._sent: list[JSONDict] = []
         self._actions: list[JSONDict] = []
@@ -400,6 +401,7 @@ class FakeTelegram(FakeServer):
     def clear(self) -> None:
         """Forget recorded traffic; queued updates, commands and id counters are kept."""
         self.calls.clear()
+        self.body_types.clear()
         self._sent.clear()
         self._actions.clear()
 
@@ -475,6 +477,7 @@ class FakeTelegram(FakeServer):
         method = request.match_info["method"]
         params = await _read_params(request)
         self.calls.append((method, params))
+        self.body_types.append((method, request.content_type))
         self._notify()
         try:
             if queued := self._failures.get(method.lower()):
