@@ -246,3 +246,22 @@ async def test_looking_at_memories_is_not_being_recalled(live: Live) -> None:
 def test_when_a_profile_is_rebuilt(age: timedelta, stale: bool, empty: bool, rebuild: bool) -> None:
     now = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
     assert needs_rebuild(now - age, stale, now, ProfilePolicy(), empty=empty) is rebuild
+
+
+async def test_forgetting_one_fact_never_hides_the_others_until_the_profile_is_rebuilt(rig: Rig) -> None:
+    """A forget drops the profile (its text may carry the forgotten fact); until the next build, the newest
+    lasting facts stand in for its core, the forgotten one not among them."""
+    now = rig.clock()
+    days_ago = now - timedelta(days=3)
+    allergy = draft("对花生过敏", ["花生", "过敏"], Tier.LONG, importance=90.0, validity=Validity.PERMANENT,
+                    created_at=days_ago)
+    cat = draft("养了一只猫叫咪咪", ["猫", "咪咪"], Tier.MEDIUM, importance=70.0, created_at=days_ago)
+    await rig.engine.remember(ME, [allergy, cat], now)
+    ScriptedBrain().install(rig.llm)
+    profile = await rig.engine.refresh_profile(ME, now, force=True)
+    assert profile is not None and "咪咪" in profile.core and "花生" in profile.core
+    handle = next(m.id for m in await rig.engine.memories(ME) if "花生" in m.event)
+    assert await rig.engine.forget(ME, [handle]) == 1
+    context = await rig.engine.build_context(ME, "今天下班有点累", now, turn=1, cooldown={})
+    assert "养了一只猫叫咪咪" in context.core
+    assert "花生" not in json.dumps([context.core, context.recent, context.today], ensure_ascii=False)

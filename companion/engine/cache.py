@@ -193,7 +193,7 @@ class IndexCache:
                 [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
             )
         recent = [m.event for m in cached.newest if now - m.created_at <= RECENT_WINDOW]
-        return Standing(cached.instructions, recent)
+        return Standing(cached.instructions, recent, [m.event for m in cached.newest])
 
 
 def is_core(memory: Memory) -> bool:

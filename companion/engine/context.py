@@ -98,17 +98,21 @@ class ContextBuilder:
         )
         current = await self._profiles.current(scope)
         profile = current[0] if current else Profile(core="")
+        # No profile core (none built yet, or a forget dropped it until the next build): the newest lasting
+        # facts stand in, so forgetting one fact never hides the others for a turn (those learned today are
+        # shown as learned today, below).
+        core = profile.core or "；".join(e for e in standing.lasting if e not in standing.recent)
         # Each memory once in the prompt: what the profile core already says is not recalled again, and what
         # is recalled is not repeated as learned today or done today.
-        recalled = [r for r in recalled if not _said_in(profile.core, r.memory.event)]
+        recalled = [r for r in recalled if not _said_in(core, r.memory.event)]
         shown = {r.memory.event for r in recalled}
-        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(profile.core, e)]
+        recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(core, e)]
         today = [e for e in dict.fromkeys(await self._short.today_events(scope, now, checked=opened))
                  if e not in shown and e not in recent]
         if recalled and not opened:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
         return MemoryContext(
-            core=profile.core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
+            core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today,
         )
 

@@ -46,6 +46,9 @@ class MemoryContext:
 class Standing:
     instructions: list[str]
     recent: list[str]
+    # The newest lasting facts whatever their age: what stands in for the profile's core while there is
+    # none (never built yet, or dropped by a forget until it is rebuilt without the forgotten fact).
+    lasting: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
