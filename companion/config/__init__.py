@@ -1,1 +1,2 @@
-"""Settings (the only code that reads the environment) and logging setup. May import ``companion.core``."""
+"""Settings (the only code that reads the environment), logging setup, and the process runtime (event loop,
+heap). May import ``companion.core``."""
