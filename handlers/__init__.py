@@ -15,7 +15,7 @@ from handlers.cleaning import SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
-from handlers.session import JsonSession, PollPacing
+from handlers.session import JsonSession
 
 
 def build_router() -> Router:
@@ -31,11 +31,9 @@ def build_router() -> Router:
 
 def build_client(token: str, api_base: str) -> Bot:
     """The Telegram client: aiogram's own, against ``api_base``, sending JSON bodies, waiting out a flood limit
-    (429), its response models kept between garbage collections (``KeptResponseTypes``), its polls paced
-    (``PollPacing``)."""
+    (429), its response models kept between garbage collections (``KeptResponseTypes``)."""
     session = JsonSession(api=TelegramAPIServer.from_base(api_base))
     session.middleware(KeptResponseTypes())
-    session.middleware(PollPacing())
     session.middleware(RetryAfterMiddleware())
     return Bot(token, session=session)
 

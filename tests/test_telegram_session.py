@@ -1,18 +1,15 @@
 """The Telegram client's session (handlers/session.py): JSON bodies against the fake Bot API, uploads still
-as forms, network failures as aiogram's typed error, and polls paced only while updates keep coming."""
+as forms, network failures as aiogram's typed error."""
 
 from __future__ import annotations
 
 import socket
 
 import pytest
-from aiogram import Bot
 from aiogram.exceptions import TelegramNetworkError
-from aiogram.methods import GetMe, GetUpdates
 from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions
 
 from handlers import build_client
-from handlers.session import PollPacing
 from tests.fakes import FakeTelegram
 
 CHAT = 4242
@@ -64,47 +61,3 @@ async def test_an_unreachable_server_is_a_network_error() -> None:
             await bot.send_message(CHAT, "在吗")
     finally:
         await bot.session.close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(round(seconds, 6))
-        self.now += seconds
-
-
-@pytest.mark.parametrize(("answers", "spent", "slept"), [
-    # each poll's answer (how many updates), the seconds each call took, the pauses before the calls
-    ([3, 2, 0, 0], [0.0, 0.0, 0.0, 0.0], [0.02, 0.02]),  # after updates: the rest of the pause; after none: at once
-    ([5, 5, 5], [0.005, 0.005, 0.005], [0.015, 0.015]),  # the call's own time counts toward the pause
-    ([1, 1], [0.03, 0.0], []),  # a call slower than the pause: no wait at all
-    ([0, 0, 0], [0.0, 0.0, 0.0], []),  # a quiet bot's long polls follow each other at once
-])
-async def test_polls_are_paced_only_while_updates_keep_coming(answers: list[int], spent: list[float],
-                                                              slept: list[float]) -> None:
-    clock = Clock()
-    pacing = PollPacing(pause=0.02, clock=clock, sleep=clock.sleep)
-    calls = iter(zip(answers, spent, strict=True))
-
-    async def make_request(bot: Bot, method: object) -> list[int]:
-        count, took = next(calls)
-        clock.now += took
-        return list(range(count))
-
-    bot = Bot("42:TEST")
-    for _ in answers:
-        await pacing(make_request, bot, GetUpdates())  # type: ignore[arg-type]
-    assert clock.slept == slept
-
-    async def other_method(bot: Bot, method: object) -> bool:
-        return True
-
-    answered: object = await pacing(other_method, bot, GetMe())  # type: ignore[arg-type]
-    assert answered is True
-    assert clock.slept == slept  # other methods are never held
