@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from bench.botdriver import BotConfig, cpu_seconds, driver_main
-from bench.timing import machine
+from bench.timing import GcWatch, machine
 from bot import build_bot
 from bot import companion as companion_service
 from companion.config.runtime import settle_heap
@@ -51,6 +51,19 @@ async def _receive(conn: Connection, timeout: float, driver: multiprocessing.pro
 
 
 ECHO_ANSWER = "嗯嗯，我在呢。今天过得怎么样？有什么想跟我说的吗？"  # a companion-length answer
+
+
+async def _measured(conn: Connection, driver: multiprocessing.process.BaseProcess,
+                    config: BotConfig) -> dict[str, Any]:
+    """Tell the driver to go and wait for its report, adding the bot's CPU and garbage collections meanwhile."""
+    cpu = cpu_seconds()
+    with GcWatch() as collected:
+        conn.send("go")
+        report: dict[str, Any] = await _receive(conn, 120 + config.users * config.messages * 0.1, driver)
+    report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
+    report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
+    report["gc"] = collected.report()
+    return report
 
 
 async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, Any]:
@@ -86,12 +99,7 @@ async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, 
         settle_heap()  # as bot.py does once start-up is done
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:
-            cpu = cpu_seconds()
-            conn.send("go")
-            timeout = 120 + config.users * config.messages * 0.1
-            report: dict[str, Any] = await _receive(conn, timeout, driver)
-            report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
-            report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
+            report = await _measured(conn, driver, config)
             report["llm_calls"] = chat.llm.usage.calls()
         finally:
             await dispatcher.stop_polling()
@@ -121,11 +129,7 @@ async def _serve_echo(conn: Connection, driver: multiprocessing.process.BaseProc
 
     polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
     try:
-        cpu = cpu_seconds()
-        conn.send("go")
-        report: dict[str, Any] = await _receive(conn, 120 + config.users * config.messages * 0.1, driver)
-        report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
-        report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
+        report = await _measured(conn, driver, config)
         report["llm_calls_final"] = {}
     finally:
         await dispatcher.stop_polling()
@@ -164,6 +168,7 @@ def format_bot(report: dict[str, Any]) -> str:
         f"driver+fakes CPU: {report['driver_cpu_s']} s",
         f"LLM calls by purpose: {report['llm_calls_final']}",
         f"Telegram calls by method: {report.get('telegram_calls', {})}; event loop: {report.get('event_loop')}",
+        f"garbage collections (young, middle, full): {report['gc']['collections']}, {report['gc']['seconds']} s",
         *(f"run {n + 1}: {run['messages_per_s']} messages/s, p95 {run['latency_ms']['p95']} ms"
           for n, run in enumerate(report.get("runs", [])) if len(report["runs"]) > 1),
     ])

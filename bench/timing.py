@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -80,3 +81,29 @@ def progress(label: str, done: int, total: int) -> None:
     """A progress line on stderr every 10% of a long setup, so it is visibly alive."""
     if total >= 1000 and (done == total or done % (total // 10) == 0):
         print(f"  {time.strftime('%H:%M:%S')} {label}: {done}/{total}", file=sys.stderr, flush=True)
+
+
+class GcWatch:
+    """Collections of each generation and the seconds spent in them while watched (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def report(self) -> dict[str, Any]:
+        return {"collections": list(self.collections), "seconds": round(self.seconds, 3)}
