@@ -46,11 +46,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish() -> None:
+    """A build no test waited for (the session stopped early, ``-x``) would outlive it: stop it."""
     for build in BUILDS.values():
         build.stop()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How long each background build took and how long the tests waited for it: the build's cost."""
     for build in BUILDS.values():
         terminalreporter.write_line(build.summary())
 
