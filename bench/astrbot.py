@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from companion.hosts.astrbot.build import NAME, build
-from tests.astrbot.conftest import astrbot_venv, install, start_astrbot
+from tests.astrbot.conftest import install, start_astrbot
+from tests.astrbot.venvs import pinned, python_of
 from tests.fakes import FakeLLM
 
 IMPORT_PROBE = """
@@ -56,7 +57,7 @@ async def one_round(python: Path, plugin_dir: Path, work: Path) -> dict[str, flo
 
 
 def run(rounds: int = 3) -> dict[str, Any]:
-    python = astrbot_venv()
+    python = python_of(pinned())
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         plugin_dir, _ = build(work / "dist")

@@ -21,6 +21,7 @@ from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
+from tests.astrbot.venvs import BUILDS, astrbot_last, start, wanted
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema, require_server
 from tests.redistest import redis_keys
@@ -29,6 +30,31 @@ from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "postgresql: needs the PostgreSQL test server (tests/pgtest.py)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of real AstrBot run last, so the virtualenvs they wait for build while the others run."""
+    items[:] = astrbot_last(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the AstrBot virtualenvs the selected tests need (both at once, each in a process of
+    its own), unless they are ready; the tests' fixtures wait for them (tests/astrbot/venvs.py)."""
+    if not session.config.option.collectonly:
+        for venv in wanted(session.items):
+            start(venv)
+
+
+def pytest_sessionfinish() -> None:
+    """A build no test waited for (the session stopped early, ``-x``) would outlive it: stop it."""
+    for build in BUILDS.values():
+        build.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How long each background build took and how long the tests waited for it: the build's cost."""
+    for build in BUILDS.values():
+        terminalreporter.write_line(build.summary())
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,18 +1,18 @@
 """Real AstrBot (pinned, in its own virtualenv) running the built plugin against the fake LLM.
 
-The virtualenv is ``.venv-astrbot/`` at the repository's root, made on first use (a few minutes: AstrBot
-has ~140 dependencies) and reused after; ``ASTRBOT_VENV`` points at another one. Nothing here skips: a
-machine that cannot build it fails the tests, in CI too."""
+The virtualenv is ``.venv-astrbot/`` at the repository's root (``ASTRBOT_VENV`` points at another one),
+and the newest AstrBot's ``.venv-astrbot-py312/`` when a Python 3.12 is found: made on first use (a few
+minutes: AstrBot has ~140 dependencies) and reused after. The session starts building both in the
+background as soon as it has collected tests that need them, and runs these tests last, so the build
+overlaps the rest of the suite; the fixtures below wait for it (tests/astrbot/venvs.py). Nothing here
+skips but the newest AstrBot's test on a machine without Python 3.12: a machine that cannot build a
+virtualenv fails the tests, in CI too."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -23,46 +23,26 @@ import pytest_asyncio
 
 from companion.hosts.astrbot.build import NAME, build
 from tests.astrbot.model import script
+from tests.astrbot.venvs import Venv, newest, pinned, python_of
 from tests.fakes import FakeLLM
 
-ROOT = Path(__file__).resolve().parents[2]
-ASTRBOT = "astrbot==4.14.6"  # the newest AstrBot for Python 3.11
-NEWEST = "astrbot==4.29.3"  # the newest AstrBot when the plugin was written (Python >= 3.12)
 HARNESS = Path(__file__).with_name("harness.py")
 REPLY_TIMEOUT = 90
 
 
-def astrbot_venv(venv: Path | None = None, pin: str = ASTRBOT, base: str = sys.executable) -> Path:
-    """The Python of a virtualenv holding ``pin`` and the plugin's requirements, made when missing."""
-    venv = venv or Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot")
-    python = venv / "bin" / "python"
-    requirements = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
-    # Made again when the pin or the plugin's requirements change.
-    stamp = hashlib.sha256(f"{pin}\n{requirements.read_text(encoding='utf-8')}".encode()).hexdigest()[:12]
-    ready = venv / f".ready-{stamp}"
-    if ready.exists():
-        return python
-    if not python.exists():
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", pin, "-r", str(requirements)],
-                   check=True, timeout=1800)
-    ready.touch()
-    return python
-
-
-def python312() -> str | None:
-    """A Python 3.12 interpreter under pyenv or on PATH, for the newest AstrBot. A pyenv shim is no
-    interpreter: it runs only where pyenv's selected versions include 3.12, which a test cannot rely on."""
-    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))
-    if pyenv:
-        return str(pyenv[-1])
-    found = shutil.which("python3.12")
-    return found if found and "/shims/" not in found else None
+@pytest.fixture(scope="session")
+def astrbot_python() -> Path:
+    """The pinned AstrBot's Python, once its virtualenv is built."""
+    return python_of(pinned())
 
 
 @pytest.fixture(scope="session")
-def astrbot_python() -> Path:
-    return astrbot_venv()
+def newest_python() -> Path:
+    """The newest AstrBot's Python (in a virtualenv made from Python 3.12), once it is built."""
+    venv: Venv | None = newest()
+    if venv is None:
+        pytest.skip("no Python 3.12 interpreter for the newest AstrBot (the pinned 4.14.6 runs in test_plugin)")
+    return python_of(venv)
 
 
 @pytest.fixture(scope="session")

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.astrbot.conftest import NEWEST, ROOT, astrbot_venv, install, python312, start_astrbot
+from tests.astrbot.conftest import install, start_astrbot
 from tests.astrbot.model import memory_block, saved, script
 from tests.fakes import FakeLLM
 
 
 async def test_the_newest_astrbot_keeps_each_speakers_memory_to_them(
-    built_plugin: Path, tmp_path: Path, fake_llm: FakeLLM
+    newest_python: Path, built_plugin: Path, tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
-    base = python312()
-    if base is None:
-        pytest.skip("no Python 3.12 interpreter for the newest AstrBot (the pinned 4.14.6 runs in test_plugin)")
-    python = astrbot_venv(ROOT / ".venv-astrbot-py312", NEWEST, base)
     fake_llm.responder = script
     install(built_plugin, tmp_path)
-    bot = await start_astrbot(python, tmp_path, fake_llm)
+    bot = await start_astrbot(newest_python, tmp_path, fake_llm)
     try:
         assert await bot.send("/记住：我养了一只柯基", sender="ann", group="g1") == ["好的，记住了。"]
         for who, group, shown in (("ann", "g1", True), ("ben", "g1", False), ("ann", "", False)):
