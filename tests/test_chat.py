@@ -108,6 +108,20 @@ async def test_short_term_context_keeps_ten_turns_and_drops_old_ones_in_steps(ri
     assert calls[-1][0] == "第10句" and calls[-1][-1] == "第21句"
 
 
+async def test_talk_from_half_a_day_ago_is_no_longer_sent_as_the_conversation(rig: Rig) -> None:
+    """Yesterday's chat is not what was just said: after HISTORY_MAX_AGE it leaves the reply call (and the
+    recall query), while this morning's turns stay."""
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "昨晚去看了一场演唱会")
+    rig.clock.advance(hours=13)
+    await rig.chat.reply(ME, "早上好")
+    rig.clock.advance(minutes=5)
+    await rig.chat.reply(ME, "今天有点困")
+    calls = [[user_words(m["content"]) for m in r["messages"] if m["role"] == "user"] for r in rig.llm.chat_requests()]
+    assert calls[-2] == ["早上好"]
+    assert calls[-1] == ["早上好", "今天有点困"]
+
+
 async def test_important_news_extracts_at_once_and_never_sees_injected_memory(rig: Rig) -> None:
     brain = ScriptedBrain(facts={"离职": {
         "event": "2025-12-23 下个月离职", "keywords": ["离职", "工作"], "importance": 80, "validity": "30d",

@@ -28,7 +28,7 @@ from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
-from companion.chat.session import INJECTION_WINDOW, Session, Told, new_turn_key
+from companion.chat.session import INJECTION_WINDOW, Session, Told, current_turns, new_turn_key
 from companion.chat.steering import opening_reviews, steer
 from companion.chat.summaries import Summaries
 from companion.config.settings import Settings
@@ -243,7 +243,7 @@ class ChatService:
         if restoring:
             session.resume(view.conversation)
         if restoring and not session.history:
-            session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None)
+            session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None, item.at)
                                    for item in view.turns)
             session.summarised_turn = len(session.history)
         return True
@@ -328,12 +328,13 @@ class ChatService:
         now = self.clock()
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
+        current = current_turns(session.history, now)
         try:
             context = await (group.context(self.engine, scope, text, now, opened=opened) if group is not None else
                              self.engine.build_context(
                                  scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
-                                 earlier=[t.user for t in session.history],
-                                 reply=session.history[-1].reply if session.history else None, opened=opened,
+                                 earlier=[user for user, _ in current],
+                                 reply=current[-1][1] if current else None, opened=opened,
                              ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
@@ -346,7 +347,7 @@ class ChatService:
         reference = render_reference(context, now, self.config.tz)
         if group is not None:
             reference = group.within(reference)
-        messages = reply_messages([(t.user, t.reply) for t in session.history], text, reference,
+        messages = reply_messages(current, text, reference,
                                   with_tools=bool(toolset), note=group.note() if group is not None else None)
         answer: str | None
         tool_calls = 0
@@ -395,7 +396,7 @@ class ChatService:
 
     def _record(self, session: Session, text: str, answer: str | None, key: str | None = None) -> None:
         """Add a turn to the short-term history, cutting the oldest in steps (``history_excess``)."""
-        session.history.append(Told(text, answer, key))
+        session.history.append(Told(text, answer, key, self.clock()))
         excess = history_excess(len(session.history), self.config.history_turns)
         for _ in range(excess):
             session.history.popleft()

@@ -16,6 +16,7 @@ import secrets
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from companion.chat.steering import SteeringState, scrub
@@ -37,6 +38,17 @@ class Told(NamedTuple):
     user: str
     reply: str | None
     key: str | None = None
+    at: datetime | None = None  # when it was said; None: not known (kept as current)
+
+
+# Past turns older than this are no longer sent as the conversation: a reply would take talk from days
+# ago for what was just said. What they told is in the memories by then (extraction, idle summaries).
+HISTORY_MAX_AGE = timedelta(hours=12)
+
+
+def current_turns(history: Sequence[Told], now: datetime) -> list[tuple[str, str | None]]:
+    """The turns of ``history`` a reply call carries as the conversation: those within ``HISTORY_MAX_AGE``."""
+    return [(t.user, t.reply) for t in history if t.at is None or now - t.at <= HISTORY_MAX_AGE]
 
 
 def new_turn_key() -> str:
