@@ -22,7 +22,7 @@ from handlers import keyboards
 from handlers.commands import command
 from handlers.delivery import edit_shown
 from handlers.keyboards import ForgetAction, ForgetCB, GroupForgetCB, GroupReviewCB, ReviewCB
-from handlers.scope import scope_of, scope_of_callback
+from handlers.scope import refuse, scope_of, scope_of_callback
 from memory import MemoryEngine
 
 
@@ -79,11 +79,8 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
         return
     try:
         memory = await engine.get(scope, callback_data.handle)
-    except NotYourMemoryError:
-        await query.answer(texts.NOT_YOURS, show_alert=True)
-        return
-    except MemoryNotFoundError:
-        await query.answer(texts.MEMORY_GONE, show_alert=True)
+    except (NotYourMemoryError, MemoryNotFoundError) as error:
+        await refuse(query, error)
         return
     count = await forget_here(chat, rooms, scope, [memory])
     await query.answer(texts.forgotten(count))

@@ -23,7 +23,7 @@ from handlers.commands import command
 from handlers.delivery import edit_shown
 from handlers.forgetting import forget_here
 from handlers.keyboards import ALERT_CHARS, QUERY_CHARS, MemoryAction, MemoryCB, PageCB, UndoCB
-from handlers.scope import scope_of, scope_of_callback
+from handlers.scope import refuse, scope_of, scope_of_callback
 from memory import MemoryEngine
 
 
@@ -88,11 +88,8 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
         else:
             await query.answer()
             return
-    except NotYourMemoryError:
-        await query.answer(texts.NOT_YOURS, show_alert=True)
-        return
-    except MemoryNotFoundError:
-        await query.answer(texts.MEMORY_GONE, show_alert=True)
+    except (NotYourMemoryError, MemoryNotFoundError) as error:
+        await refuse(query, error)
         return
     await query.answer(note[:ALERT_CHARS])
     if callback_data.action == MemoryAction.FORGET and keyboards.is_receipt(query.message.reply_markup):
@@ -113,11 +110,8 @@ async def on_undo(query: CallbackQuery, callback_data: UndoCB, engine: MemoryEng
         return
     try:
         memory = await engine.undo_rewording(scope, callback_data.handle, utcnow(), callback_data.earlier)
-    except NotYourMemoryError:
-        await query.answer(texts.NOT_YOURS, show_alert=True)
-        return
-    except (MemoryNotFoundError, NothingToUndoError):
-        await query.answer(texts.NOTHING_TO_UNDO, show_alert=True)
+    except (NotYourMemoryError, MemoryNotFoundError, NothingToUndoError) as error:
+        await refuse(query, error, gone=texts.NOTHING_TO_UNDO)
         return
     await query.answer("已撤销")
     await edit_shown(query.message, texts.undone(memory), keyboards.receipt(memory))

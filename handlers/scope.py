@@ -1,9 +1,11 @@
-"""Which memory scope an update belongs to."""
+"""Which memory scope an update belongs to, and the alert for a button outside it."""
 
 from __future__ import annotations
 
 from aiogram.types import CallbackQuery, Message
 
+from companion.chat import texts
+from companion.core.errors import CompanionError, NotYourMemoryError
 from companion.core.models import Scope
 
 
@@ -24,3 +26,9 @@ def scope_of_callback(query: CallbackQuery) -> Scope | None:
         return None
     chat = query.message.chat
     return Scope(query.from_user.id) if chat.type == "private" else Scope(query.from_user.id, chat.id)
+
+
+async def refuse(query: CallbackQuery, error: CompanionError, gone: str = texts.MEMORY_GONE) -> None:
+    """The alert for a button on a memory that is not the presser's (another scope's handle), or for one
+    whose action can no longer be done (``gone``: the memory went, or there is nothing to undo)."""
+    await query.answer(texts.NOT_YOURS if isinstance(error, NotYourMemoryError) else gone, show_alert=True)
