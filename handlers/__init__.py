@@ -42,8 +42,10 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
                      admin: AdminService | None = None) -> Dispatcher:
     """The dispatcher with every router and what the handlers take by name. Without ``admin`` the
     operators' commands have no service to call (tests that do not exercise them)."""
+    # No handler keeps aiogram FSM state (conversation state lives in the session and the store), so its
+    # middleware, a storage lookup per update, is left out.
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            groups=groups, rooms=Rooms())
+                            groups=groups, rooms=Rooms(), disable_fsm=True)
     if admin is not None:
         dispatcher["admin"] = admin
     dispatcher.include_router(build_router())
