@@ -27,6 +27,7 @@ from bench.convert.memdaily import find_dulemon
 from bench.dataset import DatasetError, read_dataset
 from bench.metrics import DEFAULT_KS, InjectionCounts, Summary
 from bench.recall import breakdown, run_bm25, run_chars, run_engine
+from bench.servercli import SERVER_COMMANDS, add_server_commands
 from bench.timing import write_json
 from companion.recall.keywords import KeywordExtractor
 
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     dida.add_argument("--json", type=Path, help="also write the results here")
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
+    add_server_commands(commands)
     return parser
 
 
@@ -446,7 +448,7 @@ COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_com
             "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "dida": run_dida_command,
-            "plots": run_plots, "astrbot": run_astrbot_command}
+            "plots": run_plots, "astrbot": run_astrbot_command, **SERVER_COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

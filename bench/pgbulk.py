@@ -1,5 +1,5 @@
 """The nightly backup of a million memories on PostgreSQL (issue 19 section 3: <= 30 s), beside the plainest
-read of the same rows: ``python -m bench.pgbulk --database-url postgresql://127.0.0.1/test``.
+read of the same rows: ``python -m bench pgbulk --database-url postgresql://127.0.0.1/test``.
 
 In a schema of its own (dropped at the end): ``--scopes`` x ``--per-scope`` rows loaded with one
 ``INSERT ... SELECT`` (BENCHMARKS.md section 12 did the same for decay), then ``make_backup`` through
@@ -80,21 +80,11 @@ async def run(url: str, scopes: int, per_scope: int, zone: str) -> dict[str, Any
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", default="postgresql://127.0.0.1/test")
-    parser.add_argument("--scopes", type=int, default=10_000)
-    parser.add_argument("--per-scope", type=int, default=100)
-    parser.add_argument("--zone", default="Asia/Shanghai", help="a zone with DST formats its times in Python")
-    parser.add_argument("--out", type=Path, help="also write the JSON here")
-    args = parser.parse_args()
+def run_command(args: argparse.Namespace) -> int:
     report = asyncio.run(run(args.database_url, args.scopes, args.per_scope, args.zone))
     report["at"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = json.dumps(report, indent=2, ensure_ascii=False)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n", encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -2,7 +2,7 @@
 receiving side can add and ``--workers`` workers can read and acknowledge, without the bot's work, so the
 deployment plan knows how far one Redis carries (docs/deployment.md).
 
-``python -m bench.queue [--updates 20000] [--chats 2000] [--workers 2] [--redis redis://127.0.0.1:6379/0]``
+``python -m bench queue [--updates 20000] [--chats 2000] [--workers 2] [--redis redis://127.0.0.1:6379/0]``
 prints one JSON object; every key it wrote is deleted after.
 """
 
@@ -60,15 +60,6 @@ async def measure(url: str, updates: int, chats: int, workers: int) -> dict[str,
         await redis.aclose()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--updates", type=int, default=20_000)
-    parser.add_argument("--chats", type=int, default=2_000)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    args = parser.parse_args()
+def run_command(args: argparse.Namespace) -> int:
     print(json.dumps(asyncio.run(measure(args.redis, args.updates, args.chats, args.workers))))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -2,7 +2,7 @@
 the webhook of the fake Telegram with the fake LLM of the process proofs (replies after 20-200 ms), runs
 alternating so the machine's load falls on both alike. Every message must be answered once, in order.
 
-``python -m bench.workers [--users 200] [--messages 20] [--pairs 2] [--database-url URL]``
+``python -m bench workers [--users 200] [--messages 20] [--pairs 2] [--database-url URL]``
 (Redis: ``TEST_REDIS_URL``, default 127.0.0.1:6379, under a key prefix of its own, deleted after)
 prints one JSON object per run (with the bot's CPU per message, its worker processes included) and
 their medians. Linux only (the CPU is read from /proc).
@@ -81,15 +81,6 @@ async def measure(users: int, messages: int, pairs: int, database: str) -> dict[
         for n, found in runs.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, default=200)
-    parser.add_argument("--messages", type=int, default=20)
-    parser.add_argument("--pairs", type=int, default=2)
-    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    args = parser.parse_args()
+def run_command(args: argparse.Namespace) -> int:
     print(json.dumps(asyncio.run(measure(args.users, args.messages, args.pairs, args.database_url))))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

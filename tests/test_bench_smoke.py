@@ -26,6 +26,8 @@ from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import EngineConfig, MemoryContext, MemoryEngine
 from tests.pgtest import SERVER
+from tests.redistest import SERVER as REDIS_URL
+from tests.redistest import require_redis
 
 WHEN = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -207,3 +209,11 @@ def test_dida_bench_counts_requests_and_projects(tmp_path: Path, capsys: pytest.
     assert report["poll_requests_per_user"] == 2 and report["cards_per_account"] == 6 + 1
     assert report["projection"]["poll_round_requests"] == 20
     assert "first push" in capsys.readouterr().out
+
+
+def test_the_queue_bench_runs_through_the_bench_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """The server benchmarks are subcommands of ``python -m bench``; the queue one, small, against real Redis."""
+    require_redis()
+    assert cli.main(["queue", "--updates", "200", "--chats", "20", "--redis", REDIS_URL]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["handled"] == 200 and report["updates"] == 200
