@@ -66,9 +66,15 @@ async def _measured(conn: Connection, driver: multiprocessing.process.BaseProces
     return report
 
 
-async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, Any]:
-    """The bot under load; ``echo``: the baseline, an aiogram bot that answers every message at once with
-    the same client, session and dispatcher but no memory and no model (the limit of this path)."""
+BOTS = ("companion", "plain", "echo")
+
+
+async def run_bot_bench(config: BotConfig, *, bot: str = "companion") -> dict[str, Any]:
+    """The bot under load. ``bot`` "echo": an aiogram bot that answers every message at once with the same
+    client, session and dispatcher but no memory and no model (the limit of this path); "plain": a chat bot
+    without memory that does per message what any bot on the product's libraries must (the persona and the
+    chat's last turns to the model through the openai SDK, "typing…", the answer sent), the floor under the
+    companion's memory work."""
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
     driver = context.Process(target=driver_main, args=(there, config), name="bench-bot-driver", daemon=True)
@@ -76,7 +82,7 @@ async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, A
     try:
         info = await _receive(here, 60, driver)
         with tempfile.TemporaryDirectory(prefix="bench-bot-") as tmp:
-            serve = _serve_echo if echo else _serve
+            serve = {"companion": _serve, "plain": _serve_plain, "echo": _serve_echo}[bot]
             report = await serve(here, driver, bot_settings(Path(tmp), info), config)
         here.send("stop")
         report.update(await _receive(here, 30, driver))
@@ -86,7 +92,7 @@ async def run_bot_bench(config: BotConfig, *, echo: bool = False) -> dict[str, A
             driver.terminate()
     report["config"] = asdict(config)
     report["event_loop"] = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    report["bot"] = "echo" if echo else "companion"
+    report["bot"] = bot
     report["machine"] = machine()
     return report
 
@@ -138,6 +144,48 @@ async def _serve_echo(conn: Connection, driver: multiprocessing.process.BaseProc
     return report
 
 
+async def _serve_plain(conn: Connection, driver: multiprocessing.process.BaseProcess, settings: Settings,
+                       config: BotConfig) -> dict[str, Any]:
+    from collections import deque
+
+    from aiogram import Dispatcher
+    from aiogram.types import Message
+
+    from companion.chat.persona import render_system_prompt
+    from companion.llm.client import Message as Said
+    from companion.ops.assembly import build_llm
+    from handlers import build_client
+    from handlers.delivery import deliver, typing
+
+    assert settings.telegram_bot_token is not None
+    bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
+    llm = build_llm(settings)
+    dispatcher = Dispatcher(disable_fsm=True)
+    system: Said = {"role": "system", "content": render_system_prompt()}
+    history: dict[int, deque[Said]] = {}
+
+    @dispatcher.message()
+    async def answer(message: Message) -> None:
+        said = history.setdefault(message.chat.id, deque(maxlen=2 * 10))  # the companion's 10 turns
+        asked: Said = {"role": "user", "content": message.text or ""}
+        async with typing(bot, message.chat.id):
+            reply = await llm.chat([system, *said, asked])
+        said.extend((asked, {"role": "assistant", "content": reply}))
+        await deliver(bot, message.chat.id, reply)
+
+    settle_heap()
+    polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
+    try:
+        report = await _measured(conn, driver, config)
+        report["llm_calls_final"] = llm.usage.calls()
+    finally:
+        await dispatcher.stop_polling()
+        await polling
+        await bot.session.close()
+        await llm.close()
+    return report
+
+
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median throughput, carrying a summary of every run."""
     ordered = sorted(runs, key=lambda r: float(r["messages_per_s"]))
@@ -148,10 +196,16 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return report
 
 
-def format_baseline(bot: dict[str, Any], echo: dict[str, Any]) -> str:
-    ratio = float(bot["messages_per_s"]) / max(float(echo["messages_per_s"]), 1e-9)
-    return (f"echo baseline (aiogram, no memory, no model): {echo['messages_per_s']} messages/s, "
-            f"{echo['bot_cpu_ms_per_message']} ms CPU per message; the companion reaches {ratio:.0%} of it")
+BASELINES = {
+    "plain": "plain baseline (persona + last turns through the openai SDK, typing, send; no memory)",
+    "echo": "echo baseline (aiogram, no memory, no model)",
+}
+
+
+def format_baseline(bot: dict[str, Any], baseline: dict[str, Any], kind: str = "echo") -> str:
+    ratio = float(bot["messages_per_s"]) / max(float(baseline["messages_per_s"]), 1e-9)
+    return (f"{BASELINES[kind]}: {baseline['messages_per_s']} messages/s, "
+            f"{baseline['bot_cpu_ms_per_message']} ms CPU per message; the companion reaches {ratio:.0%} of it")
 
 
 def format_bot(report: dict[str, Any]) -> str:

@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     bot.add_argument("--repeat", type=_positive, default=1, help="runs; the median by throughput is reported")
     bot.add_argument("--parts", action="store_true", help="also measure the CPU of each part of a turn")
     bot.add_argument("--baseline", action="store_true",
-                     help="also run an echo bot through the same aiogram path, alternating with the companion")
+                     help="also run an echo bot through the same aiogram path and a plain chat bot without memory "
+                     "on the same libraries, alternating with the companion")
     bot.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                      help="the bot's event loop, as EVENT_LOOP sets it for bot.py (both sides of --baseline)")
     bot.add_argument("--json", type=Path, help="also write the results here")
@@ -358,16 +359,19 @@ def run_bot_command(args: argparse.Namespace) -> int:
     from companion.config.runtime import run
 
     config = BotConfig(users=args.users, messages=args.messages)
-    runs, echoes = [], []
-    for _ in range(args.repeat):  # alternating, so both see the same machine
+    runs: list[dict[str, Any]] = []
+    baselines: dict[str, list[dict[str, Any]]] = {"plain": [], "echo": []}
+    for _ in range(args.repeat):  # alternating, so all see the same machine
         runs.append(run(run_bot_bench(config), args.loop))
         if args.baseline:
-            echoes.append(run(run_bot_bench(config, echo=True), args.loop))
+            for kind, kept in baselines.items():
+                kept.append(run(run_bot_bench(config, bot=kind), args.loop))
     report = median_run(runs)
     print(format_bot(report))
-    if echoes:
-        report["echo_baseline"] = median_run(echoes)
-        print(format_baseline(report, report["echo_baseline"]))
+    for kind, kept in baselines.items():
+        if kept:
+            report[f"{kind}_baseline"] = median_run(kept)
+            print(format_baseline(report, report[f"{kind}_baseline"], kind))
     if args.parts:
         from bench.botparts import format_parts, measure_parts
 

@@ -128,6 +128,17 @@ async def test_bot_answers_every_message_exactly_once() -> None:
     assert report["messages_per_s"] > 0
 
 
+@pytest.mark.parametrize("bot", ["plain", "echo"])
+async def test_baselines_answer_every_message_exactly_once(bot: str) -> None:
+    report = await run_bot_bench(BotConfig(users=4, messages=3, answer_timeout=30), bot=bot)
+    assert report["bot"] == bot and report["answered"] == 12 and report["exactly_one_answer_each"], report
+    # The plain bot asks the model once per message (through the SDK, as the companion does), each user's
+    # opening /start_aiGF too; the echo bot never.
+    asked = 4 * (3 + 1) if bot == "plain" else 0
+    assert report["llm_calls_final"].get("reply", 0) == asked
+    assert report["llm_requests_final"].get("reply", 0) == asked
+
+
 async def test_cost_counts_match_what_the_fake_model_saw() -> None:
     report = await run_cost(CostConfig(turns=30))
     client, server = report["client_usage"]["calls"], report["server_requests"]
