@@ -89,6 +89,17 @@ def decay(
     return clamp_importance(importance * factor), last_decay_at + days * DAY
 
 
+def told_importance(importance: float, validity: Validity, created_at: datetime, last_decay_at: datetime) -> float:
+    """The importance a memory had before decay: what recall's floor judges. Decay orders memories and
+    ends them (cleanup below ``CLEANUP_BELOW``); whether one is worth bringing up is judged as it was told,
+    so a 30-day event of importance 60 stays recallable for its 30 days instead of sinking under a floor of
+    50 on its fifth. Undoing the plain rate over every decayed day: exact without mentions, an upper bound
+    where a mention slowed the decay."""
+    if validity is Validity.PERMANENT:
+        return importance
+    return clamp_importance(importance / DECAY_PER_DAY ** whole_days(created_at, last_decay_at))
+
+
 def _days_in_mention_window(anchor: datetime, mentioned: datetime | None, days: int) -> int:
     if mentioned is None:
         return 0

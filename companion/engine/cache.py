@@ -179,8 +179,8 @@ class IndexCache:
         self._seen.clear()
 
     async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
-        """Per reply: the instructions that always apply, and core facts learned in the last day that the
-        profile may not carry yet. Recall is not limited here: every active memory may be recalled."""
+        """Per reply: the instructions that always apply, the core facts learned in the last day, and the
+        newest lasting facts (for what the profile may not carry yet). Recall is not limited here: every active memory may be recalled."""
         index = await self.index(scope, checked=checked)  # brought up to date first: a change drops the candidates
         cached = self._standing.get(scope)
         if cached is None:
@@ -193,7 +193,7 @@ class IndexCache:
                 [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
             )
         recent = [m.event for m in cached.newest if now - m.created_at <= RECENT_WINDOW]
-        return Standing(cached.instructions, recent, [m.event for m in cached.newest])
+        return Standing(cached.instructions, recent, list(cached.newest))
 
 
 def is_core(memory: Memory) -> bool:

@@ -98,10 +98,14 @@ class ContextBuilder:
         )
         current = await self._profiles.current(scope)
         profile = current[0] if current else Profile(core="")
-        # No profile core (none built yet, or a forget dropped it until the next build): the newest lasting
-        # facts stand in, so forgetting one fact never hides the others for a turn (those learned today are
-        # shown as learned today, below).
-        core = profile.core or "；".join(e for e in standing.lasting if e not in standing.recent)
+        # The newest lasting facts the profile core does not know yet go with it: all of them while there is
+        # no core (none built yet, or a forget dropped it until the next build), so forgetting one fact never
+        # hides the others for a turn; else those learned after the core was built, until a rebuild takes
+        # them in (they are only shown as learned today on their first day, below). A user back after some
+        # days is not told about without what they said last time.
+        unsaid = [e for e in standing.unprofiled(profile.built_at if profile.core else None)
+                  if e not in standing.recent and not _said_in(profile.core, e)]
+        core = "；".join([profile.core, *unsaid] if profile.core else unsaid)
         # Each memory once in the prompt: what the profile core already says is not recalled again, and what
         # is recalled is not repeated as learned today or done today.
         recalled = [r for r in recalled if not _said_in(core, r.memory.event)]

@@ -278,7 +278,7 @@ class DenseRetriever:
             await self.vectors.delete(gone)  # a tombstone the prune has not reached yet
         dense = [
             h for h in similar
-            if h in found and found[h].is_active and found[h].importance >= rules.min_importance
+            if h in found and found[h].is_active and rules.worth(found[h])
             and not found[h].is_expired(now) and not rules.cooling(h) and rules.allows(h)
         ]
         if not dense:

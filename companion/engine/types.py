@@ -46,9 +46,13 @@ class MemoryContext:
 class Standing:
     instructions: list[str]
     recent: list[str]
-    # The newest lasting facts whatever their age: what stands in for the profile's core while there is
-    # none (never built yet, or dropped by a forget until it is rebuilt without the forgotten fact).
-    lasting: list[str] = field(default_factory=list)
+    # The newest lasting facts whatever their age: what the profile's core cannot carry yet (there is none,
+    # never built or dropped by a forget until it is rebuilt; or they were learned after it was built).
+    lasting: list[Memory] = field(default_factory=list)
+
+    def unprofiled(self, built_at: datetime | None) -> list[str]:
+        """The lasting facts a profile core built at ``built_at`` (None: no core) does not know yet."""
+        return [m.event for m in self.lasting if built_at is None or m.created_at > built_at]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from datetime import datetime
 
 from companion.core.extraction import event_key
 from companion.core.models import Memory, Recalled
-from companion.core.rules import DAY
+from companion.core.rules import DAY, told_importance
 from companion.recall.chars import CharIndex, Evidence, stem, units
 from companion.recall.query import Query
 
@@ -75,6 +75,12 @@ class RecallFilter:
 
     def allows(self, memory_id: int) -> bool:
         return self.allowed is None or memory_id in self.allowed
+
+    def worth(self, memory: Memory) -> bool:
+        """Important enough to bring up, judged by the importance it was told with (``told_importance``):
+        decay lowers its rank, expiry and cleanup end it, neither hides it while it lasts."""
+        return self.min_importance <= 0 or told_importance(
+            memory.importance, memory.validity, memory.created_at, memory.last_decay_at) >= self.min_importance
 
     def cooling(self, memory_id: int) -> bool:
         if not self.cooldown or self.cooldown_turns <= 0:
@@ -323,7 +329,7 @@ class ScopeIndex:
 
     def _admitted(self, mid: int, query: Query, now: datetime, rules: RecallFilter) -> float | None:
         memory = self.memories[mid]
-        if memory.importance < rules.min_importance or memory.is_expired(now) or rules.cooling(mid):
+        if not rules.worth(memory) or memory.is_expired(now) or rules.cooling(mid):
             return None
         match = self._passes(mid, query, rules)
         if match is None and query.turn is not None:
