@@ -126,6 +126,20 @@ def test_importance_floor(importance: float, found: bool) -> None:
     assert ids(index, ["奶茶"], rules) == ([1] if found else [])
 
 
+@pytest.mark.parametrize(("told", "days", "found"), [
+    (60.0, 5, True),  # a 30-day event on its fifth day: 46.4 now, told as 60
+    (60.0, 29, True),  # 13.5 now, the last day of its validity: ranked low, still there
+    (49.0, 0, False),
+    (49.0, 3, False),  # decay never lifts a memory over the floor
+    (50.0, 12, True),
+])
+def test_the_floor_judges_the_importance_a_memory_was_told_with(told: float, days: int, found: bool) -> None:
+    decayed = dataclasses.replace(mem(1, ["奶茶"], told * 0.95**days, age=days * DAY + timedelta(hours=1)),
+                                  last_decay_at=NOW - timedelta(hours=1))
+    rules = RecallFilter(limit=None, min_importance=50.0, min_match=0.0)
+    assert ids(ScopeIndex([decayed]), ["奶茶"], rules) == ([1] if found else [])
+
+
 @pytest.mark.parametrize(("expires", "found"), [(NOW - timedelta(seconds=1), False), (NOW, False),
                                                  (NOW + timedelta(seconds=1), True)])
 def test_expired_memories_are_skipped(expires: datetime, found: bool) -> None:

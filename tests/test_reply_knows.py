@@ -265,3 +265,30 @@ async def test_forgetting_one_fact_never_hides_the_others_until_the_profile_is_r
     context = await rig.engine.build_context(ME, "今天下班有点累", now, turn=1, cooldown={})
     assert "养了一只猫叫咪咪" in context.core
     assert "花生" not in json.dumps([context.core, context.recent, context.today], ensure_ascii=False)
+
+
+async def test_a_lasting_fact_learned_after_the_profile_was_built_stays_until_a_rebuild_takes_it_in(
+    rig: Rig,
+) -> None:
+    """Told late on a day the profile was already built: shown as learned today that day, and days later,
+    before any rebuild, still in the core (no longer marked new); gone from there once a rebuild has it."""
+    ScriptedBrain().install(rig.llm)
+    start = rig.clock()
+    allergy = draft("对花生过敏", ["花生", "过敏"], Tier.LONG, importance=90.0, validity=Validity.PERMANENT,
+                    created_at=start)
+    await rig.engine.remember(ME, [allergy], start)
+    profile = await rig.engine.refresh_profile(ME, start, force=True)
+    assert profile is not None and profile.core == "对花生过敏"
+    later = start + timedelta(hours=2)
+    cat = draft("养了一只猫叫咪咪", ["猫", "咪咪"], Tier.MEDIUM, importance=65.0, validity=Validity.PERMANENT,
+                created_at=later)
+    await rig.engine.remember(ME, [cat], later)
+    context = await rig.engine.build_context(ME, "今天下班有点累", later, turn=1, cooldown={})
+    assert context.recent == ["养了一只猫叫咪咪"] and "咪咪" not in context.core
+    back = start + timedelta(days=5)  # the user is back; no extraction has run since
+    context = await rig.engine.build_context(ME, "今天下班有点累", back, turn=2, cooldown={})
+    assert context.core == "对花生过敏；养了一只猫叫咪咪" and context.recent == []
+    rebuilt = await rig.engine.refresh_profile(ME, back, force=True)
+    assert rebuilt is not None and "咪咪" in rebuilt.core
+    context = await rig.engine.build_context(ME, "今天下班有点累", back, turn=3, cooldown={})
+    assert context.core == rebuilt.core, "a fact the rebuilt core holds is not added again"

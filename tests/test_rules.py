@@ -209,3 +209,18 @@ def test_default_rate_gives_at_most_twenty_of_a_hundred_turns() -> None:
     for _ in range(100):
         carried.append(rules.recall_allowed(carried, 0.2))
     assert 15 <= sum(carried) <= 20
+
+
+T_TOLD = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("importance", "validity", "decayed_days", "told"), [
+    (60.0, Validity.DAYS_30, 0, 60.0),
+    (60.0 * 0.95**5, Validity.DAYS_30, 5, 60.0),  # undone exactly for plain decay
+    (90.0, Validity.PERMANENT, 40, 90.0),  # permanent memories never decayed
+    (90.0 * 0.95**3, Validity.DAYS_7, 3, 90.0),
+    (99.0, Validity.DAYS_30, 4, 100.0),  # a retelling's higher importance after decay: capped
+])
+def test_told_importance(importance: float, validity: Validity, decayed_days: int, told: float) -> None:
+    anchor = T_TOLD + decayed_days * DAY + timedelta(hours=3)  # a decay anchor moves by whole days
+    assert rules.told_importance(importance, validity, T_TOLD, anchor) == pytest.approx(told)

@@ -180,7 +180,8 @@ class IndexCache:
 
     async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
         """Per reply: the instructions that always apply, the core facts learned in the last day, and the
-        newest lasting facts (for what the profile may not carry yet). Recall is not limited here: every active memory may be recalled."""
+        newest lasting facts (for what the profile may not carry yet). Recall is not limited here: every
+        active memory may be recalled."""
         index = await self.index(scope, checked=checked)  # brought up to date first: a change drops the candidates
         cached = self._standing.get(scope)
         if cached is None:
