@@ -71,7 +71,6 @@ def is_extraction(body: dict[str, Any]) -> bool:
 REFERENCE_OPEN = "【参考资料："
 REFERENCE_CLOSE = "【参考资料结束】"
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
-RECENT_MARK = "（今天刚知道）"
 
 
 def system_prompt(body: dict[str, Any]) -> str:
@@ -113,7 +112,7 @@ def recalled_events(body: dict[str, Any]) -> list[str]:
     for line in block.split(MEMORY_HEADER, 1)[1].splitlines()[1:]:
         if not line.startswith("- "):
             break  # the next section (the user's standing instructions) or the end of the block
-        events.append(json.loads(line[2:].removeprefix(RECENT_MARK)))
+        events.append(json.loads(line[2:]))
     return events
 
 

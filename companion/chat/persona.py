@@ -22,7 +22,7 @@ from memory import MemoryContext
 DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
 INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
-RECENT_MARK = "（今天刚知道）"
+RECENT_MARK = "，今天刚知道："
 TODAY_HEADER = "用户今天说过做了的事："
 NO_PROFILE = "（还不太了解）"
 
@@ -39,7 +39,6 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     system message tells the model to follow that section, and only that one."""
     dynamic = "".join(f"- {quote(line)}\n" for line in context.dynamic)
     memories = "".join(f"- {quote(r.memory.event)}\n" for r in context.recalled)
-    memories += "".join(f"- {RECENT_MARK}{quote(line)}\n" for line in context.recent)
     instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
     memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
     if context.today:
@@ -49,10 +48,20 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     return prompts.render(
         "context",
         now_local=show(now, tz),
-        core_profile=quote(context.core) if context.core else NO_PROFILE,
+        core_profile=_core(context),
         dynamic_block=f"{DYNAMIC_HEADER}\n{dynamic}" if dynamic else "",
         memory_block=memory_block,
     )
+
+
+def _core(context: MemoryContext) -> str:
+    """What the companion knows of the user on every turn: the profile's core, then the lasting facts learned
+    today, marked as new. They stand with the core, not among the memories this turn may touch, so a fact
+    told this morning is known all day without being offered as relevant to every turn."""
+    core = quote(context.core) if context.core else NO_PROFILE
+    if context.recent:
+        core += f"{RECENT_MARK}{quote('；'.join(context.recent))}"
+    return core
 
 
 def quote(text: str) -> str:
