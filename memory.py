@@ -257,16 +257,19 @@ class MemoryEngine(SteeringAPI):
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
         earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
-        allowed: Collection[int] | None = None,
+        allowed: Collection[int] | None = None, earlier_since: datetime | None = None,
     ) -> list[Recalled]:
         """Memories this text touches, best first. ``limit=True`` means the configured cap; ``None``
         lifts it (benchmarks), as ``min_importance=0`` lifts the floor, ``min_match=0`` the gate and
         ``cooldown=None`` the cooldown. ``allowed``: the only memories that may be recalled (None: any).
         ``earlier`` (the user's previous turns, oldest first) and ``reply`` (the companion's last reply)
-        join the query at a lower weight: a turn often names its topic only before ("它" for the dog)."""
+        join the query at a lower weight: a turn often names its topic only before ("它" for the dog).
+        ``earlier_since``: when the oldest of ``earlier`` was said; a memory learned since then is recalled
+        only by the text itself, never through those turns (they told it, and the reply call carries them)."""
         return await self._context.recall(scope, text, now, turn=turn, cooldown=cooldown, limit=limit,
                                           min_importance=min_importance, keywords=keywords, earlier=earlier,
-                                          reply=reply, min_match=min_match, allowed=allowed)
+                                          reply=reply, min_match=min_match, allowed=allowed,
+                                          earlier_since=earlier_since)
 
     async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
         """A turn's one read of the store: companion mode, the profile, today's events, the change counter
@@ -277,11 +280,12 @@ class MemoryEngine(SteeringAPI):
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
+        earlier_since: datetime | None = None,
     ) -> MemoryContext:
         """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
-        ``finish_turn``)."""
+        ``finish_turn``); ``earlier`` and ``earlier_since`` as for ``recall``."""
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply, opened=opened)
+                                          earlier=earlier, reply=reply, opened=opened, earlier_since=earlier_since)
 
     async def known_words(self, scope: Scope, words: Iterable[str], *, opened: bool = False) -> set[str]:
         """Those of ``words`` an active memory of the scope already holds (from the cached recall index);

@@ -450,3 +450,19 @@ def test_one_chance_word_of_a_short_question_is_not_a_match(extractor: KeywordEx
                                             NOW, BOT)] == [1]
     # A Chinese turn keeps what it had: one shared word of several characters is more than one unit.
     assert recall(scope(extractor), extractor, "我今天又有点不舒服", BOT) == [1]
+
+
+@pytest.mark.parametrize(("learned", "since", "found"), [
+    (NOW - 2 * DAY, NOW - timedelta(minutes=5), True),  # an older memory the earlier turn is about
+    (NOW - timedelta(minutes=1), NOW - timedelta(minutes=5), False),  # learned from those turns
+    (NOW - timedelta(minutes=1), None, True),  # when the turns were said is not known: as before
+])
+def test_a_memory_learned_since_the_window_was_said_is_not_recalled_through_it(
+    learned: datetime, since: datetime | None, found: bool,
+) -> None:
+    memory = dataclasses.replace(mem(1, ["猫", "咪咪"], event="养了一只猫叫咪咪"), created_at=learned,
+                                 last_decay_at=learned)
+    index = ScopeIndex([memory])
+    query = build_query("今天天气还不错", lambda t: t.split(), earlier=["我养了一只猫 咪咪 特别 粘人"])
+    rules = RecallFilter(limit=None, min_importance=0.0, window_since=since)
+    assert [r.memory.id for r in index.rank(query, NOW, rules)] == ([1] if found else [])

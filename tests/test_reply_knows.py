@@ -15,11 +15,13 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Turn, Va
 from companion.engine.profile import ProfilePolicy, needs_rebuild, parse_profile
 from tests.fakes.llm import request_text
 from tests.scripted import (
+    COLD,
     EXTRACT_MARK,
     EXTRACT_PROFILE_MARK,
     PROFILE_MARK,
     ScriptedBrain,
     model_context,
+    recalled_events,
     reference_data,
 )
 from tests.support import USER, Live, Rig
@@ -292,3 +294,21 @@ async def test_a_lasting_fact_learned_after_the_profile_was_built_stays_until_a_
     assert rebuilt is not None and "咪咪" in rebuilt.core
     context = await rig.engine.build_context(ME, "今天下班有点累", back, turn=3, cooldown={})
     assert context.core == rebuilt.core, "a fact the rebuilt core holds is not added again"
+
+
+async def test_what_was_just_told_does_not_come_back_on_the_next_turn_through_the_window(rig: Rig) -> None:
+    """The recall window (the user's previous turns) must not carry a memory learned from those very turns
+    into the next turn, whatever it is about: the reply call has them verbatim. A turn that is itself about
+    the memory still recalls it."""
+    cold = {**COLD, "event": "2026-11-25 感冒发烧，身体不舒服"}
+    ScriptedBrain(facts={"感冒": cold}).install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, "我感冒发烧了，身体不舒服")  # a health word: learned at once, after the reply
+    await rig.chat.drain()
+    assert [m.event for m in await rig.engine.memories(ME)] == ["2026-11-25 感冒发烧，身体不舒服"]
+    rig.clock.advance(minutes=1)
+    await rig.chat.reply(ME, "今天天气还不错")
+    assert recalled_events(rig.llm.chat_requests()[-1]) == []
+    rig.clock.advance(minutes=1)
+    await rig.chat.reply(ME, "感冒还没好，一直发烧，身体不舒服")
+    assert recalled_events(rig.llm.chat_requests()[-1]) == ["2026-11-25 感冒发烧，身体不舒服"]

@@ -28,7 +28,7 @@ from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
-from companion.chat.session import INJECTION_WINDOW, Session, Told, current_turns, new_turn_key
+from companion.chat.session import INJECTION_WINDOW, Session, Told, current_turns, new_turn_key, said_since
 from companion.chat.steering import opening_reviews, steer
 from companion.chat.summaries import Summaries
 from companion.config.settings import Settings
@@ -335,6 +335,7 @@ class ChatService:
                                  scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
                                  earlier=[user for user, _ in current],
                                  reply=current[-1][1] if current else None, opened=opened,
+                                 earlier_since=said_since(session.history, now),
                              ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.

@@ -51,6 +51,11 @@ def current_turns(history: Sequence[Told], now: datetime) -> list[tuple[str, str
     return [(t.user, t.reply) for t in history if t.at is None or now - t.at <= HISTORY_MAX_AGE]
 
 
+def said_since(history: Sequence[Told], now: datetime) -> datetime | None:
+    """When the oldest turn a reply call carries (``current_turns``) was said; None when not known."""
+    return min((t.at for t in history if t.at is not None and now - t.at <= HISTORY_MAX_AGE), default=None)
+
+
 def new_turn_key() -> str:
     """Random and content-free: it names a turn in the queue, the short-term context and provenance."""
     return secrets.token_hex(8)

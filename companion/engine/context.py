@@ -43,7 +43,7 @@ class ContextBuilder:
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
         earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
-        allowed: Collection[int] | None = None, checked: bool = False,
+        allowed: Collection[int] | None = None, checked: bool = False, earlier_since: datetime | None = None,
     ) -> list[Recalled]:
         """``MemoryEngine.recall``; ``checked``: the change counter was read this turn (``open_turn``)."""
         words = self.query_words
@@ -62,6 +62,7 @@ class ContextBuilder:
             turn=turn,
             cooldown=cooldown,
             allowed=allowed,
+            window_since=earlier_since if earlier else None,
         )
         dense = self._dense()
         ranked = index.rank(query, now, rules if dense is None else dense.widen(rules))
@@ -85,6 +86,7 @@ class ContextBuilder:
     async def build(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool, earlier: Sequence[str], reply: str | None, opened: bool = False,
+        earlier_since: datetime | None = None,
     ) -> MemoryContext:
         """``opened``: ``open_turn`` read this turn's state, and ``finish_turn`` records the accesses."""
         keywords = self.query_words(text)
@@ -93,7 +95,7 @@ class ContextBuilder:
         # what the profile is built from first); the gate weighs the best few, as measured in BENCHMARKS.md.
         recalled = (
             await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
-                              earlier=earlier, reply=reply, checked=opened)
+                              earlier=earlier, reply=reply, checked=opened, earlier_since=earlier_since)
             if allow_recall else []
         )
         current = await self._profiles.current(scope)

@@ -72,6 +72,14 @@ class RecallFilter:
     # Memories that may be recalled at all (the reply's tiers); None: every one. The others are passed
     # over without taking a place in the gate's depth.
     allowed: Collection[int] | None = None
+    # When the oldest earlier turn of the query's window was said (None: not known). A memory learned since
+    # is matched by the turn alone: the window's turns are where it was learned, and the reply carries them,
+    # so it would come back on the next turn, whatever that turn is about.
+    window_since: datetime | None = None
+
+    def through_window(self, memory: Memory) -> bool:
+        """Whether the query's window (earlier turns, the last reply) may recall ``memory``."""
+        return self.window_since is None or memory.created_at < self.window_since
 
     def allows(self, memory_id: int) -> bool:
         return self.allowed is None or memory_id in self.allowed
@@ -331,7 +339,7 @@ class ScopeIndex:
         memory = self.memories[mid]
         if not rules.worth(memory) or memory.is_expired(now) or rules.cooling(mid):
             return None
-        match = self._passes(mid, query, rules)
+        match = self._passes(mid, query, rules) if query.turn is None or rules.through_window(memory) else None
         if match is None and query.turn is not None:
             match = self._passes(mid, query.turn, rules)
         return match
