@@ -312,3 +312,23 @@ async def test_what_was_just_told_does_not_come_back_on_the_next_turn_through_th
     rig.clock.advance(minutes=1)
     await rig.chat.reply(ME, "感冒还没好，一直发烧，身体不舒服")
     assert recalled_events(rig.llm.chat_requests()[-1]) == ["2026-11-25 感冒发烧，身体不舒服"]
+
+
+async def test_a_retold_memory_keeps_the_recalls_it_had(rig: Rig) -> None:
+    """Recalled into a reply (an access, written by the turn), then told again and merged by extraction from
+    the cached index's copy: the merge brings the new words, the access stays (reviews, eviction and /why
+    read it)."""
+    guitar = {"event": "最近在学吉他，每天练半小时", "keywords": ["吉他", "练琴"], "importance": 60, "validity": "30d",
+              "type": "event"}
+    ScriptedBrain(facts={"吉他": guitar}).install(rig.llm)
+    await rig.chat.start(ME)
+    now = rig.clock()
+    await rig.engine.remember(ME, [MemoryDraft("最近在学吉他", ["吉他", "练琴"], 60.0, Validity.DAYS_30,
+                                               type=MemoryType.EVENT, created_at=now - timedelta(days=2))], now)
+    rig.clock.advance(minutes=1)
+    await rig.chat.reply(ME, "我这周哪天练吉他来着")
+    assert recalled_events(rig.llm.chat_requests()[-1]) == ["最近在学吉他"]
+    await rig.engine.consolidate(ME, rig.clock())
+    [memory] = await rig.engine.memories(ME)
+    assert memory.event.endswith("最近在学吉他，每天练半小时"), "the retelling merged"
+    assert (memory.access_count, memory.last_accessed_at) == (1, now + timedelta(minutes=1))

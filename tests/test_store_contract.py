@@ -445,6 +445,20 @@ async def test_one_turn_is_recorded_at_once(store: MemoryStore) -> None:
     assert {m.id: m.access_count for m in await store.fetch_memories(ALICE)}[a] == 1  # Bob cannot touch Alice's
 
 
+async def test_an_update_never_writes_back_the_usage_counts_it_read(store: MemoryStore) -> None:
+    """A retelling or an edit writes a row read earlier (often from a cached index that never saw the
+    accesses since): its words and importance land, the row's own access and mention counts stay."""
+    [a] = await store.apply_changes(ALICE, NOW, inserts=[draft("在学吉他")])
+    [stale] = await store.fetch_memories(ALICE)
+    later = NOW + DAY
+    await store.record_turn(ALICE, TurnRecord(at=later, touched=[a], mentioned=[a]))
+    await store.record_turn(ALICE, TurnRecord(at=later, touched=[a]))
+    await store.apply_changes(ALICE, later, updates=[dataclasses.replace(stale, event="最近在学吉他", importance=70.0)])
+    [row] = await store.fetch_memories(ALICE)
+    assert (row.event, row.importance) == ("最近在学吉他", 70.0)
+    assert (row.access_count, row.last_accessed_at, row.mention_count, row.last_mentioned_at) == (2, later, 1, later)
+
+
 async def test_a_turn_reads_its_settings_and_keeps_the_conversation_state(store: MemoryStore) -> None:
     member, elsewhere = Scope(101, -7), Scope(101, -8)
     fresh = await store.turn_context(member, events=0)

@@ -157,7 +157,11 @@ class InMemoryStore:
             if memory.id in rows:
                 before = rows[memory.id]
                 entries.append((memory.id, change_op(before.status, before.tier.value, memory)))
-                rows[memory.id] = replace(memory, importance=rules.clamp_importance(memory.importance))
+                # As the SQL stores: the usage counts are the row's own, whatever the update carried.
+                rows[memory.id] = replace(
+                    memory, importance=rules.clamp_importance(memory.importance),
+                    last_mentioned_at=before.last_mentioned_at, mention_count=before.mention_count,
+                    last_accessed_at=before.last_accessed_at, access_count=before.access_count)
         for mid in [*ids, *(m.id for m in updates if m.id in rows)]:
             self._sources.setdefault(mid, set()).update(k for k in sources if k)
         gone = 0

@@ -105,7 +105,12 @@ MEMORY_CODECS: Mapping[str, Codec] = {
 MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_CODECS)
 SELECT_MEMORY = ", ".join(MEMORY_COLUMNS)
 INSERT_MEMORY = f"({SELECT_MEMORY}) VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
-UPDATE_MEMORY = ", ".join(f"{c} = ?" for c in MEMORY_COLUMNS if c != "id")
+# Written only by their own increments (an access, a mention: ``turn_sql``), never by a whole-row update: a
+# merge or an edit writes a row read earlier, often from a cached index that never sees the increments, and
+# would put back the counts of then (a retold memory lost every recall it had had).
+USAGE_COLUMNS = frozenset({"last_mentioned_at", "mention_count", "last_accessed_at", "access_count"})
+UPDATED_COLUMNS: tuple[str, ...] = tuple(c for c in MEMORY_COLUMNS if c != "id" and c not in USAGE_COLUMNS)
+UPDATE_MEMORY = ", ".join(f"{c} = ?" for c in UPDATED_COLUMNS)
 
 
 _DUMPS = tuple(codec.dump for codec in MEMORY_CODECS.values())
@@ -122,10 +127,13 @@ def _call(dump: Callable[[Any], object], value: object) -> object:
     return dump(value)
 
 
+_UPDATED = tuple(i for i, c in enumerate(MEMORY_COLUMNS) if c in UPDATED_COLUMNS)
+
+
 def memory_update_params(memory: Memory) -> tuple[object, ...]:
     """Values for ``UPDATE ... SET {UPDATE_MEMORY} WHERE id = ?``."""
     row = memory_to_row(memory)
-    return (*row[1:], row[0])
+    return (*(row[i] for i in _UPDATED), row[0])
 
 
 def row_to_memory(row: Sequence[object]) -> Memory:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from companion.core.models import DynamicTrait, Memory, Profile, Scope, ShortItem, ShortKind, Turn
-from companion.storage.rows import IMPORTANCE, MEMORY_CODECS, Codec, profile_to_row
+from companion.storage.rows import IMPORTANCE, MEMORY_CODECS, USAGE_COLUMNS, Codec, profile_to_row
 
 __all__ = ["profile_to_row"]
 
@@ -46,7 +46,9 @@ SELECT_MEMORY = ", ".join(COLUMNS)
 # Scope first, then every memory column: ``$1, $2`` are the scope, ``$3...`` the row.
 INSERT_MEMORY = (f"INSERT INTO memories (user_id, chat_id, {SELECT_MEMORY}) "
                  f"VALUES ({', '.join(f'${i}' for i in range(1, len(COLUMNS) + 3))})")
-UPDATE_MEMORY = ("UPDATE memories SET " + ", ".join(f"{c} = ${i}" for i, c in enumerate(COLUMNS[1:], start=4))
+# Every column but the usage counts (``rows.USAGE_COLUMNS``: only their own increments write them).
+_UPDATED = tuple(i for i, c in enumerate(COLUMNS) if i > 0 and c not in USAGE_COLUMNS)
+UPDATE_MEMORY = ("UPDATE memories SET " + ", ".join(f"{COLUMNS[i]} = ${n}" for n, i in enumerate(_UPDATED, start=4))
                  + " WHERE user_id = $1 AND chat_id = $2 AND id = $3")
 _DUMPS = tuple(c.dump for c in CODECS.values())
 _LOADS = tuple(c.load for c in CODECS.values())
@@ -63,6 +65,12 @@ def scope_of(user_id: int, chat_id: int) -> Scope:
 
 def memory_to_row(memory: Memory) -> tuple[object, ...]:
     return tuple(dump(getattr(memory, name)) for name, dump in zip(COLUMNS, _DUMPS, strict=True))
+
+
+def memory_update_row(scope: Scope, memory: Memory) -> tuple[object, ...]:
+    """Values for ``UPDATE_MEMORY``."""
+    row = memory_to_row(memory)
+    return (*key(scope), row[0], *(row[i] for i in _UPDATED))
 
 
 def row_to_memory(row: Iterable[Any]) -> Memory:

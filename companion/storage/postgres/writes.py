@@ -16,7 +16,14 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Memory, MemoryDraft, Scope, ShortKind
 from companion.core.rules import new_memory
 from companion.storage.postgres import journal
-from companion.storage.postgres.rows import INSERT_MEMORY, UPDATE_MEMORY, key, memory_to_row, second
+from companion.storage.postgres.rows import (
+    INSERT_MEMORY,
+    UPDATE_MEMORY,
+    key,
+    memory_to_row,
+    memory_update_row,
+    second,
+)
 from companion.storage.postgres.schema import Conn
 from companion.storage.records import SCOPE_SETTINGS, ChangeOp, forget_op
 from companion.storage.rows import source_rows
@@ -55,7 +62,7 @@ async def write(conn: Conn, scope: Scope, inserts: Sequence[MemoryDraft], update
     ids = await new_handles(conn, len(inserts)) if inserts else []
     await insert_rows(conn, scope, [new_memory(d, mid, now) for d, mid in zip(inserts, ids, strict=True)])
     if updates:
-        await conn.executemany(UPDATE_MEMORY, [(*key(scope), *memory_to_row(m)) for m in updates])
+        await conn.executemany(UPDATE_MEMORY, [memory_update_row(scope, m) for m in updates])
     await add_sources(conn, source_rows([*ids, *(m.id for m in updates)], sources))
     await journal.record(conn, scope, [*((i, ChangeOp.ADDED) for i in ids), *changed], now)
     return ids
