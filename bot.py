@@ -69,7 +69,7 @@ async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Serv
 
         # Tools are built per reply for the turn's scope; LLM_TOOLS_ENABLED=false leaves the plain call.
         chat = ChatService(parts.engine, parts.llm, ChatConfig.from_settings(settings),
-                           tools=parts.engine.tools(forget=forget))
+                           tools=parts.engine.tools(forget=forget), spools=parts.spools)
         await chat.load()
         try:
             yield chat, parts
@@ -145,6 +145,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
 
         reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
                          *proactive_senders(bot, blocked), leader=leader)
+        jobs.schedule_spool_replay(scheduler, chat.replay_spools)
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
         kanban = None

@@ -1,6 +1,7 @@
 """What the conversation hands to long-term learning, and when: each turn is queued for extraction (a
-turn the database cannot take, on a full disk, waits in the session and is queued in order with the next
-one), extraction runs every few turns or at once on news, and extraction and profile rebuilds run as
+turn the database cannot take waits in the session, and in this process's spool file on disk, and is
+queued in order with the next one; a process that stopped or died meanwhile has its spool replayed by the
+next), extraction runs every few turns or at once on news, and extraction and profile rebuilds run as
 background tasks after the reply, so the user never waits for them. ``ChatService`` owns one."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from companion.chat.session import Session
 from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.models import Recalled, Scope, Turn
+from companion.storage.base import TurnSpools
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another
 class Learning:
     def __init__(
         self, engine: MemoryEngine, clock: Callable[[], datetime], rng: random.Random, *,
-        extract_every: tuple[int, int], important_keywords: tuple[str, ...],
+        extract_every: tuple[int, int], important_keywords: tuple[str, ...], spools: TurnSpools | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
@@ -35,6 +37,8 @@ class Learning:
         self._important = important_keywords
         self._tasks: set[asyncio.Task[None]] = set()
         self._refreshing: set[Scope] = set()
+        self._spools = spools
+        self._spooled: set[Scope] = set()  # scopes with turns in this process's spool file
 
     def next_extraction(self) -> int:
         return self._rng.randint(*self._every)
@@ -59,8 +63,11 @@ class Learning:
         except StorageError as exc:
             log.warning("could not record the turn of %s (%d wait to be queued for learning): %s", scope.key,
                         len(session.unqueued), exc)
+            await self.mirror(scope, session)
             return []
         session.unqueued.clear()
+        if scope in self._spooled:
+            await self.mirror(scope, session)
         return mentioned
 
     async def queue_waiting(self, scope: Scope, session: Session) -> None:
@@ -70,8 +77,53 @@ class Learning:
             except StorageError as exc:
                 log.warning("%d turn(s) of %s wait to be queued for learning: %s", len(session.unqueued), scope.key,
                             exc)
-                return
+                break
             session.unqueued.popleft()
+        await self.mirror(scope, session)
+
+    def spooled(self) -> list[Scope]:
+        """The scopes with turns in this process's spool file."""
+        return list(self._spooled)
+
+    async def mirror(self, scope: Scope, session: Session) -> None:
+        """This process's spool holds exactly the session's waiting turns: after a failed write, a forget
+        (which takes turns out of the session), and once they are queued (none left: the rows go)."""
+        if self._spools is None or (not session.unqueued and scope not in self._spooled):
+            return
+        try:
+            await self._spools.own().keep(scope, list(session.unqueued))
+        except StorageError as exc:  # the spool's disk is full too: the turns wait in memory only
+            log.warning("%d turn(s) of %s wait in this process only: %s", len(session.unqueued), scope.key, exc)
+            return
+        if session.unqueued:
+            self._spooled.add(scope)
+        else:
+            self._spooled.discard(scope)
+
+    async def replay_spools(self) -> int:
+        """Queue for learning the turns that processes gone (stopped during an outage, or crashed) left in
+        their spool files, each scope's in one write and in order; a scope the database still cannot take
+        stays spooled for the next replay. Returns how many turns were queued."""
+        if self._spools is None:
+            return 0
+        queued = 0
+        with self._spools.orphans() as orphans:
+            for spool in orphans:
+                try:
+                    scopes = await spool.scopes()
+                    for scope in scopes:
+                        turns = await spool.load(scope)
+                        if turns:
+                            await self.engine.finish_turn(scope, self.clock(), queued=turns)
+                        await spool.keep(scope, [])
+                        queued += len(turns)
+                except StorageError as exc:
+                    log.warning("spooled turns wait for the next replay: %s", exc)
+                    continue
+                self._spools.remove(spool)
+        if queued:
+            log.info("%d spooled turn(s) queued for learning", queued)
+        return queued
 
     async def count_turn(self, scope: Scope, session: Session, text: str, *, opened: bool = False) -> bool:
         """Count an answered turn toward the next extraction, before the turn is recorded (the countdown

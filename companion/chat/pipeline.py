@@ -41,6 +41,7 @@ from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
+from companion.storage.base import TurnSpools
 from memory import MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,9 @@ class ChatService:
     def __init__(
         self, engine: MemoryEngine, llm: LLMClient, config: ChatConfig, *,
         clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
-        tools: ToolFactory | None = None,
+        tools: ToolFactory | None = None, spools: TurnSpools | None = None,
     ) -> None:
+        """``spools``: where turns the database cannot take wait on disk (``companion.storage.spool``)."""
         self.engine = engine
         self.llm = llm
         self.config = config
@@ -107,13 +109,24 @@ class ChatService:
         self.modes = CompanionModes(engine)
         self._summaries = Summaries(engine, clock, config.idle_summary_seconds, self._sessions.get)
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
-                                  extract_every=(config.extract_every_min, config.extract_every_max))
+                                  extract_every=(config.extract_every_min, config.extract_every_max), spools=spools)
         self._tools = tools if config.tools_enabled else None
         self.hints = Hints(engine, clock)  # "how to start" hints to people outside companion mode, rate-limited
 
     async def load(self) -> None:
         """Companion mode survives restarts: read who had it on."""
         await self.modes.load()
+
+    async def replay_spools(self) -> int:
+        """Queue what stopped or crashed processes left spooled (``Learning.replay_spools``), and try again
+        the turns this process spooled for conversations not busy now (their users may not write again)."""
+        queued = await self._learning.replay_spools()
+        for scope in self._learning.spooled():
+            session = self._sessions.get(scope)
+            if session is not None and not session.lock.locked():
+                async with session.lock:
+                    await self._learning.queue_waiting(scope, session)
+        return queued
 
     def is_active(self, scope: Scope) -> bool:
         """Companion mode as this process last saw it (``modes``); ``active`` asks the store when off."""
@@ -264,6 +277,8 @@ class ChatService:
             return None
         for done in outcome.forgotten:
             session.forget(done.memories, done.turn_keys)
+        if outcome.forgotten:
+            await self._learning.mirror(scope, session)
         if outcome.saved is not None:
             self._record(session, text, outcome.text, session.answering)
         return Reply(outcome.text, ok=True, saved=outcome.saved, replaced=outcome.replaced,
@@ -300,6 +315,7 @@ class ChatService:
             self._summaries.cancel(scope)
         else:
             session.forget(done.memories, done.turn_keys)
+        await self._learning.mirror(scope, session)  # the spooled copies of those turns go too
         return len(done.memories)
 
     async def begin_edit(self, scope: Scope, handle: int) -> None:

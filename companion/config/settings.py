@@ -242,6 +242,11 @@ class Settings(BaseSettings):
         return self.data_dir / DB_NAME
 
     @property
+    def spool_dir(self) -> Path:
+        """Where each process keeps the turns the database could not take (``companion.storage.spool``)."""
+        return self.data_dir / "spool"
+
+    @property
     def llm_key_needed(self) -> bool:
         """DeepSeek's own API needs a key; a server of one's own (LLM_BASE_URL) may not ask for one."""
         return self.llm_base_url == DEFAULT_LLM_BASE_URL

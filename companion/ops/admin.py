@@ -18,7 +18,7 @@ from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope
 from companion.core.timeutil import utcnow
 from companion.ops.chart import usage_png
 from companion.ops.export import export_csv_bytes
-from companion.storage.base import MemoryStore, UsageCell, UsageLog
+from companion.storage.base import MemoryStore, TurnSpools, UsageCell, UsageLog
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]
@@ -59,13 +59,15 @@ class AdminStats:
 
 class AdminService:
     def __init__(self, engine: MemoryEngine, store: MemoryStore, usage: UsageLog | None, tz: tzinfo, *,
-                 forget: Forget | None = None, clock: Callable[[], datetime] = utcnow) -> None:
+                 forget: Forget | None = None, clock: Callable[[], datetime] = utcnow,
+                 spools: TurnSpools | None = None) -> None:
         self.engine = engine
         self.store = store
         self.usage = usage
         self.tz = tz
         self.clock = clock
         self._forget = forget
+        self._spools = spools
 
     # ---- reading ---------------------------------------------------------------------------------
 
@@ -160,6 +162,8 @@ class AdminService:
             gone += await self._drop(scope, None)
             if progress is not None:
                 progress(done, len(scopes))
+        if self._spools is not None:  # what they said while the database was out, waiting on disk
+            await self._spools.drop_user(user_id)
         return gone
 
     async def edit(self, user_id: int, handle: int, content: str, importance: float | None = None) -> Memory:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from companion.llm.embeddings import Embedder
     from companion.ops.admin import AdminService, Forget
     from companion.recall.keywords import KeywordExtractor
-    from companion.storage.base import MemoryStore
+    from companion.storage.base import MemoryStore, TurnSpools
     from memory import EngineConfig, MemoryEngine
 
 # A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
@@ -101,13 +101,14 @@ class Services:
     store: MemoryStore
     engine: MemoryEngine
     llm: LLMClient | None
+    spools: TurnSpools
 
 
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
     from companion.recall.keywords import KeywordExtractor
-    from companion.storage.factory import open_store
+    from companion.storage.factory import open_spools, open_store
 
     llm = build_llm(settings) if need_llm or settings.llm_api_key is not None else None
     keywords = KeywordExtractor()
@@ -120,9 +121,11 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
             if llm is not None and usage is not None:
                 llm.usage_sink = usage.add  # every call's tokens and latency, one row after its answer
             engine = await engine_on(store, settings, keywords, llm)
+            spools = open_spools(settings.spool_dir)
             try:
-                yield Services(store, engine, llm)
+                yield Services(store, engine, llm, spools)
             finally:
+                spools.close()
                 await engine.close()  # the dense retriever's backend and vector connection
         finally:
             await store.close()
@@ -135,4 +138,5 @@ def admin_service(settings: Settings, parts: Services, forget: Forget | None = N
     """``forget``: the chat's forgetting (it also clears the short-term context), when a chat runs."""
     from companion.ops.admin import AdminService
 
-    return AdminService(parts.engine, parts.store, parts.store.usage_log(), settings.tz, forget=forget)
+    return AdminService(parts.engine, parts.store, parts.store.usage_log(), settings.tz, forget=forget,
+                        spools=parts.spools)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
@@ -78,6 +79,25 @@ async def run_decay_once(engine: MemoryEngine, tz: tzinfo, now: datetime | None 
 async def decay_is_overdue(engine: MemoryEngine, now: datetime) -> bool:
     last = await engine.last_decay_at()
     return last is None or now - last >= timedelta(days=1)
+
+
+SPOOL_REPLAY_SECONDS = 60.0
+
+
+def schedule_spool_replay(scheduler: AsyncIOScheduler, replay: Callable[[], Awaitable[int]],
+                          every: float = SPOOL_REPLAY_SECONDS) -> None:
+    """Every process, not only the leader, replays spooled turns (``ChatService.replay_spools``): at start,
+    then every ``every`` seconds, so what users said while the database was out reaches it once it is back.
+    Each spool file is held by one process at a time, so two replays never queue a turn twice."""
+
+    async def job() -> None:
+        try:
+            await replay()
+        except Exception:  # a job wrapper is an edge: nothing above it would see the error
+            log.exception("replaying spooled turns failed; the next run tries again")
+
+    scheduler.add_job(job, IntervalTrigger(seconds=every), id="spool-replay", coalesce=True, max_instances=1,
+                      next_run_time=datetime.now(scheduler.timezone))
 
 
 def build_scheduler(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from companion.core.errors import ConfigError
-from companion.storage.base import MemoryStore
+from companion.storage.base import MemoryStore, TurnSpools
 
 # Takes what follows ``scheme://``; returns an open store.
 Opener = Callable[[str], Awaitable[MemoryStore]]
@@ -88,6 +88,13 @@ async def _open_postgres(rest: str) -> MemoryStore:
         raise UnknownStoreError(f"a postgresql DATABASE_URL needs asyncpg: pip install -r requirements-postgres.txt "
                                 f"({exc})") from None
     return await open_postgres(f"postgresql://{rest}")
+
+
+def open_spools(directory: Path) -> TurnSpools:
+    """The turn spool files under ``directory`` (``DATA_DIR/spool``), whatever the database."""
+    from companion.storage.spool import Spools
+
+    return Spools(directory)
 
 
 register_backend("sqlite", _open_sqlite)
