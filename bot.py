@@ -57,8 +57,9 @@ PROJECT_DIR = Path(__file__).resolve().parent
 
 @asynccontextmanager
 async def companion(settings: Settings) -> AsyncIterator[tuple[ChatService, Services]]:
-    from companion.chat.pipeline import ChatConfig, ChatService
+    from companion.chat.pipeline import ChatService
     from companion.chat.stopping import wind_down
+    from companion.chat.types import ChatConfig
 
     async with services(settings, need_llm=True) as parts:
         assert parts.llm is not None

@@ -27,7 +27,8 @@ from bench.brain import ScriptedModel
 from bench.cache import cache_shares, estimate_tokens, prompt_stream, share_summary
 from bench.script_zh import FACTS, TURNS
 from bench.timing import latency_summary
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.engine.tools import memory_tools

@@ -14,7 +14,8 @@ import pytest
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import Scope
 from companion.engine.tools import memory_tools
 from companion.storage.base import MemoryStore

@@ -17,7 +17,8 @@ from pydantic import Field
 
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow

@@ -16,7 +16,8 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import MessageBuffer
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
 from companion.ops.assembly import engine_on

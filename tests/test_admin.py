@@ -26,7 +26,8 @@ from PIL import Image
 import bot as bot_main
 from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.usage import UsageRecord
 from companion.llm.client import LLMClient

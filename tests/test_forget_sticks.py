@@ -13,7 +13,8 @@ from datetime import timedelta
 import pytest
 
 from companion.chat import texts
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, MemoryType, Scope, Status, Turn
 from companion.storage.base import EVERY_STATUS, REVIEW_SENT
 from tests.fakes import FakeLLM

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.engine.tools import memory_tools
 from companion.llm.client import ToolCall

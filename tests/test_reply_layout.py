@@ -13,7 +13,8 @@ import pytest
 
 from companion.chat.layout import history_excess
 from companion.chat.persona import render_reference, render_system_prompt, with_reference
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.llm.tools import Tool, ToolError, ToolFactory
 from memory import MemoryContext, MemoryEngine

@@ -14,7 +14,8 @@ from typing import Any, cast
 import pytest
 
 from companion.chat.group import GroupTurn
-from companion.chat.pipeline import ChatConfig, ChatService
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor

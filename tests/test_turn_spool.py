@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from companion.chat.pipeline import ChatConfig, ChatService
-from companion.core.models import Scope, Turn
+from companion.chat.pipeline import ChatService
+from companion.chat.types import ChatConfig
+from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
 from companion.ops.admin import AdminService
 from companion.storage.spool import Spools, TurnSpool
@@ -137,3 +138,20 @@ async def test_a_spooled_turn_survives_its_row_mapping(tmp_path: Path) -> None:
     assert await spool.scopes() == [Scope(5, -100)]
     await spool.keep(Scope(5, -100), [])
     assert await spool.scopes() == [] and await spool.load(Scope(5, -100)) == []
+
+
+async def test_a_forget_reaches_the_scopes_turns_another_process_spooled(rig: Rig, spools: Spools) -> None:
+    """The scope's turns waited in another worker's file (its shard moved here, or it died): forgetting one
+    memory takes the turns that told it out of that file too, even with no session of the scope here."""
+    other = Spools(rig.settings.spool_dir)
+    try:
+        at = utcnow()
+        await other.own().keep(ALICE, [Turn("我养了一只猫叫咪咪", "好可爱", at, key="k1"),
+                                       Turn("今天加班到很晚", "辛苦了", at, key="k2")])
+        [cat] = await rig.engine.remember(ALICE, [MemoryDraft("养了一只猫叫咪咪", ["猫", "咪咪"], 70.0)], at)
+        assert await process(rig, spools).forget(ALICE, [cat]) == 1
+        assert [t.user for t in await other.own().load(ALICE)] == ["今天加班到很晚"]
+        await process(rig, spools).forget(ALICE, None)
+        assert await other.own().load(ALICE) == []
+    finally:
+        other.close()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from companion.chat import texts, views
-from companion.chat.pipeline import ChatService, Reply
+from companion.chat.pipeline import ChatService
+from companion.chat.types import Reply
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Tier
 from companion.core.tiers import Action

@@ -100,6 +100,15 @@ class Learning:
         else:
             self._spooled.discard(scope)
 
+    async def scrub_spools(self, scope: Scope, keep: Callable[[Turn], bool]) -> None:
+        """A forget reaches the scope's turns in every spool file (this process's is mirrored already)."""
+        if self._spools is None:
+            return
+        try:
+            await self._spools.scrub(scope, keep)
+        except StorageError as exc:
+            log.warning("a spool file could not be scrubbed for %s: %s", scope.key, exc)
+
     async def replay_spools(self) -> int:
         """Queue for learning the turns that processes gone (stopped during an outage, or crashed) left in
         their spool files, each scope's in one write and in order; a scope the database still cannot take

@@ -17,9 +17,8 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo
+from dataclasses import replace
+from datetime import datetime
 
 from companion.chat import texts
 from companion.chat.group import GroupTurn
@@ -28,69 +27,35 @@ from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
-from companion.chat.session import INJECTION_WINDOW, Session, Told, current_turns, new_turn_key, said_since
+from companion.chat.session import (
+    INJECTION_WINDOW,
+    Session,
+    Told,
+    current_turns,
+    new_turn_key,
+    said_since,
+    untold,
+)
 from companion.chat.steering import opening_reviews, steer
 from companion.chat.summaries import Summaries
-from companion.config.settings import Settings
+from companion.chat.types import ChatConfig, Reply
 from companion.core import rules
 from companion.core.errors import LLMError, StorageError
-from companion.core.models import Memory, Scope, ShortKind, Turn
+from companion.core.models import Scope, ShortKind, Turn
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
 from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
-from companion.llm.loop import LoopLimits, run_tool_loop
+from companion.llm.loop import run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
 from companion.storage.base import TurnSpools
-from memory import MemoryContext, MemoryEngine
+from memory import Forgetting, MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
 
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
 # send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
 REPLY_MAX_CHARS = 3 * texts.TELEGRAM_LIMIT
-
-
-@dataclass(frozen=True, slots=True)
-class ChatConfig:
-    history_turns: int = 10
-    recall_max_rate: float = 0.2
-    extract_every_min: int = 8
-    extract_every_max: int = 12
-    important_keywords: tuple[str, ...] = ()
-    review_unanswered: timedelta = timedelta(days=3)
-    idle_summary_seconds: float = 300.0
-    tz: tzinfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
-    tools_enabled: bool = True
-    tool_limits: LoopLimits = field(default_factory=LoopLimits)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ChatConfig:
-        low, high = sorted((settings.extract_every_min, settings.extract_every_max))
-        return cls(
-            history_turns=settings.history_turns,
-            recall_max_rate=settings.recall_max_rate,
-            extract_every_min=low,
-            extract_every_max=high,
-            important_keywords=tuple(settings.important_keywords),
-            tz=settings.tz,
-            review_unanswered=timedelta(days=settings.review_unanswered_days),
-            idle_summary_seconds=settings.idle_summary_minutes * 60,
-            tools_enabled=settings.llm_tools_enabled,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    text: str
-    ok: bool
-    recalled: tuple[int, ...] = ()
-    mentioned: tuple[int, ...] = ()
-    saved: Memory | None = None  # a receipt: the handlers offer fine / edit / forget
-    replaced: Memory | None = None  # the words the save replaced: the handlers offer an undo
-    to_forget: tuple[Memory, ...] = ()  # forget candidates: the handlers ask for a confirmation
-    forget_all: int | None = None  # "全部忘掉": the handlers ask to confirm forgetting this many and the rest
-    tool_calls: int = 0
 
 
 class ChatService:
@@ -277,6 +242,7 @@ class ChatService:
             return None
         for done in outcome.forgotten:
             session.forget(done.memories, done.turn_keys)
+            await self._learning.scrub_spools(scope, _untold_by(done))
         if outcome.forgotten:
             await self._learning.mirror(scope, session)
         if outcome.saved is not None:
@@ -306,6 +272,7 @@ class ChatService:
         so the next reply call (and a conversation summary) no longer carries it. Everything forgotten
         takes the whole context, and the turn being answered, with it."""
         done = await self.engine.forget_told(scope, ids)
+        await self._learning.scrub_spools(scope, (lambda turn: False) if ids is None else _untold_by(done))
         session = self._sessions.get(scope)
         if session is None:
             return len(done.memories)
@@ -424,6 +391,11 @@ class ChatService:
         idle summaries are dropped (the turns are queued for extraction anyway)."""
         self._summaries.cancel_all()
         await self._learning.drain()
+
+
+def _untold_by(done: Forgetting) -> Callable[[Turn], bool]:
+    """What a spool keeps of a scope's waiting turns after this forget (``session.untold``)."""
+    return lambda turn: untold(turn, done.memories, done.turn_keys)
 
 
 def _bounded(answer: str | None) -> str | None:

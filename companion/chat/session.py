@@ -138,7 +138,11 @@ class Session:
         self.summarised_turn = min(self.summarised_turn, len(kept))
         self.history.clear()
         self.history.extend(kept)
-        waiting = [t for t in self.unqueued
-                   if t.key not in turn_keys and not any(tells(t.user, m) for m in memories)]
+        waiting = [t for t in self.unqueued if untold(t, memories, turn_keys)]
         self.unqueued.clear()
         self.unqueued.extend(waiting)
+
+
+def untold(turn: Turn, memories: Sequence[Memory], turn_keys: Collection[str]) -> bool:
+    """Whether a waiting turn stays when these memories are forgotten: it did not tell them (by key or words)."""
+    return turn.key not in turn_keys and not any(tells(turn.user, m) for m in memories)

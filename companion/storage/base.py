@@ -17,7 +17,7 @@ scope's call can never reach another's rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, tzinfo
 from typing import Protocol, TypeVar
@@ -330,6 +330,10 @@ class TurnSpools(Protocol):
 
     async def drop_user(self, user_id: int) -> int:
         """Every spooled turn of the user, in every file (the operator's ``forget USER``)."""
+        ...
+
+    async def scrub(self, scope: Scope, keep: Callable[[Turn], bool]) -> None:
+        """In every file, the scope's spooled turns are only those ``keep`` keeps (a forget)."""
         ...
 
     def close(self) -> None: ...

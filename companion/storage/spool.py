@@ -185,8 +185,20 @@ class Spools:
 
     async def drop_user(self, user_id: int) -> int:
         """Every spooled turn of ``user_id`` in every file, live or not (the operator's ``forget USER``)."""
+        return sum([await spool.drop_user(user_id) for spool in self._files()])
+
+    async def scrub(self, scope: Scope, keep: Callable[[Turn], bool]) -> None:
+        """In every file, live or not, the scope's turns are only those ``keep`` keeps (a forget: another
+        worker may have spooled the scope's turns before the scope came to this one)."""
+        for spool in self._files():
+            turns = await spool.load(scope)
+            kept = [t for t in turns if keep(t)]
+            if len(kept) != len(turns):
+                await spool.keep(scope, kept)
+
+    def _files(self) -> list[TurnSpool]:
         files = sorted(self.directory.glob("turns-*.sqlite3")) if self.directory.is_dir() else []
-        return sum([await TurnSpool(p, create=False).drop_user(user_id) for p in files])
+        return [TurnSpool(p, create=False) for p in files]
 
     def close(self) -> None:
         if self._lock is not None:
