@@ -15,7 +15,7 @@ from handlers.cleaning import SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
-from handlers.session import JsonSession
+from handlers.session import POLL_PACE_SECONDS, JsonSession, PacedPolling
 
 
 def build_router() -> Router:
@@ -29,12 +29,14 @@ def build_router() -> Router:
     return root
 
 
-def build_client(token: str, api_base: str) -> Bot:
+def build_client(token: str, api_base: str, *, poll_pace: float = POLL_PACE_SECONDS) -> Bot:
     """The Telegram client: aiogram's own, against ``api_base``, sending JSON bodies, waiting out a flood limit
-    (429), its response models kept between garbage collections (``KeptResponseTypes``)."""
+    (429), its response models kept between garbage collections (``KeptResponseTypes``), polling in batches
+    under load (``PacedPolling``, ``poll_pace`` seconds)."""
     session = JsonSession(api=TelegramAPIServer.from_base(api_base))
     session.middleware(KeptResponseTypes())
     session.middleware(RetryAfterMiddleware())
+    session.middleware(PacedPolling(poll_pace))
     return Bot(token, session=session)
 
 

@@ -1,18 +1,28 @@
-"""The Telegram client's session: requests as JSON bodies."""
+"""The Telegram client's session: requests as JSON bodies, and polling in batches under load."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.exceptions import TelegramNetworkError
-from aiogram.methods import TelegramMethod
+from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
+from aiogram.exceptions import TelegramAPIError, TelegramNetworkError
+from aiogram.methods import GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 from aiogram.types import InputFile
 from aiohttp import ClientError, ClientTimeout
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+# How long a poll that follows one which brought updates waits, so that what arrives meanwhile comes in one
+# answer: a bot answering hundreds of messages a second otherwise polls once per message (BENCHMARKS.md
+# section 20). A message arriving during the pause waits at most this long, beside a reply's seconds.
+POLL_PACE_SECONDS = 0.02
+
+log = logging.getLogger(__name__)
 
 
 class JsonSession(AiohttpSession):
@@ -45,3 +55,45 @@ class JsonSession(AiohttpSession):
             raise TelegramNetworkError(method=method, message=f"{type(e).__name__}: {e}") from e
         response = self.check_response(bot=bot, method=method, status_code=resp.status, content=raw_result)
         return cast(TelegramType, response.result)
+
+
+class PacedPolling(BaseRequestMiddleware):
+    """A session middleware: a ``getUpdates`` that follows one which brought updates waits ``pace`` seconds.
+
+    Telegram answers a long poll as soon as one update is there, so under load each poll brought one update:
+    a request and its answer per message. Telegram confirms updates only with the next ``getUpdates``'s
+    offset; a stop during the pause therefore still sends that offset (one short request, its answer left
+    unconfirmed for the next start), or the batch just handled would be handled again after a restart."""
+
+    def __init__(self, pace: float = POLL_PACE_SECONDS,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.pace = pace
+        self._sleep = sleep
+        self._busy = False  # the last poll brought updates
+
+    async def __call__(
+        self, make_request: NextRequestMiddlewareType[TelegramType], bot: Bot, method: TelegramMethod[TelegramType]
+    ) -> Response[TelegramType]:
+        request = method
+        if not isinstance(method, GetUpdates):
+            return await make_request(bot, request)
+        if self._busy and self.pace > 0:
+            try:
+                await self._sleep(self.pace)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._confirm(make_request, bot, method))
+                raise
+        answer = await make_request(bot, request)
+        self._busy = bool(getattr(answer, "result", answer))
+        return answer
+
+    async def _confirm(
+        self, make_request: NextRequestMiddlewareType[TelegramType], bot: Bot, method: GetUpdates,
+    ) -> None:
+        if method.offset is None:
+            return
+        confirming = GetUpdates(offset=method.offset, limit=1, timeout=0, allowed_updates=method.allowed_updates)
+        try:
+            await make_request(bot, cast(TelegramMethod[TelegramType], confirming))
+        except TelegramAPIError as exc:  # the updates handled come again at the next start: none is lost
+            log.warning("could not confirm the last updates at stop (they will be handled again): %s", exc)

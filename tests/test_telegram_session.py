@@ -1,13 +1,15 @@
 """The Telegram client's session (handlers/session.py): JSON bodies against the fake Bot API, uploads still
-as forms, network failures as aiogram's typed error."""
+as forms, network failures as aiogram's typed error, polling in batches under load."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
+from aiogram import Dispatcher
 from aiogram.exceptions import TelegramNetworkError
-from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions
+from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message
 
 from handlers import build_client
 from tests.fakes import FakeTelegram
@@ -61,3 +63,52 @@ async def test_an_unreachable_server_is_a_network_error() -> None:
             await bot.send_message(CHAT, "在吗")
     finally:
         await bot.session.close()
+
+
+async def test_under_load_a_poll_waits_and_brings_what_arrived_meanwhile() -> None:
+    async with FakeTelegram() as tg:
+        bot = build_client(tg.token, tg.base_url, poll_pace=0.3)
+        try:
+            tg.push_text(CHAT, "第一条")
+            first = await bot.get_updates(timeout=0)
+            polled = asyncio.create_task(bot.get_updates(offset=first[-1].update_id + 1, timeout=1))
+            await asyncio.sleep(0.1)  # during the pause: the second poll has not been sent yet
+            assert [name for name, _ in tg.calls].count("getUpdates") == 1
+            tg.push_text(CHAT, "第二条")
+            tg.push_text(CHAT, "第三条")
+            batch = await polled
+            idle = await bot.get_updates(offset=batch[-1].update_id + 1, timeout=0)  # no pause: it brought some
+            assert idle == []
+            started = asyncio.get_running_loop().time()
+            await bot.get_updates(offset=batch[-1].update_id + 1, timeout=0)  # after an empty poll: none
+            assert asyncio.get_running_loop().time() - started < 0.25
+        finally:
+            await bot.session.close()
+    assert [u.message.text for u in batch if u.message] == ["第二条", "第三条"]
+
+
+async def test_a_stop_during_the_pause_still_confirms_the_updates_handled() -> None:
+    """Telegram confirms a batch only with the next poll's offset: stopped in the pause, the bot still sends
+    it, so the next start does not handle the batch again; what came meanwhile stays for that start."""
+    async with FakeTelegram() as tg:
+        bot = build_client(tg.token, tg.base_url, poll_pace=5.0)
+        dispatcher = Dispatcher()
+        seen: list[str] = []
+
+        @dispatcher.message()
+        async def answer(message: Message) -> None:
+            seen.append(message.text or "")
+            await message.answer("嗯")
+
+        polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
+        try:
+            tg.push_text(CHAT, "你好")
+            await tg.wait_for_messages(CHAT, 1)
+            await asyncio.sleep(0.2)  # the next poll is in its pause
+            tg.push_text(CHAT, "还在吗")  # arrives during the pause, before the stop
+            await dispatcher.stop_polling()
+            await asyncio.wait_for(polling, 10)
+        finally:
+            await bot.session.close()
+    assert seen == ["你好"]
+    assert [u["message"]["text"] for u in tg.pending_updates] == ["还在吗"], "handled again at the next start"
