@@ -72,19 +72,24 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
         figures["during_reply"] = {"exit_code": code, "exit_s": round(seconds, 1), "reply_sent": replied == 1,
                                    "turn_queued_for_memory": any(f"{USER}-0" in t for t in queued)}
 
-        # During an extraction: the second turn triggers it; SIGTERM 1 s into the 3 s extraction call.
+        # During an extraction (every 2 turns). The countdown goes on across the restart (it is kept with each
+        # turn), so turn 1 completes the one turn 0 began and is extracted at once; turn 3 triggers the next,
+        # and SIGTERM comes 1 s into its 3 s call.
         bot = await BotProcess(env, tmp_path, tg=tg).start()
         await started(tg, bot)
         model.delay = (0.0, 0.0)
         tg.push_text(USER, user_line(USER, 1))
         assert await tg.wait_count(USER, replied + 2, 30)
-        model.delay = (3.0, 3.0)
+        await llm.wait_for_requests(1, lambda b: is_json_mode(b) and f"{USER}-1" in str(b), timeout=30)
         tg.push_text(USER, user_line(USER, 2))
-        await llm.wait_for_requests(1, lambda b: is_json_mode(b) and f"{USER}-2" in str(b), timeout=30)
+        assert await tg.wait_count(USER, replied + 3, 30)
+        model.delay = (3.0, 3.0)
+        tg.push_text(USER, user_line(USER, 3))
+        await llm.wait_for_requests(1, lambda b: is_json_mode(b) and f"{USER}-3" in str(b), timeout=30)
         await asyncio.sleep(1.0)
         code, seconds = await bot.stop(within=30)
         db = db_path(tmp_path)
-        said = {f"{USER}-{n}" for n in range(3)}
+        said = {f"{USER}-{n}" for n in range(4)}
         waiting = {tag for tag in said if any(tag in t for t in queued_texts(db))}
         kept = stored_tags(db) | waiting
         figures["during_extraction"] = {"exit_code": code, "exit_s": round(seconds, 1),
@@ -95,8 +100,8 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
         model.delay = (0.0, 0.0)
         bot = await BotProcess(env, tmp_path, tg=tg).start()
         await started(tg, bot)
-        tg.push_text(USER, user_line(USER, 3))
         tg.push_text(USER, user_line(USER, 4))
+        tg.push_text(USER, user_line(USER, 5))
         await asyncio.sleep(4)
         code, seconds = await bot.stop(within=30)
         figures["next_start"] = {"stored": sorted(stored_tags(db)), "still_queued": len(queued_texts(db))}
@@ -107,13 +112,13 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
         await started(tg, bot)
         answers = len(tg.answers[USER])
         model.delay = (25.0, 25.0)
-        tg.push_text(USER, user_line(USER, 5))
-        await llm.wait_for_requests(1, lambda b: not is_json_mode(b) and f"{USER}-5" in str(b), timeout=30)
+        tg.push_text(USER, user_line(USER, 6))
+        await llm.wait_for_requests(1, lambda b: not is_json_mode(b) and f"{USER}-6" in str(b), timeout=30)
         await asyncio.sleep(1.0)
         code, seconds = await bot.stop(within=40)
         figures["during_slow_reply"] = {
             "exit_code": code, "exit_s": round(seconds, 1), "reply_sent": len(tg.answers[USER]) > answers,
-            "turn_queued_for_memory": any(f"{USER}-5" in t for t in queued_texts(db)),
+            "turn_queued_for_memory": any(f"{USER}-6" in t for t in queued_texts(db)),
         }
         model.delay = (0.0, 0.0)
 
@@ -141,6 +146,6 @@ async def test_sigterm_during_reply_and_extraction(tmp_path: Path) -> None:
     assert isinstance(reply, dict)
     assert not problems, figures
     assert reply["reply_sent"] or reply["turn_queued_for_memory"], figures
-    assert figures["during_extraction"]["turns_kept_or_stored"] == "3/3", figures  # type: ignore[index]
+    assert figures["during_extraction"]["turns_kept_or_stored"] == "4/4", figures  # type: ignore[index]
     assert figures["during_slow_reply"]["turn_queued_for_memory"], figures  # type: ignore[index]
     assert not figures["during_backup"]["half_written"], figures  # type: ignore[index]
