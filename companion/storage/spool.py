@@ -110,7 +110,7 @@ class TurnSpool:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(self.path, timeout=5.0)
             else:
-                conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=5.0)
+                conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True, timeout=5.0)
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"the turn spool {self.path} cannot be opened: {exc}") from exc
         try:
