@@ -21,6 +21,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 # answer: a bot answering hundreds of messages a second otherwise polls once per message (BENCHMARKS.md
 # section 20). A message arriving during the pause waits at most this long, beside a reply's seconds.
 POLL_PACE_SECONDS = 0.02
+CONFIRM_SECONDS = 5.0  # at most this long for the offset sent again at a stop
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class PacedPolling(BaseRequestMiddleware):
     Telegram answers a long poll as soon as one update is there, so under load each poll brought one update:
     a request and its answer per message. Telegram confirms updates only with the next ``getUpdates``'s
     offset; a stop during the pause therefore still sends that offset (one short request, its answer left
-    unconfirmed for the next start), or the batch just handled would be handled again after a restart."""
+    unconfirmed for the next start), or the batch just handled would be handled again after a restart; so does
+    a stop while a poll is out, whose request may not have been written yet."""
 
     def __init__(self, pace: float = POLL_PACE_SECONDS,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
@@ -77,13 +79,15 @@ class PacedPolling(BaseRequestMiddleware):
         request = method
         if not isinstance(method, GetUpdates):
             return await make_request(bot, request)
-        if self._busy and self.pace > 0:
-            try:
+        try:
+            if self._busy and self.pace > 0:
                 await self._sleep(self.pace)
-            except asyncio.CancelledError:
-                await asyncio.shield(self._confirm(make_request, bot, method))
-                raise
-        answer = await make_request(bot, request)
+            answer = await make_request(bot, request)
+        except asyncio.CancelledError:
+            # Stopped in the pause, or with this poll out: its offset may never have reached Telegram (the pause,
+            # a connection still being made), so it is sent once more, briefly, before the stop goes on.
+            await asyncio.shield(self._confirm(make_request, bot, method))
+            raise
         self._busy = bool(getattr(answer, "result", answer))
         return answer
 
@@ -94,6 +98,8 @@ class PacedPolling(BaseRequestMiddleware):
             return
         confirming = GetUpdates(offset=method.offset, limit=1, timeout=0, allowed_updates=method.allowed_updates)
         try:
-            await make_request(bot, cast(TelegramMethod[TelegramType], confirming))
-        except TelegramAPIError as exc:  # the updates handled come again at the next start: none is lost
-            log.warning("could not confirm the last updates at stop (they will be handled again): %s", exc)
+            await asyncio.wait_for(make_request(bot, cast(TelegramMethod[TelegramType], confirming)),
+                                   CONFIRM_SECONDS)
+        except (TelegramAPIError, TimeoutError) as exc:  # what was handled comes again at the next start
+            log.warning("could not confirm the last updates at stop (they will be handled again): %s",
+                        type(exc).__name__)

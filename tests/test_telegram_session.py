@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 from aiogram import Dispatcher
 from aiogram.exceptions import TelegramNetworkError
+from aiogram.methods import GetUpdates
 from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message
 
 from handlers import build_client
+from handlers.session import PacedPolling
 from tests.fakes import FakeTelegram
 
 CHAT = 4242
@@ -112,3 +115,34 @@ async def test_a_stop_during_the_pause_still_confirms_the_updates_handled() -> N
             await bot.session.close()
     assert seen == ["你好"]
     assert [u["message"]["text"] for u in tg.pending_updates] == ["还在吗"], "handled again at the next start"
+
+
+@pytest.mark.parametrize("busy", [False, True])
+async def test_a_stop_while_a_poll_is_out_sends_its_offset_again(busy: bool) -> None:
+    """Cancelled with the poll's request still out (its connection being made, so Telegram may never have read
+    the offset) or in the pause before it: the offset goes once more before the stop goes on."""
+    sent: list[tuple[int | None, int | None]] = []
+    stuck = asyncio.Event()
+
+    async def make_request(bot: Any, method: Any) -> list[int]:
+        sent.append((method.offset, method.timeout))
+        if method.offset == 41:  # the poll before: it brought an update, so the next one pauses
+            return [41]
+        if method.timeout:  # the poll itself: never answered
+            stuck.set()
+            await asyncio.Event().wait()
+        return []
+
+    pacing = PacedPolling(pace=60.0)
+    if busy:
+        await pacing(make_request, None, GetUpdates(offset=41, timeout=10))  # type: ignore[arg-type]
+        sent.clear()
+    polling = asyncio.create_task(pacing(make_request, None, GetUpdates(offset=42, timeout=10)))  # type: ignore[arg-type]
+    if busy:
+        await asyncio.sleep(0.05)
+    else:
+        await stuck.wait()
+    polling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await polling
+    assert sent == ([(42, 0)] if busy else [(42, 10), (42, 0)])
