@@ -46,14 +46,19 @@ class Told(NamedTuple):
 HISTORY_MAX_AGE = timedelta(hours=12)
 
 
+def carried(turn: Told, now: datetime) -> bool:
+    """Whether a reply call carries this turn as the conversation: within ``HISTORY_MAX_AGE`` (or of no known age)."""
+    return turn.at is None or now - turn.at <= HISTORY_MAX_AGE
+
+
 def current_turns(history: Sequence[Told], now: datetime) -> list[tuple[str, str | None]]:
-    """The turns of ``history`` a reply call carries as the conversation: those within ``HISTORY_MAX_AGE``."""
-    return [(t.user, t.reply) for t in history if t.at is None or now - t.at <= HISTORY_MAX_AGE]
+    """The turns of ``history`` a reply call carries as the conversation."""
+    return [(t.user, t.reply) for t in history if carried(t, now)]
 
 
 def said_since(history: Sequence[Told], now: datetime) -> datetime | None:
-    """When the oldest turn a reply call carries (``current_turns``) was said; None when not known."""
-    return min((t.at for t in history if t.at is not None and now - t.at <= HISTORY_MAX_AGE), default=None)
+    """When the oldest turn a reply call carries was said; None when not known."""
+    return min((t.at for t in history if t.at is not None and carried(t, now)), default=None)
 
 
 def new_turn_key() -> str:
