@@ -171,8 +171,9 @@ WHEEL_ENGINE = ("companion.core", "companion.storage", "companion.recall", "comp
 NOT_THE_ENGINES = frozenset({"aiogram", "pandas", "apscheduler", "prompt_toolkit", "tqdm", "matplotlib",
                              "pydantic_settings"})
 # Optional backends an engine module loads only when configured (their own requirements files; asyncpg:
-# the PostgreSQL store, opened by the factory for a postgresql:// URL, the extra [postgres]).
-OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3", "asyncpg"})
+# the PostgreSQL store, opened by the factory for a postgresql:// URL, the extra [postgres]), or only where
+# installed (aiohttp: the LLM client's transport, the SDK's own without it).
+OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3", "asyncpg", "aiohttp"})
 
 
 def engine_files() -> list[Path]:

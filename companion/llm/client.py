@@ -184,13 +184,16 @@ class LLMClient:
 
 
 def _http_client() -> httpx2.AsyncClient | None:
-    """The SDK's aiohttp transport where aiohttp is installed (the bot's aiogram brings it): ~0.6 ms less CPU
-    per call than its default one (BENCHMARKS.md section 15), with the SDK's same retries, timeouts and
-    errors. The engine installed alone (a host such as AstrBot) may lack aiohttp and keeps the default."""
+    """httpx over aiohttp where aiohttp is installed (the bot's aiogram brings it): the SDK's same retries,
+    timeouts and errors with less per-request work (``companion.llm.http``; BENCHMARKS.md sections 15 and
+    21). The engine installed alone (a host such as AstrBot) may lack aiohttp and keeps the SDK's default."""
     try:
-        return openai.DefaultAioHttpClient()
-    except RuntimeError:  # "you must have installed the package with the `aiohttp` extra"
+        from companion.llm.http import LeanHttpClient
+    except ImportError:
         return None
+    limits = openai.DEFAULT_CONNECTION_LIMITS
+    return LeanHttpClient(timeout=openai.DEFAULT_TIMEOUT, limits=limits, follow_redirects=True,
+                          max_connections=limits.max_connections, keepalive_expiry=limits.keepalive_expiry)
 
 
 def cache_split(usage: dict[str, Any]) -> tuple[int | None, int | None]:
