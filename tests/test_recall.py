@@ -466,3 +466,54 @@ def test_a_memory_learned_since_the_window_was_said_is_not_recalled_through_it(
     query = build_query("今天天气还不错", lambda t: t.split(), earlier=["我养了一只猫 咪咪 特别 粘人"])
     rules = RecallFilter(limit=None, min_importance=0.0, window_since=since)
     assert [r.memory.id for r in index.rank(query, NOW, rules)] == ([1] if found else [])
+
+
+@pytest.mark.parametrize(("word", "distinctive"), [
+    ("雅思", True), ("爬山", True), ("年糕", True),  # rare in general Chinese
+    ("失眠", True), ("面试", True),  # the shipped user dictionary's topic words
+    ("布玛", True),  # a name the dictionary lacks
+    ("朋友", False), ("工作", False), ("今天", False), ("准备", False),  # everyday words
+    ("我会", False), ("还行", False),  # rare in the dictionary, but phrases around a function word
+    ("ielts", False),  # no counts for English
+])
+def test_distinctive_words(extractor: KeywordExtractor, word: str, distinctive: bool) -> None:
+    assert extractor.distinctive(word) is distinctive
+
+
+def anchored_scope(extractor: KeywordExtractor) -> ScopeIndex:
+    facts = [("2026-12-15 考雅思", ["雅思", "考试", "英语"]), ("2026-11-28 和朋友去爬山", ["爬山", "周六", "朋友"]),
+             ("最近失眠挺严重的", ["失眠", "睡不着", "睡眠"]), ("在一家游戏公司做策划", ["游戏公司", "策划", "工作"])]
+    return ScopeIndex([dataclasses.replace(mem(i, keywords, event=e), terms=extractor.keywords(e))
+                       for i, (e, keywords) in enumerate(facts, start=1)], extractor.keywords)
+
+
+@pytest.mark.parametrize(("turn", "expected"), [
+    # One distinctive word of the turn is one of the memory's keywords: the topic, however little else is shared.
+    ("雅思的口语部分好难", [1]),
+    ("爬山要带什么装备", [2]),
+    ("昨晚又失眠了", [3]),
+    # An everyday word shared with a keyword is not: the share decides, as before.
+    ("朋友说螃蟹很好吃", []),
+    ("今天工作好忙", []),
+    ("今天天气还行", []),
+])
+def test_a_distinctive_word_the_turn_shares_with_a_keyword_touches_the_memory(
+    extractor: KeywordExtractor, turn: str, expected: list[int],
+) -> None:
+    index = anchored_scope(extractor)
+    plain = build_query(turn, extractor.keywords)
+    assert index.rank(plain, NOW, BOT) == [] or expected == [], "the share alone already admitted it"
+    query = build_query(turn, extractor.keywords, distinctive=extractor.distinctive)
+    assert [r.memory.id for r in index.rank(query, NOW, BOT)] == expected
+
+
+def test_only_the_turns_own_words_anchor(extractor: KeywordExtractor) -> None:
+    index = anchored_scope(extractor)
+    query = build_query("今天天气还行", extractor.keywords, earlier=("雅思的口语部分好难",),
+                        distinctive=extractor.distinctive)
+    assert "雅思" not in query.anchors
+    assert [r.memory.id for r in index.rank(query, NOW, BOT)] == []
+    # The floor, the expiry and the cooldown still apply to an anchored memory.
+    cooling = dataclasses.replace(BOT, cooldown={1: 3}, turn=4)
+    assert index.rank(build_query("雅思的口语部分好难", extractor.keywords, distinctive=extractor.distinctive),
+                      NOW, cooling) == []

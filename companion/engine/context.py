@@ -49,7 +49,8 @@ class ContextBuilder:
         words = self.query_words
         given = {text: list(keywords)} if keywords is not None else {}
         # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
-        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply)
+        query = build_query(text, lambda t: given[t] if t in given else words(t), earlier=earlier, reply=reply,
+                            distinctive=self._keywords.distinctive)
         if not query:
             return []
         index = await self._cache.index(scope, checked=checked)

@@ -90,7 +90,8 @@ def _as_httpx_errors(request: httpx2.Request) -> Iterator[None]:
 class LeanHttpClient(httpx2.AsyncClient):
     """httpx's client over ``AioHttpTransport``, remembering the absolute URLs it was given."""
 
-    def __init__(self, *, max_connections: int | None = 100, keepalive_expiry: float | None = 5.0, **kwargs: Any) -> None:
+    def __init__(self, *, max_connections: int | None = 100, keepalive_expiry: float | None = 5.0,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("transport", AioHttpTransport(limit=max_connections, keepalive_expiry=keepalive_expiry))
         super().__init__(**kwargs)
         self._urls: dict[str, httpx2.URL] = {}

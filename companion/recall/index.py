@@ -53,6 +53,9 @@ PREFILTER = 4 * FUSION_DEPTH
 # leave-one-dataset-out (BENCHMARKS.md §1b, sixth pass): the lowest at which every other set keeps false
 # injection within half the 10% goal; it held within 10% on every held-out set, English and Chinese.
 DEFAULT_MIN_MATCH = 0.25
+# A distinctive word of the turn (``Query.anchors``) touches a memory whose keyword it is when at most this many
+# of the scope's memories hold it: the per-turn cap, so the word picks those memories out.
+ANCHOR_MAX_MEMORIES = 2
 # A touched memory must also hold at least this share of one clause's content (``CharIndex.coverage``).
 MIN_CLAUSE_COVERAGE = 0.3
 
@@ -346,15 +349,27 @@ class ScopeIndex:
 
     def _passes(self, mid: int, query: Query, rules: RecallFilter) -> float | None:
         """How far the memory's match stands beyond one unit's worth (``Evidence.beyond_chance``) when it
-        clears the gate, else None."""
+        clears the gate, else None. A memory one of whose keywords the turn names with a distinctive word
+        (``Query.anchors``) clears it whatever the share: one such word is the topic, not chance."""
         covered = self._covered(mid, query)
         match = self._chars.evidence(mid, query.units, query.content, covered).beyond_chance()
+        if rules.min_match > 0 and self._anchored(mid, query):
+            return max(match, rules.min_match)
         if match < rules.min_match:
             return None
         clauses = query.clauses  # none for bare words: no clause is known
         if rules.min_match > 0 and clauses and self._chars.coverage(mid, clauses, covered) < MIN_CLAUSE_COVERAGE:
             return None
         return match
+
+    def _anchored(self, mid: int, query: Query) -> bool:
+        terms = self._terms.get(mid, {})
+        for word in query.anchors:
+            term = stem(word)
+            # A word many of the scope's memories hold names no one of them ("持续时间" of every event).
+            if terms.get(term) == KEYWORD_WEIGHT and len(self._postings.get(term, ())) <= ANCHOR_MAX_MEMORIES:
+                return True
+        return False
 
     def evidence(self, mid: int, query: Query) -> tuple[Evidence, float]:
         """What the gate reads for this memory and query: the shares (``CharIndex.evidence``) and the clause

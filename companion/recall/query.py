@@ -35,6 +35,9 @@ class Query:
     units: dict[str, float] = field(default_factory=dict)
     content: dict[str, float] = field(default_factory=dict)
     clauses: list[dict[str, float]] = field(default_factory=list)
+    # The current turn's words that name a topic by themselves (``build_query``'s ``distinctive``): a memory
+    # whose keyword one of them is touched, however little else of the turn it shares.
+    anchors: set[str] = field(default_factory=set)
     # The current turn alone, when earlier messages were read too: the gate admits a memory that covers
     # enough of either, so the window helps a vague turn ("它还是没精神") and never hides what the turn
     # itself names after a change of topic.
@@ -76,15 +79,19 @@ def clause_content(text: str, words: tuple[str, ...]) -> tuple[dict[str, float],
     return tuple(out)
 
 
-def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None) -> Query:
-    """``earlier``: the user's previous turns, oldest first; ``reply``: the companion's last reply."""
+def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), reply: str | None = None,
+                distinctive: Callable[[str], bool] | None = None) -> Query:
+    """``earlier``: the user's previous turns, oldest first; ``reply``: the companion's last reply;
+    ``distinctive``: which of the turn's words name a topic by themselves (None: none does)."""
     words = tokenize(text)
-    alone = Query()
+    anchors = {w for w in words if distinctive(w)} if distinctive is not None else set()
+    alone = Query(anchors=anchors)
     alone.add(text, words, CURRENT_WEIGHT)
     recent = [t for t in earlier if t.strip()][-EARLIER_USER_TURNS:]
     if not recent and not (reply and reply.strip()):
         return alone
-    query = Query(turn=alone)
+    # Only the turn's own words anchor: the window's turns are where the memory may have been told.
+    query = Query(turn=alone, anchors=anchors)
     query.add(text, words, CURRENT_WEIGHT)
     for distance, said in enumerate(reversed(recent), start=1):
         query.add(said, tokenize(said), CURRENT_WEIGHT / (1 + distance))
