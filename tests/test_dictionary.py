@@ -100,11 +100,13 @@ def test_cuts_equal_jiebas_on_any_text(pair: tuple[CompactTokenizer, jieba.Token
 
 
 def test_the_dictionary_is_built_once_then_loaded(tmp_path: Path) -> None:
-    trie, counts, total = load_dictionary(tmp_path)
+    trie, counts, total, tags = load_dictionary(tmp_path)
     cached = sorted(p.name for p in tmp_path.iterdir())
-    assert [name.rsplit(".", 1)[1] for name in cached] == ["freq", "trie"]
-    again, again_counts, again_total = load_dictionary(tmp_path)
+    assert [name.rsplit(".", 1)[1] for name in cached] == ["freq", "tags", "trie"]
+    again, again_counts, again_total, again_tags = load_dictionary(tmp_path)
     assert (len(again), list(again_counts[:100]), again_total) == (len(trie), list(counts[:100]), total)
+    assert list(again_tags) == list(tags)
+    assert [dictionary.TAGS[tags[trie[w]]] for w in ("医院", "周六", "两点", "雅思")] == ["n", "t", "m", "nr"]
     assert len(trie) == 349_046 - 1  # dict.txt lists one word twice
     with dictionary._dict_path().open("rb") as source:
         assert counts[trie["医院"]] == jieba.Tokenizer.gen_pfdict(source)[0]["医院"]
@@ -114,8 +116,8 @@ def test_a_damaged_cache_is_rebuilt(tmp_path: Path) -> None:
     load_dictionary(tmp_path)
     for path in tmp_path.iterdir():
         path.write_bytes(b"garbage")
-    trie, counts, total = load_dictionary(tmp_path)
-    assert len(counts) == len(trie) and total > 0
+    trie, counts, total, tags = load_dictionary(tmp_path)
+    assert len(counts) == len(trie) == len(tags) and total > 0
     assert counts[trie["感冒"]] > 0
     fresh = build_dictionary(dictionary._dict_path())
     assert total == fresh[2]
@@ -124,7 +126,7 @@ def test_a_damaged_cache_is_rebuilt(tmp_path: Path) -> None:
 def test_an_unwritable_cache_costs_only_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     missing = tmp_path / "not-a-folder"
     missing.write_text("a file where the folder should be")
-    trie, _, total = load_dictionary(missing)
+    trie, _, total, _ = load_dictionary(missing)
     assert len(trie) > 300_000 and total > 0
     assert "cannot cache the word dictionary" in caplog.text
 

@@ -474,6 +474,7 @@ def test_a_memory_learned_since_the_window_was_said_is_not_recalled_through_it(
     ("布玛", True),  # a name the dictionary lacks
     ("朋友", False), ("工作", False), ("今天", False), ("准备", False),  # everyday words
     ("我会", False), ("还行", False),  # rare in the dictionary, but phrases around a function word
+    ("周六", False), ("昨晚", False), ("两点", False), ("超级", False),  # rare, but times, numbers, degrees
     ("ielts", False),  # no counts for English
 ])
 def test_distinctive_words(extractor: KeywordExtractor, word: str, distinctive: bool) -> None:

@@ -10,7 +10,8 @@ user dictionary, configured keywords) live in a small dict beside the trie and w
 in jieba's dict. ``tests/test_dictionary.py`` checks that the cuts equal jieba's on real dialogue.
 
 The trie is built from jieba's ``dict.txt`` once (~1 s) and cached in the temporary directory, as jieba
-caches its own dict there; later starts load it in milliseconds.
+caches its own dict there; later starts load it in milliseconds. Each word's part-of-speech tag is kept
+beside its frequency (one byte a word, 0.35 MB): recall asks whether a rare word can name a topic.
 """
 
 from __future__ import annotations
@@ -30,18 +31,25 @@ import marisa_trie
 
 log_ = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the cached files' layout changes
+FORMAT = 2  # bump when the cached files' layout changes
 STARTS_CACHE = 50_000
 _FREQ_TYPE = "I"  # jieba's frequencies are below 2**32 (the largest is 884,635)
+# dict.txt's part-of-speech tags, stored as their index here (one byte a word); a tag not listed reads "".
+# Append only: the cache holds indexes.
+TAGS = ("", "n", "nr", "v", "i", "l", "ns", "m", "nz", "nrt", "zg", "nt", "a", "vn", "z", "d", "t", "j", "b", "g",
+        "r", "s", "c", "nrfg", "x", "f", "ng", "o", "q", "vg", "p", "ad", "mq", "y", "ag", "an", "e", "u", "tg", "vq",
+        "vi", "k", "vd", "rr", "mg", "h", "dg", "uz", "uv", "ul", "uj", "ug", "ud", "rz", "rg", "df")
+_TAG_INDEX = {tag: index for index, tag in enumerate(TAGS)}
 
 
 class _Frequencies:
     """What jieba's code reads from ``Tokenizer.FREQ``: ``get`` (a word's frequency), ``in`` (the text is
     a word or the prefix of one: jieba's prefix walk) and assignment (``add_word``)."""
 
-    def __init__(self, trie: marisa_trie.Trie, counts: array.array[int]) -> None:
+    def __init__(self, trie: marisa_trie.Trie, counts: array.array[int], tags: array.array[int]) -> None:
         self.trie = trie
         self.counts = counts
+        self.tags = tags
         self.added: dict[str, int] = {}  # words set at run time, 0 = deleted (or a bare prefix)
         self.added_prefixes: set[str] = set()  # every prefix of an added word, for the DAG walk
         # What the trie says of the text read at a position: the words it starts with and whether longer
@@ -72,6 +80,11 @@ class _Frequencies:
             return found
         index = self.trie.get(word)
         return self.counts[index] if index is not None else default
+
+    def tag(self, word: str) -> str:
+        """The word's part of speech in jieba's dictionary; "" for a word it does not list."""
+        index = self.trie.get(word)
+        return TAGS[self.tags[index]] if index is not None else ""
 
     def __getitem__(self, word: str) -> int:
         found = self.get(word)
@@ -108,8 +121,8 @@ class CompactTokenizer(jieba.Tokenizer):  # type: ignore[misc]  # jieba ships no
         with self.lock:
             if self.initialized:
                 return
-            trie, counts, total = load_dictionary(self._cache_dir)
-            self.FREQ = _Frequencies(trie, counts)
+            trie, counts, total, tags = load_dictionary(self._cache_dir)
+            self.FREQ = _Frequencies(trie, counts, tags)
             self.total = total
             self.initialized = True
 
@@ -193,40 +206,47 @@ def _dict_path() -> Path:
     return Path(jieba.__file__).with_name(jieba.DEFAULT_DICT_NAME)
 
 
-def _cache_paths(cache_dir: Path | None, source: Path) -> tuple[Path, Path]:
+def _cache_paths(cache_dir: Path | None, source: Path) -> tuple[Path, Path, Path]:
     stat = source.stat()
     key = f"{FORMAT}:{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = cache_dir or Path(tempfile.gettempdir())
-    return folder / f"companion-jieba-{digest}.trie", folder / f"companion-jieba-{digest}.freq"
+    name = f"companion-jieba-{digest}"
+    return folder / f"{name}.trie", folder / f"{name}.freq", folder / f"{name}.tags"
 
 
-def _entries(source: Path) -> Iterator[tuple[str, int]]:
+def _entries(source: Path) -> Iterator[tuple[str, int, str]]:
     with source.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             parts = line.strip().split(" ")
             try:
-                yield parts[0], int(parts[1])
+                yield parts[0], int(parts[1]), parts[2] if len(parts) > 2 else ""
             except (IndexError, ValueError):
                 raise ValueError(f"invalid dictionary entry in {source} at line {number}") from None
 
 
-def build_dictionary(source: Path) -> tuple[marisa_trie.Trie, array.array[int], int]:
-    """The trie of ``source``'s words, their frequencies by trie index and the total, as jieba counts
-    them (a word listed twice keeps its last frequency; the total counts both)."""
-    trie = marisa_trie.Trie(word for word, _ in _entries(source))
+Dictionary = tuple[marisa_trie.Trie, "array.array[int]", int, "array.array[int]"]
+
+
+def build_dictionary(source: Path) -> Dictionary:
+    """The trie of ``source``'s words, their frequencies by trie index, the total, as jieba counts them (a word
+    listed twice keeps its last frequency; the total counts both), and their tags (``TAGS`` indexes)."""
+    trie = marisa_trie.Trie(word for word, _, _ in _entries(source))
     counts = array.array(_FREQ_TYPE, bytes(array.array(_FREQ_TYPE).itemsize * len(trie)))
+    tags = array.array("B", bytes(len(trie)))
     total = 0
-    for word, count in _entries(source):
-        counts[trie[word]] = count
+    for word, count, tag in _entries(source):
+        index = trie[word]
+        counts[index] = count
+        tags[index] = _TAG_INDEX.get(tag, 0)
         total += count
-    return trie, counts, total
+    return trie, counts, total, tags
 
 
-def load_dictionary(cache_dir: Path | None = None) -> tuple[marisa_trie.Trie, array.array[int], int]:
+def load_dictionary(cache_dir: Path | None = None) -> Dictionary:
     """The compact dictionary from the cache, built (and cached) when the cache is missing or unreadable."""
     source = _dict_path()
-    trie_path, freq_path = _cache_paths(cache_dir, source)
+    trie_path, freq_path, tags_path = _cache_paths(cache_dir, source)
     try:
         trie = marisa_trie.Trie()
         trie.load(str(trie_path))
@@ -234,22 +254,26 @@ def load_dictionary(cache_dir: Path | None = None) -> tuple[marisa_trie.Trie, ar
         counts = array.array(_FREQ_TYPE)
         counts.frombytes(stored[8:])
         total = int.from_bytes(stored[:8], "little")
-        if len(counts) == len(trie) and total > 0:
-            return trie, counts, total
+        tags = array.array("B", tags_path.read_bytes())
+        if len(counts) == len(trie) == len(tags) and total > 0 and max(tags) < len(TAGS):
+            return trie, counts, total, tags
     except (OSError, RuntimeError, ValueError):
         pass  # not cached yet, or cut short by another process: build it again
-    trie, counts, total = build_dictionary(source)
+    trie, counts, total, tags = build_dictionary(source)
     try:
-        _save(trie, counts, total, trie_path, freq_path)
+        _save(trie, counts, total, tags, (trie_path, freq_path, tags_path))
     except OSError as exc:  # an unwritable temp dir costs the next start a rebuild, nothing else
         log_.warning("cannot cache the word dictionary in %s: %s", trie_path.parent, exc.strerror or exc)
-    return trie, counts, total
+    return trie, counts, total, tags
 
 
-def _save(trie: Any, counts: array.array[int], total: int, trie_path: Path, freq_path: Path) -> None:
+def _save(trie: Any, counts: array.array[int], total: int, tags: array.array[int],
+          paths: tuple[Path, Path, Path]) -> None:
     # Each file appears whole or not at all (another process may be loading it).
     suffix = f".{os.getpid()}.tmp"
+    trie_path, freq_path, tags_path = paths
     trie.save(str(trie_path) + suffix)
     os.replace(str(trie_path) + suffix, trie_path)
-    Path(str(freq_path) + suffix).write_bytes(total.to_bytes(8, "little") + counts.tobytes())
-    os.replace(str(freq_path) + suffix, freq_path)
+    for path, data in ((freq_path, total.to_bytes(8, "little") + counts.tobytes()), (tags_path, tags.tobytes())):
+        Path(str(path) + suffix).write_bytes(data)
+        os.replace(str(path) + suffix, path)

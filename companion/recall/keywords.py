@@ -39,6 +39,12 @@ _QUESTION_HEAD = re.compile(
 # one by design. Chosen on the benchmarks' Chinese sets (BENCHMARKS.md section 22): 2,000 and 3,000 took
 # MemDaily's certified false injection over 10%.
 DISTINCTIVE_MAX_COUNT = 1000
+# Parts of speech (jieba's dictionary tags) that name no topic however rare: time words ("周六" 341, "昨晚"),
+# numerals and measures ("两点", "五百"), pronouns, adverbs, distinguishing words ("超级"), adjectives, and the
+# function words.
+_NOT_TOPICS = frozenset({"t", "tg", "m", "mq", "mg", "q", "vq", "r", "rr", "rz", "rg", "d", "dg", "df", "vd", "ad",
+                         "b", "a", "ag", "an", "f", "p", "c", "u", "uz", "uv", "ul", "uj", "ug", "ud", "y", "e", "o",
+                         "x", "k", "h", "z", "zg"})
 # Found beside this module, so a host that vendors the engine under another package name finds them too.
 RESOURCES = __name__.rpartition(".")[0] + ".resources"
 
@@ -148,7 +154,10 @@ class KeywordExtractor:
         # 3), and its HMM glues such words to names ("叫布玛"): a word holding one is no topic's name.
         if any(char in self._stopwords for char in word):
             return False
-        return word in self._topics or (self._tokenizer.FREQ.get(word) or 0) <= DISTINCTIVE_MAX_COUNT
+        if word in self._topics:
+            return True
+        frequencies = self._tokenizer.FREQ
+        return (frequencies.get(word) or 0) <= DISTINCTIVE_MAX_COUNT and frequencies.tag(word) not in _NOT_TOPICS
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):
