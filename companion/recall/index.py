@@ -14,7 +14,8 @@ side (``Evidence.beyond_chance``: a question of three English words shares a thi
 of them by chance, one of twenty Chinese units does not), whichever side shows more; and the
 memory must hold at least ``MIN_CLAUSE_COVERAGE`` of the content of one clause of the turn or its context
 (``CharIndex.coverage``), so that neither shared function words nor words scattered over a long turn
-carry it.
+carry it. Unless the turn names the memory's topic outright: a distinctive word of the turn that is one of
+its keywords (``Query.anchors``, ``KeywordExtractor.distinctive``) touches it whatever the share.
 """
 
 from __future__ import annotations
