@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from bench.botdriver import BotConfig, cpu_seconds, driver_main
-from bench.timing import GcWatch, machine
+from bench.timing import GcWatch, machine, thread_cpu, thread_cpu_since
 from bot import build_bot
 from bot import companion as companion_service
 from companion.config.runtime import settle_heap
@@ -56,11 +56,12 @@ ECHO_ANSWER = "嗯嗯，我在呢。今天过得怎么样？有什么想跟我�
 async def _measured(conn: Connection, driver: multiprocessing.process.BaseProcess,
                     config: BotConfig) -> dict[str, Any]:
     """Tell the driver to go and wait for its report, adding the bot's CPU and garbage collections meanwhile."""
-    cpu = cpu_seconds()
+    cpu, threads = cpu_seconds(), thread_cpu()
     with GcWatch() as collected:
         conn.send("go")
         report: dict[str, Any] = await _receive(conn, 120 + config.users * config.messages * 0.1, driver)
     report["bot_cpu_s"] = round(cpu_seconds() - cpu, 2)
+    report["bot_cpu_by_thread_s"] = thread_cpu_since(threads)
     report["bot_cpu_ms_per_message"] = round(report["bot_cpu_s"] * 1000 / max(report["answered"], 1), 2)
     report["gc"] = collected.report()
     return report
@@ -220,6 +221,7 @@ def format_bot(report: dict[str, Any]) -> str:
         f"{report['users_with_extra_answers']}, failed answers {report['failed_answers']})",
         f"bot CPU: {report['bot_cpu_s']} s ({report['bot_cpu_ms_per_message']} ms per message); "
         f"driver+fakes CPU: {report['driver_cpu_s']} s",
+        f"bot CPU by thread, s: {report.get('bot_cpu_by_thread_s', {})} (the event loop's bounds the throughput)",
         f"LLM calls by purpose: {report['llm_calls_final']}",
         f"Telegram calls by method: {report.get('telegram_calls', {})}; event loop: {report.get('event_loop')}",
         f"garbage collections (young, middle, full): {report['gc']['collections']}, {report['gc']['seconds']} s",
