@@ -5,6 +5,7 @@ key nor other keys hold it up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from companion.chat.buffer import MessageBuffer
 
@@ -70,3 +71,57 @@ async def test_a_later_turn_does_not_hold_back_one_already_answered() -> None:
     assert not later.done(), "the later turn waits for its own flush"
     release_second.set()
     await asyncio.wait_for(later, 5)
+
+
+async def test_a_keys_turns_are_answered_one_after_another() -> None:
+    # The first answer's send is slow (a retry after a 5xx); the next turn must not overtake it.
+    buffer = MessageBuffer(0.01)
+    events: list[str] = []
+    release = asyncio.Event()
+
+    async def first(text: str) -> None:
+        events.append("first started")
+        await release.wait()
+        events.append("first sent")
+
+    async def second(text: str) -> None:
+        events.append("second started")
+
+    async def elsewhere(text: str) -> None:
+        events.append("other key")
+
+    buffer.push("a", "one", first)
+    await asyncio.sleep(0.05)
+    buffer.push("a", "two", second)
+    buffer.push("b", "hi", elsewhere)
+    await asyncio.sleep(0.1)
+    assert events == ["first started", "other key"], "another key is not held up, the same key is"
+    release.set()
+    await asyncio.wait_for(buffer.settled("a"), 5)
+    assert events == ["first started", "other key", "first sent", "second started"]
+
+
+async def test_a_turn_waiting_for_the_one_before_is_abandoned_through_its_callback() -> None:
+    # A stop that cannot wait cancels the flushes; one still waiting for the key's earlier turn must reach its
+    # callback all the same (cancelled at its first wait), which keeps what the text said.
+    buffer = MessageBuffer(0.01)
+    kept: list[str] = []
+
+    async def answer(text: str) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            kept.append(text)
+            raise
+
+    buffer.push("a", "one", answer)
+    await asyncio.sleep(0.05)
+    buffer.push("a", "two", answer)
+    await asyncio.sleep(0.05)  # "two" now waits for "one"
+    closing = asyncio.create_task(buffer.close())
+    await asyncio.sleep(0.05)
+    closing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await closing
+    await asyncio.sleep(0.05)
+    assert sorted(kept) == ["one", "two"]
