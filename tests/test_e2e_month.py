@@ -40,15 +40,17 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
 
 
 class Chat:
-    def __init__(self, tg: FakeTelegram, llm: FakeLLM) -> None:
-        self.tg, self.llm = tg, llm
+    """One person talking to the bot process, one message at a time."""
+
+    def __init__(self, tg: FakeTelegram, llm: FakeLLM, user: int = USER) -> None:
+        self.tg, self.llm, self.user = tg, llm, user
         self.sent = 0
         self.small = 0
 
     async def say(self, text: str) -> str:
         self.sent += 1
-        self.tg.push_text(USER, text)
-        return str((await self.tg.wait_for_messages(USER, self.sent, timeout=30))[self.sent - 1]["text"])
+        self.tg.push_text(self.user, text)
+        return str((await self.tg.wait_for_messages(self.user, self.sent, timeout=30))[self.sent - 1]["text"])
 
     async def ask(self, text: str) -> str:
         """A turn to the companion; returns what the model was told besides the conversation."""
@@ -58,6 +60,7 @@ class Chat:
         return model_context(requests[-1])
 
     async def chatter(self, turns: int) -> None:
+        # Between touches: the ~20% recall rate and the 5-turn cooldown leave room for the next one.
         for _ in range(turns):
             await self.say(SMALL_TALK[self.small % len(SMALL_TALK)])
             self.small += 1

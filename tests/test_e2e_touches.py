@@ -13,8 +13,8 @@ import pytest
 
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, run_cli, start_bot, stop_bot
-from tests.scripted import ScriptedBrain, reference_data
-from tests.test_e2e_month import age_database
+from tests.scripted import ScriptedBrain
+from tests.test_e2e_month import Chat, age_database
 
 A, B = 7001, 7002
 FACTS = {
@@ -31,8 +31,6 @@ FACTS = {
     "海鲜": {"event": "对海鲜过敏", "keywords": ["海鲜", "过敏", "虾", "螃蟹"], "importance": 90,
              "validity": "permanent", "type": "fact"},
 }
-SMALL_TALK = ["今天天气还行", "中午吃了碗面", "下午有点困", "刚刚刷了会儿手机", "晚上想早点休息", "路上有点堵",
-              "周末还没计划", "今天挺平常的"]
 
 
 @pytest.fixture
@@ -41,37 +39,12 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
         yield tg, llm
 
 
-class Person:
-    def __init__(self, tg: FakeTelegram, llm: FakeLLM, user: int) -> None:
-        self.tg, self.llm, self.user = tg, llm, user
-        self.sent = 0
-        self.small = 0
-
-    async def say(self, text: str) -> None:
-        self.sent += 1
-        self.tg.push_text(self.user, text)
-        await self.tg.wait_for_messages(self.user, self.sent, timeout=30)
-
-    async def ask(self, text: str) -> str:
-        """A turn; returns the reference block its reply call carried."""
-        before = len(self.llm.chat_requests())
-        await self.say(text)
-        requests = await self.llm.wait_for_requests(before + 1, lambda r: not FakeLLM.is_json_mode(r))
-        return reference_data(next(r for r in reversed(requests) if text in FakeLLM.request_text(r)))
-
-    async def chatter(self, turns: int) -> None:
-        # Between touches: the ~20% recall rate and the 5-turn cooldown leave room for the next one.
-        for _ in range(turns):
-            await self.say(SMALL_TALK[self.small % len(SMALL_TALK)])
-            self.small += 1
-
-
 async def test_one_distinctive_word_brings_its_memory_back(servers: tuple[FakeTelegram, FakeLLM],
                                                            tmp_path: Path) -> None:
     tg, llm = servers
     ScriptedBrain(facts=FACTS).install(llm)
     env = bot_env(tg, llm, tmp_path, EXTRACT_EVERY_MIN="6", EXTRACT_EVERY_MAX="6")
-    a, b = Person(tg, llm, A), Person(tg, llm, B)
+    a, b = Chat(tg, llm, A), Chat(tg, llm, B)
 
     proc = await start_bot(env, tmp_path)
     try:
@@ -107,7 +80,7 @@ async def test_one_distinctive_word_brings_its_memory_back(servers: tuple[FakeTe
     proc = await start_bot(env, tmp_path)
     try:
         await tg.wait_for_call("setMyCommands", timeout=90, count=2)
-        a.sent = len(tg.sent_messages(A))
+        a.sent = len(tg.sent_messages(A))  # the greeting and answers of the first run
         await a.say("/start_aiGF")
         await a.chatter(1)
         assert "考雅思" in await a.ask("雅思还剩不到十天了")

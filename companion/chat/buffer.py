@@ -3,8 +3,9 @@
 Each new message restarts the quiet period; when it passes, the texts are joined and handed to the
 flush callback; a key's flushes run one after another, in order. A command that must come after what the
 user said before it (``/stop_aiGF``) calls ``flush_now``: the buffered texts are answered at once and the
-call returns when every flush of that key, including ones already running, is done. ``settled`` waits until a key has nothing buffered and nothing
-being flushed: a queue of updates acknowledges a text only once its answer is out.
+call returns when every flush of that key, including ones already running, is done. ``settled`` waits until
+a key has nothing buffered and nothing being flushed: a queue of updates acknowledges a text only once its
+answer is out.
 
 The handlers type against ``Buffering``: ``MessageBuffer`` holds one process's messages. Several worker
 processes each keep their own: the queue routes each chat to one worker at a time (handlers/queue.py).
@@ -41,20 +42,6 @@ class Buffering(Protocol):
     async def settled(self, key: Hashable) -> None:
         """Return once what the key holds now is flushed and its flushes running now have finished."""
         ...
-
-    @staticmethod
-    async def _after(earlier: list[asyncio.Task[None]]) -> None:
-        """Wait for a key's earlier flushes: its turns are answered one after another, so an answer never
-        overtakes the one before it (the reply calls queue on the session's lock anyway; the sends after them
-        did not, and a send retried after a 5xx let the next answer out first). Cancelled meanwhile (a stop
-        that cannot wait), the flush still starts, cancelled at its first wait, as a running one would be: its
-        callback keeps what the text said."""
-        try:
-            await asyncio.wait(earlier)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.cancel()  # delivered at the callback's first wait
 
     async def close(self) -> None:
         """Flush everything still waiting, then wait for running flushes."""
