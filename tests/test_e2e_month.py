@@ -59,6 +59,13 @@ class Chat:
         requests = await self.llm.wait_for_requests(before + 1, lambda r: not FakeLLM.is_json_mode(r))
         return model_context(requests[-1])
 
+    async def touches(self, expected: dict[str, str], gap: int = 4) -> None:
+        """Each turn in order, small talk between: its reply call must carry the memory text named for it."""
+        for n, (turn, memory) in enumerate(expected.items()):
+            if n:
+                await self.chatter(gap)
+            assert memory in await self.ask(turn), f"{turn!r} did not bring back {memory!r}"
+
     async def chatter(self, turns: int) -> None:
         # Between touches: the ~20% recall rate and the 5-turn cooldown leave room for the next one.
         for _ in range(turns):
