@@ -7,7 +7,9 @@ share, and the ungated ranking for hit@k. Any share can then be applied offline,
 applies it (the first ``limit`` candidates in fused order whose share reaches it). For each fold the window
 with the best mean hit@1 on the other sets is chosen, then the lowest share at which the bot injects
 something on at most ``goal`` of the certified negative turns of every other set; both are reported on the
-held-out set beside the gated hit, with the held-out set's own best share for comparison.
+held-out set beside the gated hit, with the held-out set's own best share for comparison. The replay leaves
+out the gate's exception for a distinctive word of the turn that is a memory's keyword (``Query.anchors``):
+``bench recall`` measures the gate with it (BENCHMARKS.md section 22).
 """
 
 from __future__ import annotations
