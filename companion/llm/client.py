@@ -191,9 +191,8 @@ def _http_client() -> httpx2.AsyncClient | None:
         from companion.llm.http import LeanHttpClient
     except ImportError:
         return None
-    limits = openai.DEFAULT_CONNECTION_LIMITS
-    return LeanHttpClient(timeout=openai.DEFAULT_TIMEOUT, limits=limits, follow_redirects=True,
-                          max_connections=limits.max_connections, keepalive_expiry=limits.keepalive_expiry)
+    return LeanHttpClient(timeout=openai.DEFAULT_TIMEOUT, limits=openai.DEFAULT_CONNECTION_LIMITS,
+                          follow_redirects=True)
 
 
 def cache_split(usage: dict[str, Any]) -> tuple[int | None, int | None]:

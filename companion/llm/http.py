@@ -21,6 +21,7 @@ import httpx2
 # The SDK asks for a handful of URLs (chat completions, embeddings); the cap only bounds a caller that
 # builds URLs with query strings of its own.
 _KEPT_URLS = 64
+_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's own default
 
 
 class AioHttpTransport(httpx2.AsyncBaseTransport):
@@ -90,10 +91,10 @@ def _as_httpx_errors(request: httpx2.Request) -> Iterator[None]:
 class LeanHttpClient(httpx2.AsyncClient):
     """httpx's client over ``AioHttpTransport``, remembering the absolute URLs it was given."""
 
-    def __init__(self, *, max_connections: int | None = 100, keepalive_expiry: float | None = 5.0,
-                 **kwargs: Any) -> None:
-        kwargs.setdefault("transport", AioHttpTransport(limit=max_connections, keepalive_expiry=keepalive_expiry))
-        super().__init__(**kwargs)
+    def __init__(self, *, limits: httpx2.Limits = _LIMITS, **kwargs: Any) -> None:
+        kwargs.setdefault("transport", AioHttpTransport(limit=limits.max_connections,
+                                                        keepalive_expiry=limits.keepalive_expiry))
+        super().__init__(limits=limits, **kwargs)
         self._urls: dict[str, httpx2.URL] = {}
 
     def build_request(self, method: str, url: httpx2.URL | str, **kwargs: Any) -> httpx2.Request:

@@ -81,10 +81,15 @@ class _Frequencies:
         index = self.trie.get(word)
         return self.counts[index] if index is not None else default
 
-    def tag(self, word: str) -> str:
-        """The word's part of speech in jieba's dictionary; "" for a word it does not list."""
+    def added_word(self, word: str) -> bool:
+        """Whether the word was added at run time (the user dictionary, ``add_word``), not a bare prefix."""
+        return bool(self.added.get(word))
+
+    def listing(self, word: str) -> tuple[int, str] | None:
+        """The count and part of speech jieba's dictionary lists for the word (one trie lookup); None for a
+        word it does not list."""
         index = self.trie.get(word)
-        return TAGS[self.tags[index]] if index is not None else ""
+        return (self.counts[index], TAGS[self.tags[index]]) if index is not None else None
 
     def __getitem__(self, word: str) -> int:
         found = self.get(word)

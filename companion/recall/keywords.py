@@ -61,7 +61,6 @@ class KeywordExtractor:
         self._loaded = False
         self._lock = threading.Lock()
         self._extra: list[str] = []  # words added before the dictionaries were loaded
-        self._topics: set[str] = set()  # the user dictionary's and the configured words: topics by design
         self._extra_lock = threading.Lock()
         self._preloading: Future[None] | None = None
         # A turn is read again as context on the next two turns: segment each text once.
@@ -76,8 +75,6 @@ class KeywordExtractor:
             package = resources.files(RESOURCES)
             with resources.as_file(package / "userdict.txt") as path:
                 self._tokenizer.load_userdict(str(path))
-            userdict = (package / "userdict.txt").read_text(encoding="utf-8")
-            self._topics.update(line.split()[0] for line in userdict.splitlines() if line.strip())
             text = (package / "stopwords.txt").read_text(encoding="utf-8")
             self._stopwords = frozenset(line.strip() for line in text.splitlines() if line.strip())
             self._loaded = True
@@ -117,7 +114,6 @@ class KeywordExtractor:
             extra, self._extra = self._extra, []
         for word in extra:
             self._tokenizer.add_word(word, freq=2000)
-            self._topics.add(word)
         if extra:
             self._cached.cache_clear()
 
@@ -154,10 +150,14 @@ class KeywordExtractor:
         # 3), and its HMM glues such words to names ("叫布玛"): a word holding one is no topic's name.
         if any(char in self._stopwords for char in word):
             return False
-        if word in self._topics:
-            return True
         frequencies = self._tokenizer.FREQ
-        return (frequencies.get(word) or 0) <= DISTINCTIVE_MAX_COUNT and frequencies.tag(word) not in _NOT_TOPICS
+        if frequencies.added_word(word):  # the user dictionary's life topics, the configured important keywords
+            return True
+        listed = frequencies.listing(word)
+        if listed is None:  # a name jieba's HMM found
+            return True
+        count, tag = listed
+        return count <= DISTINCTIVE_MAX_COUNT and tag not in _NOT_TOPICS
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):
