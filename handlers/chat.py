@@ -85,7 +85,25 @@ async def on_other(message: Message) -> None:
     await message.answer(texts.NON_TEXT)
 
 
+def conversation(message: Message) -> bool:
+    """A text or caption no command can take: aiogram's ``Command`` splits the text on whitespace and reads
+    the first character as the prefix, and every command here has the prefix "/"."""
+    said = message.text or message.caption
+    return said is not None and said != "" and said.lstrip()[:1] != "/"
+
+
+def build_conversation() -> Router:
+    """Private talk, ahead of the command routers: most updates are this, and none of those routers could
+    take it (``tests/test_handlers.py`` holds every command filter to that), so it skips their checks."""
+    router = Router(name="conversation")
+    router.message.filter(F.chat.type == "private")
+    router.message.register(on_text, conversation)
+    return router
+
+
 def build() -> Router:
+    """The last private router: talk the conversation router did not take (a text with a leading space
+    before its "/"), unknown commands, and everything that is not text."""
     router = Router(name="chat")
     router.message.filter(F.chat.type == "private")
     router.message.register(on_text, F.text & ~F.text.startswith("/"))

@@ -26,7 +26,8 @@ def tune_routing(router: Router) -> None:
     command-only routers (see the module's docstring)."""
     for each in router.chain_tail:
         for observer in each.observers.values():
-            _gate_commands(observer)
+            if not each.sub_routers:  # a failed router-wide filter would hide the routers under it too
+                _gate_commands(observer)
             for handler in _handlers(observer):
                 for filter_ in handler.filters or ():
                     _inline(filter_)

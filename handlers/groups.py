@@ -281,20 +281,27 @@ async def resume_moves(engine: MemoryEngine, chat: ChatService, groups: GroupSet
 
 def build() -> Router:
     router = Router(name="groups")
+    # Everything but share_private is for groups only: one router-wide check, so a private message
+    # passes this router with one filter instead of one per handler.
+    in_group = Router(name="groups_only")
+    in_group.message.filter(IN_GROUP)
     # Admin commands first: an anonymous admin may use them; every other message of a sender that is a
     # chat (an anonymous admin, a channel) stops at not_a_person, before anything personal.
-    router.message.register(help_in_group, IN_GROUP, command(Place.GROUP, "help", "start"))
-    router.message.register(group_memory, IN_GROUP, command(Place.GROUP_ADMIN, "group_memory"))
-    router.message.register(forget_group, IN_GROUP, command(Place.GROUP_ADMIN, "forget_group"))
-    router.message.register(on_migration, IN_GROUP, F.migrate_to_chat_id | F.migrate_from_chat_id)
-    router.message.register(not_a_person, IN_GROUP, F.sender_chat)
-    router.message.register(share_private, command((Place.PRIVATE, Place.GROUP), "share_private"))
-    router.message.register(start_companion, IN_GROUP, command(Place.GROUP, "start_aiGF"))
-    router.message.register(stop_companion, IN_GROUP, command(Place.GROUP, "stop_aiGF"))
-    router.message.register(memories_in_group, IN_GROUP, command(Place.GROUP, "memories"))
-    router.message.register(forget_in_group, IN_GROUP, command(Place.GROUP, "forget"))
-    router.message.register(why_in_group, IN_GROUP, command(Place.GROUP, "why"))
-    router.message.register(on_group_text, IN_GROUP, F.text & ~F.text.startswith("/"))
-    router.message.register(on_group_text, IN_GROUP, F.caption & ~F.caption.startswith("/"))
+    in_group.message.register(help_in_group, command(Place.GROUP, "help", "start"))
+    in_group.message.register(group_memory, command(Place.GROUP_ADMIN, "group_memory"))
+    in_group.message.register(forget_group, command(Place.GROUP_ADMIN, "forget_group"))
+    in_group.message.register(on_migration, F.migrate_to_chat_id | F.migrate_from_chat_id)
+    in_group.message.register(not_a_person, F.sender_chat)
+    in_group.message.register(share_private, command(Place.GROUP, "share_private"))
+    in_group.message.register(start_companion, command(Place.GROUP, "start_aiGF"))
+    in_group.message.register(stop_companion, command(Place.GROUP, "stop_aiGF"))
+    in_group.message.register(memories_in_group, command(Place.GROUP, "memories"))
+    in_group.message.register(forget_in_group, command(Place.GROUP, "forget"))
+    in_group.message.register(why_in_group, command(Place.GROUP, "why"))
+    in_group.message.register(on_group_text, F.text & ~F.text.startswith("/"))
+    in_group.message.register(on_group_text, F.caption & ~F.caption.startswith("/"))
+    private = Router(name="groups_private")
+    private.message.register(share_private, command(Place.PRIVATE, "share_private"))
+    router.include_routers(in_group, private)
     router.callback_query.register(on_forget_group, ForgetGroupCB.filter())
     return router

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import pytest
+from aiogram import Router
 from aiogram.filters import Command
 from aiogram.filters.command import CommandException
 from aiogram.types import Message
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from companion.chat import texts
 from companion.core.models import Scope
 from handlers import build_router
+from handlers.chat import conversation
 from handlers.delivery import TYPING_AFTER_SECONDS
 from tests.scripted import user_words
 from tests.support import USER, Live
@@ -223,3 +225,50 @@ async def test_the_command_gate_never_refuses_a_command(text: str, as_caption: b
                 except CommandException:
                     continue
                 assert not text or found.prefix not in command.prefix, text
+
+
+def _commands(router: Router) -> list[Command]:
+    return [f.callback for r in router.chain_tail for observer in r.observers.values()
+            for handler in observer.handlers for f in handler.filters or () if isinstance(f.callback, Command)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(), st.builds(lambda ws, rest: f"{ws}/{rest}", SPACES, st.text())),
+       as_caption=st.booleans())
+def test_what_the_conversation_router_takes_no_command_would(text: str, as_caption: bool) -> None:
+    """The conversation router runs before the command routers (handlers.chat): a text it takes must be one
+    every ``Command`` of the bot refuses, or it would hide that command."""
+    fields = {"caption": text, "photo": []} if as_caption else {"text": text}
+    message = Message.model_validate({"message_id": 1, "date": 0, "chat": {"id": USER, "type": "private"},
+                                      **fields})
+    if not conversation(message):
+        return
+    commands = _commands(build_router())
+    assert len(commands) > 20
+    for command in commands:
+        try:
+            found = command.extract_command(text)
+        except CommandException:
+            continue
+        assert found.prefix not in command.prefix, text
+
+
+def test_between_conversation_and_chat_only_commands_take_a_private_message() -> None:
+    """What makes running the conversation router first route every update as before: the routers it
+    now precedes answer a private message only through a ``Command`` filter."""
+    names = [router.name for router in build_router().sub_routers]
+    start, end = names.index("conversation"), names.index("chat")
+    assert names.index("groups") < start and end - start > 5
+    for router in build_router().sub_routers[start + 1:end]:
+        for each in router.chain_tail:
+            for handler in each.message.handlers:
+                assert any(isinstance(f.callback, Command) for f in handler.filters or ()), (
+                    f"{each.name}: {handler.callback.__name__} takes messages without a command")
+
+
+async def test_a_command_after_spaces_and_talk_that_looks_like_one(live: Live) -> None:
+    assert await live.say(" /help", 1) == texts.HELP  # aiogram's Command reads past leading whitespace
+    assert await live.say("/start_aiGF", 2) == texts.GREETING_NEW
+    assert await live.say("/nonsense", 3) == texts.help_text()
+    live.llm.set_chat_reply("嗯，我在听")
+    assert await live.say("在吗 /help", 4) == "嗯，我在听"

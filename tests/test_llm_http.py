@@ -13,9 +13,10 @@ import httpx2
 import openai
 import pytest
 from aiohttp import web
+from openai._utils._json import openapi_dumps
 
 from companion.core.errors import LLMUnavailableError
-from companion.llm.client import LLMClient, _http_client
+from companion.llm.client import JsonArray, LLMClient, Message, _http_client
 from companion.llm.http import LeanHttpClient
 
 COMPLETION = {
@@ -200,3 +201,23 @@ def test_absolute_urls_are_parsed_once_and_the_memory_of_them_is_bounded() -> No
         request = client.build_request("GET", f"http://127.0.0.1:1/v1/models?page={n}")
         assert request.url.params["page"] == str(n)
     assert len(client._urls) <= 64
+
+
+async def test_the_llm_clients_body_is_the_sdks_encoding_with_the_tools_spliced_in(
+        server: tuple[Recorder, str]) -> None:
+    """LLMClient hands the SDK the body as bytes (``request_body``) so the tool definitions are encoded once:
+    the wire carries exactly what the SDK's encoder makes of the same request."""
+    recorder, url = server
+    tools = JsonArray([{"type": "function", "function": {"name": "recall", "description": "找回记忆",
+                                                          "parameters": {"type": "object", "properties": {}}}}])
+    messages: list[Message] = [{"role": "user", "content": "还记得年糕吗 😺"}]
+    llm = LLMClient(api_key="sk-test", base_url=url, model="deepseek-chat", max_retries=0)
+    await llm.complete(messages, tools=tools, tool_choice="auto", temperature=0.5, max_tokens=9)
+    await llm.complete(messages, temperature=0.5, max_tokens=9)
+    await llm.close()
+    with_tools, plain = recorder.seen
+    fields = {"model": "deepseek-chat", "messages": messages, "temperature": 0.5, "max_tokens": 9}
+    assert with_tools["body"] == openapi_dumps({**fields, "tool_choice": "auto", "tools": list(tools)})
+    assert plain["body"] == openapi_dumps(fields)
+    assert with_tools["headers"]["Content-Type"] == "application/json"
+    assert json.loads(with_tools["body"])["tools"][0]["function"]["description"] == "找回记忆"

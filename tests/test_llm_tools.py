@@ -204,3 +204,22 @@ def test_bound_result_always_fits_and_stays_json() -> None:
         assert json.loads(text)["truncated"] is True
     with pytest.raises(TypeError, match="JSON"):
         bound_result(object(), ResultBounds())
+
+
+def test_a_tool_sets_definitions_are_encoded_once_across_turns() -> None:
+    """Tools are made per turn for their scope, their definitions once: the same tools give the same
+    ``JsonArray`` (encoded once), another set (a group's safe subset) its own."""
+    def factory(scope: Scope) -> list[Tool]:
+        async def whose() -> int:
+            """Whose memories these tools see."""
+            return scope.user_id
+
+        return [Tool.function(save_memory), Tool.function(whose, group_safe=True)]
+
+    first, second = Toolset(factory(Scope(1))).specs(), Toolset(factory(Scope(2))).specs()
+    assert first is second
+    assert json.loads(first.json) == [tool.spec() for tool in factory(Scope(3))]
+    safe = Toolset(t for t in factory(Scope(1)) if t.group_safe).specs()
+    assert safe is not first and [s["function"]["name"] for s in safe] == ["whose"]
+    renamed = Toolset([Tool.function(save_memory, description="另一个说明")]).specs()
+    assert renamed[0]["function"]["description"] == "另一个说明"

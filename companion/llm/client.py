@@ -31,6 +31,32 @@ log = logging.getLogger(__name__)
 
 ToolChoice = str  # "auto" | "none" | "required"
 
+# The SDK's own encoding of a request body (openai._utils._json.openapi_dumps): compact, UTF-8, no NaN.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class JsonArray(tuple[dict[str, Any], ...]):
+    """Request items whose JSON text is made once: the tool definitions, the same on every reply call and
+    two thirds of its body (``Toolset.specs``). ``request_body`` splices the text in instead of encoding
+    them again; the items themselves must not change afterwards."""
+
+    json: str
+
+    def __new__(cls, items: Sequence[dict[str, Any]]) -> JsonArray:
+        made = super().__new__(cls, items)
+        made.json = _ENCODER.encode(made)
+        return made
+
+
+def request_body(model: str, messages: Sequence[Message], options: dict[str, Any]) -> bytes:
+    """A chat completion request's JSON as the SDK encodes it, with a ``JsonArray`` option's text reused."""
+    encoded = {key: value for key, value in options.items() if isinstance(value, JsonArray)}
+    text = _ENCODER.encode({"model": model, "messages": list(messages),
+                            **{key: value for key, value in options.items() if key not in encoded}})
+    if encoded:
+        text = text[:-1] + "".join(f",{json.dumps(key)}:{value.json}" for key, value in encoded.items()) + "}"
+    return text.encode()
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -100,7 +126,7 @@ class LLMClient:
         ``LLMBadResponseError``."""
         options: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
         if tools:
-            options["tools"] = list(tools)
+            options["tools"] = tools if isinstance(tools, JsonArray) else list(tools)
             if tool_choice is not None:
                 options["tool_choice"] = tool_choice
         return await self._complete(messages, purpose=purpose, **options)
@@ -163,11 +189,10 @@ class LLMClient:
             # The SDK's documented custom-request path: same retries, timeouts and errors as
             # ``chat.completions.create``, without its per-field parameter transformation (~6 ms of CPU per
             # call with ten turns of history, BENCHMARKS.md section 3). The body comes back as bytes: the few
-            # fields read here need no typed ChatCompletion (~0.25 ms a call, section 15).
+            # fields read here need no typed ChatCompletion (~0.25 ms a call, section 15). The body goes as
+            # bytes, which the SDK sends as they are: the tool definitions are encoded once, not per call.
             raw = await self._client.post(
-                "/chat/completions",
-                body={"model": self.model, "messages": list(messages), **options},
-                cast_to=bytes,
+                "/chat/completions", content=request_body(self.model, messages, options), cast_to=bytes,
             )
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
                 openai.InternalServerError) as exc:

@@ -50,12 +50,14 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from companion.core.errors import CompanionError
 from companion.core.models import Scope
-from companion.llm.client import ToolCall
+from companion.llm.client import JsonArray, ToolCall
 
 log = logging.getLogger(__name__)
 
 ToolFunction = Callable[..., Any]  # sync or async; returns JSON-able data (dicts, lists, dataclasses, ...)
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # the API's function-name rule
+_SPECS: dict[tuple[tuple[str, str, int], ...], JsonArray] = {}
+_SPECS_KEPT = 64
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")
 
 
@@ -149,8 +151,17 @@ class Toolset:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def specs(self) -> list[dict[str, Any]]:
-        return [tool.spec() for tool in self._tools.values()]
+    def specs(self) -> JsonArray:
+        """The request's ``tools`` list. Tools are built per turn, but their definitions are not: the same
+        names, descriptions and schemas give the same ``JsonArray``, encoded once."""
+        key = tuple((tool.name, tool.description, id(tool.parameters)) for tool in self._tools.values())
+        specs = _SPECS.get(key)
+        if specs is None:
+            if len(_SPECS) >= _SPECS_KEPT:  # tool sets made on the fly (tests, hosts) must not pile up
+                _SPECS.clear()
+            # The entry holds each schema, so no id in its key can be reused while it is kept.
+            specs = _SPECS[key] = JsonArray([tool.spec() for tool in self._tools.values()])
+        return specs
 
     async def dispatch(self, call: ToolCall) -> ToolOutcome:
         """Run one call. Never raises (except cancellation): every failure is an error the model sees."""
