@@ -60,7 +60,7 @@ class MessageBuffer:
     def __init__(self, quiet_seconds: float) -> None:
         self.quiet_seconds = quiet_seconds
         self._pending: dict[Hashable, _Pending] = {}
-        self._running: dict[asyncio.Task[None], Hashable] = {}
+        self._running: dict[Hashable, set[asyncio.Task[None]]] = {}  # each key's flushes under way
 
     def push(self, key: Hashable, text: str, flush: Flush) -> None:
         entry = self._pending.get(key)
@@ -89,7 +89,7 @@ class MessageBuffer:
     async def flush_now(self, key: Hashable) -> None:
         """Finish the key's running flushes, then flush what it has buffered, without waiting out the
         quiet period: whatever the caller does next comes after the answers to earlier messages."""
-        running = [task for task, owner in self._running.items() if owner == key]
+        running = self._flushing(key)
         if running:
             await asyncio.gather(*running, return_exceptions=True)
         entry = self._pending.get(key)
@@ -103,7 +103,7 @@ class MessageBuffer:
         (each reply delivered or given up). Texts that join the held ones before their flush are part of the
         same turn; texts pushed after it began are a later turn and not waited for, so a user who keeps
         talking does not hold back what was already answered."""
-        running = [task for task, owner in self._running.items() if owner == key]
+        running = self._flushing(key)
         entry = self._pending.get(key)
         if running:
             await asyncio.wait(running)
@@ -119,9 +119,9 @@ class MessageBuffer:
             return
         del self._pending[key]
         task = asyncio.current_task()
-        earlier = [running for running, owner in self._running.items() if owner == key]
+        earlier = self._flushing(key)
         if task is not None:
-            self._running[task] = key
+            self._running.setdefault(key, set()).add(task)
         try:
             if earlier:
                 await self._after(earlier)
@@ -130,9 +130,15 @@ class MessageBuffer:
             # The edge of a background task: nobody awaits it, so log with the traceback.
             log.exception("flushing buffered messages failed")
         finally:
-            if task is not None:
-                self._running.pop(task, None)
+            running = self._running.get(key)
+            if running is not None and task is not None:
+                running.discard(task)
+                if not running:
+                    del self._running[key]
             entry.done.set()
+
+    def _flushing(self, key: Hashable) -> list[asyncio.Task[None]]:
+        return list(self._running.get(key, ()))
 
     @staticmethod
     async def _after(earlier: list[asyncio.Task[None]]) -> None:
@@ -159,5 +165,6 @@ class MessageBuffer:
         # Let each flush start and register as running: a task cancelled before its first step never runs
         # its callback, and the text would be lost without a trace.
         await asyncio.sleep(0)
-        if self._running:
-            await asyncio.gather(*self._running, return_exceptions=True)
+        running = [task for tasks in self._running.values() for task in tasks]
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
