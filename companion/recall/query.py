@@ -56,14 +56,20 @@ class Query:
         return query
 
     def add(self, text: str, words: Iterable[str], weight: float) -> None:
-        words = list(words)
+        words = tuple(words)
+        _raise(self.words, words, weight)
         for word in words:
-            self.words[word] = max(self.words.get(word, 0.0), weight)
-            for unit in units(word):
-                self.content[unit] = max(self.content.get(unit, 0.0), weight)
-        for unit in units(text):
-            self.units[unit] = max(self.units.get(unit, 0.0), weight)
-        self.clauses.extend(clause_content(text, tuple(words)))
+            _raise(self.content, units(word), weight)
+        _raise(self.units, units(text), weight)
+        self.clauses.extend(clause_content(text, words))
+
+
+def _raise(weights: dict[str, float], keys: Iterable[str], weight: float) -> None:
+    """Each key at ``weight`` at least (a unit keeps the highest weight of any message it appears in)."""
+    get = weights.get
+    for key in keys:
+        if get(key, 0.0) < weight:
+            weights[key] = weight
 
 
 @functools.lru_cache(maxsize=1024)
@@ -91,8 +97,8 @@ def build_query(text: str, tokenize: Tokenize, *, earlier: Sequence[str] = (), r
     if not recent and not (reply and reply.strip()):
         return alone
     # Only the turn's own words anchor: the window's turns are where the memory may have been told.
-    query = Query(turn=alone, anchors=anchors)
-    query.add(text, words, CURRENT_WEIGHT)
+    query = Query(words=dict(alone.words), units=dict(alone.units), content=dict(alone.content),
+                  clauses=list(alone.clauses), anchors=anchors, turn=alone)
     for distance, said in enumerate(reversed(recent), start=1):
         query.add(said, tokenize(said), CURRENT_WEIGHT / (1 + distance))
     if reply and reply.strip():
