@@ -3,6 +3,7 @@ in-memory fake), plus a property test that the set-based SQL decay equals the pu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import tempfile
@@ -366,6 +367,18 @@ async def test_usage_rows_come_back_in_pages_in_the_order_written(store: MemoryS
     cells = await usage.report(NOW - DAY, timedelta(0))
     assert [(c.purpose, c.calls, c.failures, c.tool_calls) for c in cells] == [("extract", 4, 1, 3), ("reply", 3, 0, 3)]
 
+
+
+async def test_usage_rows_written_at_once_are_all_kept(store: MemoryStore) -> None:
+    """The model calls that finish together under load: every row is kept, whatever shares a write."""
+    usage = store.usage_log()
+    if usage is None:
+        return
+    rows = [UsageRecord(NOW, "reply", "m", n, 1, None, None, 2.0) for n in range(40)]
+    await asyncio.gather(*(usage.add(row) for row in rows))
+    await usage.add(rows[0])
+    kept = [r for _, r in await usage.page(0, 100)]
+    assert sorted(r.prompt_tokens for r in kept) == sorted([*range(40), 0])
 
 # ---- the vectors capability, on every backend that has one ------------------------------------------
 

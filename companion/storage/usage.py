@@ -2,18 +2,20 @@
 per-day, per-purpose report over it.
 
 The table and its migration set (``USAGE``, registered with ``migrations``) are this module's; ``sqlite``
-imports it so every store has the table. Every write
-is one short transaction of one INSERT, made after the model answered, never across the await.
+imports it so every store has the table. Rows are written after the model answered, never across its
+await, and the calls that finish at the same moment share one short transaction (``add``).
 Rows come in as the LLM client's own ``UsageRecord`` (``companion.core.usage``): ``add`` is the client's
 usage sink.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from companion.core.errors import StorageError
 from companion.core.timeutil import from_db, to_db
 from companion.core.usage import UsageRecord
 from companion.storage.base import UsageCell
@@ -47,17 +49,49 @@ ADD = ("INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tok
        "cache_miss_tokens, latency_ms, ok, tool_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
+Row = tuple[object, ...]
+
+
 class SQLiteUsageLog:
     """``UsageLog`` in the store's own database (table ``llm_usage``)."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
+        self._rows: list[Row] = []  # the next batch's, not yet handed to the connection's thread
+        self._batch: asyncio.Future[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     async def add(self, record: UsageRecord) -> None:
-        row = (to_db(record.at), record.purpose, record.model, record.prompt_tokens, record.completion_tokens,
-               record.cache_hit_tokens, record.cache_miss_tokens, record.latency_ms, int(record.ok), record.tool_calls)
-        # One hand-over to the connection's thread, not three (BEGIN, INSERT, COMMIT): one per model call.
-        await self._store.write_whole(lambda conn: conn.execute(ADD, row))
+        """Returns once the row is committed. The calls of one moment (a batch of replies answered together
+        under load) share one transaction: one hand-over to the connection's thread for all of them, where
+        there was one per model call, the bot's second write per message."""
+        self._rows.append((to_db(record.at), record.purpose, record.model, record.prompt_tokens,
+                           record.completion_tokens, record.cache_hit_tokens, record.cache_miss_tokens,
+                           record.latency_ms, int(record.ok), record.tool_calls))
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+            self._writer = asyncio.create_task(self._write(self._batch), name="usage-log")
+        # Shielded: one caller cancelled must not cancel the write the others wait for.
+        await asyncio.shield(self._batch)
+
+    async def _write(self, batch: asyncio.Future[None]) -> None:
+        try:
+            try:
+                await asyncio.sleep(0)  # the calls answered in this turn of the event loop join the batch
+            finally:
+                rows, self._rows, self._batch = self._rows, [], None
+            await self._store.write_whole(lambda conn: conn.executemany(ADD, rows))
+        except asyncio.CancelledError:
+            # The loop is stopping: the callers hear that their rows were not written, not that they were
+            # cancelled themselves.
+            batch.set_exception(StorageError("usage rows not written: the event loop is stopping"))
+            batch.exception()
+            raise
+        except BaseException as exc:  # each caller gets it, as from its own write (the LLM client logs it)
+            batch.set_exception(exc)
+            batch.exception()  # retrieved: callers cancelled meanwhile leave nobody to read it
+        else:
+            batch.set_result(None)
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
         """Calls since ``since`` by local day and purpose, oldest day first. Days are cut at ``offset``
