@@ -22,9 +22,9 @@ def build_router() -> Router:
     root = Router(name="root")
     root.message.outer_middleware(PerUserOrder())
     root.message.outer_middleware(SendableText())
-    # Groups first: group commands and addressed messages; private chats fall through to the rest, private
-    # talk (most updates) at once, commands next.
-    root.include_routers(groups.build(), chat.build_conversation(), commands.build(), admin.build(), dida.build(),
+    # Private talk first (most updates; it can be neither a command nor a group's message), then the groups:
+    # group commands and addressed messages; private chats fall through to the rest.
+    root.include_routers(chat.build_conversation(), groups.build(), commands.build(), admin.build(), dida.build(),
                          memory_list.build(), forgetting.build(), reviews.build(), user_commands.build(), chat.build(),
                          errors.build())
     tune_routing(root)

@@ -93,8 +93,9 @@ def conversation(message: Message) -> bool:
 
 
 def build_conversation() -> Router:
-    """Private talk, ahead of the command routers: most updates are this, and none of those routers could
-    take it (``tests/test_handlers.py`` holds every command filter to that), so it skips their checks."""
+    """Private talk, ahead of the groups and command routers: most updates are this, and none of those
+    routers could take it (``tests/test_handlers.py`` holds every one of their filters to that), so it skips
+    their checks."""
     router = Router(name="conversation")
     router.message.filter(F.chat.type == "private")
     router.message.register(on_text, conversation)

@@ -253,17 +253,37 @@ def test_what_the_conversation_router_takes_no_command_would(text: str, as_capti
         assert found.prefix not in command.prefix, text
 
 
-def test_between_conversation_and_chat_only_commands_take_a_private_message() -> None:
-    """What makes running the conversation router first route every update as before: the routers it
-    now precedes answer a private message only through a ``Command`` filter."""
-    names = [router.name for router in build_router().sub_routers]
+async def _takers(router: Router, message: Message) -> list[str]:
+    """The handlers of ``router`` and the routers under it whose filters, and their routers', pass."""
+    observer = router.message
+    passed, _ = await observer.check_root_filters(message, bot=None)
+    if not passed:
+        return []
+    found = [f"{router.name}.{handler.callback.__name__}" for handler in observer.handlers
+             if (await handler.check(message, bot=None))[0]]
+    for below in router.sub_routers:
+        found += await _takers(below, message)
+    return found
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(st.text(min_size=1), st.builds(lambda ws, rest: f"{ws}/{rest}", SPACES, st.text())),
+       as_caption=st.booleans())
+async def test_no_router_the_conversation_router_now_precedes_would_take_its_messages(
+        text: str, as_caption: bool) -> None:
+    """Running the conversation router first routes every update as before: no handler of the routers it
+    precedes (groups, commands, operators, ...) passes for a private message it takes."""
+    fields = {"caption": text, "photo": []} if as_caption else {"text": text}
+    message = Message.model_validate({"message_id": 1, "date": 0, "chat": {"id": USER, "type": "private"},
+                                      "from": {"id": USER, "is_bot": False, "first_name": "A"}, **fields})
+    if not conversation(message):
+        return
+    routers = build_router().sub_routers
+    names = [router.name for router in routers]
     start, end = names.index("conversation"), names.index("chat")
-    assert names.index("groups") < start and end - start > 5
-    for router in build_router().sub_routers[start + 1:end]:
-        for each in router.chain_tail:
-            for handler in each.message.handlers:
-                assert any(isinstance(f.callback, Command) for f in handler.filters or ()), (
-                    f"{each.name}: {handler.callback.__name__} takes messages without a command")
+    assert end - start > 6 and "groups" in names[start:end]
+    for router in routers[start + 1:end]:
+        assert await _takers(router, message) == [], text
 
 
 async def test_a_command_after_spaces_and_talk_that_looks_like_one(live: Live) -> None:
