@@ -40,12 +40,12 @@ class Counting:
         self.fail = 0
         write = store.write_whole
 
-        async def counted(work: Callable[[sqlite3.Connection], Any]) -> Any:
+        async def counted(work: Callable[[sqlite3.Connection], Any], **options: Any) -> Any:
             self.calls += 1
             if self.fail:
                 self.fail -= 1
                 raise StorageError("disk I/O error")
-            return await write(work)
+            return await write(work, **options)
 
         monkeypatch.setattr(store, "write_whole", counted)
 

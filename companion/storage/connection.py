@@ -23,6 +23,7 @@ from companion.core.errors import DatabaseBusyError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import to_db, utcnow
 from companion.storage import decay_sql, migrations, spares
+from companion.storage.turnfirst import TurnFirstLock
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,33 @@ ITER_CHUNK_SIZE = 64  # aiosqlite's default
 # reads from the OS each time (~8 ms instead of ~2). The cache fills to its bound when the nightly backup
 # reads every page: it counts in peak memory.
 CACHE_KIB = 12 * 1024
+READER_CACHE_KIB = 2 * 1024  # each read-only connection's page cache (the writer keeps the larger one)
 
 T = TypeVar("T")
+
+
+def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    if read_only:
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+async def _threaded(path: Path, *, read_only: bool) -> tuple[aiosqlite.Connection, sqlite3.Connection]:
+    """An aiosqlite connection (its own thread and queue) and the plain connection under it."""
+    made: list[sqlite3.Connection] = []
+
+    def connector() -> sqlite3.Connection:  # runs on aiosqlite's thread, as ``aiosqlite.connect`` does
+        made.append(_connect(path, read_only=read_only))
+        return made[0]
+
+    conn = await aiosqlite.Connection(connector, ITER_CHUNK_SIZE)
+    return conn, made[0]
 
 
 def storage_error(exc: sqlite3.Error) -> StorageError:
@@ -51,10 +77,17 @@ class Connection:
         self, conn: aiosqlite.Connection, raw: sqlite3.Connection, path: Path, spare_tables: int = spares.SPARE_TABLES
     ) -> None:
         self._conn = conn
-        # The same SQLite connection, for reads run on the event loop's thread (``SQLiteStore.change_counter``,
-        # a turn's read) and for work sent whole to aiosqlite's thread (``write_whole``), always under the lock.
+        # The same SQLite connection, for work sent whole to aiosqlite's thread (``write_whole``), under the lock.
         self._raw = raw
-        self._lock = asyncio.Lock()
+        self._lock = TurnFirstLock()
+        # Reads go to read-only connections: WAL lets a reader see every committed transaction without waiting
+        # for the writer, so reads no longer queue behind writes on the lock (under load a turn's read waited
+        # ~0.4 s there, most of a reply's time). ``_reader`` has a thread of its own, like the writer, for
+        # reads of many rows (``_select``); ``_point_reader`` is only ever used on the event loop's thread,
+        # synchronously, for a turn's few indexed rows, so nothing else can be using it meanwhile.
+        self._reader: aiosqlite.Connection | None = None
+        self._reader_raw: sqlite3.Connection | None = None
+        self._point_reader: sqlite3.Connection | None = None
         # Scope key -> memory table version, for every registered scope (one small query at open).
         self._versions: dict[str, int] = {}
         # Changes made inside the open transaction: kept only once it commits, because a rollback takes
@@ -83,20 +116,20 @@ class Connection:
             raise StorageError(f"no database at {path}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            made: list[sqlite3.Connection] = []
-
-            def connector() -> sqlite3.Connection:  # runs on aiosqlite's thread, as ``aiosqlite.connect`` does
-                made.append(sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
-                                            check_same_thread=False))
-                return made[0]
-
-            conn = await aiosqlite.Connection(connector, ITER_CHUNK_SIZE)
+            conn, raw = await _threaded(path, read_only=False)
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open the database at {path}: {exc}") from exc
-        store = cls(conn, made[0], path, spare_tables)
+        store = cls(conn, raw, path, spare_tables)
         try:
             await store._setup()
+            store._reader, store._reader_raw = await _threaded(path, read_only=True)
+            store._point_reader = _connect(path, read_only=True)
+        except sqlite3.Error as exc:
+            await store._close_readers()
+            await conn.close()
+            raise StorageError(f"cannot open the database at {path}: {exc}") from exc
         except BaseException:
+            await store._close_readers()
             await conn.close()
             raise
         return store
@@ -124,7 +157,31 @@ class Connection:
         self._closing = True
         if self._refill is not None:
             await asyncio.gather(self._refill, return_exceptions=True)  # it stops after its current table
+        await self._close_readers()
         await self._conn.close()
+
+    async def _close_readers(self) -> None:
+        if self._point_reader is not None:
+            self._point_reader.close()
+            self._point_reader = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+
+    def point_reader(self) -> sqlite3.Connection:
+        """The read-only connection for a few indexed rows read synchronously on the event loop's thread
+        (each read its own short transaction); never hand it to another thread."""
+        if self._point_reader is None:
+            raise StorageError("the database is closed")
+        return self._point_reader
+
+    async def on_reader(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` on the read-only connection's thread (in its queue, one read at a time)."""
+        if self._reader is None or self._reader_raw is None:
+            raise StorageError("the database is closed")
+        run: Callable[..., Any] = self._reader._execute  # aiosqlite offers no public way to run a function there
+        result: T = await run(work, self._reader_raw)
+        return result
 
     @asynccontextmanager
     async def transaction(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
@@ -157,23 +214,39 @@ class Connection:
         if wanted:
             self._fill_spares_soon()
 
-    async def write_whole(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def write_whole(self, work: Callable[[sqlite3.Connection], T], *, first: bool = False) -> T:
         """A write transaction whose statements need nothing from the event loop between them (``work``,
         synchronous, on the plain connection), sent whole to the connection's thread: one hand-over instead
         of one per statement (BEGIN, each statement, COMMIT), each ~0.1-0.3 ms of a busy bot's CPU
         (BENCHMARKS.md section 15, round 2). Committed before this returns. aiosqlite's own queue (not
         ``asyncio.to_thread``) keeps it in line with every other statement on that thread, so a caller
         cancelled meanwhile cannot let the next transaction start before this one has ended; and a caller
-        cancelled before the COMMIT gets it rolled back, as a transaction sent statement by statement was."""
+        cancelled before the COMMIT gets it rolled back, as a transaction sent statement by statement was.
+        ``first``: a write a reply waits for, queued ahead of background work (``TurnFirstLock``)."""
         abandoned = threading.Event()
-        async with self._lock:
-            try:
-                return await self._on_thread(functools.partial(_whole_transaction, work=work, abandoned=abandoned))
-            except asyncio.CancelledError:
-                abandoned.set()
-                raise
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
+        async with self._lock.first() if first else self._lock:
+            # Queued under the lock, awaited after it. The thread runs its queue in order, so what takes the
+            # lock next queues behind this transaction; the lock is free meanwhile. Held until the answer came
+            # back through a busy event loop, it made every write wait for the one before it: the store was
+            # the one line every turn queued in (~0.2 s a turn at 300 messages/s).
+            done = self._enqueue(functools.partial(_whole_transaction, work=work, abandoned=abandoned))
+        try:
+            return await done
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+
+    def _enqueue(self, work: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """``work`` on the plain connection, put in aiosqlite's queue now (its ``_execute`` queues only once
+        awaited); the future tells the outcome."""
+        conn: Any = self._conn  # aiosqlite's queue and running flag are not public
+        if not conn._running or conn._connection is None:
+            raise StorageError("the database is closed")
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        conn._tx.put_nowait((done, functools.partial(work, self._raw)))
+        return done
 
     async def _on_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work`` on the plain connection, run on aiosqlite's thread in its queue; the caller holds the lock."""
@@ -201,10 +274,20 @@ class Connection:
             raise storage_error(exc) from exc
 
     async def _select(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        """One statement on its own (SQLite's autocommit: it reads one consistent snapshot). One trip to
-        the connection's thread instead of four (BEGIN, the statement, its fetch, COMMIT): each trip hands
-        the GIL over and back, ~0.1-0.3 ms, which a reply's few reads would otherwise pay every turn."""
-        async with self._lock:
+        """One read statement on the read-only connection's thread (SQLite's autocommit: it reads one
+        consistent snapshot, every transaction committed before it): one trip, and no wait for the writer."""
+        if self._reader is None:
+            raise StorageError("the database is closed")
+        try:
+            return list(await self._reader.execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+
+    async def _alone(self, sql: str, params: Sequence[object] = (), *, first: bool = False) -> list[Any]:
+        """One statement on the writer's connection, committed on its own (SQLite's autocommit): a write that
+        needs no transaction around it, or a read of what only that connection holds (its TEMP tables).
+        ``first`` as for ``write_whole``."""
+        async with self._lock.first() if first else self._lock:
             try:
                 return list(await self._conn.execute_fetchall(sql, params))
             except sqlite3.Error as exc:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import aiosqlite
 
@@ -45,12 +46,13 @@ def counter(raw: sqlite3.Connection, scope: Scope) -> int:
     return int(row[0]) if row else 0
 
 
-async def since(conn: aiosqlite.Connection, scope: Scope, after: int, limit: int) -> list[Change]:
-    cursor = await conn.execute(
-        "SELECT seq, handle, op, at FROM memory_changes WHERE scope_key = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (scope.key, after, limit))
+SINCE = "SELECT seq, handle, op, at FROM memory_changes WHERE scope_key = ? AND seq > ? ORDER BY seq LIMIT ?"
+
+
+def changes(scope: Scope, rows: Iterable[Sequence[Any]]) -> list[Change]:
+    """``SINCE``'s rows as changes."""
     return [Change(int(seq), scope, None if handle is None else int(handle), ChangeOp(op), from_db(str(at)))
-            for seq, handle, op, at in await cursor.fetchall()]
+            for seq, handle, op, at in rows]
 
 
 async def prune(conn: aiosqlite.Connection, before: datetime) -> int:
@@ -69,9 +71,8 @@ async def get_setting(conn: aiosqlite.Connection, name: str, owner: str) -> str 
     return None if row is None else str(row[0])
 
 
-async def set_setting(conn: aiosqlite.Connection, name: str, owner: str, value: str) -> None:
-    await conn.execute("INSERT INTO settings (name, owner, value) VALUES (?, ?, ?) "
-                       "ON CONFLICT(name, owner) DO UPDATE SET value = excluded.value", (name, owner, value))
+SET_SETTING = ("INSERT INTO settings (name, owner, value) VALUES (?, ?, ?) "
+               "ON CONFLICT(name, owner) DO UPDATE SET value = excluded.value")
 
 
 async def move_settings(conn: aiosqlite.Connection, names: Sequence[str], old_owner: str, new_owner: str) -> None:

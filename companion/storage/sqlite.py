@@ -161,7 +161,7 @@ class SQLiteStore(TurnCalls, KanbanTables):
         if self._version(scope) != migrations.CURRENT_TABLE_VERSION:
             await self.ensure_scope(scope, now)
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
-        await self._select(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids))
+        await self._alone(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids), first=True)
 
     async def forget_everywhere(
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
@@ -265,7 +265,7 @@ class SQLiteStore(TurnCalls, KanbanTables):
             number += 1
             size = max(1, min(MAX_DECAY_SLICE, int(len(part) * DECAY_SLICE_S / max(took, 1e-4))))
             await asyncio.sleep(0)
-        rows = await self._select(decay_sql.TOTALS)
+        rows = await self._alone(decay_sql.TOTALS)  # the TEMP table of the writer's connection
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     # ---- typed settings and the change journal ---------------------------------------------------
@@ -280,22 +280,19 @@ class SQLiteStore(TurnCalls, KanbanTables):
         return [(str(n), str(o), str(v)) for n, o, v in rows]
 
     async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
-        async with self._tx() as conn:
-            await journal.set_setting(conn, setting.name.value, setting.owner(key), setting.encode(value))
+        row = (setting.name.value, setting.owner(key), setting.encode(value))
+        await self.write_whole(lambda conn: conn.execute(journal.SET_SETTING, row))
 
     async def change_counter(self, scope: Scope) -> int:
-        """One index lookup run on this thread, not the connection's: it takes microseconds while the trip
-        to the database thread and back took 0.1-0.3 ms of every reply. Holding the lock keeps the database
-        thread idle meanwhile, so the connection is never used from two threads at once."""
-        async with self._lock:
-            try:
-                return journal.counter(self._raw, scope)
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
+        """One index lookup run on this thread, on the read-only connection: it takes microseconds while the
+        trip to the database thread and back took 0.1-0.3 ms of every reply."""
+        try:
+            return journal.counter(self.point_reader(), scope)
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
 
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
-        async with self._tx(write=False) as conn:
-            return await journal.since(conn, scope, after, limit)
+        return journal.changes(scope, await self._select(journal.SINCE, (scope.key, after, limit)))
 
     async def prune_changes(self, before: datetime) -> int:
         async with self._tx() as conn:

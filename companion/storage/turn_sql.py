@@ -6,7 +6,6 @@ mention."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import sqlite3
 from datetime import datetime
@@ -122,19 +121,18 @@ class TurnCalls(Connection):
     """``TurnBatch`` on the store's connection; ``SQLiteStore`` inherits it."""
 
     async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
-        """Read on the event loop's thread (a few indexed rows take microseconds and WAL readers wait for
-        nobody), or, when the memories are wanted, in a worker thread; the lock keeps the connection's own
-        thread idle meanwhile."""
+        """Read on a read-only connection: on the event loop's thread (a few indexed rows take microseconds
+        and WAL readers wait for nobody), or, when the memories are wanted, on the reader's thread."""
         if memories:
             await self._readable(scope)  # a stale table is upgraded first
         table = None if self._version(scope) is None else self.memory_table(scope)
-        async with self._lock:
-            try:
-                if memories:
-                    return await asyncio.to_thread(read_turn, self._raw, scope, table, events, turns, True)
-                return read_turn(self._raw, scope, table, events, turns, False)
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
+        try:
+            if memories:
+                return await self.on_reader(functools.partial(read_turn, scope=scope, table=table, events=events,
+                                                              turns=turns, memories=True))
+            return read_turn(self.point_reader(), scope, table, events, turns, False)
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         """One write transaction on the connection's thread, like every other write: a statement sent
@@ -145,7 +143,8 @@ class TurnCalls(Connection):
             # The usual turn: nothing to register or upgrade first, so the whole transaction goes to the
             # connection's thread at once (``write_whole``) instead of a hand-over per statement.
             table = None if version is None else self.memory_table(scope)
-            await self.write_whole(functools.partial(write_turn, key=scope.key, table=table, done=record))
+            await self.write_whole(functools.partial(write_turn, key=scope.key, table=table, done=record),
+                                   first=True)
             return
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, record.at)  # registered, and its table current

@@ -80,7 +80,7 @@ class SQLiteUsageLog:
                 await asyncio.sleep(0)  # the calls answered in this turn of the event loop join the batch
             finally:
                 rows, self._rows, self._batch = self._rows, [], None
-            await self._store.write_whole(lambda conn: conn.executemany(ADD, rows))
+            await self._store.write_whole(lambda conn: conn.executemany(ADD, rows), first=True)  # a reply waits
         except asyncio.CancelledError:
             # The loop is stopping: the callers hear that their rows were not written, not that they were
             # cancelled themselves.
