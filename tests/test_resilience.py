@@ -35,7 +35,9 @@ async def test_locked_database_during_a_turn(
                                      opened.clock())
         await opened.chat.start(ME)
         before = [(m.id, m.event, m.importance) for m in await opened.engine.memories(ME)]
-        blocker = sqlite3.connect(opened.settings.db_path, timeout=0)
+        # Waits for a write of the store in flight (spare tables made in the background after the first
+        # scope) to end, then holds the lock through the turn.
+        blocker = sqlite3.connect(opened.settings.db_path, timeout=5)
         blocker.execute("BEGIN EXCLUSIVE")
         try:
             reply = await opened.chat.reply(ME, "感冒好像又严重了")

@@ -8,7 +8,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -268,6 +268,13 @@ async def test_error_after_sqlite_rolled_back_by_itself_is_not_masked(storage: S
     assert [m.id for m in await storage.fetch_memories(ALICE)] == [mid]
 
 
+def statement(sql: str) -> Callable[[sqlite3.Connection], None]:
+    """A whole write of one statement; its cursor stays on the connection's thread (``write_whole``)."""
+    def run(conn: sqlite3.Connection) -> None:
+        conn.execute(sql)
+    return run
+
+
 async def test_a_whole_write_rolls_back_all_its_statements(storage: SQLiteStore) -> None:
     """``write_whole`` (a turn's write, a usage row): statements sent to the connection's thread together
     still commit together or not at all, and the connection is usable after a failed one."""
@@ -281,9 +288,8 @@ async def test_a_whole_write_rolls_back_all_its_statements(storage: SQLiteStore)
     with pytest.raises(Boom):
         await storage.write_whole(half)
     with pytest.raises(StorageError):
-        await storage.write_whole(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
-    await storage.write_whole(lambda conn: conn.execute(
-        "INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'y')"))
+        await storage.write_whole(statement("INSERT INTO no_such_table VALUES (1)"))
+    await storage.write_whole(statement("INSERT INTO settings (name, owner, value) VALUES ('whole', '', 'y')"))
     rows = await storage._select("SELECT value FROM settings WHERE name = 'whole'")
     assert [tuple(r) for r in rows] == [("y",)]
 
@@ -306,8 +312,7 @@ async def test_a_whole_write_whose_caller_is_cancelled_before_its_commit_is_roll
     with pytest.raises(asyncio.CancelledError):
         await task
     release.set()
-    await storage.write_whole(lambda conn: conn.execute(
-        "INSERT INTO settings (name, owner, value) VALUES ('after', '', 'y')"))  # queued behind it
+    await storage.write_whole(statement("INSERT INTO settings (name, owner, value) VALUES ('after', '', 'y')"))
     rows = await storage._select("SELECT name FROM settings WHERE name IN ('cancelled', 'after')")
     assert [tuple(r) for r in rows] == [("after",)]
 
@@ -507,7 +512,8 @@ def test_a_decay_script_inlines_only_numbers_and_stored_times() -> None:
 
 async def test_locked_database_raises_busy_and_recovers(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connection_module, "BUSY_TIMEOUT_MS", 100)
-    storage = await SQLiteStore.open(db_path)
+    # No spare tables made in the background: their writes would hold the lock ``other`` asks for.
+    storage = await SQLiteStore.open(db_path, spare_tables=0)
     other = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
     try:
         await storage.apply_changes(ALICE, NOW, inserts=[draft("锁之前")])

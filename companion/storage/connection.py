@@ -63,6 +63,24 @@ async def _threaded(path: Path, *, read_only: bool) -> tuple[aiosqlite.Connectio
     return conn, made[0]
 
 
+SCHEMA_RETRIES = 5
+
+
+def _read(work: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    """``work`` on a read-only connection, again when the writer changed the schema under it (a new scope's
+    memory table, a spare one made ahead): SQLite then refuses the statement with SQLITE_SCHEMA instead of
+    preparing it afresh when the change lands while it is being prepared."""
+    for attempt in range(SCHEMA_RETRIES):
+        try:
+            return work(conn)
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_SCHEMA or attempt == SCHEMA_RETRIES - 1:
+                raise
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+    raise AssertionError("unreachable")
+
+
 def storage_error(exc: sqlite3.Error) -> StorageError:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
@@ -168,19 +186,19 @@ class Connection:
             await self._reader.close()
             self._reader = None
 
-    def point_reader(self) -> sqlite3.Connection:
-        """The read-only connection for a few indexed rows read synchronously on the event loop's thread
-        (each read its own short transaction); never hand it to another thread."""
+    def point_read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` on the read-only connection kept for a few indexed rows read synchronously on the event
+        loop's thread (each read its own short transaction)."""
         if self._point_reader is None:
             raise StorageError("the database is closed")
-        return self._point_reader
+        return _read(work, self._point_reader)
 
     async def on_reader(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """``work`` on the read-only connection's thread (in its queue, one read at a time)."""
         if self._reader is None or self._reader_raw is None:
             raise StorageError("the database is closed")
         run: Callable[..., Any] = self._reader._execute  # aiosqlite offers no public way to run a function there
-        result: T = await run(work, self._reader_raw)
+        result: T = await run(_read, work, self._reader_raw)
         return result
 
     @asynccontextmanager
@@ -276,10 +294,8 @@ class Connection:
     async def _select(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         """One read statement on the read-only connection's thread (SQLite's autocommit: it reads one
         consistent snapshot, every transaction committed before it): one trip, and no wait for the writer."""
-        if self._reader is None:
-            raise StorageError("the database is closed")
         try:
-            return list(await self._reader.execute_fetchall(sql, params))
+            return await self.on_reader(lambda conn: conn.execute(sql, params).fetchall())
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 
@@ -437,6 +453,10 @@ def _whole_transaction(
     raw.execute("BEGIN IMMEDIATE")
     try:
         result = work(raw)
+        if isinstance(result, sqlite3.Cursor):
+            # Finalised wherever its last reference goes (the event loop's thread), it would reset its
+            # statement while this thread runs the next transaction: SQLite's "API misuse".
+            raise TypeError("write_whole's work must not return a cursor")
         if abandoned.is_set():
             raise _Abandoned  # nobody awaits the result; the caller's CancelledError is what it sees
         raw.execute("COMMIT")

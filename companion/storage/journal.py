@@ -71,8 +71,9 @@ async def get_setting(conn: aiosqlite.Connection, name: str, owner: str) -> str 
     return None if row is None else str(row[0])
 
 
-SET_SETTING = ("INSERT INTO settings (name, owner, value) VALUES (?, ?, ?) "
-               "ON CONFLICT(name, owner) DO UPDATE SET value = excluded.value")
+def put_setting(conn: sqlite3.Connection, name: str, owner: str, value: str) -> None:
+    conn.execute("INSERT INTO settings (name, owner, value) VALUES (?, ?, ?) "
+                 "ON CONFLICT(name, owner) DO UPDATE SET value = excluded.value", (name, owner, value))
 
 
 async def move_settings(conn: aiosqlite.Connection, names: Sequence[str], old_owner: str, new_owner: str) -> None:

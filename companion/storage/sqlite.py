@@ -14,6 +14,7 @@ a new chat id ``chatmove.py``, a reply's one read and one write and the pending 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import time
@@ -280,14 +281,14 @@ class SQLiteStore(TurnCalls, KanbanTables):
         return [(str(n), str(o), str(v)) for n, o, v in rows]
 
     async def set_setting(self, setting: Setting[K, V], key: K, value: V) -> None:
-        row = (setting.name.value, setting.owner(key), setting.encode(value))
-        await self.write_whole(lambda conn: conn.execute(journal.SET_SETTING, row))
+        await self.write_whole(functools.partial(journal.put_setting, name=setting.name.value, owner=setting.owner(key),
+                                                 value=setting.encode(value)))
 
     async def change_counter(self, scope: Scope) -> int:
         """One index lookup run on this thread, on the read-only connection: it takes microseconds while the
         trip to the database thread and back took 0.1-0.3 ms of every reply."""
         try:
-            return journal.counter(self.point_reader(), scope)
+            return self.point_read(functools.partial(journal.counter, scope=scope))
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 

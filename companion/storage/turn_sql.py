@@ -130,7 +130,8 @@ class TurnCalls(Connection):
             if memories:
                 return await self.on_reader(functools.partial(read_turn, scope=scope, table=table, events=events,
                                                               turns=turns, memories=True))
-            return read_turn(self.point_reader(), scope, table, events, turns, False)
+            return self.point_read(functools.partial(read_turn, scope=scope, table=table, events=events, turns=turns,
+                                                     memories=False))
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 

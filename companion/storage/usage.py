@@ -11,6 +11,7 @@ usage sink.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -52,6 +53,10 @@ ADD = ("INSERT INTO llm_usage (at, purpose, model, prompt_tokens, completion_tok
 Row = tuple[object, ...]
 
 
+def _add(conn: sqlite3.Connection, rows: list[Row]) -> None:
+    conn.executemany(ADD, rows)
+
+
 class SQLiteUsageLog:
     """``UsageLog`` in the store's own database (table ``llm_usage``)."""
 
@@ -80,7 +85,7 @@ class SQLiteUsageLog:
                 await asyncio.sleep(0)  # the calls answered in this turn of the event loop join the batch
             finally:
                 rows, self._rows, self._batch = self._rows, [], None
-            await self._store.write_whole(lambda conn: conn.executemany(ADD, rows), first=True)  # a reply waits
+            await self._store.write_whole(functools.partial(_add, rows=rows), first=True)  # a reply waits
         except asyncio.CancelledError:
             # The loop is stopping: the callers hear that their rows were not written, not that they were
             # cancelled themselves.
