@@ -20,6 +20,7 @@ from companion.core.models import Scope
 from companion.engine.tools import memory_tools
 from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store, sqlite_url
+from companion.storage.sqlite import SQLiteStore
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
 from tests.astrbot.venvs import BUILDS, astrbot_last, start, wanted
@@ -81,6 +82,15 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         opened = await open_store(url)
         stack.push_async_callback(opened.close)
         yield opened
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """The SQLite store alone, for what only it has (its connections, its usage log's shared writes)."""
+    opened = await open_store(sqlite_url(tmp_path / "store.sqlite3"))
+    assert isinstance(opened, SQLiteStore)
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

@@ -5,26 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from companion.core.models import MemoryDraft, MemoryType, Scope
 from companion.storage.connection import SCHEMA_RETRIES, _read
-from companion.storage.factory import open_store
 from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = await open_store(f"sqlite://{tmp_path}/readers.sqlite3")
-    assert isinstance(opened, SQLiteStore)
-    yield opened
-    await opened.close()
 
 
 def _schema_changed() -> sqlite3.OperationalError:
@@ -67,26 +58,26 @@ def test_a_read_refused_for_a_schema_change_is_read_again() -> None:
     assert len(calls) == 1  # only a schema change is worth another try
 
 
-async def test_reads_see_each_committed_write_while_new_scopes_change_the_schema(store: SQLiteStore) -> None:
+async def test_reads_see_each_committed_write_while_new_scopes_change_the_schema(sqlite_store: SQLiteStore) -> None:
     """New scopes' tables are created (and spare ones made) on the writer while every other scope is read
     on the readers, as at a busy start: no read fails, and each sees what was committed before it."""
     async def newcomer(n: int) -> None:
         scope = Scope(10_000 + n)
-        await store.set_active(scope, True, NOW)
+        await sqlite_store.set_active(scope, True, NOW)
         draft = MemoryDraft(event=f"第{n}个用户养了一只猫", keywords=["猫"], importance=60.0, type=MemoryType.FACT)
-        [handle] = await store.apply_changes(scope, NOW, inserts=[draft])
-        memories = await store.fetch_memories(scope)
+        [handle] = await sqlite_store.apply_changes(scope, NOW, inserts=[draft])
+        memories = await sqlite_store.fetch_memories(scope)
         assert [(m.id, m.event) for m in memories] == [(handle, draft.event)]
-        view = await store.turn_context(scope, events=3, turns=5)
+        view = await sqlite_store.turn_context(scope, events=3, turns=5)
         assert view.active
 
     await asyncio.gather(*(newcomer(n) for n in range(60)))
 
 
-async def test_a_write_that_would_hand_back_a_cursor_is_refused_and_rolled_back(store: SQLiteStore) -> None:
+async def test_a_write_that_would_hand_back_a_cursor_is_refused_and_rolled_back(sqlite_store: SQLiteStore) -> None:
     """A cursor returned from the writer's thread would be finalised on the event loop's thread while that
     thread runs the next transaction (SQLite's "API misuse", seen once writes were pipelined)."""
     with pytest.raises(TypeError, match="cursor"):
-        await store.write_whole(lambda conn: conn.execute("INSERT INTO settings (name, owner, value) "
+        await sqlite_store.write_whole(lambda conn: conn.execute("INSERT INTO settings (name, owner, value) "
                                                           "VALUES ('weekly', 'u1', 'on')"))
-    assert await store.all_settings() == []
+    assert await sqlite_store.all_settings() == []

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from companion.core.errors import StorageError
 from companion.core.usage import UsageRecord
-from companion.storage.factory import open_store
 from companion.storage.sqlite import SQLiteStore
 
 AT = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
@@ -24,12 +22,6 @@ def record(n: int) -> UsageRecord:
     return UsageRecord(AT, "reply", "deepseek-chat", n, 1, None, None, 3.0)
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = await open_store(f"sqlite://{tmp_path}/usage.sqlite3")
-    assert isinstance(opened, SQLiteStore)
-    yield opened
-    await opened.close()
 
 
 class Counting:
@@ -50,9 +42,10 @@ class Counting:
         monkeypatch.setattr(store, "write_whole", counted)
 
 
-async def test_the_calls_of_one_moment_share_one_write(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    counting = Counting(store, monkeypatch)
-    usage = store.usage_log()
+async def test_the_calls_of_one_moment_share_one_write(
+        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = Counting(sqlite_store, monkeypatch)
+    usage = sqlite_store.usage_log()
     await asyncio.gather(*(usage.add(record(n)) for n in range(50)))
     assert counting.calls == 1
     assert [r.prompt_tokens for _, r in await usage.page(0, 100)] == list(range(50))
@@ -61,9 +54,9 @@ async def test_the_calls_of_one_moment_share_one_write(store: SQLiteStore, monke
 
 
 async def test_a_failed_write_reaches_each_caller_and_the_next_batch_is_written(
-        store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    counting = Counting(store, monkeypatch)
-    usage = store.usage_log()
+        sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = Counting(sqlite_store, monkeypatch)
+    usage = sqlite_store.usage_log()
     counting.fail = 1
     outcomes = await asyncio.gather(*(usage.add(record(n)) for n in range(3)), return_exceptions=True)
     assert all(isinstance(o, StorageError) for o in outcomes)
@@ -71,8 +64,8 @@ async def test_a_failed_write_reaches_each_caller_and_the_next_batch_is_written(
     assert [r.prompt_tokens for _, r in await usage.page(0, 100)] == [3, 4]
 
 
-async def test_a_cancelled_caller_leaves_the_others_rows_written(store: SQLiteStore) -> None:
-    usage = store.usage_log()
+async def test_a_cancelled_caller_leaves_the_others_rows_written(sqlite_store: SQLiteStore) -> None:
+    usage = sqlite_store.usage_log()
     waiting = [asyncio.create_task(usage.add(record(n))) for n in range(4)]
     await asyncio.sleep(0)
     waiting[0].cancel()
