@@ -56,3 +56,17 @@ async def test_a_waiter_cancelled_as_the_lock_reaches_it_passes_it_on() -> None:
     gone.cancel()
     await asyncio.gather(after, gone, return_exceptions=True)
     assert order == ["after", "/after"] and not lock.locked()
+
+
+async def test_background_work_waits_for_a_few_turn_writes_only_however_many_keep_coming() -> None:
+    """Under a steady load a turn write is always waiting; a consolidation that never got the lock would
+    leave every turn unlearned (seen in make stress's 1,000-user load before this rule)."""
+    lock, order = TurnFirstLock(first_in_a_row=3), list[str]()
+    holder = asyncio.create_task(_take(lock, "holder", order, hold=0.02))
+    await asyncio.sleep(0)
+    background = asyncio.create_task(_take(lock, "consolidation", order))
+    turns = [asyncio.create_task(_take(lock, f"turn-{n}", order, first=True)) for n in range(8)]
+    await asyncio.gather(holder, background, *turns)
+    granted = [name for name in order if not name.startswith("/")]
+    assert granted.index("consolidation") == 4  # the holder, three turn writes, then the waiting background
+    assert granted[1:4] == ["turn-0", "turn-1", "turn-2"] and not lock.locked()
