@@ -34,51 +34,8 @@ ITER_CHUNK_SIZE = 64  # aiosqlite's default
 # reads from the OS each time (~8 ms instead of ~2). The cache fills to its bound when the nightly backup
 # reads every page: it counts in peak memory.
 CACHE_KIB = 12 * 1024
-READER_CACHE_KIB = 2 * 1024  # each read-only connection's page cache (the writer keeps the larger one)
 
 T = TypeVar("T")
-
-
-def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-    if read_only:
-        try:
-            conn.execute("PRAGMA query_only = ON")
-            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
-        except BaseException:
-            conn.close()
-            raise
-    return conn
-
-
-async def _threaded(path: Path, *, read_only: bool) -> tuple[aiosqlite.Connection, sqlite3.Connection]:
-    """An aiosqlite connection (its own thread and queue) and the plain connection under it."""
-    made: list[sqlite3.Connection] = []
-
-    def connector() -> sqlite3.Connection:  # runs on aiosqlite's thread, as ``aiosqlite.connect`` does
-        made.append(_connect(path, read_only=read_only))
-        return made[0]
-
-    conn = await aiosqlite.Connection(connector, ITER_CHUNK_SIZE)
-    return conn, made[0]
-
-
-SCHEMA_RETRIES = 5
-
-
-def _read(work: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
-    """``work`` on a read-only connection, again when the writer changed the schema under it (a new scope's
-    memory table, a spare one made ahead): SQLite then refuses the statement with SQLITE_SCHEMA instead of
-    preparing it afresh when the change lands while it is being prepared."""
-    for attempt in range(SCHEMA_RETRIES):
-        try:
-            return work(conn)
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_SCHEMA or attempt == SCHEMA_RETRIES - 1:
-                raise
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-    raise AssertionError("unreachable")
 
 
 def storage_error(exc: sqlite3.Error) -> StorageError:
@@ -98,14 +55,6 @@ class Connection:
         # The same SQLite connection, for work sent whole to aiosqlite's thread (``write_whole``), under the lock.
         self._raw = raw
         self._lock = TurnFirstLock()
-        # Reads go to read-only connections: WAL lets a reader see every committed transaction without waiting
-        # for the writer, so reads no longer queue behind writes on the lock (under load a turn's read waited
-        # ~0.4 s there, most of a reply's time). ``_reader`` has a thread of its own, like the writer, for
-        # reads of many rows (``_select``); ``_point_reader`` is only ever used on the event loop's thread,
-        # synchronously, for a turn's few indexed rows, so nothing else can be using it meanwhile.
-        self._reader: aiosqlite.Connection | None = None
-        self._reader_raw: sqlite3.Connection | None = None
-        self._point_reader: sqlite3.Connection | None = None
         # Scope key -> memory table version, for every registered scope (one small query at open).
         self._versions: dict[str, int] = {}
         # Changes made inside the open transaction: kept only once it commits, because a rollback takes
@@ -134,20 +83,20 @@ class Connection:
             raise StorageError(f"no database at {path}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn, raw = await _threaded(path, read_only=False)
+            made: list[sqlite3.Connection] = []
+
+            def connector() -> sqlite3.Connection:  # runs on aiosqlite's thread, as ``aiosqlite.connect`` does
+                made.append(sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
+                                            check_same_thread=False))
+                return made[0]
+
+            conn = await aiosqlite.Connection(connector, ITER_CHUNK_SIZE)
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open the database at {path}: {exc}") from exc
-        store = cls(conn, raw, path, spare_tables)
+        store = cls(conn, made[0], path, spare_tables)
         try:
             await store._setup()
-            store._reader, store._reader_raw = await _threaded(path, read_only=True)
-            store._point_reader = _connect(path, read_only=True)
-        except sqlite3.Error as exc:
-            await store._close_readers()
-            await conn.close()
-            raise StorageError(f"cannot open the database at {path}: {exc}") from exc
         except BaseException:
-            await store._close_readers()
             await conn.close()
             raise
         return store
@@ -175,31 +124,20 @@ class Connection:
         self._closing = True
         if self._refill is not None:
             await asyncio.gather(self._refill, return_exceptions=True)  # it stops after its current table
-        await self._close_readers()
         await self._conn.close()
 
-    async def _close_readers(self) -> None:
-        if self._point_reader is not None:
-            self._point_reader.close()
-            self._point_reader = None
-        if self._reader is not None:
-            await self._reader.close()
-            self._reader = None
-
-    def point_read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work`` on the read-only connection kept for a few indexed rows read synchronously on the event
-        loop's thread (each read its own short transaction)."""
-        if self._point_reader is None:
-            raise StorageError("the database is closed")
-        return _read(work, self._point_reader)
-
-    async def on_reader(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work`` on the read-only connection's thread (in its queue, one read at a time)."""
-        if self._reader is None or self._reader_raw is None:
-            raise StorageError("the database is closed")
-        run: Callable[..., Any] = self._reader._execute  # aiosqlite offers no public way to run a function there
-        result: T = await run(_read, work, self._reader_raw)
-        return result
+    async def read(self, work: Callable[[sqlite3.Connection], T], *, first: bool = False) -> T:
+        """``work``, reads only, on the connection's thread: queued under the lock and awaited after it, like
+        ``write_whole``, so a read waits for the work queued before it on that thread, never for the lock to
+        come back through a busy event loop (held across the trip, a turn's read waited p50 0.4 s under
+        load). Several statements read one snapshot when ``work`` opens a transaction itself. ``first``: a
+        read a reply waits for (``TurnFirstLock``)."""
+        async with self._lock.first() if first else self._lock:
+            done = self._enqueue(work)
+        try:
+            return await done
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
 
     @asynccontextmanager
     async def transaction(self, *, write: bool = True) -> AsyncIterator[aiosqlite.Connection]:
@@ -291,23 +229,10 @@ class Connection:
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 
-    async def _select(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        """One read statement on the read-only connection's thread (SQLite's autocommit: it reads one
-        consistent snapshot, every transaction committed before it): one trip, and no wait for the writer."""
-        try:
-            return await self.on_reader(lambda conn: conn.execute(sql, params).fetchall())
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
-
-    async def _alone(self, sql: str, params: Sequence[object] = (), *, first: bool = False) -> list[Any]:
-        """One statement on the writer's connection, committed on its own (SQLite's autocommit): a write that
-        needs no transaction around it, or a read of what only that connection holds (its TEMP tables).
-        ``first`` as for ``write_whole``."""
-        async with self._lock.first() if first else self._lock:
-            try:
-                return list(await self._conn.execute_fetchall(sql, params))
-            except sqlite3.Error as exc:
-                raise storage_error(exc) from exc
+    async def _select(self, sql: str, params: Sequence[object] = (), *, first: bool = False) -> list[Any]:
+        """One statement on its own (SQLite's autocommit: it reads one consistent snapshot) in one trip to the
+        connection's thread (``read``); a write that needs no transaction around it too (``touch``)."""
+        return await self.read(lambda conn: conn.execute(sql, params).fetchall(), first=first)
 
     # ---- scopes and their tables -----------------------------------------------------------------
 

@@ -162,7 +162,7 @@ class SQLiteStore(TurnCalls, KanbanTables):
         if self._version(scope) != migrations.CURRENT_TABLE_VERSION:
             await self.ensure_scope(scope, now)
         # One statement, committed on its own: shown memories are marked on every reply that recalls one.
-        await self._alone(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids), first=True)
+        await self._select(touch_sql(self.memory_table(scope), len(ids)), (to_db(now), *ids), first=True)
 
     async def forget_everywhere(
         self, scope: Scope, ids: Sequence[int] | None, now: datetime, reason: str = "user", *,
@@ -266,7 +266,7 @@ class SQLiteStore(TurnCalls, KanbanTables):
             number += 1
             size = max(1, min(MAX_DECAY_SLICE, int(len(part) * DECAY_SLICE_S / max(took, 1e-4))))
             await asyncio.sleep(0)
-        rows = await self._alone(decay_sql.TOTALS)  # the TEMP table of the writer's connection
+        rows = await self._select(decay_sql.TOTALS)
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     # ---- typed settings and the change journal ---------------------------------------------------
@@ -285,12 +285,8 @@ class SQLiteStore(TurnCalls, KanbanTables):
                                                  value=setting.encode(value)))
 
     async def change_counter(self, scope: Scope) -> int:
-        """One index lookup run on this thread, on the read-only connection: it takes microseconds while the
-        trip to the database thread and back took 0.1-0.3 ms of every reply."""
-        try:
-            return self.point_read(functools.partial(journal.counter, scope=scope))
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
+        """One index lookup, queued on the connection's thread (``read``)."""
+        return await self.read(functools.partial(journal.counter, scope=scope), first=True)
 
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
         return journal.changes(scope, await self._select(journal.SINCE, (scope.key, after, limit)))

@@ -13,7 +13,7 @@ from datetime import datetime
 from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import from_db, to_db
 from companion.storage import journal, migrations, shortterm
-from companion.storage.connection import Connection, storage_error
+from companion.storage.connection import Connection
 from companion.storage.migrations import Migration, MigrationSet, register
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
@@ -121,19 +121,13 @@ class TurnCalls(Connection):
     """``TurnBatch`` on the store's connection; ``SQLiteStore`` inherits it."""
 
     async def turn_context(self, scope: Scope, *, events: int, turns: int = 0, memories: bool = False) -> TurnView:
-        """Read on a read-only connection: on the event loop's thread (a few indexed rows take microseconds
-        and WAL readers wait for nobody), or, when the memories are wanted, on the reader's thread."""
+        """One read transaction queued on the connection's thread (``Connection.read``), ahead of background
+        work."""
         if memories:
             await self._readable(scope)  # a stale table is upgraded first
         table = None if self._version(scope) is None else self.memory_table(scope)
-        try:
-            if memories:
-                return await self.on_reader(functools.partial(read_turn, scope=scope, table=table, events=events,
-                                                              turns=turns, memories=True))
-            return self.point_read(functools.partial(read_turn, scope=scope, table=table, events=events, turns=turns,
-                                                     memories=False))
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
+        return await self.read(functools.partial(read_turn, scope=scope, table=table, events=events, turns=turns,
+                                                 memories=memories), first=True)
 
     async def record_turn(self, scope: Scope, record: TurnRecord) -> None:
         """One write transaction on the connection's thread, like every other write: a statement sent
