@@ -127,11 +127,11 @@ class Connection:
         await self._conn.close()
 
     async def read(self, work: Callable[[sqlite3.Connection], T], *, first: bool = False) -> T:
-        """``work``, reads only, on the connection's thread: queued under the lock and awaited after it, like
-        ``write_whole``, so a read waits for the work queued before it on that thread, never for the lock to
-        come back through a busy event loop (held across the trip, a turn's read waited p50 0.4 s under
-        load). Several statements read one snapshot when ``work`` opens a transaction itself. ``first``: a
-        read a reply waits for (``TurnFirstLock``)."""
+        """``work`` on the connection's thread, queued under the lock and awaited after it: the thread runs its
+        queue in order, so whatever takes the lock next comes after it, and nothing waits for the lock to come
+        back through a busy event loop (held across the trip, a turn's read waited p50 0.4 s under load).
+        Several statements read one snapshot when ``work`` opens a transaction itself (``write_whole`` wraps
+        its work in one). ``first``: work a reply waits for (``TurnFirstLock``)."""
         async with self._lock.first() if first else self._lock:
             done = self._enqueue(work)
         try:
@@ -180,19 +180,11 @@ class Connection:
         cancelled before the COMMIT gets it rolled back, as a transaction sent statement by statement was.
         ``first``: a write a reply waits for, queued ahead of background work (``TurnFirstLock``)."""
         abandoned = threading.Event()
-        async with self._lock.first() if first else self._lock:
-            # Queued under the lock, awaited after it. The thread runs its queue in order, so what takes the
-            # lock next queues behind this transaction; the lock is free meanwhile. Held until the answer came
-            # back through a busy event loop, it made every write wait for the one before it: the store was
-            # the one line every turn queued in (~0.2 s a turn at 300 messages/s).
-            done = self._enqueue(functools.partial(_whole_transaction, work=work, abandoned=abandoned))
         try:
-            return await done
+            return await self.read(functools.partial(_whole_transaction, work=work, abandoned=abandoned), first=first)
         except asyncio.CancelledError:
             abandoned.set()
             raise
-        except sqlite3.Error as exc:
-            raise storage_error(exc) from exc
 
     def _enqueue(self, work: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         """``work`` on the plain connection, put in aiosqlite's queue now (its ``_execute`` queues only once
