@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 
 from companion.core.errors import InvalidScopeError
@@ -143,6 +143,18 @@ class Scope:
         return cls(int(match.group(4)), chat)
 
 
+@dataclass(frozen=True, slots=True)
+class When:
+    """When a memory happens, as local dates in the user's timezone: a one-day event has ``on`` only, a span
+    ``ends`` too, a time of day is optional; a yearly date (a birthday, an anniversary) recurs on ``on``'s
+    month and day every year. A lasting fact has no ``When`` at all."""
+
+    on: date
+    ends: date | None = None
+    at: time | None = None
+    yearly: bool = False
+
+
 @dataclass(slots=True)
 class MemoryDraft:
     """A memory about to be written: validated, but without id or bookkeeping times."""
@@ -165,6 +177,7 @@ class MemoryDraft:
     # Keys of the conversation turns that told it (``Turn.key``): forgetting it drops exactly those turns
     # from the extraction queue and the short-term context, whatever their words.
     source_turns: tuple[str, ...] = ()
+    when: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
 
 
 @dataclass(slots=True)
@@ -201,6 +214,7 @@ class Memory:
     # A one-way hash of the forgotten event's normal form: a later extraction of the same words can be
     # recognised without keeping the words.
     fingerprint: str = ""
+    when: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now
