@@ -177,7 +177,7 @@ class MemoryDraft:
     # Keys of the conversation turns that told it (``Turn.key``): forgetting it drops exactly those turns
     # from the extraction queue and the short-term context, whatever their words.
     source_turns: tuple[str, ...] = ()
-    when: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
+    happens: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
 
 
 @dataclass(slots=True)
@@ -214,7 +214,7 @@ class Memory:
     # A one-way hash of the forgotten event's normal form: a later extraction of the same words can be
     # recognised without keeping the words.
     fingerprint: str = ""
-    when: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
+    happens: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now

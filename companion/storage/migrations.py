@@ -229,7 +229,7 @@ V3_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + V3_COLUMNS + """;
 # every ALTER TABLE: ~300 ms for a new user at 10,000 tables), on one line: SQLite keeps the text as
 # written and reads all of it at every start. A step that adds a column gives this its own column list;
 # ``tests/test_migrations.py`` checks it equals what the steps build.
-LEAN_COLUMNS = (
+V5_COLUMNS = (
     "(id INTEGER PRIMARY KEY, event TEXT NOT NULL, keywords TEXT NOT NULL, importance REAL NOT NULL, "
     "created_at TEXT NOT NULL, validity TEXT NOT NULL, last_mentioned_at TEXT, updated_at TEXT NOT NULL, "
     "expires_at TEXT, type TEXT NOT NULL, origin TEXT NOT NULL, mention_count INTEGER NOT NULL, "
@@ -238,8 +238,11 @@ LEAN_COLUMNS = (
     "source_message_id INTEGER, source_at TEXT, superseded_by INTEGER, status_reason TEXT NOT NULL, "
     "fingerprint TEXT NOT NULL)"
 )
+# v6 adds when a memory happens (``core.dates``' ISO 8601 text), nullable and last, as ALTER TABLE would.
+LEAN_COLUMNS = V5_COLUMNS[:-1] + ", happens TEXT)"
 CURRENT_TABLE = 'CREATE TABLE IF NOT EXISTS "{table}" ' + LEAN_COLUMNS
 _LEAN_SQL = 'CREATE TABLE "{table}" ' + LEAN_COLUMNS  # as SQLite stores it (without IF NOT EXISTS)
+_V5_SQL = 'CREATE TABLE "{table}" ' + V5_COLUMNS
 
 
 def _shape(sql: str) -> list[tuple[object, ...]]:
@@ -256,11 +259,31 @@ async def _lean_table_sql(conn: aiosqlite.Connection, tables: Sequence[str]) -> 
     """v5: the tables' SQL without CHECK constraints and DEFAULTs. Neither changes how rows are stored,
     so the stored SQL is rewritten in place (SQLite's documented procedure for such changes, "ALTER TABLE",
     section 7) instead of copying every row; after checking that each table stores exactly the columns
-    the new SQL declares. One call for many tables: SQLite re-reads the whole schema once per rewrite."""
+    the new SQL declares. One call for many tables: SQLite re-reads the whole schema once per rewrite. A
+    table this step is due on has every later step due too, so it is given the current SQL at once (v6's
+    nullable column included, which needs no change to the rows either): one rewrite, one schema re-read."""
+    await _rewrite_table_sql(conn, tables, _V5_SQL, _LEAN_SQL)
+
+
+async def _happens_column(conn: aiosqlite.Connection, tables: Sequence[str]) -> None:
+    """v6: the ``happens`` column, nullable, at the end. That is what ALTER TABLE ADD COLUMN writes (the rows
+    stay as they are and read NULL for it), done as one rewrite of the stored SQL for all the tables instead
+    of one schema re-parse per table; a table whose columns are not v5's gets the ALTER TABLE itself."""
+    odd = await _rewrite_table_sql(conn, tables, _V5_SQL, _LEAN_SQL, warn=False)
+    for table in odd:
+        cursor = await conn.execute(f'SELECT 1 FROM pragma_table_info("{table}") WHERE name = \'happens\'')
+        if await cursor.fetchone() is None:
+            await conn.execute(f'ALTER TABLE "{table}" ADD COLUMN happens TEXT')
+
+
+async def _rewrite_table_sql(
+    conn: aiosqlite.Connection, tables: Sequence[str], was: str, new: str, *, warn: bool = True,
+) -> list[str]:
+    """Set the stored SQL of ``tables`` whose columns are those of ``was`` to ``new``; returns the others."""
     if not tables:
-        return
+        return []
     wanted = set(tables)
-    expected = _shape(_LEAN_SQL)
+    expected = _shape(was)
     cursor = await conn.execute(
         "SELECT m.rowid, m.name, p.name, p.type, p.\"notnull\", p.pk FROM sqlite_schema AS m, "
         "pragma_table_info(m.name) AS p WHERE m.type = 'table' AND m.name IN (SELECT value FROM json_each(?)) "
@@ -269,23 +292,24 @@ async def _lean_table_sql(conn: aiosqlite.Connection, tables: Sequence[str]) -> 
     for rowid, table, *column in await cursor.fetchall():
         shapes.setdefault(table, (int(rowid), []))[1].append(tuple(column))
     odd = [table for table in tables if table not in shapes or shapes[table][1] != expected]
-    if odd:  # changed by hand? Its SQL stays as it is: the code still reads it, it only costs memory
+    if odd and warn:  # changed by hand? Its SQL stays as it is: the code still reads it, it only costs memory
         log.warning("%d memory table(s) have other columns than expected, SQL left as it is: %s", len(odd),
                     ", ".join(odd[:5]))
     tables = [table for table in tables if table not in odd]
     if not tables:
-        return
+        return odd
     cursor = await conn.execute("PRAGMA schema_version")
     row = await cursor.fetchone()
     version = int(row[0]) if row else 0
     await conn.execute("PRAGMA writable_schema = ON")
     try:
         await conn.executemany("UPDATE sqlite_schema SET sql = ? WHERE rowid = ?",
-                               [(_LEAN_SQL.format(table=table), shapes[table][0]) for table in tables])
+                               [(new.format(table=table), shapes[table][0]) for table in tables])
         # Every connection (this one too) re-reads the schema when the version moves.
         await conn.execute(f"PRAGMA schema_version = {version + 1}")
     finally:
         await conn.execute("PRAGMA writable_schema = OFF")
+    return odd
 
 
 async def _handles_and_lifecycle(conn: aiosqlite.Connection, key: str, table: str) -> None:
@@ -349,6 +373,7 @@ MEMORIES = MigrationSet("memories", (
     # and DEFAULTs were 32 of its 50 MB. They guard nothing the code does not: the row codecs validate
     # every value and every INSERT names every column (``rows.INSERT_MEMORY``).
     Migration("0005_lean_table_sql", run_many=_lean_table_sql),
+    Migration("0006_happens", run_many=_happens_column),
 ))
 CURRENT_TABLE_VERSION = len(MEMORIES.steps)
 LIFECYCLE_VERSION = MEMORIES.names.index("0003_handles_and_lifecycle") + 1  # tables with ``status``

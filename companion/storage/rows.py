@@ -18,6 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from companion.core import dates
 from companion.core.models import DynamicTrait, Memory, MemoryType, Origin, Profile, Status, Tier, Turn, Validity
 from companion.core.rules import clamp_importance
 from companion.core.timeutil import from_db, to_db
@@ -101,6 +102,7 @@ MEMORY_CODECS: Mapping[str, Codec] = {
     "superseded_by": OPT_INT,
     "status_reason": TEXT,
     "fingerprint": TEXT,
+    "happens": Codec(dates.to_text, dates.from_text),  # ISO 8601 text: a day, a span, a yearly date
 }
 MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_CODECS)
 SELECT_MEMORY = ", ".join(MEMORY_COLUMNS)

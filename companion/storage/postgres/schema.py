@@ -139,6 +139,12 @@ CORE = MigrationSet("core", (
         PRIMARY KEY (user_id, chat_id)
     )
     """),
+    # When a memory happens (``core.dates``' ISO 8601 text, which sorts by its first day); the partial index
+    # finds every scope's dated memories in one scan (follow-ups, time questions).
+    Migration("0002_happens", """
+    ALTER TABLE memories ADD COLUMN happens text;
+    CREATE INDEX memories_happens ON memories (happens) WHERE happens IS NOT NULL AND status = 'active'
+    """),
 ))
 
 USAGE = MigrationSet("usage", (
