@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from enum import StrEnum
 
+from companion.core import dates
 from companion.core.models import Memory, Status
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
@@ -23,6 +24,7 @@ class CellKind(StrEnum):
     IMPORTANCE = "importance"  # the number in full (it reads back as the same number)
     TIME = "time"  # local wall time with its offset
     CODE = "code"  # ``code（名称）``
+    DATE = "date"  # when it happens: ``core.dates``' ISO 8601 text, stored as it is shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ def memory_cells(memory: Memory, columns: Sequence[CellColumn], tz: tzinfo, *, r
             cells.append(neutralise(str(value)))
         elif column.kind is CellKind.CODE:
             cells.append(show_code(column.labels or {}, str(getattr(value, "value", value))))
+        elif column.kind is CellKind.DATE:
+            cells.append(dates.to_text(value))
         else:
             cells.append(int(value))
     return cells

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from companion.core import dates
 from companion.core.models import Memory, MemoryDraft, StatusReason, Tier, Validity
 
 DAY = timedelta(days=1)
@@ -48,17 +49,35 @@ def decays(validity: Validity, tier: Tier, pinned: bool) -> bool:
     return validity is not Validity.PERMANENT and tier is not Tier.LONG and not pinned
 
 
+def dated_lifetime(validity: Validity, happens: dates.When | None, created: datetime, now: datetime,
+                   ) -> tuple[Validity, datetime | None, datetime]:
+    """Validity, expiry and decay anchor of a memory. A dated one lives by its date, not by when it was told:
+    a yearly date (a birthday) is lasting; a one-time event expires ``dates.AFTER_END`` after its last day and
+    does not decay before that day has passed (its anchor is the day's end), so a trip told five weeks ahead
+    is still there when it comes. Day ends are taken in UTC: at most a few hours from the user's own midnight
+    on a week's grace, and the store needs no timezone."""
+    anchor = min(created, now)
+    if happens is None:
+        return validity, expires_at(created, validity), anchor
+    if happens.yearly:
+        return Validity.PERMANENT, None, anchor
+    if validity is Validity.PERMANENT:  # a lasting fact that has a day (started the new job on 3月1日)
+        return validity, None, anchor
+    return validity, dates.expires_at(happens, UTC), max(anchor, dates.end_of_day(dates.last_day(happens), UTC))
+
+
 def new_memory(draft: MemoryDraft, handle: int, now: datetime) -> Memory:
     """The stored form of a draft: bookkeeping times and counters start here."""
     created = draft.created_at or now
-    tier = draft.tier or tier_for(draft.validity)
+    validity, expires, anchor = dated_lifetime(draft.validity, draft.happens, created, now)
+    tier = draft.tier or tier_for(validity)
     return Memory(
         id=handle, event=draft.event, keywords=list(draft.keywords), importance=clamp_importance(draft.importance),
-        created_at=created, validity=draft.validity, last_mentioned_at=None, updated_at=now,
-        expires_at=expires_at(created, draft.validity), type=draft.type, origin=draft.origin, mention_count=0,
-        last_decay_at=min(created, now), terms=list(draft.terms), tier=tier,
+        created_at=created, validity=validity, last_mentioned_at=None, updated_at=now,
+        expires_at=expires, type=draft.type, origin=draft.origin, mention_count=0,
+        last_decay_at=anchor, terms=list(draft.terms), tier=tier,
         pinned=draft.pinned, source_chat_id=draft.source_chat_id, source_message_id=draft.source_message_id,
-        source_at=draft.source_at, review_at=now + REVIEW_PERIOD[tier],
+        source_at=draft.source_at, review_at=now + REVIEW_PERIOD[tier], happens=draft.happens,
     )
 
 

@@ -30,6 +30,7 @@ from companion.core import cells
 from companion.core.cells import CellColumn, CellKind
 from companion.core.cells import neutralise as neutralise
 from companion.core.cells import show_time as show_time
+from companion.core import dates
 from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for
@@ -62,6 +63,7 @@ class Kind(StrEnum):
     TIME = "time"
     CODE = "code"
     BOOL = "bool"
+    DATE = "date"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("取代者", "superseded_by", Kind.INT),
     Column("状态原因", "status_reason", Kind.TEXT),
     Column("指纹", "fingerprint", Kind.TEXT),
+    # When it happens (ISO 8601: 2026-12-09, 2026-12-09/2026-12-11, R/2026-05-20 for a yearly date).
+    Column("日期", "happens", Kind.DATE),
 )
 HEADERS: tuple[str, ...] = (*(c.header for c in COLUMNS), ZONE_HEADER)
 BY_HEADER = {c.header: c for c in COLUMNS}
@@ -137,10 +141,10 @@ def fixed_offset(tz: tzinfo, now: datetime, years: int = 30) -> timedelta | None
 
 # ---- writing: the cells of ``core.cells``, formatted by the store when it can (SQLite in SQL) ---------
 
-CONTENT_FIELDS = frozenset({"event", "keywords", "importance"})  # blank in a tombstone's row
+CONTENT_FIELDS = frozenset({"event", "keywords", "importance", "happens"})  # blank in a tombstone's row
 _CELL_KINDS = {Kind.INT: CellKind.PLAIN, Kind.BOOL: CellKind.PLAIN, Kind.TEXT: CellKind.TEXT,
                Kind.WORDS: CellKind.WORDS, Kind.IMPORTANCE: CellKind.IMPORTANCE, Kind.TIME: CellKind.TIME,
-               Kind.CODE: CellKind.CODE}
+               Kind.CODE: CellKind.CODE, Kind.DATE: CellKind.DATE}
 CELLS: tuple[CellColumn, ...] = tuple(
     CellColumn(c.field, _CELL_KINDS[c.kind], LABELS[c.enum] if c.enum is not None else None, c.field in CONTENT_FIELDS)
     for c in COLUMNS
@@ -232,6 +236,8 @@ def parse_row(row: Mapping[str, str], default_zone: tzinfo | None = None) -> Par
             values[column.field] = column.enum(_code(column.enum, cell))
         elif column.kind is Kind.BOOL:
             values[column.field] = cell.strip() in {"1", "true", "True"}
+        elif column.kind is Kind.DATE:
+            values[column.field] = None if forgotten else dates.from_text(cell)  # unreadable: no date, kept
         elif column.kind is Kind.WORDS:
             words = [k for k in unneutralise(cell).split(",") if k]
             kept = [w[:MAX_KEYWORD_CHARS] for w in words[:MAX_KEYWORDS]]
@@ -255,7 +261,7 @@ def parse_row(row: Mapping[str, str], default_zone: tzinfo | None = None) -> Par
         # event told again (the fingerprint), never the text.
         if values.get("event") and not values.get("fingerprint"):
             values["fingerprint"] = fingerprint(values["event"])
-        values.update(event="", keywords=[], importance=MIN_IMPORTANCE, superseded_by=None)
+        values.update(event="", keywords=[], importance=MIN_IMPORTANCE, superseded_by=None, happens=None)
     # No check on the event text: whatever the database held (even blank) must restore, or a backup
     # with one odd row could never be restored at all.
     return ParsedRow(Memory(**values), cut)
