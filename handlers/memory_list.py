@@ -84,7 +84,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             note = texts.review_done(memory, Action.PROMOTE)
         elif callback_data.action == MemoryAction.RESTORE:
             memory = await engine.restore(scope, handle, now)
-            note = f"已恢复：{memory.event}"
+            note = f"已恢复：{memory.shown}"
         else:
             await query.answer()
             return

@@ -108,7 +108,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
                                      tier=Tier(data.tier) if data.tier else None,  # "" and 0: nothing to put back
                                      review_at=datetime.fromtimestamp(data.review, UTC) if data.review else None)
             await query.answer("已撤销")
-            await edit_shown(query.message, f"{query.message.text or ''}\n已撤销：{before.event}", None)
+            await edit_shown(query.message, f"{query.message.text or ''}\n已撤销：{before.shown}", None)
             return
         action = Action(callback_data.action)
         if action is Action.FORGET:

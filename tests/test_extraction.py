@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -24,7 +24,7 @@ from companion.core.extraction import (
     plan_merge,
     same_event,
 )
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity, When
 from companion.recall.keywords import KeywordExtractor
 
 TODAY = "2025-12-23"
@@ -95,7 +95,7 @@ def test_nothing_to_remember_is_an_empty_list(raw: str | dict[str, object], segm
 def test_fenced_json_is_accepted(segment: Segmenter) -> None:
     raw = '```json\n{"memories": [{"event": "喜欢喝奶茶", "keywords": ["奶茶"], "importance": 50}]}\n```'
     [draft] = parse_extraction(raw, segment, TODAY)
-    assert draft.event == f"{TODAY} 喜欢喝奶茶"
+    assert draft.event == "喜欢喝奶茶"
     assert draft.keywords == ["奶茶"]
 
 
@@ -107,18 +107,42 @@ def test_full_item_is_read_as_given(segment: Segmenter) -> None:
     )
 
 
-@pytest.mark.parametrize(("mtype", "event", "expected"), [
-    # A timeless fact, preference or instruction carries no date: the day it was learned is a column.
-    ("fact", "2026-11-25 希望被叫作小李", "希望被叫作小李"),
-    ("preference", "2026-11-25 喜欢喝奶茶", "喜欢喝奶茶"),
-    ("instruction", "2026-1-5 回复别用表情", "回复别用表情"),
-    ("fact", "对花生过敏", "对花生过敏"),
-    # An event's day is the point: kept, or today's added.
-    ("event", "2026-12-02 去上海出差", "2026-12-02 去上海出差"),
-    ("event", "感冒发烧", f"{TODAY} 感冒发烧"),
+@pytest.mark.parametrize(("mtype", "event", "expected", "day"), [
+    # A preference or an instruction holds every day: a date before it goes, and none is kept.
+    ("preference", "2025-11-25 喜欢喝奶茶", "喜欢喝奶茶", None),
+    ("instruction", "2025-1-5 回复别用表情", "回复别用表情", None),
+    ("instruction", "每周一不要打扰我", "每周一不要打扰我", None),
+    ("fact", "对花生过敏", "对花生过敏", None),
+    # What happens on a day keeps the day as data, not in its words.
+    ("fact", "2025-12-25 入职新公司", "入职新公司", date(2025, 12, 25)),
+    ("event", "2025-12-02 去上海出差", "去上海出差", date(2025, 12, 2)),
+    ("event", "感冒发烧", "感冒发烧", None),
+    # Relative words left in the words are resolved against the day (TODAY is a Tuesday) and leave them.
+    ("event", "下周三去杭州出差", "去杭州出差", date(2025, 12, 31)),
+    ("event", "明天去医院复查", "去医院复查", date(2025, 12, 24)),
 ])
-def test_only_events_carry_a_date(mtype: str, event: str, expected: str, segment: Segmenter) -> None:
-    assert parse_one(item(type=mtype, event=event), segment).event == expected
+def test_a_date_becomes_data(mtype: str, event: str, expected: str, day: date | None, segment: Segmenter) -> None:
+    draft = parse_one(item(type=mtype, event=event), segment)
+    assert draft.event == expected
+    assert (draft.happens.on if draft.happens else None) == day
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"date": "2025-12-31", "end_date": "2026-01-02"}, When(date(2025, 12, 31), date(2026, 1, 2))),
+    ({"date": "2025-05-20", "yearly": True}, When(date(2025, 5, 20), yearly=True)),
+    ({"date": "2025-12-24", "time": "14:30"}, When(date(2025, 12, 24), at=time(14, 30))),
+    # Malformed or implausible dates are dropped, never guessed, and never fail the item.
+    ({"date": "2025-02-30"}, None),
+    ({"date": "下周三"}, None),
+    ({"date": "2099-01-01"}, None),
+    ({"date": 20251224}, None),
+    ({"date": "2025-12-24", "end_date": "2025-12-01"}, When(date(2025, 12, 24))),
+    ({"date": "2025-12-24", "time": "25:99"}, When(date(2025, 12, 24))),
+])
+def test_the_models_date_fields(fields: dict[str, object], expected: When | None, segment: Segmenter) -> None:
+    draft = parse_one(item(event="去杭州出差", **fields), segment)
+    assert draft.happens == expected
+    assert draft.event == "去杭州出差"
 
 
 def test_a_date_alone_is_no_memory(segment: Segmenter) -> None:
@@ -215,7 +239,7 @@ def test_missing_type_means_event(segment: Segmenter) -> None:
 @pytest.mark.parametrize("value", ["feeling", "喜好", "", 3])
 def test_unknown_type_is_dropped(value: object, segment: Segmenter) -> None:
     raw: dict[str, object] = {"memories": [item(type=value), item(event="喜欢喝奶茶", keywords=["奶茶"])]}
-    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == [f"{TODAY} 喜欢喝奶茶"]
+    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == ["喜欢喝奶茶"]
 
 
 @pytest.mark.parametrize("keywords", [[], None, "", "  ", ["", " "], [True, None, {}]])
@@ -262,10 +286,10 @@ def test_clean_keywords(value: object, expected: list[str]) -> None:
 @pytest.mark.parametrize(
     ("event", "expected"),
     [
-        ("感冒了", f"{TODAY} 感冒了"),
-        ("2025-12-20 感冒了", "2025-12-20 感冒了"),
-        ("2025-1-5 感冒了", "2025-1-5 感冒了"),
-        ("  感冒\u200b了\n\n好难受 ", f"{TODAY} 感冒了 好难受"),
+        ("感冒了", "感冒了"),
+        ("2025-12-20 感冒了", "感冒了"),
+        ("2025-1-5 感冒了", "感冒了"),
+        ("  感冒\u200b了\n\n好难受 ", "感冒了 好难受"),
     ],
 )
 def test_event_is_normalised_and_dated(event: str, expected: str, segment: Segmenter) -> None:
@@ -276,25 +300,25 @@ def test_event_is_normalised_and_dated(event: str, expected: str, segment: Segme
 def test_event_is_cut_to_50_chars(event: str, segment: Segmenter) -> None:
     draft = parse_one(item(event=event), segment)
     assert len(draft.event) == MAX_EVENT_CHARS
-    assert draft.event[:10] in {TODAY, "2025-12-20"}
+    assert draft.event == "很" * MAX_EVENT_CHARS
 
 
 @pytest.mark.parametrize("event", [None, "", "   ", "。。。！", "2025-12-20", "2025-12-20 ……", 42, ["感冒"]])
 def test_item_without_an_event_is_dropped(event: object, segment: Segmenter) -> None:
     raw: dict[str, object] = {"memories": [item(event=event), item(event="喜欢喝奶茶", keywords=["奶茶"])]}
-    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == [f"{TODAY} 喜欢喝奶茶"]
+    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == ["喜欢喝奶茶"]
 
 
 def test_extra_keys_are_ignored(segment: Segmenter) -> None:
     draft = parse_one(item(id=99, source="manual", created_at="1999-01-01", mood="sad"), segment)
     assert draft.origin is Origin.EXTRACTED
     assert draft.created_at is None
-    assert draft.event == "2025-12-23 感冒发烧"
+    assert draft.event == "感冒发烧"
 
 
 def test_non_dict_items_are_dropped(segment: Segmenter) -> None:
     raw: dict[str, object] = {"memories": [1, "感冒了", None, ["感冒"], True, item()]}
-    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == ["2025-12-23 感冒发烧"]
+    assert [d.event for d in parse_extraction(raw, segment, TODAY)] == ["感冒发烧"]
 
 
 def test_at_most_max_items_are_read(segment: Segmenter) -> None:
@@ -312,10 +336,11 @@ def test_same_event_twice_in_one_answer_is_one_draft(segment: Segmenter) -> None
     ]}
     drafts = parse_extraction(raw, segment, TODAY)
     assert [(d.event, d.importance, d.validity) for d in drafts] == [
-        (f"{TODAY} 感冒发烧了！", 90.0, Validity.DAYS_30),
-        (f"{TODAY} 喜欢喝奶茶", 50.0, Validity.DAYS_30),
+        ("感冒发烧了！", 90.0, Validity.DAYS_30),
+        ("喜欢喝奶茶", 50.0, Validity.DAYS_30),
     ]
     assert drafts[0].keywords == ["发烧", "感冒"]
+    assert drafts[0].happens == When(date(2025, 12, 22))  # retold without its day: still that day
 
 
 # ---- same_event / dedupe / plan_merge --------------------------------------------------------------

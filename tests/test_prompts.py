@@ -105,7 +105,8 @@ def example_objects(name: str) -> list[dict[str, object]]:
 def test_extract_example_is_a_valid_extraction() -> None:
     examples = example_objects("extract")
     drafts = [d for obj in examples for d in parse_extraction(obj, lambda text: [], "2025-12-23")]
-    assert [d.event for d in drafts] == ["2025-12-23 感冒发烧"]
+    assert [d.event for d in drafts] == ["感冒发烧"]
+    assert [str(d.happens.on) if d.happens else None for d in drafts] == ["2025-12-23"]
     assert drafts[0].keywords == ["感冒", "生病", "不舒服", "发烧", "咳嗽"]
 
 

@@ -241,14 +241,14 @@ class TypedChoices:
         try:
             if verb is None:
                 restored = await self.engine.restore(self.scope, memory.id, now)
-                return f"已恢复：{restored.event}"
+                return f"已恢复：{restored.shown}"
             if verb is Action.FORGET:
                 await self.engine.get(self.scope, memory.id)
                 return texts.forgotten(await self.chat.forget(self.scope, [memory.id]))
             if verb is Action.ARCHIVE:
                 return texts.review_done(await self.engine.archive(self.scope, memory.id, now), Action.ARCHIVE)
             if memory.tier is Tier.LONG:
-                return f"“{memory.event}”已经是{texts.tier_name(Tier.LONG.value)}了。"
+                return f"“{memory.shown}”已经是{texts.tier_name(Tier.LONG.value)}了。"
             return texts.review_done(await self.engine.promote(self.scope, memory.id, now), Action.PROMOTE)
         except (MemoryNotFoundError, NotYourMemoryError):
             return texts.MEMORY_GONE

@@ -38,7 +38,7 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     The user's standing instructions (how to be talked to) come last, under their own header: the
     system message tells the model to follow that section, and only that one."""
     dynamic = "".join(f"- {quote(line)}\n" for line in context.dynamic)
-    memories = "".join(f"- {quote(r.memory.event)}\n" for r in context.recalled)
+    memories = "".join(f"- {quote(r.memory.shown)}\n" for r in context.recalled)
     instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
     memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
     if context.today:

@@ -83,7 +83,8 @@ async def steer(
         return Outcome(texts.confirm_forget(found), to_forget=tuple(found))
     saved = await engine.save_said(scope, intent_text, now, source_chat_id=chat_id, source_message_id=message_id,
                                    source_turns=turns if intent.kind is Kind.SAVE_PREVIOUS else turns[-1:])
-    return Outcome(texts.receipt(saved.memory, replaced=saved.replaced), saved=saved.memory, replaced=saved.replaced)
+    return Outcome(texts.receipt(saved.memory, replaced=saved.replaced, date_unclear=saved.date_unclear),
+                   saved=saved.memory, replaced=saved.replaced)
 
 
 async def forget_all_count(engine: MemoryEngine, scope: Scope) -> int:

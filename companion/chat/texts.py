@@ -92,15 +92,19 @@ def tier_name(tier: str) -> str:
     return TIER_NAMES.get(tier, tier)
 
 
-def receipt(memory: Memory, *, edited: bool = False, replaced: Memory | None = None) -> str:
+DATE_UNCLEAR = "（日期没看懂，先没记日期，可以告诉我具体是哪天）"
+
+
+def receipt(memory: Memory, *, edited: bool = False, replaced: Memory | None = None, date_unclear: bool = False) -> str:
+    note = DATE_UNCLEAR if date_unclear else ""
     if replaced is not None:
-        return f"改成了：{memory.event}，原来是：{replaced.event}（{tier_name(memory.tier.value)}）"
+        return f"改成了：{memory.shown}，原来是：{replaced.shown}（{tier_name(memory.tier.value)}）{note}"
     verb = "改好了" if edited else "记住了"
-    return f"{verb}：{memory.event}（{tier_name(memory.tier.value)}）"
+    return f"{verb}：{memory.shown}（{tier_name(memory.tier.value)}）{note}"
 
 
 def undone(memory: Memory) -> str:
-    return f"已撤销，还是原来的：{memory.event}（{tier_name(memory.tier.value)}）"
+    return f"已撤销，还是原来的：{memory.shown}（{tier_name(memory.tier.value)}）"
 
 
 NOTHING_TO_UNDO = "这条记忆没有可以撤销的修改了。"
@@ -111,7 +115,7 @@ def nothing_found(query: str) -> str:
 
 
 def numbered(memories: Sequence[Memory]) -> str:
-    return "\n".join(f"{i}. {m.event}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
+    return "\n".join(f"{i}. {m.shown}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
 
 
 def confirm_forget(memories: Sequence[Memory]) -> str:
@@ -140,17 +144,17 @@ REVIEW_VERBS = {"promote": "升级为", "keep": "继续保留在", "archive": "�
 
 def review_done(memory: Memory, action: Action) -> str:
     if action.value == "archive":
-        return f"已归档：{memory.event}（可在 /memories 里恢复）"
+        return f"已归档：{memory.shown}（可在 /memories 里恢复）"
     if action.value == "forget":
         return "已忘掉一条记忆。"
-    return f"{memory.event}：{REVIEW_VERBS[action.value]}{tier_name(memory.tier.value)}"
+    return f"{memory.shown}：{REVIEW_VERBS[action.value]}{tier_name(memory.tier.value)}"
 
 
 def review_message(items: Sequence[tuple[Memory, Suggestion]]) -> str:
     lines = [f"有 {len(items)} 条记忆到了该整理的时候，你想怎么处理？"]
     for i, (memory, suggestion) in enumerate(items, start=1):
         advice = SUGGESTION_NAMES[suggestion.action.value]
-        lines.append(f"{i}. {memory.event}（{tier_name(memory.tier.value)}）— 建议{advice}：{suggestion.reason}")
+        lines.append(f"{i}. {memory.shown}（{tier_name(memory.tier.value)}）— 建议{advice}：{suggestion.reason}")
     return "\n".join(lines)
 
 
@@ -160,7 +164,7 @@ SUGGESTION_NAMES = {"promote": "升级", "keep": "保留", "archive": "归档", 
 def pending_reviews(items: Sequence[tuple[Memory, Suggestion]]) -> str:
     lines = [f"有{len(items)}条记忆待处理，要看看吗？"]
     for i, (memory, suggestion) in enumerate(items, start=1):
-        lines.append(f"{i}. {memory.event} — 建议{SUGGESTION_NAMES[suggestion.action.value]}（{suggestion.reason}）")
+        lines.append(f"{i}. {memory.shown} — 建议{SUGGESTION_NAMES[suggestion.action.value]}（{suggestion.reason}）")
     lines.append("回复“按你说的办”，或者像“第一个升级，第二个删除”这样告诉我。")
     return "\n".join(lines)
 
@@ -168,7 +172,7 @@ def pending_reviews(items: Sequence[tuple[Memory, Suggestion]]) -> str:
 def reset_done(saved: Memory | None) -> str:
     if saved is None:
         return "好，我们重新开始聊吧～"
-    return f"好，我们重新开始聊吧～刚才聊的我记下了：{saved.event}"
+    return f"好，我们重新开始聊吧～刚才聊的我记下了：{saved.shown}"
 
 
 # ---- /memories, /why, /stats, weekly -----------------------------------------------------------------
@@ -197,7 +201,7 @@ def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str
             current = memory.tier.value
             lines.append(f"【{tier_name(current)}】")
         pin = "📌" if memory.pinned else ""
-        lines.append(f"{i - start + 1}. {pin}{memory.event}")
+        lines.append(f"{i - start + 1}. {pin}{memory.shown}")
     if pages > 1:
         lines.append(f"（第 {page + 1}/{pages} 页）")
     return "\n".join(lines)
@@ -205,7 +209,7 @@ def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str
 
 def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, tz_show: Callable[[object], str],
         link: str | None) -> str:
-    lines = [f"“{memory.event}”", f"· {tier_name(memory.tier.value)}，{TYPE_NAMES.get(memory.type.value, '')}，"
+    lines = [f"“{memory.shown}”", f"· {tier_name(memory.tier.value)}，{TYPE_NAMES.get(memory.type.value, '')}，"
              f"重要程度 {memory.importance:.0f}"]
     learned = tz_show(memory.source_at or memory.created_at)
     lines.append(f"· {ORIGIN_NAMES.get(memory.origin.value, memory.origin.value)}，时间 {learned}")
@@ -215,11 +219,11 @@ def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, 
         lines.append(f"· 最近更新：{tz_show(memory.updated_at)}")
     for old in replaced:
         if old.status_reason == StatusReason.REWORDED:
-            lines.append(f"· 原来是：“{old.event}”（{tz_show(old.updated_at)} 改成现在这样）")
+            lines.append(f"· 原来是：“{old.shown}”（{tz_show(old.updated_at)} 改成现在这样）")
         else:
-            lines.append(f"· 取代了之前的：“{old.event}”")
+            lines.append(f"· 取代了之前的：“{old.shown}”")
     if replaced_by is not None:
-        lines.append(f"· 已被新的信息取代：“{replaced_by.event}”")
+        lines.append(f"· 已被新的信息取代：“{replaced_by.shown}”")
     if memory.last_mentioned_at or memory.last_accessed_at:
         last = max(t for t in (memory.last_mentioned_at, memory.last_accessed_at) if t is not None)
         lines.append(f"· 上次被想起：{tz_show(last)}（共 {memory.mention_count + memory.access_count} 次）")
@@ -241,7 +245,7 @@ def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learn
 
 def weekly(learned: Sequence[Memory], promoted: int, archived: int, evicted: int) -> str:
     lines = ["这周我记住了："]
-    lines += [f"· {m.event}" for m in learned[:10]] or ["· （没有新的事情）"]
+    lines += [f"· {m.shown}" for m in learned[:10]] or ["· （没有新的事情）"]
     extra = []
     if promoted:
         extra.append(f"升级了 {promoted} 条")

@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
-from companion.core.models import When
+from companion.core.models import WEEKDAYS, When
 
 # An event stays this long after its last day: long enough to be asked how it went, then it goes.
 AFTER_END = timedelta(days=7)
 # A model's date further than this from the day it was told is a mistake, not a plan.
 PLAUSIBLE = timedelta(days=3 * 366)
-WEEKDAYS = "一二三四五六日"
 _NUMERALS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9, "十": 10}
 _NUM = r"(?:\d{1,2}|[一二两三四五六七八九十]{1,3})"
@@ -122,30 +121,8 @@ def overlaps(when: When, start: date, end: date, today: date) -> bool:
 
 # ---- shown to people ------------------------------------------------------------------------------------
 
-def day_text(day: date) -> str:
-    return f"{day.month}月{day.day}日（周{WEEKDAYS[day.weekday()]}）"
-
-
 def describe(when: When) -> str:
-    """12月9日（周三）, a span 12月9日-11日 or 12月30日-1月2日, with a time 12月9日（周三）14:00, a yearly date
-    每年5月20日."""
-    if when.yearly:
-        return f"每年{when.on.month}月{when.on.day}日"
-    if when.ends is not None and when.ends != when.on:
-        end = f"{when.ends.day}日" if when.ends.month == when.on.month else f"{when.ends.month}月{when.ends.day}日"
-        text = f"{when.on.month}月{when.on.day}日-{end}"
-    else:
-        text = day_text(when.on)
-    return text + (when.at.strftime("%H:%M") if when.at is not None else "")
-
-
-def shown(event: str, when: When | None) -> str:
-    """A memory's words with its date in front, unless the words already name that day."""
-    if when is None:
-        return event
-    if f"{when.on.month}月{when.on.day}" in event:
-        return event
-    return f"{describe(when)}{event}"
+    return when.describe()
 
 
 # ---- what a model said ----------------------------------------------------------------------------------
@@ -197,19 +174,21 @@ _RELATIVE_DAYS = {"今天": 0, "今晚": 0, "今早": 0, "明天": 1, "明早": 
 _DAY_WORD = "|".join(sorted(_RELATIVE_DAYS, key=len, reverse=True))
 _WEEK_PREFIX = {"这": 0, "本": 0, "这个": 0, "下": 1, "下个": 1, "下下": 2, "下下个": 2, "上": -1, "上个": -1}
 _WEEKDAY = r"(?:周|星期|礼拜)([一二三四五六日天1-7])"
+# "每周一" and "每个周末" hold every week: no one day.
+_NOT_EVERY = r"(?<!每)(?<!每个)(?<!隔)"
 _CLOCK = (r"(?:(早上|上午|中午|下午|晚上|傍晚)?\s*(" + _NUM + r")(?:点|:|：)(半|\d{2}|" + _NUM + r"分?)?)")
 _PATTERNS = [
     # 12月9号, 明年5月20日, 2026年12月9日
     ("month_day", re.compile(r"(?:(\d{4})年|(明年|今年|去年))?(" + _NUM + r")月(" + _NUM + r")[号日]?")),
     ("next_month_day", re.compile(r"(下个?月|这个?月|本月)(" + _NUM + r")[号日]")),
-    ("week_day", re.compile(r"(下下个?|下个?|这个?|本|上个?)?" + _WEEKDAY)),
-    ("weekend", re.compile(r"(下下个?|下个?|这个?|本|上个?)?周末")),
+    ("week_day", re.compile(_NOT_EVERY + r"(下下个?|下个?|这个?|本|上个?)?" + _WEEKDAY)),
+    ("weekend", re.compile(_NOT_EVERY + r"(下下个?|下个?|这个?|本|上个?)?周末")),
     ("week", re.compile(r"(下下个?周|下个?周|这个?周|本周|下个?星期|这个?星期)(?![一二三四五六日天1-7末])")),
     ("month_end", re.compile(r"(下个?月|这个?月|本月)?(月底|月初|月中)")),
     ("month", re.compile(r"(下个?月)(?![初底中\d一二三四五六七八九十])")),
     ("day_word", re.compile(r"(" + _DAY_WORD + r")")),
     ("in_days", re.compile(r"过(两|几|三)天")),
-    ("day_only", re.compile(r"(?<![月\d])(" + _NUM + r")[号](?!码|线|楼|车|房)")),
+    ("day_only", re.compile(r"(?<![月\d每])(" + _NUM + r")[号](?!码|线|楼|车|房|店|门|口)")),
 ]
 _RANGE_JOIN = re.compile(r"\s*(?:到|至|-|－|~|～|—)\s*")
 # A duration later in the same clause: "下周三去杭州出差三天" is a three-day span from that Wednesday.
@@ -378,21 +357,23 @@ def find(text: str, today: date) -> list[Found]:
             tail = re.compile(r"\s*(?:到|至|-|－|~|～)\s*(" + _NUM + r")[号日]").match(text, item.end)
             if tail:
                 day = number(tail.group(1))
-                end = _safe_date(item.when.on.year, item.when.on.month, day) if day else None
-                if end is not None and end > item.when.on:
-                    item = replace(item, end=tail.end(), when=replace(item.when, ends=end))
+                last = _safe_date(item.when.on.year, item.when.on.month, day) if day else None
+                if last is not None and last > item.when.on:
+                    item = replace(item, end=tail.end(), when=replace(item.when, ends=last))
         if item.when is not None and item.when.ends is None:
+            when = item.when
             clock = _clock(text, item.end)
             if clock is not None:
-                item = replace(item, end=clock[1], when=replace(item.when, at=clock[0]))
+                when = replace(when, at=clock[0])
+                item = replace(item, end=clock[1], when=when)
             duration = _DURATION.match(text, item.end)
             days = number(duration.group(1)) if duration else None
             if days is not None and 2 <= days <= 60:
-                item = replace(item, when=replace(item.when, ends=item.when.on + timedelta(days=days - 1)))
+                item = replace(item, when=replace(when, ends=when.on + timedelta(days=days - 1)))
         result.append(item)
     if _YEARLY.search(text):
-        result = [replace(f, when=replace(f.when, yearly=True, ends=None)) if f.when is not None and not f.relative
-                  else f for f in result]
+        result = [f if f.when is None or f.relative else replace(f, when=replace(f.when, yearly=True, ends=None))
+                  for f in result]
     return result
 
 

@@ -12,14 +12,14 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from functools import lru_cache
 from itertools import chain
 from typing import TypeVar
 
-from companion.core import rules
+from companion.core import dates, rules
 from companion.core.errors import LLMBadResponseError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Validity, When
 from companion.core.sameness import difference
 from companion.core.text import normalize_keyword, normalize_text
 
@@ -78,9 +78,14 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
     mtype = _enum(MemoryType, item.get("type"), MemoryType.EVENT if "type" not in item else None)
     if mtype is None:
         return None
-    event = _clean_event(item.get("event"), today, dated=mtype is MemoryType.EVENT)
+    told = _told(today)
+    # A preference or an instruction holds every day ("每周一不要打扰我"): only what happens has a date.
+    timely = mtype in (MemoryType.EVENT, MemoryType.FACT)
+    event, happens = _clean_event(item.get("event"), told if timely else None)
     if event is None:
         return None
+    if told is not None and timely:
+        happens = dates.model_when(item, told) or happens
     importance = _number(item.get("importance"))
     validity = _VALIDITY_ALIASES.get(str(item.get("validity", "30d")).strip().lower(), Validity.DAYS_30)
     keywords = clean_keywords(item.get("keywords"))
@@ -91,7 +96,15 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
     return MemoryDraft(
         event=event, keywords=keywords, importance=rules.clamp_importance(importance),
         validity=validity, type=mtype, origin=Origin.EXTRACTED, supersedes=_handle(item.get("replaces")),
+        happens=happens,
     )
+
+
+def _told(today: str) -> date | None:
+    try:
+        return date.fromisoformat(today)
+    except ValueError:
+        return None
 
 
 def _handle(value: object) -> int | None:
@@ -104,21 +117,26 @@ def _handle(value: object) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _clean_event(value: object, today: str, dated: bool = True) -> str | None:
-    """The memory's words. An event keeps its day in its text (the day is the point: "2025-12-23 感冒发烧");
-    a fact, preference or instruction is timeless, so a date the model put before it goes (when it was
-    learned is a column of its own)."""
+def _clean_event(value: object, told: date | None) -> tuple[str | None, When | None]:
+    """The memory's words and the day they name. A leading "YYYY-MM-DD" (the form older prompts asked for)
+    becomes the date; relative date words left in the words ("下周三") are resolved against the day it was
+    told and leave the words, which would otherwise name another day a week later."""
     if not isinstance(value, str):
-        return None
+        return None, None
     text = normalize_text(value)
+    prefix = _DATE_PREFIX.match(text)
     bare = _DATE_PREFIX.sub("", text)
     if not _NOT_WORD.sub("", bare):
-        return None
-    if not dated:
-        text = bare
-    elif not _DATE_PREFIX.match(text):
-        text = f"{today} {text}"
-    return text[:MAX_EVENT_CHARS]
+        return None, None
+    happens = None
+    if prefix is not None and told is not None:
+        day = dates.model_date(prefix.group(0).strip(), told)
+        happens = When(on=day) if day is not None else None
+    if told is not None:
+        found = dates.resolve(bare, told)
+        bare = found.text
+        happens = happens or found.when
+    return bare[:MAX_EVENT_CHARS], happens
 
 
 def _number(value: object) -> float:
@@ -228,6 +246,7 @@ def _merge_drafts(old: MemoryDraft, new: MemoryDraft) -> MemoryDraft:
         keywords=list(dict.fromkeys([*new.keywords, *old.keywords]))[:MAX_KEYWORDS],
         importance=max(old.importance, new.importance),
         validity=longer_validity(old.validity, new.validity),
+        happens=new.happens or old.happens,
     )
 
 
@@ -300,7 +319,11 @@ def plan_merge(
 
 
 def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
+    """A retelling: the new words, the keywords of both, the higher importance, the longer validity; the day
+    the new telling names, else the one already known (retold without its date, it is still that trip)."""
+    happens = draft.happens or memory.happens
     validity = longer_validity(memory.validity, draft.validity)
+    validity, expires, anchor = rules.dated_lifetime(validity, happens, now, now)
     return replace(
         memory,
         event=draft.event,
@@ -310,7 +333,9 @@ def merge_into(memory: Memory, draft: MemoryDraft, now: datetime) -> Memory:
         validity=validity,
         type=draft.type,
         updated_at=now,
-        expires_at=rules.expires_at(now, validity),
+        expires_at=expires,
+        happens=happens,
+        last_decay_at=memory.last_decay_at if happens is None else max(memory.last_decay_at, anchor),
     )
 
 

@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from companion.core.errors import InvalidScopeError
 
+WEEKDAYS = "一二三四五六日"
 # Telegram ids fit in 52 bits; anything larger (or non-numeric) never names a table.
 _MAX_ID = 2**53
 
@@ -154,6 +155,19 @@ class When:
     at: time | None = None
     yearly: bool = False
 
+    def describe(self) -> str:
+        """As people read it: 12月9日（周三）, a span 12月9日-11日 or 12月30日-1月2日, with a time
+        12月9日（周三）14:00, a yearly date 每年5月20日."""
+        if self.yearly:
+            return f"每年{self.on.month}月{self.on.day}日"
+        if self.ends is not None and self.ends != self.on:
+            end = f"{self.ends.day}日" if self.ends.month == self.on.month else f"{self.ends.month}月{self.ends.day}日"
+            text = f"{self.on.month}月{self.on.day}日-{end}"
+        else:
+            text = f"{self.on.month}月{self.on.day}日（周{WEEKDAYS[self.on.weekday()]}）"
+        return text + (self.at.strftime("%H:%M") if self.at is not None else "")
+
+
 
 @dataclass(slots=True)
 class MemoryDraft:
@@ -178,6 +192,7 @@ class MemoryDraft:
     # from the extraction queue and the short-term context, whatever their words.
     source_turns: tuple[str, ...] = ()
     happens: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
+    date_unclear: bool = False  # the words named a day that does not exist (2月30号): saved without one
 
 
 @dataclass(slots=True)
@@ -215,6 +230,14 @@ class Memory:
     # recognised without keeping the words.
     fingerprint: str = ""
     happens: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
+
+    @property
+    def shown(self) -> str:
+        """Its words as people see them: with its date in front, unless the words already name that day."""
+        when = self.happens
+        if when is None or f"{when.on.month}月{when.on.day}" in self.event:
+            return self.event
+        return f"{when.describe()}{self.event}"
 
     def is_expired(self, now: datetime) -> bool:
         return self.expires_at is not None and self.expires_at <= now

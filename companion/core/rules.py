@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from companion.core import dates
-from companion.core.models import Memory, MemoryDraft, StatusReason, Tier, Validity
+from companion.core.models import Memory, MemoryDraft, StatusReason, Tier, Validity, When
 
 DAY = timedelta(days=1)
 DECAY_PER_DAY = 0.95
@@ -49,7 +49,7 @@ def decays(validity: Validity, tier: Tier, pinned: bool) -> bool:
     return validity is not Validity.PERMANENT and tier is not Tier.LONG and not pinned
 
 
-def dated_lifetime(validity: Validity, happens: dates.When | None, created: datetime, now: datetime,
+def dated_lifetime(validity: Validity, happens: When | None, created: datetime, now: datetime,
                    ) -> tuple[Validity, datetime | None, datetime]:
     """Validity, expiry and decay anchor of a memory. A dated one lives by its date, not by when it was told:
     a yearly date (a birthday) is lasting; a one-time event expires ``dates.AFTER_END`` after its last day and

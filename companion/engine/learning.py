@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 
 import prompts
-from companion.core import tiers
+from companion.core import dates, tiers
 from companion.core.errors import LLMError
 from companion.core.extraction import clean_keywords, parse_extraction, parse_today
-from companion.core.models import Memory, MemoryDraft, MemoryType, Recalled, Scope, Tier, Turn, Validity
+from companion.core.models import WEEKDAYS, Memory, MemoryDraft, MemoryType, Recalled, Scope, Tier, Turn, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date, show
 from companion.engine.saving import guess_draft, parse_saved
@@ -39,6 +39,12 @@ async def related(store: MemoryStore, scope: Scope, touched: Sequence[Recalled])
     return found
 
 
+def dated_today(now: datetime, tz: tzinfo) -> str:
+    """Today for a prompt: the date and its weekday, so "下周三" can be worked out (2026-12-04（周五）)."""
+    local = now.astimezone(tz)
+    return f"{local.strftime('%Y-%m-%d')}（周{WEEKDAYS[local.weekday()]}）"
+
+
 class Learner:
     def __init__(self, llm: JsonModel | None, keywords: Tokenize, tz: tzinfo) -> None:
         self.llm = llm
@@ -55,8 +61,8 @@ class Learner:
         if self.llm is None:
             raise RuntimeError("extraction needs an LLM client")
         today = local_date(now, self._tz)
-        listed = "\n".join(f"[{mid}] {m.event}" for mid, m in known.items()) or "（无）"
-        prompt = prompts.render("extract", today=today, known=listed, profile=profile,
+        listed = "\n".join(f"[{mid}] {m.shown}" for mid, m in known.items()) or "（无）"
+        prompt = prompts.render("extract", today=dated_today(now, self._tz), known=listed, profile=profile,
                                 turns=self.format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
         drafts = parse_extraction(data, self._keywords, today)
@@ -72,30 +78,31 @@ class Learner:
 
     async def judge(self, text: str, now: datetime) -> MemoryDraft:
         """An explicit save: the model judges type, tier and importance; without it the words are kept."""
+        told = now.astimezone(self._tz).date()
         if self.llm is None:
-            return guess_draft(text, self._keywords)
-        prompt = prompts.render("save", today=local_date(now, self._tz), text=text)
+            return guess_draft(text, self._keywords, told)
+        prompt = prompts.render("save", today=dated_today(now, self._tz), text=text)
         try:
             data = await self.llm.json([{"role": "user", "content": prompt}], purpose="save")
         except LLMError as exc:
             log.warning("save without the model's judgement: %s", exc)
-            return guess_draft(text, self._keywords)
-        return parse_saved(data, text, self._keywords)
+            return guess_draft(text, self._keywords, told)
+        return parse_saved(data, text, self._keywords, told)
 
     async def summary(self, turns: Sequence[Turn], now: datetime) -> MemoryDraft | None:
         """A short-term draft summing up a conversation that had something worth keeping, or None."""
         if self.llm is None or not turns:
             return None
-        today = local_date(now, self._tz)
-        prompt = prompts.render("summary", today=today, turns=self.format_turns(turns))
+        prompt = prompts.render("summary", today=dated_today(now, self._tz), turns=self.format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="summary")
         summary = data.get("summary")
         if not isinstance(summary, str) or not normalize_text(summary):
             return None
-        # The day is the memory's creation time, not part of its words (the /reset receipt shows them).
-        return MemoryDraft(event=normalize_text(summary)[:SUMMARY_CHARS],
+        # The day it was said is the memory's creation time; a day the summary names is its date.
+        dated = dates.resolve(normalize_text(summary), now.astimezone(self._tz).date())
+        return MemoryDraft(event=dated.text[:SUMMARY_CHARS],
                            keywords=clean_keywords(data.get("keywords")), importance=40.0,
-                           validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now)
+                           validity=Validity.DAYS_7, tier=Tier.SHORT, source_at=now, happens=dated.when)
 
     def format_turns(self, turns: Sequence[Turn]) -> str:
         lines: list[str] = []

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import date
 
-from companion.core import rules, tiers
+from companion.core import dates, rules, tiers
 from companion.core.extraction import clean_keywords
 from companion.core.models import MemoryDraft, MemoryType, Origin
 from companion.core.text import normalize_text
@@ -19,9 +20,11 @@ _CORE = re.compile(r"叫我|名字|生日|过敏|每周|每天|永远|一直")
 Segmenter = Callable[[str], list[str]]
 
 
-def guess_draft(text: str, segment: Segmenter) -> MemoryDraft:
-    """Without the model: the user's words as they are, a type from a few cue words."""
-    event = normalize_text(text)[:MAX_SAVED_CHARS]
+def guess_draft(text: str, segment: Segmenter, told: date | None = None) -> MemoryDraft:
+    """Without the model: the user's words as they are (relative date words made a date), a type from a few
+    cue words."""
+    dated = dates.resolve(normalize_text(text), told) if told is not None else dates.Dated(normalize_text(text), None)
+    event = dated.text[:MAX_SAVED_CHARS]
     if _INSTRUCTION.search(event):
         mtype = MemoryType.INSTRUCTION
     elif _PREFERENCE.search(event):
@@ -31,14 +34,25 @@ def guess_draft(text: str, segment: Segmenter) -> MemoryDraft:
     importance = 70.0
     tier = tiers.initial_tier(mtype, importance, core=bool(_CORE.search(event)))
     return MemoryDraft(event=event, keywords=clean_keywords(segment(event)), importance=importance,
-                       validity=tiers.VALIDITY_OF[tier], type=mtype, origin=Origin.EXPLICIT, tier=tier)
+                       validity=tiers.VALIDITY_OF[tier], type=mtype, origin=Origin.EXPLICIT, tier=tier,
+                       happens=dated.when, date_unclear=dated.impossible)
 
 
-def parse_saved(data: dict[str, object], text: str, segment: Segmenter) -> MemoryDraft:
-    """The model's answer for one saved sentence; any field it got wrong falls back to the guess."""
-    fallback = guess_draft(text, segment)
+def parse_saved(data: dict[str, object], text: str, segment: Segmenter, told: date | None = None) -> MemoryDraft:
+    """The model's answer for one saved sentence; any field it got wrong falls back to the guess. The day is
+    read from the user's own words first (the rules of ``core.dates`` are exact for what they know), then
+    from the model's ``date``; relative date words leave the stored words either way."""
+    fallback = guess_draft(text, segment, told)
     event = data.get("event")
-    event = normalize_text(event)[:MAX_SAVED_CHARS] if isinstance(event, str) and event.strip() else fallback.event
+    happens = fallback.happens
+    if isinstance(event, str) and event.strip():
+        event = normalize_text(event)
+        if told is not None:
+            own = dates.resolve(event, told)
+            event, happens = own.text, happens or dates.model_when(data, told) or own.when
+        event = event[:MAX_SAVED_CHARS]
+    else:
+        event = fallback.event
     try:
         mtype = MemoryType(str(data.get("type", "")).strip().lower())
     except ValueError:
@@ -50,4 +64,5 @@ def parse_saved(data: dict[str, object], text: str, segment: Segmenter) -> Memor
     tier = tiers.initial_tier(mtype, importance, core=core)
     keywords = clean_keywords(data.get("keywords")) or clean_keywords(segment(event))
     return MemoryDraft(event=event, keywords=keywords, importance=importance, validity=tiers.VALIDITY_OF[tier],
-                       type=mtype, origin=Origin.EXPLICIT, tier=tier)
+                       type=mtype, origin=Origin.EXPLICIT, tier=tier, happens=happens,
+                       date_unclear=fallback.date_unclear and happens is None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -54,7 +55,8 @@ class SteeringAPI:
         draft.origin, draft.source_at = origin, now
         draft.source_chat_id, draft.source_message_id = source_chat_id, source_message_id
         draft.source_turns = tuple(source_turns)
-        return await self.save(scope, draft, now)
+        saved = await self.save(scope, draft, now)
+        return replace(saved, date_unclear=draft.date_unclear) if draft.date_unclear else saved
 
     async def save_draft(self, scope: Scope, draft: MemoryDraft, now: datetime) -> Memory:
         """``save`` and return the stored memory."""

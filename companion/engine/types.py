@@ -77,6 +77,7 @@ class Saved:
 
     memory: Memory
     replaced: Memory | None = None
+    date_unclear: bool = False  # the words named a day that does not exist: saved without a date
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
+from companion.core import dates
 from companion.core.models import Memory, MemoryType, Tier
 
 PROJECT_NAME = "小滴の记忆"
@@ -80,10 +81,15 @@ def card_of(memory: Memory, tz: ZoneInfo) -> Card:
 
 
 def due_date(memory: Memory, tz: ZoneInfo) -> str | None:
-    """The review day, as an all-day date at local midnight in Dida365's date format."""
-    if memory.review_at is None:
+    """The day it happens (a yearly date: its next one), else the review day, as an all-day date at local
+    midnight in Dida365's date format."""
+    if memory.happens is not None:
+        today = datetime.now(tz).date()
+        day = dates.next_occurrence(memory.happens, today)
+    elif memory.review_at is None:
         return None
-    day = memory.review_at.astimezone(tz).date()
+    else:
+        day = memory.review_at.astimezone(tz).date()
     return datetime.combine(day, time(0), tz).strftime("%Y-%m-%dT%H:%M:%S%z")
 
 

@@ -119,7 +119,7 @@ def _label(kind: type[Tier] | type[MemoryType] | type[Status] | type[Validity], 
 
 def memory_line(memory: Memory) -> str:
     return (f"#{memory.id} [{_label(Tier, memory.tier.value)}·{_label(MemoryType, memory.type.value)}·"
-            f"{memory.importance:.0f}] {memory.event}")
+            f"{memory.importance:.0f}] {memory.shown}")
 
 
 def added(user_id: int, memory: Memory) -> str:

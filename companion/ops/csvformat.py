@@ -26,11 +26,10 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from companion.core import cells
+from companion.core import cells, dates
 from companion.core.cells import CellColumn, CellKind
 from companion.core.cells import neutralise as neutralise
 from companion.core.cells import show_time as show_time
-from companion.core import dates
 from companion.core.extraction import MAX_KEYWORDS, fingerprint
 from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
 from companion.core.rules import MAX_IMPORTANCE, MIN_IMPORTANCE, tier_for

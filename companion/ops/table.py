@@ -42,7 +42,7 @@ def pad(text: str, cells: int, right: bool = False) -> str:
 
 def memories_table(memories: Sequence[Memory], tz: tzinfo) -> str:
     rows = [
-        (str(m.id), TIER_NAMES.get(m.tier.value, m.tier.value), clip(m.event), clip(",".join(m.keywords), 24),
+        (str(m.id), TIER_NAMES.get(m.tier.value, m.tier.value), clip(m.shown), clip(",".join(m.keywords), 24),
          f"{m.importance:.1f}", show(m.created_at, tz), m.validity.value, show(m.last_mentioned_at, tz),
          m.type.value, str(m.mention_count))
         for m in memories

@@ -159,7 +159,7 @@ class CompanionMemory(Star):
         """
         async def work(service: MemoryService, speaker: Speaker) -> str:
             memory = await service.add(speaker, content, importance, valid_time, type)
-            return texts.TOOL_SAVED.format(id=memory.id, text=memory.event)
+            return texts.TOOL_SAVED.format(id=memory.id, text=memory.shown)
         return await self._tool(event, work)
 
     @filter.llm_tool(name="companion_memory_search")
@@ -171,7 +171,7 @@ class CompanionMemory(Star):
         """
         async def work(service: MemoryService, speaker: Speaker) -> str:
             found = await service.search(speaker, query)
-            return "\n".join(f"[{m.id}] {m.event}" for m in found) or texts.TOOL_NONE
+            return "\n".join(f"[{m.id}] {m.shown}" for m in found) or texts.TOOL_NONE
         return await self._tool(event, work)
 
     @filter.llm_tool(name="companion_memory_list")
@@ -183,7 +183,7 @@ class CompanionMemory(Star):
         """
         async def work(service: MemoryService, speaker: Speaker) -> str:
             found = await service.listing(speaker, type)
-            return "\n".join(f"[{m.id}] ({m.type.value}) {m.event}" for m in found) or texts.TOOL_NONE
+            return "\n".join(f"[{m.id}] ({m.type.value}) {m.shown}" for m in found) or texts.TOOL_NONE
         return await self._tool(event, work)
 
     @filter.llm_tool(name="companion_memory_update")
@@ -197,7 +197,7 @@ class CompanionMemory(Star):
         """
         async def work(service: MemoryService, speaker: Speaker) -> str:
             memory = await service.update(speaker, int(id), content, importance or None)
-            return texts.TOOL_UPDATED.format(id=memory.id, text=memory.event)
+            return texts.TOOL_UPDATED.format(id=memory.id, text=memory.shown)
         return await self._tool(event, work)
 
     @filter.llm_tool(name="companion_memory_forget")
@@ -241,7 +241,7 @@ class CompanionMemory(Star):
         """列出当前说话人到期该回顾的记忆（可以问对方是否还需要）。"""
         async def work(service: MemoryService, speaker: Speaker) -> str:
             found = await service.due(speaker)
-            return "\n".join(f"[{m.id}] {m.event}" for m in found) or texts.TOOL_NONE
+            return "\n".join(f"[{m.id}] {m.shown}" for m in found) or texts.TOOL_NONE
         return await self._tool(event, work)
 
     # ---- the users' commands ---------------------------------------------------------------------------
@@ -254,7 +254,7 @@ class CompanionMemory(Star):
         if not found:
             yield final(event, texts.NOTHING)
             return
-        lines = [texts.YOU_SAID.format(count=len(found)), *(f"{m.id}. {m.event}" for m in found)]
+        lines = [texts.YOU_SAID.format(count=len(found)), *(f"{m.id}. {m.shown}" for m in found)]
         if speaker.in_group and len(lines) > SHORT_LIST:
             if await self._privately(event, "\n".join(lines)):
                 yield final(event, texts.SENT_PRIVATELY)

@@ -151,14 +151,14 @@ class MemoryService:
             return None
         shown = for_prompt(memories, self.options.inject_limit)
         lines = [*await self._profile_lines(speaker.scope, text), texts.HEADER,
-                 *(f"- [{m.id}] {m.event}" for m in shown)]
+                 *(f"- [{m.id}] {m.shown}" for m in shown)]
         if self.options.recall_limit and text.strip():
             live = {m.id for m in memories}
             ids = {m.id for m in shown}
             recalled = [r.memory for r in await self.engine.recall(speaker.scope, text, self._clock(), allowed=live)
                         if r.memory.id not in ids]
             if recalled:
-                lines += [texts.RECALLED, *(f"- [{m.id}] {m.event}" for m in recalled)]
+                lines += [texts.RECALLED, *(f"- [{m.id}] {m.shown}" for m in recalled)]
         return fenced("\n".join(lines))
 
     async def _profile_lines(self, scope: Scope, text: str) -> list[str]:

@@ -60,7 +60,7 @@ TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期
 
 def weekly(week: WeekSummary) -> str:
     """The weekly summary as the Telegram bot words it, pointing at the plugin's own list command."""
-    lines = ["这周我记住了：", *([f"· {m.event}" for m in week.learned[:10]] or ["· （没有新的事情）"])]
+    lines = ["这周我记住了：", *([f"· {m.shown}" for m in week.learned[:10]] or ["· （没有新的事情）"])]
     extra = [text.format(n) for n, text in ((week.promoted, "升级了 {} 条"), (week.archived, "归档了 {} 条"),
                                              (week.evicted, "因为记忆太多清理了 {} 条小事")) if n]
     if extra:
