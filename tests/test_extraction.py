@@ -114,12 +114,12 @@ def test_full_item_is_read_as_given(segment: Segmenter) -> None:
     ("instruction", "每周一不要打扰我", "每周一不要打扰我", None),
     ("fact", "对花生过敏", "对花生过敏", None),
     # What happens on a day keeps the day as data, not in its words.
-    ("fact", "2025-12-25 入职新公司", "入职新公司", date(2025, 12, 25)),
+    ("fact", "2025-12-25 入职新公司", "入职新公司", None),  # before a fact: the day it was told, not data
     ("event", "2025-12-02 去上海出差", "去上海出差", date(2025, 12, 2)),
     ("event", "感冒发烧", "感冒发烧", None),
-    # Relative words left in the words are resolved against the day (TODAY is a Tuesday) and leave them.
-    ("event", "下周三去杭州出差", "去杭州出差", date(2025, 12, 31)),
-    ("event", "明天去医院复查", "去医院复查", date(2025, 12, 24)),
+    # Relative words left in the words are resolved against the day (TODAY is a Tuesday): the words say the date.
+    ("event", "下周三去杭州出差", "12月31日（周三）去杭州出差", date(2025, 12, 31)),
+    ("event", "明天去医院复查", "12月24日（周三）去医院复查", date(2025, 12, 24)),
 ])
 def test_a_date_becomes_data(mtype: str, event: str, expected: str, day: date | None, segment: Segmenter) -> None:
     draft = parse_one(item(type=mtype, event=event), segment)

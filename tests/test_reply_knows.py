@@ -212,13 +212,13 @@ async def test_what_the_profile_says_is_not_repeated_as_recalled_or_learned_toda
     assert len(re.findall("对花生过敏", block)) == 1, block
 
 
-async def test_a_reset_summary_carries_no_date(rig: Rig) -> None:
+async def test_a_reset_summary_names_the_days_not_a_stale_word(rig: Rig) -> None:
     ScriptedBrain(summaries={"上海": ("聊到下周要去上海出差，有点紧张", ["上海", "出差"])}).install(rig.llm)
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "下周要去上海出差")
     await rig.chat.reply(ME, "有点紧张")
     receipt = await rig.chat.reset(ME)
-    assert receipt.endswith("刚才聊的我记下了：聊到下周要去上海出差，有点紧张"), receipt
+    assert re.search(r"刚才聊的我记下了：聊到\d+月\d+日-(\d+月)?\d+日要去上海出差，有点紧张$", receipt), receipt
     assert not re.search(r"\d{4}-\d{1,2}-\d{1,2}", receipt)
 
 
@@ -305,13 +305,14 @@ async def test_what_was_just_told_does_not_come_back_on_the_next_turn_through_th
     await rig.chat.start(ME)
     await rig.chat.reply(ME, "我感冒发烧了，身体不舒服")  # a health word: learned at once, after the reply
     await rig.chat.drain()
-    assert [m.event for m in await rig.engine.memories(ME)] == ["2026-11-25 感冒发烧，身体不舒服"]
+    assert [m.event for m in await rig.engine.memories(ME)] == ["感冒发烧，身体不舒服"]
     rig.clock.advance(minutes=1)
     await rig.chat.reply(ME, "今天天气还不错")
     assert recalled_events(rig.llm.chat_requests()[-1]) == []
     rig.clock.advance(minutes=1)
     await rig.chat.reply(ME, "感冒还没好，一直发烧，身体不舒服")
-    assert recalled_events(rig.llm.chat_requests()[-1]) == ["2026-11-25 感冒发烧，身体不舒服"]
+    # The model is told the day it happened, in words (the day is data, not part of the stored words).
+    assert recalled_events(rig.llm.chat_requests()[-1]) == ["11月25日（周三）感冒发烧，身体不舒服"]
 
 
 async def test_a_retold_memory_keeps_the_recalls_it_had(rig: Rig) -> None:

@@ -159,13 +159,19 @@ class Learning:
         # reads it rebuilds a due profile in its own call, with what the turns tell.
 
     async def _is_news(self, scope: Scope, session: Session, text: str, opened: bool) -> bool:
-        """An important word extracts at once when it is news: the first time it comes up, and only while
-        no memory of the scope holds it yet. Talking on about the same thing (a cold over several turns, the
-        cold that was learned last week) waits for the regular extraction instead of paying for one per
-        mention; the turn is queued either way, so nothing it tells is lost."""
+        """A turn on a life topic (an important word) extracts at once when it tells something new: the
+        topic itself the first time, or a detail of it no memory of the scope holds yet ("对了我对虾也过敏"
+        after "我对花生过敏", a second pet, a new job). Retelling what is known ("我对花生过敏你知道的") and
+        talking on about it (a cold over several turns) wait for the regular extraction instead of paying
+        for one per mention; a word that triggered stays quiet for a while; the turn is queued either way,
+        so nothing it tells is lost."""
+        topics = [word for word in self._important if word in text]
+        if not topics:
+            return False
+        details = [word for word in self.engine.keywords.keywords(text) if word not in topics]
         said = [
-            word for word in self._important
-            if word in text and session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
+            word for word in dict.fromkeys([*topics, *details])
+            if session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
         ]
         if not said:
             return False

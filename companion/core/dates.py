@@ -161,12 +161,21 @@ def model_when(item: dict[str, object], told: date) -> When | None:
 @dataclass(frozen=True, slots=True)
 class Found:
     """A date expression found in a text: where it stands, the ``When`` it names (None: it names an
-    impossible day such as 2月30号), and whether it is relative (goes stale, so it leaves the stored words)."""
+    impossible day such as 2月30号), and whether it is relative (goes stale, so the stored words say the date
+    instead). ``said``: what the words themselves name when ``when`` goes further ("下周三" of "下周三去杭州出差
+    三天" is one day of the three)."""
 
     start: int
     end: int
     when: When | None
     relative: bool
+    said: When | None = None
+
+    @property
+    def absolute(self) -> str:
+        """The words for the day itself, which never go stale: 12月9日（周三）, 12月7日-13日."""
+        when = self.said or self.when
+        return "" if when is None else when.describe()
 
 
 _RELATIVE_DAYS = {"今天": 0, "今晚": 0, "今早": 0, "明天": 1, "明早": 1, "明晚": 1, "后天": 2, "大后天": 3,
@@ -224,10 +233,10 @@ def _match(kind: str, m: re.Match[str], today: date) -> tuple[When | None, bool]
     """The ``When`` one match names and whether it is relative; None when the words are no date at all."""
     if kind == "month_day":
         month, day = number(m.group(3)), number(m.group(4))
-        if month is None or day is None or not 1 <= month <= 12:
+        if month is None or day is None:
             return None
-        if not 1 <= day <= 31:
-            return None
+        if not 1 <= month <= 12 or not 1 <= day <= 31:
+            return None, False  # 13月1号: a day no calendar has
         if m.group(1):
             found = _safe_date(int(m.group(1)), month, day)
         elif m.group(2):
@@ -369,7 +378,7 @@ def find(text: str, today: date) -> list[Found]:
             duration = _DURATION.match(text, item.end)
             days = number(duration.group(1)) if duration else None
             if days is not None and 2 <= days <= 60:
-                item = replace(item, when=replace(when, ends=when.on + timedelta(days=days - 1)))
+                item = replace(item, when=replace(when, ends=when.on + timedelta(days=days - 1)), said=when)
         result.append(item)
     if _YEARLY.search(text):
         result = [f if f.when is None or f.relative else replace(f, when=replace(f.when, yearly=True, ends=None))
@@ -379,9 +388,9 @@ def find(text: str, today: date) -> list[Found]:
 
 @dataclass(frozen=True, slots=True)
 class Dated:
-    """Words with their date taken out: ``when`` the first date they name (None: no date, or only an
-    impossible one: then ``impossible`` is True), ``text`` without the relative date words that would go
-    stale (an absolute date like 5月20号 stays in the words)."""
+    """Words with their date as data: ``when`` the first date they name (None: no date, or only an
+    impossible one: then ``impossible`` is True), ``text`` with each relative date word that would go stale
+    replaced by the date it names ("下周三去杭州" → "12月9日（周三）去杭州"; 5月20号 stays as it is)."""
 
     text: str
     when: When | None
@@ -397,8 +406,7 @@ def resolve(text: str, today: date) -> Dated:
     kept = text
     for item in sorted(found, key=lambda f: f.start, reverse=True):
         if item.relative and item.when is not None:
-            kept = kept[:item.start] + kept[item.end:]
-    kept = re.sub(r"^[\s，,、：:]+|[\s，,、]+$", "", kept) or text
+            kept = kept[:item.start] + item.absolute + kept[item.end:]
     return Dated(kept, None if first is None else first.when, impossible)
 
 

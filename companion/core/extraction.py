@@ -81,7 +81,7 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
     told = _told(today)
     # A preference or an instruction holds every day ("每周一不要打扰我"): only what happens has a date.
     timely = mtype in (MemoryType.EVENT, MemoryType.FACT)
-    event, happens = _clean_event(item.get("event"), told if timely else None)
+    event, happens = _clean_event(item.get("event"), told if timely else None, mtype is MemoryType.EVENT)
     if event is None:
         return None
     if told is not None and timely:
@@ -117,10 +117,11 @@ def _handle(value: object) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _clean_event(value: object, told: date | None) -> tuple[str | None, When | None]:
+def _clean_event(value: object, told: date | None, prefixed: bool = True) -> tuple[str | None, When | None]:
     """The memory's words and the day they name. A leading "YYYY-MM-DD" (the form older prompts asked for)
-    becomes the date; relative date words left in the words ("下周三") are resolved against the day it was
-    told and leave the words, which would otherwise name another day a week later."""
+    becomes an event's date (``prefixed``; before a fact it was only the day of telling); relative date words
+    left in the words ("下周三") are resolved against the day it was told and replaced by the date, which
+    would otherwise be another day a week later."""
     if not isinstance(value, str):
         return None, None
     text = normalize_text(value)
@@ -129,13 +130,13 @@ def _clean_event(value: object, told: date | None) -> tuple[str | None, When | N
     if not _NOT_WORD.sub("", bare):
         return None, None
     happens = None
-    if prefix is not None and told is not None:
+    if prefix is not None and told is not None and prefixed:
         day = dates.model_date(prefix.group(0).strip(), told)
         happens = When(on=day) if day is not None else None
     if told is not None:
         found = dates.resolve(bare, told)
         bare = found.text
-        happens = happens or found.when
+        happens = found.when or happens  # "下个月离职" says more than the day it was told
     return bare[:MAX_EVENT_CHARS], happens
 
 

@@ -10,6 +10,10 @@ from enum import StrEnum
 from companion.core.errors import InvalidScopeError
 
 WEEKDAYS = "一二三四五六日"
+
+
+def _month_end(day: date) -> date:
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
 # Telegram ids fit in 52 bits; anything larger (or non-numeric) never names a table.
 _MAX_ID = 2**53
 
@@ -161,6 +165,8 @@ class When:
         if self.yearly:
             return f"每年{self.on.month}月{self.on.day}日"
         if self.ends is not None and self.ends != self.on:
+            if self.on.day == 1 and self.ends == _month_end(self.on):
+                return f"{self.on.month}月"
             end = f"{self.ends.day}日" if self.ends.month == self.on.month else f"{self.ends.month}月{self.ends.day}日"
             text = f"{self.on.month}月{self.on.day}日-{end}"
         else:

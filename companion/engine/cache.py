@@ -27,7 +27,6 @@ from companion.storage.base import SCOPE_WIDE, MemoryStore
 BYTES_PER_MEMORY = 4608
 DEFAULT_CACHE_MEMORIES = 48 * 2**20 // BYTES_PER_MEMORY
 MAX_INSTRUCTIONS = 5
-MAX_RECENT = 3
 RECENT_WINDOW = timedelta(days=1)
 # More changes than this since a scope's index was current: rebuilding it costs less than applying them.
 MAX_SYNC_CHANGES = 200
@@ -190,9 +189,9 @@ class IndexCache:
             active = list(index.memories.values())
             instructions = tiers.instructions(active)
             newest = sorted((m for m in active if m.is_active and is_core(m)), key=lambda m: m.created_at, reverse=True)
-            cached = self._standing[scope] = _Candidates(
-                [m.event for m in instructions][:MAX_INSTRUCTIONS], newest[:MAX_RECENT]
-            )
+            # No cap: every lasting fact the profile does not carry yet must stay in view (the context keeps
+            # that view within its budget by having the profile rebuilt, ``ProfileService.overflow``).
+            cached = self._standing[scope] = _Candidates([m.event for m in instructions][:MAX_INSTRUCTIONS], newest)
         recent = [m.event for m in cached.newest if now - m.created_at <= RECENT_WINDOW]
         return Standing(cached.instructions, recent, list(cached.newest))
 

@@ -108,6 +108,13 @@ class ContextBuilder:
         # days is not told about without what they said last time.
         unsaid = [e for e in standing.unprofiled(profile.built_at if profile.core else None)
                   if e not in standing.recent and not _said_in(profile.core, e)]
+        # Every fact learned since the profile was built is in view, newest first; past the profile's own
+        # budget the profile is rebuilt at the next extraction, which takes them in; a hard bound (the model
+        # down for days) keeps the prompt from growing without end.
+        budget = self._profiles.policy.max_chars
+        if sum(map(len, unsaid)) + sum(map(len, standing.recent)) > budget:
+            self._profiles.overflow(scope)
+        unsaid = _within(unsaid, UNPROFILED_BOUND * budget)
         core = "；".join([profile.core, *unsaid] if profile.core else unsaid)
         # Each memory once in the prompt: what the profile core already says is not recalled again, and what
         # is recalled is not repeated as learned today or done today.
@@ -139,6 +146,20 @@ class ContextBuilder:
             await self._store.record_turn(scope, record)
         self._cache.mentioned(scope, mentioned, now)
         return mentioned
+
+
+UNPROFILED_BOUND = 3  # times the profile's budget: what the facts beside it may take while it cannot be rebuilt
+
+
+def _within(texts: Sequence[str], chars: int) -> list[str]:
+    """The first ``texts`` (newest first) whose lengths add up to at most ``chars``."""
+    kept: list[str] = []
+    for text in texts:
+        chars -= len(text)
+        if chars < 0:
+            break
+        kept.append(text)
+    return kept
 
 
 def _said_in(core: str, event: str) -> bool:

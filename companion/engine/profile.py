@@ -41,15 +41,18 @@ class ProfilePolicy:
 
 
 def needs_rebuild(
-    built_at: datetime | None, stale: bool, now: datetime, policy: ProfilePolicy, empty: bool = False
+    built_at: datetime | None, stale: bool, now: datetime, policy: ProfilePolicy, empty: bool = False,
+    overflowing: bool = False,
 ) -> bool:
     """Rebuild when there is none, when it is older than the TTL, or when memories changed and the last
     build is old enough: retelling one detail must not cost a model call every turn. An empty profile
-    is rebuilt as soon as anything is learned (the first facts must not wait hours behind a blank one)."""
+    is rebuilt as soon as anything is learned (the first facts must not wait hours behind a blank one), and
+    so is one whose unprofiled facts no longer fit beside it (``overflowing``: every reply shows those facts
+    until a profile carries them, and that view must stay within its budget)."""
     if built_at is None:
         return True
     age = now - built_at
-    return age >= policy.ttl or (stale and (empty or age >= policy.min_refresh))
+    return age >= policy.ttl or (stale and (empty or overflowing or age >= policy.min_refresh))
 
 
 def parse_profile(data: dict[str, object], max_chars: int = MAX_PROFILE_CHARS, *, guard: bool = True) -> Profile:
@@ -133,11 +136,17 @@ class ProfileService:
         self._llm = llm
         self._tz = tz
         self.policy = policy
+        self._overflowing: set[Scope] = set()
         # None: read with a turn's context, there is none yet (that turn need not ask again).
         self._cache: dict[Scope, tuple[Profile, bool] | None] = {}
 
     def invalidate(self, scope: Scope) -> None:
         self._cache.pop(scope, None)
+
+    def overflow(self, scope: Scope) -> None:
+        """The facts learned since the scope's profile was built no longer fit beside it: rebuild it at the
+        next chance (the next extraction's own call), whatever its age."""
+        self._overflowing.add(scope)
 
     def prime(self, scope: Scope, stored: tuple[Profile, bool] | None) -> None:
         """The stored profile, read with a turn's context (another process may have rebuilt it). The
@@ -165,7 +174,8 @@ class ProfileService:
             return True
         profile, stale = current
         empty = not profile.core and not profile.dynamic
-        return needs_rebuild(profile.built_at, stale, now, self.policy, empty=empty)
+        return needs_rebuild(profile.built_at, stale, now, self.policy, empty=empty,
+                             overflowing=scope in self._overflowing)
 
     async def ask_with_extraction(self, scope: Scope, now: datetime) -> ProfileAsk | None:
         """A rebuild to ask for in the extraction's own call: when one is due, or will be as soon as the
@@ -177,7 +187,8 @@ class ProfileService:
         if current is not None:
             profile = current[0]
             empty = not profile.core and not profile.dynamic
-            if not needs_rebuild(profile.built_at, True, now, self.policy, empty=empty):
+            if not needs_rebuild(profile.built_at, True, now, self.policy, empty=empty,
+                                 overflowing=scope in self._overflowing):
                 return None
         memories = profile_input(await self._storage.fetch_memories(scope), now, self.policy.min_importance)
         prompt = prompts.render("extract_profile", max_chars=self.policy.max_chars,
@@ -206,6 +217,7 @@ class ProfileService:
         profile.built_at = now
         await self._storage.save_profile(scope, profile, now)
         self._cache[scope] = (profile, False)
+        self._overflowing.discard(scope)
         return True
 
     async def rebuild(
@@ -226,6 +238,7 @@ class ProfileService:
             # Memories learned meanwhile are not in it: it stays due for the next rebuild.
             grown = {m.id for m in profile_input(active, now, self.policy.min_importance)} != {m.id for m in memories}
             self._cache[scope] = (profile, grown)
+            self._overflowing.discard(scope)
         return profile
 
     async def _ask(self, memories: Sequence[Memory], now: datetime) -> Profile:
