@@ -15,7 +15,7 @@ from companion.core.models import MemoryDraft, Validity, When
 FRI = date(2026, 12, 4)
 
 
-def W(on: date, ends: date | None = None, at: time | None = None, yearly: bool = False) -> When:  # noqa: N802
+def W(on: date, ends: date | None = None, at: time | None = None, yearly: bool = False) -> When:
     return When(on=on, ends=ends, at=at, yearly=yearly)
 
 

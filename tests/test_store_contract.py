@@ -9,7 +9,7 @@ import dataclasses
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from companion.core.models import (
     Tier,
     Turn,
     Validity,
+    When,
 )
 from companion.core.usage import UsageRecord
 from companion.storage.base import (
@@ -109,6 +110,27 @@ async def test_forget_leaves_a_content_free_tombstone(store: MemoryStore) -> Non
     assert await store.owner_of(gone) == ALICE  # the handle stays taken
     assert len(await store.fetch_memories(ALICE, EVERY_STATUS)) == 2
     assert await store.count_memories() == 1
+
+
+async def test_a_date_is_kept_edited_and_forgotten_with_its_memory(store: MemoryStore) -> None:
+    trip = When(date(2025, 12, 31), date(2026, 1, 2))
+    birthday = When(date(1990, 5, 20), yearly=True)
+    a, b, c = await store.apply_changes(ALICE, NOW, inserts=[
+        draft("去杭州出差", happens=trip, validity=Validity.DAYS_7), draft("我的生日", happens=birthday),
+        draft("对花生过敏")])
+    by_id = {m.id: m for m in await store.fetch_memories(ALICE)}
+    assert (by_id[a].happens, by_id[b].happens, by_id[c].happens) == (trip, birthday, None)
+    # Lifetime follows the date: a week after the trip's last day; a birthday is lasting.
+    assert by_id[a].expires_at == datetime(2026, 1, 10, tzinfo=UTC) and by_id[a].last_decay_at > NOW
+    assert (by_id[b].validity, by_id[b].expires_at) == (Validity.PERMANENT, None)
+    moved = When(date(2026, 1, 5))
+    await store.apply_changes(ALICE, NOW, updates=[dataclasses.replace(by_id[a], happens=moved)])
+    assert (await store.fetch_by_ids(ALICE, [a]))[0].happens == moved
+    await store.apply_changes(ALICE, NOW + DAY, forget=[a], reason="user")
+    [stone] = await store.fetch_by_ids(ALICE, [a])
+    assert (stone.status, stone.happens) == (Status.FORGOTTEN, None), "a tombstone keeps no date"
+    restored = await store.import_rows(BOB, [by_id[b]], NOW, keep_ids=False)
+    assert (await store.fetch_by_ids(BOB, restored))[0].happens == birthday
 
 
 async def test_import_keeps_or_renews_handles(store: MemoryStore) -> None:

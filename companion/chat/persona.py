@@ -16,11 +16,14 @@ from datetime import datetime, tzinfo
 from functools import cache
 
 import prompts
+from companion.core.models import When
 from companion.core.timeutil import show
 from memory import MemoryContext
 
 DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
+SCHEDULE_HEADER = "用户问到的日子（{days}）里记着的事："
+NOTHING_SCHEDULED = "（这几天没有记着什么事）"
 INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
 RECENT_MARK = "，今天刚知道："
 TODAY_HEADER = "用户今天说过做了的事："
@@ -41,6 +44,11 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     memories = "".join(f"- {quote(r.memory.shown)}\n" for r in context.recalled)
     instructions = "".join(f"- {quote(line)}\n" for line in context.instructions)
     memory_block = f"{MEMORY_HEADER}\n{memories}" if memories else ""
+    if context.asked is not None:
+        start, end = context.asked
+        days = When(start, end).describe()
+        scheduled = "".join(f"- {quote(line)}\n" for line in context.scheduled) or f"{NOTHING_SCHEDULED}\n"
+        memory_block += f"{SCHEDULE_HEADER.format(days=days)}\n{scheduled}"
     if context.today:
         memory_block += f"{TODAY_HEADER}\n" + "".join(f"- {quote(line)}\n" for line in context.today)
     if instructions:

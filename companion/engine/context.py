@@ -7,9 +7,10 @@ the caches with it, ``finish_turn`` writes what happened at once."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 
-from companion.core.models import Profile, Recalled, Scope, Turn
+from companion.core import dates
+from companion.core.models import Memory, Profile, Recalled, Scope, Turn
 from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
@@ -20,6 +21,7 @@ from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
 from companion.storage.base import MemoryStore, TurnRecord, TurnView
 
+MAX_SCHEDULED = 8  # dated memories a question about time is told
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
 
@@ -125,10 +127,26 @@ class ContextBuilder:
                  if e not in shown and e not in recent]
         if recalled and not opened:
             await self._store.touch(scope, [r.memory.id for r in recalled], now)
+        local_today = now.astimezone(self._config.tz).date()
+        asked = dates.question_range(text, local_today)
+        scheduled = [] if asked is None else [
+            m.shown for m in await self.scheduled(scope, asked, local_today, checked=opened) if m.event not in shown]
         return MemoryContext(
             core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
-            instructions=standing.instructions, recent=recent, today=today,
+            instructions=standing.instructions, recent=recent, today=today, asked=asked, scheduled=scheduled,
         )
+
+    async def scheduled(self, scope: Scope, days: tuple[date, date], today: date, *, checked: bool = False,
+                        limit: int = MAX_SCHEDULED) -> list[Memory]:
+        """The scope's active memories that happen on ``days`` (inclusive), in date order (past ranges
+        newest first), from the cached recall index: a question about time costs no store call."""
+        start, end = days
+        index = await self._cache.index(scope, checked=checked)
+        found = [m for m in index.memories.values()
+                 if m.is_active and m.happens is not None and dates.overlaps(m.happens, start, end, today)]
+        past = end <= today
+        found.sort(key=lambda m: dates.next_occurrence(m.happens, start) if m.happens else start, reverse=past)
+        return found[:limit]
 
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None, queued: Sequence[Turn],

@@ -5,7 +5,7 @@ the reports its operations return. No behaviour; a host builds the config from i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import date, datetime, tzinfo
 from zoneinfo import ZoneInfo
 
 from companion.core.models import Memory, MemoryType, Recalled, ShortItem, Tier
@@ -40,6 +40,9 @@ class MemoryContext:
     instructions: list[str] = field(default_factory=list)  # how the user asked to be talked to: always apply
     recent: list[str] = field(default_factory=list)  # core facts learned in the last day
     today: list[str] = field(default_factory=list)  # small things the user reported today (short-term)
+    # A question about time ("下周有什么安排"): the days it asks about and what happens on them, dated.
+    asked: tuple[date, date] | None = None
+    scheduled: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

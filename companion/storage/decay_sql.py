@@ -59,7 +59,7 @@ def _decaying(row: str) -> str:
 # Tables have no index on the text (one schema entry per user): the texts told more than once are found
 # by one grouping pass, and only their rows look for a better copy.
 CLEAN = f"""
-UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', importance = 0, status = 'forgotten',
+UPDATE "{{table}}" AS t SET event = '', keywords = '', terms = '', happens = NULL, importance = 0, status = 'forgotten',
     updated_at = :stamp,
     status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN '{StatusReason.FADED}'
                          WHEN {_cleanable("t")} THEN '{StatusReason.EXPIRED}' ELSE '{StatusReason.DUPLICATE}' END

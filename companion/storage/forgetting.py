@@ -32,8 +32,8 @@ async def tombstone(
     )
     found = list(await cursor.fetchall())
     await conn.executemany(
-        f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', importance = 0, status = ?, '
-        "status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
+        f'UPDATE "{table}" SET event = \'\', keywords = \'\', terms = \'\', happens = NULL, importance = 0, '
+        "status = ?, status_reason = ?, fingerprint = ?, updated_at = ?, superseded_by = NULL WHERE id = ?",
         [(Status.FORGOTTEN.value, reason, fingerprint(str(event)), to_db(now), int(mid)) for mid, event in found],
     )
     gone = [int(mid) for mid, _ in found]

@@ -479,5 +479,5 @@ class InMemoryStore:
 
 
 def _tombstone(memory: Memory, now: datetime, reason: str, print_: str) -> Memory:
-    return replace(memory, event="", keywords=[], terms=[], importance=0.0, status=Status.FORGOTTEN,
+    return replace(memory, event="", keywords=[], terms=[], happens=None, importance=0.0, status=Status.FORGOTTEN,
                    status_reason=reason, fingerprint=print_, updated_at=now, superseded_by=None)

@@ -69,7 +69,8 @@ def _decaying(row: str) -> str:
 # as SQLite's does. Scopes that lost memories get a stale profile, and each memory removed a journal entry.
 CLEAN = f"""
 WITH cleaned AS (
-    UPDATE memories AS t SET event = '', keywords = '{{}}', terms = '{{}}', importance = 0, status = 'forgotten',
+    UPDATE memories AS t SET event = '', keywords = '{{}}', terms = '{{}}', happens = NULL, importance = 0,
+    status = 'forgotten',
         updated_at = $3::timestamptz,
         status_reason = CASE WHEN t.importance < {rules.CLEANUP_BELOW} THEN '{StatusReason.FADED}'
                              WHEN {_cleanable("t")} THEN '{StatusReason.EXPIRED}' ELSE '{StatusReason.DUPLICATE}' END

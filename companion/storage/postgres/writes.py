@@ -84,8 +84,8 @@ async def tombstone(conn: Conn, scope: Scope, ids: Sequence[int], now: datetime,
                              "AND id = ANY($3::bigint[]) AND status != 'forgotten' FOR UPDATE",
                              *key(scope), list(ids))
     await conn.execute(
-        "UPDATE memories AS m SET event = '', keywords = '{}', terms = '{}', importance = 0, status = 'forgotten', "
-        "status_reason = $4, fingerprint = f.print, updated_at = $5, superseded_by = NULL "
+        "UPDATE memories AS m SET event = '', keywords = '{}', terms = '{}', happens = NULL, importance = 0, "
+        "status = 'forgotten', status_reason = $4, fingerprint = f.print, updated_at = $5, superseded_by = NULL "
         "FROM unnest($3::bigint[], $6::text[]) AS f(id, print) WHERE m.user_id = $1 AND m.chat_id = $2 "
         "AND m.id = f.id", *key(scope), [r["id"] for r in found], reason, second(now),
         [fingerprint(r["event"]) for r in found])
