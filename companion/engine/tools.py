@@ -29,6 +29,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
+from companion.core import dates
 from companion.core import tiers as tier_rules
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier
@@ -45,6 +46,7 @@ Handle = Annotated[int, Field(ge=1, le=10**12)]  # within SQLite's integers
 Importance = Annotated[int, Field(ge=0, le=100)]
 Limit = Annotated[int, Field(ge=1, le=20)]
 Since = Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+Day = Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
 Description = Annotated[str | None, Field(min_length=1, max_length=100)]
 DaysOverdue = Annotated[int, Field(ge=0, le=365)]
 TierList = Annotated[list[Tier] | None, Field(max_length=3)]
@@ -91,8 +93,12 @@ class ToolEngine(Protocol):
 
 def view(memory: Memory, tz: tzinfo) -> dict[str, Any]:
     """What the model sees of a memory: its handle and words, never bookkeeping it cannot act on."""
+    when = memory.happens
     return {"handle": memory.id, "content": memory.event, "type": memory.type.value, "tier": memory.tier.value,
             "importance": round(memory.importance), "learned": local_date(memory.created_at, tz),
+            **({"date": when.on.isoformat()} if when is not None else {}),
+            **({"end_date": when.ends.isoformat()} if when is not None and when.ends is not None else {}),
+            **({"yearly": True} if when is not None and when.yearly else {}),
             **({"status": memory.status.value} if not memory.is_active else {})}
 
 
@@ -117,20 +123,27 @@ def memory_tools(
                 raise ToolError(NOT_FOUND.format(handle=handle)) from None
 
         async def save_memory(content: Content, type: MemoryType = MemoryType.FACT, tier: Tier = Tier.MEDIUM,
-                              importance: Importance = 60) -> dict[str, Any]:
+                              importance: Importance = 60, date: Day = None, end_date: Day = None,
+                              yearly: bool = False) -> dict[str, Any]:
             """Remember one thing about the user (when asked to, or when it matters for weeks).
 
             Args:
-                content: one short sentence in the user's language; events with their date.
+                content: one short sentence in the user's language, without relative days like 明天.
                 type: instruction = how the user wants to be talked to.
                 tier: long = lasting core facts, medium = weeks, short = days.
                 importance: 0-100; health and safety >= 80, passing moods < 30.
+                date: the day it happens (YYYY-MM-DD), for an event or plan; none for lasting facts.
+                end_date: the last day of a span (YYYY-MM-DD).
+                yearly: true for a birthday or anniversary.
             """
             now = clock()
             told = SOURCE_TURN.get()
-            draft = MemoryDraft(event=content, keywords=[], importance=float(importance), type=type,
+            today = now.astimezone(tz).date()
+            words = dates.resolve(content, today)
+            given = dates.model_when({"date": date, "end_date": end_date, "yearly": yearly}, today)
+            draft = MemoryDraft(event=words.text, keywords=[], importance=float(importance), type=type,
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,
-                                source_turns=(told,) if told else ())
+                                source_turns=(told,) if told else (), happens=given or words.when)
             saved = await engine.save(scope, draft, now)
             if scope.chat_id is not None:
                 # A group hears the reply: the result names the saved memory, never its stored words
