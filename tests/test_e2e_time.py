@@ -6,6 +6,7 @@ does not exist is not guessed."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -98,3 +99,56 @@ async def test_a_trip_told_with_next_wednesday_lives_by_its_date(servers: tuple[
     assert code == 0, err
     code, out, err = await run_cli(faked(env, "2026-12-19 20:00:00"), tmp_path, "memories", str(USER))
     assert code == 0 and "去杭州出差三天" not in out, out
+
+
+EVENING = {
+    "花生": {"event": "对花生过敏，吃了会起疹子", "keywords": ["花生", "过敏"], "importance": 90, "validity": "permanent",
+             "type": "fact"},
+    "团子": {"event": "养了一只猫叫团子", "keywords": ["团子", "猫"], "importance": 70, "validity": "permanent",
+             "type": "fact"},
+    "游戏公司": {"event": "在一家游戏公司做产品经理", "keywords": ["游戏公司", "产品经理", "工作"], "importance": 75,
+                 "validity": "permanent", "type": "fact"},
+    "马拉松": {"event": "在练半程马拉松", "keywords": ["马拉松", "跑步"], "importance": 60, "validity": "permanent",
+               "type": "preference"},
+    "虾": {"event": "对虾也过敏", "keywords": ["虾", "过敏", "海鲜"], "importance": 90, "validity": "permanent",
+           "type": "fact"},
+}
+
+
+async def test_news_on_a_known_topic_and_every_fact_of_the_evening(servers: tuple[FakeTelegram, FakeLLM],
+                                                                   tmp_path: Path) -> None:
+    """A second allergy is learned in the turn that tells it, not 8-12 turns later; five facts told in one
+    evening are all in view twenty minutes later, the job included, though the profile was built after the
+    first one."""
+    tg, llm = servers
+    brain = ScriptedBrain(facts=EVENING)
+    brain.install(llm)
+    env = bot_env(tg, llm, tmp_path, EXTRACT_EVERY_MIN="6", EXTRACT_EVERY_MAX="6")
+    me = Person(tg, llm)
+    proc = await start_bot(faked(env, "2026-12-04 12:00:00"), tmp_path)
+    try:
+        await tg.wait_for_call("setMyCommands", timeout=90)
+        await me.say("/start_aiGF")
+        await me.say("我对花生过敏，吃了会起疹子")
+        for line in ["家里养了一只猫叫团子", "我在一家游戏公司做产品经理", "最近在练半程马拉松", "今天天气还不错",
+                     "晚上想早点睡", "刚刚看了会儿电视", "中午随便吃了点面条", "下午开了个很长的会", "有点困了"]:
+            await me.say(line)
+        await asyncio.sleep(1)  # the regular extraction of those turns has finished
+        calls = brain.extraction_calls
+        await me.say("对了我对虾也过敏")
+        for _ in range(20):  # the extraction runs after the reply, in the background: its write lands soon
+            listed = await me.say("/memories")
+            if "对虾也过敏" in listed:
+                break
+            await asyncio.sleep(0.5)
+        assert "对虾也过敏" in listed, listed
+        assert brain.extraction_calls == calls + 1, "a second allergy is extracted in the turn that tells it"
+        told = await me.ask("今天老板又让我改方案，烦死了")
+        for fact in ("在一家游戏公司做产品经理", "养了一只猫叫团子", "对虾也过敏"):
+            assert fact in told, f"{fact!r} learned this evening is missing from the reply's view:\n{told}"
+        retold_calls = brain.extraction_calls
+        await me.say("我对花生过敏你知道的")
+        await me.say("嗯")
+        assert brain.extraction_calls == retold_calls, "retelling a known fact is no news"
+    finally:
+        await stop_bot(proc)
