@@ -96,7 +96,7 @@ class MemoryEngine(SteeringAPI):
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
-        self._curator = Curator(store, self._writer, self.recall, dense)
+        self._curator = Curator(store, self._writer, self.recall, dense, config.tz)
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
                                        lambda: self.dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,

@@ -70,6 +70,7 @@ def d(month: int, day: int, year: int = 2026) -> date:
     # Not a day: every week, every month, a building, nothing at all.
     ("每周一不要打扰我", "每周一不要打扰我", None),
     ("每个周末去爬山", "每个周末去爬山", None),
+    ("每周一和周二都不要打扰我", "每周一和周二都不要打扰我", None),
     ("每月15号还房贷", "每月15号还房贷", None),
     ("我住3号楼", "我住3号楼", None),
     ("对花生过敏", "对花生过敏", None),
@@ -152,8 +153,12 @@ NOW = datetime(2026, 12, 4, 4, 0, tzinfo=UTC)
      datetime(2026, 12, 12, tzinfo=UTC)),
     (Validity.DAYS_30, W(d(1, 20, 2027)), Validity.DAYS_30, datetime(2027, 1, 28, tzinfo=UTC),
      datetime(2027, 1, 21, tzinfo=UTC)),
-    # Something that happened: a week after the day, whatever the validity said.
-    (Validity.DAYS_30, W(d(12, 3)), Validity.DAYS_30, datetime(2026, 12, 11, tzinfo=UTC), NOW),
+    # Something that happened: a week after its last day, whatever the validity said...
+    (Validity.DAYS_30, W(d(12, 1)), Validity.DAYS_30, NOW + timedelta(days=7), NOW),
+    (Validity.DAYS_30, W(d(12, 3), d(12, 5)), Validity.DAYS_30, datetime(2026, 12, 13, tzinfo=UTC),
+     datetime(2026, 12, 6, tzinfo=UTC)),
+    # ...but never sooner than a week after it was told ("上个月去了趟上海" is news for a while).
+    (Validity.DAYS_30, W(d(11, 1)), Validity.DAYS_30, NOW + timedelta(days=7), NOW),
     # A birthday is lasting; a lasting fact with a day stays lasting.
     (Validity.DAYS_30, W(d(5, 20), yearly=True), Validity.PERMANENT, None, NOW),
     (Validity.PERMANENT, W(d(3, 1)), Validity.PERMANENT, None, NOW),

@@ -92,7 +92,7 @@ async def test_bot_process_full_flow(servers: tuple[FakeTelegram, FakeLLM], tmp_
     with (day_dirs[0] / f"u{USER}.csv").open(encoding="utf-8-sig", newline="") as handle:
         rows = list(csv.reader(handle))
     assert rows[0][:7] == ["id", "事件", "关键词", "重要程度", "创建时间", "有效期", "最后提及时间"]
-    assert len(rows) == 2 and rows[1][1] == "2025-12-23 感冒发烧，身体不舒服"
+    assert len(rows) == 2 and rows[1][1] == "感冒发烧，身体不舒服"  # its day is a column of its own
     assert rows[1][2] == "感冒,发烧,不舒服" and rows[1][5] == "30d（30天）"
     assert rows[1][6], "the mention in the reply was not recorded"
 

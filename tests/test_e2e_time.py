@@ -102,8 +102,8 @@ async def test_a_trip_told_with_next_wednesday_lives_by_its_date(servers: tuple[
 
 
 EVENING = {
-    "花生": {"event": "对花生过敏，吃了会起疹子", "keywords": ["花生", "过敏"], "importance": 90, "validity": "permanent",
-             "type": "fact"},
+    "花生": {"event": "对花生过敏，吃了会起疹子", "keywords": ["花生", "过敏"], "importance": 90,
+             "validity": "permanent", "type": "fact"},
     "团子": {"event": "养了一只猫叫团子", "keywords": ["团子", "猫"], "importance": 70, "validity": "permanent",
              "type": "fact"},
     "游戏公司": {"event": "在一家游戏公司做产品经理", "keywords": ["游戏公司", "产品经理", "工作"], "importance": 75,

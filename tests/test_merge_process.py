@@ -20,8 +20,8 @@ from tests.process import bot_env, start_bot
 USER = 5002
 # What the model makes of each saved sentence: its words, and keywords that share all but the day.
 KEYWORDS = {
-    "周二晚上要练吉他": ["周二", "晚上", "练吉他", "吉他"],
-    "周四晚上要练吉他": ["周四", "晚上", "练吉他", "吉他"],
+    "每周二晚上要练吉他": ["周二", "晚上", "练吉他", "吉他"],
+    "每周四晚上要练吉他": ["周四", "晚上", "练吉他", "吉他"],
     "我对花生过敏": ["花生", "过敏"],
     "我花生过敏，吃了会起疹子": ["花生", "过敏", "疹子"],
 }
@@ -60,10 +60,10 @@ async def test_alike_saves_receipts_and_undo_through_the_bot_process(
     try:
         await tg.wait_for_call("setMyCommands", timeout=90)
         await say("/start_aiGF")
-        tuesday = await say("记住：周二晚上要练吉他")
-        thursday = await say("记住：周四晚上要练吉他")
-        assert tuesday["text"] == "记住了：周二晚上要练吉他（中期记忆）"
-        assert thursday["text"] == "记住了：周四晚上要练吉他（中期记忆）"
+        tuesday = await say("记住：每周二晚上要练吉他")
+        thursday = await say("记住：每周四晚上要练吉他")
+        assert tuesday["text"] == "记住了：每周二晚上要练吉他（中期记忆）"
+        assert thursday["text"] == "记住了：每周四晚上要练吉他（中期记忆）"
         assert len(handles(tuesday)) == len(handles(thursday)) == 1 and handles(tuesday) != handles(thursday)
 
         await say("记住：我对花生过敏")
@@ -77,7 +77,7 @@ async def test_alike_saves_receipts_and_undo_through_the_bot_process(
         await tg.wait_for_edit(USER, int(retold["message_id"]), "已撤销，还是原来的：我对花生过敏")
         why = str((await say("/why 花生"))["text"])
         assert why.startswith("“我对花生过敏”") and "原来是" not in why
-        assert "周二晚上要练吉他" in str((await say("/memories"))["text"])
+        assert "每周二晚上要练吉他" in str((await say("/memories"))["text"])
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

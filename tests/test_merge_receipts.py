@@ -28,16 +28,16 @@ async def test_two_alike_saves_are_two_memories_with_their_own_handles(live: Liv
     scope = Scope(USER)
     await live.say("/start_aiGF", 1)
     # Keywords the model gives both: three of four shared, what merged them into one row.
-    live.llm.set_json_reply(judged("周二晚上要练吉他", ["周二", "晚上", "练吉他", "吉他"]))
-    assert await live.say("记住：周二晚上要练吉他", 2) == "记住了：周二晚上要练吉他（中期记忆）"
+    live.llm.set_json_reply(judged("每周二晚上要练吉他", ["周二", "晚上", "练吉他", "吉他"]))
+    assert await live.say("记住：每周二晚上要练吉他", 2) == "记住了：每周二晚上要练吉他（中期记忆）"
     tuesday = live.tg.sent_messages(USER)[-1]
-    live.llm.set_json_reply(judged("周四晚上要练吉他", ["周四", "晚上", "练吉他", "吉他"]))
-    assert await live.say("记住：周四晚上要练吉他", 3) == "记住了：周四晚上要练吉他（中期记忆）"
+    live.llm.set_json_reply(judged("每周四晚上要练吉他", ["周四", "晚上", "练吉他", "吉他"]))
+    assert await live.say("记住：每周四晚上要练吉他", 3) == "记住了：每周四晚上要练吉他（中期记忆）"
     thursday = live.tg.sent_messages(USER)[-1]
     by_event = {m.event: m.id for m in await live.rig.engine.memories(scope)}
-    assert set(by_event) == {"周二晚上要练吉他", "周四晚上要练吉他"}
-    assert handles(live, tuesday) == {str(by_event["周二晚上要练吉他"])}
-    assert handles(live, thursday) == {str(by_event["周四晚上要练吉他"])}
+    assert set(by_event) == {"每周二晚上要练吉他", "每周四晚上要练吉他"}
+    assert handles(live, tuesday) == {str(by_event["每周二晚上要练吉他"])}
+    assert handles(live, thursday) == {str(by_event["每周四晚上要练吉他"])}
 
     for i in (1, 2, 3):
         live.llm.set_json_reply(judged(f"第{i}个测试记忆：今天天气不错", ["测试", "记忆", "天气"]))
@@ -47,7 +47,7 @@ async def test_two_alike_saves_are_two_memories_with_their_own_handles(live: Liv
 
     # Forgetting Tuesday from its receipt leaves Thursday.
     await live.press(USER, tuesday, "忘掉", 1)
-    assert [m.event for m in await live.rig.engine.memories(scope) if "吉他" in m.event] == ["周四晚上要练吉他"]
+    assert [m.event for m in await live.rig.engine.memories(scope) if "吉他" in m.event] == ["每周四晚上要练吉他"]
 
 
 async def test_a_retelling_says_what_it_replaced_and_undo_puts_it_back(live: Live) -> None:
@@ -95,20 +95,20 @@ async def test_forgetting_a_reworded_memory_forgets_its_earlier_words(rig: Rig) 
 
 async def test_extraction_keeps_two_facts_apart_and_why_shows_a_rewording(rig: Rig) -> None:
     engine, now, scope = rig.engine, rig.clock(), Scope(USER)
-    rig.llm.set_json_reply(judged("周二晚上要练吉他", ["周二", "晚上", "练吉他", "吉他"]))
-    await engine.save_said(scope, "周二晚上要练吉他", now)
+    rig.llm.set_json_reply(judged("每周二晚上要练吉他", ["周二", "晚上", "练吉他", "吉他"]))
+    await engine.save_said(scope, "每周二晚上要练吉他", now)
     rig.llm.set_json_reply(judged("我对花生过敏", ["花生", "过敏"], "fact"))
     peanut = (await engine.save_said(scope, "我对花生过敏", now)).memory
     rig.llm.set_json_reply(json.dumps({"memories": [
-        {"event": "周四晚上要练吉他", "keywords": ["周四", "晚上", "练吉他", "吉他"], "importance": 60},
+        {"event": "每周四晚上要练吉他", "keywords": ["周四", "晚上", "练吉他", "吉他"], "importance": 60},
         {"event": "对花生过敏，吃了会起疹子", "keywords": ["花生", "过敏"], "importance": 90, "type": "fact"},
     ]}, ensure_ascii=False))
     await engine.note_turn(scope, Turn("周四晚上也要练吉他；我对花生过敏，吃了会起疹子", "好的", now))
     result = await engine.consolidate(scope, now)
     assert (result.inserted, result.updated) == (1, 1)
     events = sorted(m.event for m in await engine.memories(scope))
-    # Two memories for two facts; the event carries its day, the fact none.
-    assert events == ["2025-12-23 周四晚上要练吉他", "周二晚上要练吉他", "对花生过敏，吃了会起疹子"]
+    # Two memories for two facts (habits, so neither has a day).
+    assert events == ["对花生过敏，吃了会起疹子", "每周二晚上要练吉他", "每周四晚上要练吉他"]
     story = await engine.why(scope, peanut.id)
     assert [(m.event, m.status_reason) for m in story.replaced] == [("我对花生过敏", StatusReason.REWORDED)]
 

@@ -81,12 +81,12 @@ async def test_save_previous_and_edit(rig: Rig) -> None:
     await rig.chat.reply(ME, "我下周三要面试")
     rig.llm.fail_next(5)  # the model is down: the save still works, with the user's own words
     saved = await rig.chat.reply(ME, "这个很重要")
-    assert saved.saved is not None and saved.saved.event == "我下周三要面试"
+    assert saved.saved is not None and saved.saved.event == "我12月31日（周三）要面试"
     await rig.chat.begin_edit(ME, saved.saved.id)
     edited = await rig.chat.reply(ME, "我下周四要面试")
-    assert edited.text.startswith("改好了：我下周四要面试")
+    assert edited.text.startswith("改好了：我1月1日（周四）要面试")  # the new words' own day, as its date
     [memory] = await rig.engine.memories(ME)
-    assert memory.event == "我下周四要面试"
+    assert memory.event == "我1月1日（周四）要面试" and memory.happens is not None
 
 
 async def test_forget_reaches_the_next_reply_call(rig: Rig) -> None:

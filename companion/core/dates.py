@@ -307,10 +307,16 @@ def _match(kind: str, m: re.Match[str], today: date) -> tuple[When | None, bool]
     raise AssertionError(kind)
 
 
+_HABIT = re.compile(r"每个?(?:周|星期|礼拜)|每逢")
+
+
 def _scan(text: str, today: date) -> Iterator[Found]:
     taken: list[tuple[int, int]] = []
     found: list[Found] = []
+    habit = _HABIT.search(text) is not None  # "每周一和周二": the second weekday is a habit too
     for kind, pattern in _PATTERNS:
+        if habit and kind in ("week_day", "weekend"):
+            continue
         for m in pattern.finditer(text):
             if any(m.start() < end and start < m.end() for start, end in taken):
                 continue

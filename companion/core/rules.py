@@ -52,9 +52,9 @@ def decays(validity: Validity, tier: Tier, pinned: bool) -> bool:
 def dated_lifetime(validity: Validity, happens: When | None, created: datetime, now: datetime,
                    ) -> tuple[Validity, datetime | None, datetime]:
     """Validity, expiry and decay anchor of a memory. A dated one lives by its date, not by when it was told:
-    a yearly date (a birthday) is lasting; a one-time event expires ``dates.AFTER_END`` after its last day and
-    does not decay before that day has passed (its anchor is the day's end), so a trip told five weeks ahead
-    is still there when it comes. Day ends are taken in UTC: at most a few hours from the user's own midnight
+    a yearly date (a birthday) is lasting; a one-time event expires ``dates.AFTER_END`` after its last day (and
+    never sooner than that after it was told) and does not decay before that day has passed (its anchor is the
+    day's end), so a trip told five weeks ahead is still there when it comes. Day ends are taken in UTC: at most a few hours from the user's own midnight
     on a week's grace, and the store needs no timezone."""
     anchor = min(created, now)
     if happens is None:
@@ -63,7 +63,9 @@ def dated_lifetime(validity: Validity, happens: When | None, created: datetime, 
         return Validity.PERMANENT, None, anchor
     if validity is Validity.PERMANENT:  # a lasting fact that has a day (started the new job on 3月1日)
         return validity, None, anchor
-    return validity, dates.expires_at(happens, UTC), max(anchor, dates.end_of_day(dates.last_day(happens), UTC))
+    # Told after the fact ("上个月去了趟上海"), it still lives a while from the telling: news is worth a week.
+    expires = max(dates.expires_at(happens, UTC) or created, created + dates.AFTER_END)
+    return validity, expires, max(anchor, dates.end_of_day(dates.last_day(happens), UTC))
 
 
 def new_memory(draft: MemoryDraft, handle: int, now: datetime) -> Memory:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Protocol
 
-from companion.core import tiers
+from companion.core import dates, rules, tiers
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import (
     Memory,
@@ -40,7 +40,8 @@ class SearchRecall(Protocol):
 
 class Curator:
     def __init__(self, store: MemoryStore, writer: MemoryWriter, recall: SearchRecall,
-                 dense: DenseRetriever | None = None) -> None:
+                 dense: DenseRetriever | None = None, tz: tzinfo = UTC) -> None:
+        self._tz = tz
         self._store = store
         self._writer = writer
         self._recall = recall
@@ -75,9 +76,16 @@ class Curator:
             memory = replace(memory, importance=min(max(float(importance), 0.0), 100.0), updated_at=now)
         if text is None:
             return await self._writer.write(scope, replace(memory, updated_at=now))
-        draft = self._writer.prepare(MemoryDraft(event=text, keywords=[], importance=memory.importance))
-        return await self._writer.write(scope, replace(memory, event=draft.event, keywords=draft.keywords,
-                                                terms=draft.terms, updated_at=now))
+        # New words name their own day ("改成下周四"): a relative one becomes the date; none keeps the old one.
+        dated = dates.resolve(text, now.astimezone(self._tz).date())
+        draft = self._writer.prepare(MemoryDraft(event=dated.text, keywords=[], importance=memory.importance))
+        happens = dated.when or memory.happens
+        validity, expires, anchor = rules.dated_lifetime(memory.validity, happens, memory.created_at, now)
+        if happens == memory.happens:
+            validity, expires, anchor = memory.validity, memory.expires_at, memory.last_decay_at
+        return await self._writer.write(scope, replace(
+            memory, event=draft.event, keywords=draft.keywords, terms=draft.terms, updated_at=now, happens=happens,
+            validity=validity, expires_at=expires, last_decay_at=max(anchor, memory.last_decay_at)))
 
     async def undo_rewording(self, scope: Scope, handle: int, now: datetime, copy: int | None = None) -> Memory:
         await self.get(scope, handle)  # owner check before anything changes
