@@ -168,7 +168,10 @@ class Learning:
         topics = [word for word in self._important if word in text]
         if not topics:
             return False
-        details = [word for word in self.engine.keywords.keywords(text) if word not in topics]
+        # A detail names a thing or someone (虾, 年糕, 芒果), not the everyday words around a topic ("准备", "算了"),
+        # which would cost an extraction per mention.
+        found = self.engine.keywords
+        details = [word for word in found.keywords(text) if word not in topics and found.names_a_thing(word)]
         said = [
             word for word in dict.fromkeys([*topics, *details])
             if session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS

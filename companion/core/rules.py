@@ -54,8 +54,8 @@ def dated_lifetime(validity: Validity, happens: When | None, created: datetime, 
     """Validity, expiry and decay anchor of a memory. A dated one lives by its date, not by when it was told:
     a yearly date (a birthday) is lasting; a one-time event expires ``dates.AFTER_END`` after its last day (and
     never sooner than that after it was told) and does not decay before that day has passed (its anchor is the
-    day's end), so a trip told five weeks ahead is still there when it comes. Day ends are taken in UTC: at most a few hours from the user's own midnight
-    on a week's grace, and the store needs no timezone."""
+    day's end), so a trip told five weeks ahead is still there when it comes. Day ends are taken in UTC: at most
+    a few hours from the user's own midnight on a week's grace, and the store needs no timezone."""
     anchor = min(created, now)
     if happens is None:
         return validity, expires_at(created, validity), anchor
