@@ -374,3 +374,17 @@ async def test_news_in_quick_succession_shares_one_extraction(rig: Rig) -> None:
         calls.append(brain.extraction_calls)
     # The first news goes at once; the next two wait for the third turn since then and go together.
     assert calls == [1, 1, 1, 2, 2]
+
+
+async def test_relative_words_are_read_against_the_day_they_were_said(rig: Rig) -> None:
+    """Turns queued on a Monday and learned on the Friday after: "周四" is that Monday's Thursday."""
+    monday = rig.clock().replace(year=2026, month=12, day=7, hour=2)
+    rig.llm.set_json_reply(json.dumps({"memories": [
+        {"event": "周四晚上练吉他", "keywords": ["吉他"], "importance": 50, "type": "event"}]}, ensure_ascii=False))
+    await rig.engine.note_turn(ME, Turn("周四晚上要练吉他", "好", monday))
+    await rig.engine.consolidate(ME, monday.replace(day=11))
+    [guitar] = await rig.engine.memories(ME)
+    assert guitar.event == "12月10日（周四）晚上练吉他"
+    assert guitar.happens is not None and str(guitar.happens.on) == "2026-12-10"
+    [prompt] = [r for r in rig.llm.json_requests() if is_extraction(r)]
+    assert "今天是 2026-12-07（周一）" in prompt["messages"][-1]["content"]

@@ -60,13 +60,15 @@ class Learner:
         with their handles: only those may be superseded."""
         if self.llm is None:
             raise RuntimeError("extraction needs an LLM client")
-        today = local_date(now, self._tz)
         listed = "\n".join(f"[{mid}] {m.shown}" for mid, m in known.items()) or "（无）"
-        prompt = prompts.render("extract", today=dated_today(now, self._tz), known=listed, profile=profile,
+        # "今天" for the model is the day the turns were said (the last one's), as the code reads their words.
+        prompt = prompts.render("extract", today=dated_today(turns[-1].at, self._tz), known=listed, profile=profile,
                                 turns=self.format_turns(turns))
         data = await self.llm.json([{"role": "user", "content": prompt}], purpose="extraction")
-        drafts = parse_extraction(data, self._keywords, today)
         last = turns[-1]
+        # Relative words are read against the day they were said: turns queued on Monday and learned on
+        # Friday still mean Monday's "周四".
+        drafts = parse_extraction(data, self._keywords, local_date(last.at, self._tz))
         for draft in drafts:
             # The tier its nature calls for, judged as an explicit save is; the model's validity stays.
             draft.tier = tiers.initial_tier(draft.type, draft.importance, validity=draft.validity)
