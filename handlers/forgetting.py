@@ -20,7 +20,7 @@ from companion.core.models import Memory, Scope
 from companion.core.timeutil import utcnow
 from handlers import keyboards
 from handlers.commands import command
-from handlers.delivery import edit_shown
+from handlers.delivery import deliver, edit_shown
 from handlers.keyboards import ForgetAction, ForgetCB, GroupForgetCB, GroupReviewCB, ReviewCB
 from handlers.scope import refuse, scope_of, scope_of_callback
 from memory import MemoryEngine
@@ -41,7 +41,10 @@ async def forget_command(message: Message, command: CommandObject, engine: Memor
     if scope is None:
         return
     text, markup = await forget_prompt(engine, scope, (command.args or "").strip())
-    await message.answer(text, reply_markup=markup)
+    if message.bot is None:  # a message not from an update (never in the bot): answer as it can
+        await message.answer(text, reply_markup=markup)
+    else:  # whatever the list holds, split under Telegram's limit
+        await deliver(message.bot, message.chat.id, text, markup)
 
 
 async def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB, groups: GroupSettings) -> Scope | None:

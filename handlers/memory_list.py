@@ -20,7 +20,7 @@ from companion.core.tiers import Action
 from companion.core.timeutil import utcnow
 from handlers import keyboards
 from handlers.commands import command
-from handlers.delivery import edit_shown
+from handlers.delivery import deliver, edit_shown
 from handlers.forgetting import forget_here
 from handlers.keyboards import ALERT_CHARS, QUERY_CHARS, MemoryAction, MemoryCB, PageCB, UndoCB
 from handlers.scope import refuse, scope_of, scope_of_callback
@@ -41,7 +41,10 @@ async def list_memories(message: Message, command: CommandObject, engine: Memory
     if scope is None:
         return
     text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:QUERY_CHARS], False, utcnow())
-    await message.answer(text, reply_markup=markup)
+    if message.bot is None:  # a message not from an update (never in the bot): answer as it can
+        await message.answer(text, reply_markup=markup)
+    else:  # whatever the list holds, split under Telegram's limit
+        await deliver(message.bot, message.chat.id, text, markup)
 
 
 async def on_page(query: CallbackQuery, callback_data: PageCB, engine: MemoryEngine) -> None:

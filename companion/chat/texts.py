@@ -88,6 +88,16 @@ NO_ARCHIVED = "归档里没有记忆。"
 NO_PERMISSION = "没有权限"
 
 
+LISTED_CHARS = 300  # a memory's words in a list: a page of them always fits one Telegram message
+
+
+def listed(memory: Memory) -> str:
+    """A memory's words (with its date) as a list shows them: cut at ``LISTED_CHARS`` with "…" (an admin's
+    note may hold a whole message); /why shows all of it."""
+    text = memory.shown
+    return text if len(text) <= LISTED_CHARS else text[:LISTED_CHARS - 1] + "…"
+
+
 def tier_name(tier: str) -> str:
     return TIER_NAMES.get(tier, tier)
 
@@ -115,7 +125,7 @@ def nothing_found(query: str) -> str:
 
 
 def numbered(memories: Sequence[Memory]) -> str:
-    return "\n".join(f"{i}. {m.shown}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
+    return "\n".join(f"{i}. {listed(m)}（{tier_name(m.tier.value)}）" for i, m in enumerate(memories, start=1))
 
 
 def confirm_forget(memories: Sequence[Memory]) -> str:
@@ -201,7 +211,7 @@ def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str
             current = memory.tier.value
             lines.append(f"【{tier_name(current)}】")
         pin = "📌" if memory.pinned else ""
-        lines.append(f"{i - start + 1}. {pin}{memory.shown}")
+        lines.append(f"{i - start + 1}. {pin}{listed(memory)}")
     if pages > 1:
         lines.append(f"（第 {page + 1}/{pages} 页）")
     return "\n".join(lines)

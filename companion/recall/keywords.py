@@ -174,7 +174,7 @@ class KeywordExtractor:
         if listed is None:
             return True
         count, tag = listed
-        return count <= THING_MAX_COUNT and tag.startswith("n") and tag != "nt"
+        return bool(count <= THING_MAX_COUNT and tag.startswith("n") and tag != "nt")
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):
