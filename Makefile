@@ -10,7 +10,16 @@ PY := $(VENV)/bin/python
 # dependencies and its extras [bot] and [ops]); the bot gets the /mem_stats chart too (requirements-charts.txt).
 RUNTIME := requirements.txt requirements-engine.txt requirements-bot.txt requirements-ops.txt requirements-charts.txt
 
+# The Python must be 3.11+, checked before anything is created; a virtualenv another Python built (a failed
+# try with an older one) is built again rather than reused.
+PYCHECK = import sys; sys.exit(0 if sys.version_info >= (3, 11) else 2)
+PYVERSION = import sys; print(sys.executable and "%d.%d" % sys.version_info[:2])
+
 $(VENV)/.runtime: $(RUNTIME)
+	@$(PYTHON) -c '$(PYCHECK)' 2>/dev/null || { found=$$($(PYTHON) --version 2>/dev/null | head -1); \
+		echo "make: needs Python 3.11 or newer; PYTHON=$(PYTHON) is $${found:-not found}" >&2; exit 2; }
+	@if [ -x $(PY) ] && [ "$$($(PY) -c '$(PYVERSION)' 2>/dev/null)" != "$$($(PYTHON) -c '$(PYVERSION)')" ]; then \
+		echo "$(VENV) was built by another Python; building it again with $(PYTHON)"; rm -rf $(VENV); fi
 	@echo "Installing the bot's requirements into $(VENV) (once, and again when a requirements file changes);"
 	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
 	$(PYTHON) -m venv $(VENV)
