@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
+from companion.core import dates
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.timeutil import utcnow
@@ -133,11 +134,13 @@ class AdminService:
 
     async def add(self, user_id: int, content: str, importance: float | None = None,
                   validity: Validity = Validity.DAYS_30) -> Memory:
-        """A memory an operator adds to a user's own (private) scope; its tier follows the validity."""
+        """A memory an operator adds to a user's own (private) scope; its tier follows the validity, and a day
+        its words name (relative ones read in the bot's timezone today) is its date."""
         now = self.clock()
-        draft = MemoryDraft(event=content, keywords=[], importance=DEFAULT_IMPORTANCE if importance is None
+        dated = dates.resolve(content, now.astimezone(self.tz).date())
+        draft = MemoryDraft(event=dated.text, keywords=[], importance=DEFAULT_IMPORTANCE if importance is None
                             else importance, validity=validity, type=MemoryType.FACT, origin=Origin.ADMIN,
-                            source_at=now)
+                            source_at=now, happens=dated.when)
         return await self.engine.save_draft(Scope(user_id), draft, now)
 
     async def owner(self, user_id: int, handle: int) -> Scope:
