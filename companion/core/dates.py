@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
-from companion.core.models import WEEKDAYS, When
+from companion.core.models import WEEKDAYS, MemoryType, When
 
 # An event stays this long after its last day: long enough to be asked how it went, then it goes.
 AFTER_END = timedelta(days=7)
@@ -37,6 +37,17 @@ def number(text: str) -> int | None:
     if len(tens) > 1 or len(ones) > 1:
         return None
     return (_NUMERALS[tens] if tens else 1) * 10 + (_NUMERALS[ones] if ones else 0)
+
+
+def has_days(kind: MemoryType) -> bool:
+    """Whether memories of this type happen on days: an event or a fact does; a preference or an instruction
+    holds every day ("喜欢周日去爬山", "每周一不要打扰我"), so its day words stay words."""
+    return kind in (MemoryType.EVENT, MemoryType.FACT)
+
+
+def resolve_for(kind: MemoryType, text: str, today: date) -> Dated:
+    """``resolve`` for a memory of ``kind``: the words as they are for a type without days."""
+    return resolve(text, today) if has_days(kind) else Dated(text, None)
 
 
 # ---- the stored form ------------------------------------------------------------------------------------
@@ -307,13 +318,14 @@ def _match(kind: str, m: re.Match[str], today: date) -> tuple[When | None, bool]
     raise AssertionError(kind)
 
 
-_HABIT = re.compile(r"每个?(?:周|星期|礼拜)|每逢")
+# Weekdays in a sentence about every week or a liking are habits: "每周一和周二", "喜欢周日去爬山".
+_HABIT = re.compile(r"每个?(?:周|星期|礼拜)|每逢|喜欢|爱在|习惯|经常|总是|通常|一般都|平时")
 
 
 def _scan(text: str, today: date) -> Iterator[Found]:
     taken: list[tuple[int, int]] = []
     found: list[Found] = []
-    habit = _HABIT.search(text) is not None  # "每周一和周二": the second weekday is a habit too
+    habit = _HABIT.search(text) is not None
     for kind, pattern in _PATTERNS:
         if habit and kind in ("week_day", "weekend"):
             continue

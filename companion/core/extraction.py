@@ -80,7 +80,7 @@ def validate_item(item: object, segment: Segmenter, today: str) -> MemoryDraft |
         return None
     told = _told(today)
     # A preference or an instruction holds every day ("每周一不要打扰我"): only what happens has a date.
-    timely = mtype in (MemoryType.EVENT, MemoryType.FACT)
+    timely = dates.has_days(mtype)
     event, happens = _clean_event(item.get("event"), told if timely else None, mtype is MemoryType.EVENT)
     if event is None:
         return None

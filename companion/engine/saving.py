@@ -23,14 +23,15 @@ Segmenter = Callable[[str], list[str]]
 def guess_draft(text: str, segment: Segmenter, told: date | None = None) -> MemoryDraft:
     """Without the model: the user's words as they are (relative date words made a date), a type from a few
     cue words."""
-    dated = dates.resolve(normalize_text(text), told) if told is not None else dates.Dated(normalize_text(text), None)
-    event = dated.text[:MAX_SAVED_CHARS]
-    if _INSTRUCTION.search(event):
+    said = normalize_text(text)
+    if _INSTRUCTION.search(said):
         mtype = MemoryType.INSTRUCTION
-    elif _PREFERENCE.search(event):
+    elif _PREFERENCE.search(said):
         mtype = MemoryType.PREFERENCE
     else:
         mtype = MemoryType.FACT
+    dated = dates.resolve_for(mtype, said, told) if told is not None else dates.Dated(said, None)
+    event = dated.text[:MAX_SAVED_CHARS]
     importance = 70.0
     tier = tiers.initial_tier(mtype, importance, core=bool(_CORE.search(event)))
     return MemoryDraft(event=event, keywords=clean_keywords(segment(event)), importance=importance,
@@ -39,24 +40,25 @@ def guess_draft(text: str, segment: Segmenter, told: date | None = None) -> Memo
 
 
 def parse_saved(data: dict[str, object], text: str, segment: Segmenter, told: date | None = None) -> MemoryDraft:
-    """The model's answer for one saved sentence; any field it got wrong falls back to the guess. The day is
-    read from the user's own words first (the rules of ``core.dates`` are exact for what they know), then
-    from the model's ``date``; relative date words leave the stored words either way."""
+    """The model's answer for one saved sentence; any field it got wrong falls back to the guess. For a type
+    that happens on days (``dates.has_days``) the day is read from the user's own words first (the rules of
+    ``core.dates`` are exact for what they know), then from the model's ``date``; relative date words in the
+    stored words become the date either way."""
     fallback = guess_draft(text, segment, told)
-    event = data.get("event")
-    happens = fallback.happens
-    if isinstance(event, str) and event.strip():
-        event = normalize_text(event)
-        if told is not None:
-            own = dates.resolve(event, told)
-            event, happens = own.text, happens or dates.model_when(data, told) or own.when
-        event = event[:MAX_SAVED_CHARS]
-    else:
-        event = fallback.event
     try:
         mtype = MemoryType(str(data.get("type", "")).strip().lower())
     except ValueError:
         mtype = fallback.type
+    event = data.get("event")
+    event = normalize_text(event) if isinstance(event, str) and event.strip() else normalize_text(text)
+    happens = None
+    unclear = False
+    if told is not None and dates.has_days(mtype):
+        said = dates.resolve(normalize_text(text), told)
+        own = dates.resolve(event, told)
+        event, happens = own.text, said.when or dates.model_when(data, told) or own.when
+        unclear = said.impossible and happens is None
+    event = event[:MAX_SAVED_CHARS]
     raw = data.get("importance")
     importance = (rules.clamp_importance(float(raw)) if isinstance(raw, int | float) and not isinstance(raw, bool)
                   else fallback.importance)
@@ -64,5 +66,4 @@ def parse_saved(data: dict[str, object], text: str, segment: Segmenter, told: da
     tier = tiers.initial_tier(mtype, importance, core=core)
     keywords = clean_keywords(data.get("keywords")) or clean_keywords(segment(event))
     return MemoryDraft(event=event, keywords=keywords, importance=importance, validity=tiers.VALIDITY_OF[tier],
-                       type=mtype, origin=Origin.EXPLICIT, tier=tier, happens=happens,
-                       date_unclear=fallback.date_unclear and happens is None)
+                       type=mtype, origin=Origin.EXPLICIT, tier=tier, happens=happens, date_unclear=unclear)

@@ -77,7 +77,7 @@ class Curator:
         if text is None:
             return await self._writer.write(scope, replace(memory, updated_at=now))
         # New words name their own day ("改成下周四"): a relative one becomes the date; none keeps the old one.
-        dated = dates.resolve(text, now.astimezone(self._tz).date())
+        dated = dates.resolve_for(memory.type, text, now.astimezone(self._tz).date())
         draft = self._writer.prepare(MemoryDraft(event=dated.text, keywords=[], importance=memory.importance))
         happens = dated.when or memory.happens
         validity, expires, anchor = rules.dated_lifetime(memory.validity, happens, memory.created_at, now)

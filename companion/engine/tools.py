@@ -139,7 +139,7 @@ def memory_tools(
             now = clock()
             told = SOURCE_TURN.get()
             today = now.astimezone(tz).date()
-            words = dates.resolve(content, today)
+            words = dates.resolve_for(type, content, today)
             given = dates.model_when({"date": date, "end_date": end_date, "yearly": yearly}, today)
             draft = MemoryDraft(event=words.text, keywords=[], importance=float(importance), type=type,
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,

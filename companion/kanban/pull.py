@@ -14,12 +14,12 @@ an empty answer as "every card was deleted".
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
-from companion.core import tiers
+from companion.core import dates, tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, When
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.records import CardState, Link
@@ -139,9 +139,13 @@ class Puller:
         title = str(task.get("title") or "").strip() or (cards.content_line(content) or content).strip()
         if tier is None or not title:
             return 0
-        draft = MemoryDraft(event=title, keywords=[], importance=cards.IMPORTANCE_OF_PRIORITY.get(
+        # The card's due day is when it happens; else a day its words name (read in the bot's timezone).
+        tz = self._engine.config.tz
+        words = dates.resolve(title, now.astimezone(tz).date())
+        due = _due_day(task.get("dueDate"), tz)
+        draft = MemoryDraft(event=words.text, keywords=[], importance=cards.IMPORTANCE_OF_PRIORITY.get(
             int(task.get("priority") or 0), 35.0), validity=tiers.VALIDITY_OF[tier], type=MemoryType.FACT,
-            origin=Origin.DIDA, tier=tier, source_at=now)
+            origin=Origin.DIDA, tier=tier, source_at=now, happens=When(due) if due else words.when)
         saved = await self._engine.save(scope, draft, now)
         handle = saved.memory.id
         if handle in states and states[handle].task_id:
@@ -154,6 +158,14 @@ class Puller:
 
     async def _get(self, scope: Scope, handle: int) -> Memory | None:
         return await memory_of(self._engine, scope, handle)
+
+
+def _due_day(value: object, tz: tzinfo) -> date | None:
+    """A Dida365 due date ("2026-12-09T00:00:00+0800") as the local day; anything else is no day."""
+    try:
+        return datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%S%z").astimezone(tz).date()
+    except ValueError:
+        return None
 
 
 async def memory_of(engine: MemoryEngine, scope: Scope, handle: int) -> Memory | None:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from companion.core import dates
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
 from companion.core.timeutil import utcnow
@@ -180,9 +181,10 @@ class MemoryService:
         await self._label(speaker)
         # Lasting memories stay medium-term, where the capacity counts them (the per-user design evicts any
         # memory); a move to long-term (the tool) exempts one.
-        draft = MemoryDraft(event=text, keywords=self.engine.keywords.keywords(text), importance=weight,
+        dated = dates.resolve_for(mtype, text, now.astimezone(self.engine.config.tz).date())  # "下周三": its date
+        draft = MemoryDraft(event=dated.text, keywords=self.engine.keywords.keywords(dated.text), importance=weight,
                             validity=validity_for(seconds), type=mtype, origin=origin, source_at=now,
-                            tier=Tier.MEDIUM if seconds <= 0 else None)
+                            tier=Tier.MEDIUM if seconds <= 0 else None, happens=dated.when)
         memory = await self.engine.save_draft(speaker.scope, draft, now)
         await self._set_expiry(speaker.scope, memory.id, seconds, now)
         return memory
