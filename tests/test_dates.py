@@ -101,6 +101,9 @@ def test_a_day_that_does_not_exist_is_not_guessed(text: str) -> None:
     ("下周三我要去杭州出差", None),
     ("今天好累啊", None),
     ("你好呀", None),
+    # The time and the question in one clause; a plan word alone asks nothing.
+    ("今天天气真是不错。也不知道同事们都在忙些什么", None),
+    ("我得提前安排一下其他计划", None),
 ])
 def test_questions_about_time(text: str, span: tuple[date, date] | None) -> None:
     assert dates.question_range(text, FRI) == span

@@ -431,22 +431,26 @@ def resolve(text: str, today: date) -> Dated:
 def question_range(text: str, today: date) -> tuple[date, date] | None:
     """The days a question about time asks after ("我这周哪天练吉他来着" → this week, "明天要干嘛" → tomorrow,
     "下周有什么安排" → next week, "上次去上海是什么时候" → the last 90 days); None when the turn asks no such
-    thing. Time words alone are no question: "明天天气不错" names a day but asks nothing about plans."""
-    if not _ASKS.search(text):
-        return None
-    found = [f for f in find(text, today) if f.when is not None]
-    if found:
-        when = found[0].when
-        assert when is not None
-        return when.on, last_day(when)
-    if _LAST_TIME.search(text):
-        return today - timedelta(days=90), today
-    if _PLANS.search(text):
-        return today, today + timedelta(days=14)
+    thing. The time and the question must stand in one clause: "明天天气不错" names a day but asks nothing,
+    and "今天天气真好……不知道他们在忙些什么" asks about something else."""
+    for clause in _CLAUSES.split(text):
+        if not _ASKS.search(clause):
+            continue
+        found = [f for f in find(clause, today) if f.when is not None]
+        if found:
+            when = found[0].when
+            assert when is not None
+            return when.on, last_day(when)
+        if _LAST_TIME.search(clause):
+            return today - timedelta(days=90), today
+        if _PLANS.search(clause) and _INTERROGATIVE.search(clause):  # "最近有什么安排", not "得安排一下"
+            return today, today + timedelta(days=14)
     return None
 
 
+_CLAUSES = re.compile(r"[，,。.！!；;\n]+|(?<=[？?])")
 _ASKS = re.compile(r"哪天|哪一天|几号|什么时候|啥时候|何时|安排|计划|要干嘛|要做什么|干什么|做什么|有什么事|有啥事|"
                    r"忙什么|日程|行程|来着")
 _LAST_TIME = re.compile(r"上次|上一次|最近一次")
 _PLANS = re.compile(r"安排|计划|日程|行程")
+_INTERROGATIVE = re.compile(r"什么|啥|吗|么|哪")
