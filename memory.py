@@ -280,12 +280,15 @@ class MemoryEngine(SteeringAPI):
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
-        earlier_since: datetime | None = None,
+        earlier_since: datetime | None = None, follow_up: Mapping[int, int] | None = None,
     ) -> MemoryContext:
         """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
-        ``finish_turn``); ``earlier`` and ``earlier_since`` as for ``recall``."""
+        ``finish_turn``); ``earlier`` and ``earlier_since`` as for ``recall``; ``follow_up``: how often each
+        memory was cued already, to pick one told event to follow up (``core.followups``; None: none, as in a
+        group or past a conversation's first reply)."""
         return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply, opened=opened, earlier_since=earlier_since)
+                                          earlier=earlier, reply=reply, opened=opened, earlier_since=earlier_since,
+                                          follow_up=follow_up)
 
     async def known_words(self, scope: Scope, words: Iterable[str], *, opened: bool = False) -> set[str]:
         """Those of ``words`` an active memory of the scope already holds (from the cached recall index);

@@ -319,6 +319,8 @@ class ChatService:
                                  earlier=[user for user, _ in current],
                                  reply=current[-1][1] if current else None, opened=opened,
                                  earlier_since=said_since(session.history, now),
+                                 # A conversation's first reply (nothing said lately) may follow something up.
+                                 follow_up=None if current else session.followups,
                              ))
         except StorageError as exc:
             # A locked or failing database must not silence the companion: answer without memory.
@@ -326,6 +328,8 @@ class ChatService:
             context = MemoryContext()
         for recalled in context.recalled:
             session.cooldown[recalled.memory.id] = session.turn
+        if context.followup is not None:
+            session.followups[context.followup.id] = session.followups.get(context.followup.id, 0) + 1
         session.injections.append(bool(context.recalled))
         toolset = self._toolset(scope, group)
         reference = render_reference(context, now, self.config.tz)

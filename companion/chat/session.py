@@ -90,6 +90,7 @@ class Session:
     unqueued: deque[Turn] = field(default_factory=lambda: deque(maxlen=UNQUEUED_KEPT))
     view: TurnView | None = None  # this turn's read of the store (``MemoryEngine.open_turn``); None: unread
     reviews_looked: bool = False  # this process looked for reviews to raise at the conversation's start
+    followups: dict[int, int] = field(default_factory=dict)  # memory handle -> times a reply was cued with it
 
     def state(self, cooldown_turns: int) -> str:
         """What another process continues with, as compact JSON; a cooldown over (``cooldown_turns`` passed
@@ -100,6 +101,7 @@ class Session:
             "shown": "".join("1" if shown else "0" for shown in self.injections),
             "since": self.since_extraction, "at": self.extract_at, "last": self.last_extraction_turn,
             "news": self.news_turns, "wait": self.news_waiting,
+            **({"fu": {str(mid): n for mid, n in self.followups.items()}} if self.followups else {}),
         }, ensure_ascii=False, separators=(",", ":"))
 
     def resume(self, state: str | None) -> None:
@@ -117,6 +119,7 @@ class Session:
             cooldown = {int(mid): int(when) for mid, when in cool.items()}
             news_turns = {str(word): int(when) for word, when in news.items()}
             last_turn = None if last is None else int(last)
+            cued = {int(mid): int(n) for mid, n in dict(found.get("fu") or {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("a stored conversation state could not be read, starting afresh: %s", type(exc).__name__)
             return
@@ -125,6 +128,7 @@ class Session:
         self.injections.clear()
         self.injections.extend(flag == "1" for flag in shown)
         self.news_turns, self.news_waiting = news_turns, waiting
+        self.followups = cued
 
     def forget_everything(self) -> None:
         """Every turn goes, the one being answered too (it is neither kept nor queued)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime
 
-from companion.core import dates
+from companion.core import dates, followups
 from companion.core.models import Memory, Profile, Recalled, Scope, Turn
 from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService, matching_traits
@@ -89,7 +89,7 @@ class ContextBuilder:
     async def build(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
         allow_recall: bool, earlier: Sequence[str], reply: str | None, opened: bool = False,
-        earlier_since: datetime | None = None,
+        earlier_since: datetime | None = None, follow_up: Mapping[int, int] | None = None,
     ) -> MemoryContext:
         """``opened``: ``open_turn`` read this turn's state, and ``finish_turn`` records the accesses."""
         keywords = self.query_words(text)
@@ -131,9 +131,14 @@ class ContextBuilder:
         asked = dates.question_range(text, local_today)
         scheduled = [] if asked is None else [
             m.shown for m in await self.scheduled(scope, asked, local_today, checked=opened) if m.event not in shown]
+        followup = None
+        if follow_up is not None and scope.chat_id is None:  # a group's memories are not followed up in public
+            index = await self._cache.index(scope, checked=opened)
+            followup = followups.cue(index.memories.values(), local_today, self._config.tz, follow_up)
         return MemoryContext(
             core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today, asked=asked, scheduled=scheduled,
+            followup=followup,
         )
 
     async def scheduled(self, scope: Scope, days: tuple[date, date], today: date, *, checked: bool = False,

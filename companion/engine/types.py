@@ -43,6 +43,8 @@ class MemoryContext:
     # A question about time ("下周有什么安排"): the days it asks about and what happens on them, dated.
     asked: tuple[date, date] | None = None
     scheduled: list[str] = field(default_factory=list)
+    # A told event that has ended (or a yearly date that is today) to follow up on: a cue, not a fact.
+    followup: Memory | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,78 @@
+"""Follow-ups: a told event that has ended is asked about in the next conversation's first reply, as a cue
+(not a fact), at most twice, never in a group; a yearly date is remembered on its day. Pure rules in tables,
+then through the chat service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from companion.core import followups, rules
+from companion.core.models import Memory, MemoryDraft, Scope, Status, Validity, When
+from tests.scripted import ScriptedBrain, reference_data
+from tests.support import Rig
+
+TZ = ZoneInfo("Asia/Shanghai")
+TODAY = date(2026, 12, 14)
+NOW = datetime(2026, 12, 14, 2, 0, tzinfo=UTC)
+ME = Scope(880)
+
+
+def memory(handle: int, when: When | None, importance: float = 70, extra: dict[str, object] | None = None) -> Memory:
+    draft = MemoryDraft(event=f"事件{handle}", keywords=["事件"], importance=importance, validity=Validity.DAYS_30,
+                        happens=when)
+    return replace(rules.new_memory(draft, handle, NOW - timedelta(days=20)), **(extra or {}))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("when", "extra", "open_"), [
+    (When(date(2026, 12, 9), date(2026, 12, 11)), {}, True),  # ended three days ago
+    (When(date(2026, 12, 14)), {}, False),  # today: not over yet
+    (When(date(2026, 12, 20)), {}, False),  # ahead
+    (When(date(2026, 11, 29)), {}, False),  # ended more than 14 days ago
+    (When(date(2026, 11, 30)), {}, True),  # exactly 14 days ago
+    (None, {}, False),  # a lasting fact
+    (When(date(2026, 12, 9)), {"status": Status.ARCHIVED}, False),
+    (When(date(2026, 12, 9)), {"last_mentioned_at": datetime(2026, 12, 12, tzinfo=UTC)}, False),  # talked about
+    (When(date(2026, 12, 9)), {"last_mentioned_at": datetime(2026, 12, 8, tzinfo=UTC)}, True),  # only before it
+])
+def test_open_threads(when: When | None, extra: dict[str, object], open_: bool) -> None:
+    assert bool(followups.open_threads([memory(1, when, extra=extra)], TODAY, TZ)) is open_
+
+
+def test_at_most_three_threads_the_most_important_first_and_two_cues_each() -> None:
+    ended = When(date(2026, 12, 10))
+    found = [memory(h, ended, importance=imp) for h, imp in [(1, 40), (2, 90), (3, 60), (4, 80)]]
+    assert [m.id for m in followups.open_threads(found, TODAY, TZ)] == [2, 4, 3]
+    assert followups.cue(found, TODAY, TZ, {}) == found[1]
+    assert followups.cue(found, TODAY, TZ, {2: 2}) == found[3]
+    assert followups.cue(found, TODAY, TZ, {2: 2, 4: 2, 3: 2}) is None  # the fourth is not open
+
+
+def test_a_birthday_is_cued_on_its_day_first() -> None:
+    birthday = memory(7, When(date(1990, 12, 14), yearly=True))
+    trip = memory(8, When(date(2026, 12, 10)))
+    assert followups.cue([trip, birthday], TODAY, TZ, {}) == birthday
+    assert followups.cue([trip, birthday], TODAY + timedelta(days=1), TZ, {}) == trip
+
+
+async def test_the_next_conversation_asks_how_the_trip_went(rig: Rig) -> None:
+    ScriptedBrain().install(rig.llm)
+    now = rig.clock()
+    trip = When((now - timedelta(days=5)).date(), (now - timedelta(days=3)).date())
+    await rig.engine.save_draft(ME, MemoryDraft("去杭州出差三天", ["杭州", "出差"], 70, Validity.DAYS_30,
+                                                happens=trip), now)
+    await rig.chat.start(ME)
+    cues = []
+    for _ in range(3):  # three conversations, half a day apart
+        await rig.chat.reply(ME, "今天好累啊")
+        cues.append("应该已经结束了" in reference_data(rig.llm.chat_requests()[-1]))
+        await rig.chat.reply(ME, "晚上想早点睡")
+        cues.append("应该已经结束了" in reference_data(rig.llm.chat_requests()[-1]))
+        rig.clock.advance(hours=13)  # past what a reply carries as the conversation (12 hours)
+    # The first reply of each conversation only, and at most twice without an answer.
+    assert cues == [True, False, True, False, False, False]
+    block = reference_data(rig.llm.chat_requests()[0])
+    assert "去杭州出差三天" in block and "这是提示，不是用户刚说的" in block
