@@ -152,3 +152,30 @@ async def test_news_on_a_known_topic_and_every_fact_of_the_evening(servers: tupl
         assert brain.extraction_calls == retold_calls, "retelling a known fact is no news"
     finally:
         await stop_bot(proc)
+
+
+async def test_after_the_trip_the_next_conversation_asks_how_it_went(servers: tuple[FakeTelegram, FakeLLM],
+                                                                     tmp_path: Path) -> None:
+    """Saved on a Friday for 12月9日-11日; the Saturday after, a new process's first reply carries the cue,
+    marked as a cue; the next reply does not."""
+    tg, llm = servers
+    ScriptedBrain(saves=SAVES).install(llm)
+    env = bot_env(tg, llm, tmp_path)
+    me = Person(tg, llm)
+    proc = await start_bot(faked(env, "2026-12-04 02:00:00"), tmp_path)
+    try:
+        await tg.wait_for_call("setMyCommands", timeout=90)
+        await me.say("/start_aiGF")
+        assert "12月9日" in await me.say("记住：下周三我要去杭州出差三天")
+        assert "应该已经结束了" not in await me.ask("今天好累啊"), "nothing has ended yet"
+    finally:
+        await stop_bot(proc)
+    proc = await start_bot(faked(env, "2026-12-12 01:00:00"), tmp_path)
+    try:
+        await tg.wait_for_call("setMyCommands", timeout=90, count=2)
+        first = await me.ask("早上好")
+        cue = r"可以顺便关心的事（这是提示.*\n- \"12月9日（周三）去杭州出差三天——应该已经结束了"
+        assert re.search(cue, first), first
+        assert "应该已经结束了" not in await me.ask("今天想睡个懒觉")
+    finally:
+        await stop_bot(proc)

@@ -76,3 +76,15 @@ async def test_the_next_conversation_asks_how_the_trip_went(rig: Rig) -> None:
     assert cues == [True, False, True, False, False, False]
     block = reference_data(rig.llm.chat_requests()[0])
     assert "去杭州出差三天" in block and "这是提示，不是用户刚说的" in block
+
+
+async def test_a_groups_memories_are_never_followed_up(rig: Rig) -> None:
+    now = rig.clock()
+    group = Scope(880, -100123)
+    ended = When((now - timedelta(days=3)).date())
+    for scope in (ME, group):
+        trip = MemoryDraft("去杭州出差", ["杭州"], 70, Validity.DAYS_30, happens=ended)
+        await rig.engine.save_draft(scope, trip, now)
+    private = await rig.engine.build_context(ME, "早上好", now, turn=1, cooldown={}, follow_up={})
+    in_group = await rig.engine.build_context(group, "早上好", now, turn=1, cooldown={}, follow_up={})
+    assert private.followup is not None and in_group.followup is None
