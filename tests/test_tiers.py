@@ -4,12 +4,12 @@ know, and eviction order."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
 from companion.core import rules, tiers
-from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity
+from companion.core.models import Memory, MemoryType, Origin, Status, Tier, Validity, When
 from companion.core.tiers import Action
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -151,3 +151,40 @@ def test_eviction_order_and_protection() -> None:
     assert [m.id for m in tiers.to_evict(memories, cap=5, now=NOW)] == [1, 7]
     assert tiers.to_evict(memories, cap=7, now=NOW) == []
     assert [m.id for m in tiers.to_evict(memories, cap=0, now=NOW)] == [1, 7, 2, 3, 6]
+
+
+TODAY = NOW.date()  # 2025-12-23
+TRIP = When(on=date(2025, 12, 30), ends=date(2026, 1, 2))
+
+
+@pytest.mark.parametrize(("happens", "tier", "mentions", "action", "reason"), [
+    (When(on=date(2025, 12, 20)), Tier.SHORT, 5, Action.ARCHIVE, "这件事已经过去了"),  # over, however used
+    (When(on=date(2025, 12, 10), ends=TODAY), Tier.MEDIUM, 0, Action.KEEP, "日子还没到"),  # its last day: ahead
+    (When(on=date(2000, 5, 20), yearly=True), Tier.MEDIUM, 0, Action.PROMOTE, "每年都有的日子"),
+    (When(on=date(2000, 5, 20), yearly=True), Tier.LONG, 0, Action.KEEP, "每年都有的日子"),
+])
+def test_a_date_decides_the_suggestion(happens: When, tier: Tier, mentions: int, action: Action, reason: str) -> None:
+    memory = mem(1, tier, mention_count=mentions, last_mentioned_at=NOW - DAY, happens=happens)
+    assert tiers.suggest(memory, NOW) == tiers.Suggestion(action, reason)
+
+
+@pytest.mark.parametrize(("happens", "due"), [
+    (None, True),
+    (TRIP, False),  # the trip is not asked about before it happens
+    (When(on=date(2025, 12, 22)), True),  # yesterday's: asked, and archiving is suggested
+    (When(on=TODAY), False),
+    (When(on=date(2000, 12, 30), yearly=True), True),  # a yearly day is always ahead; it is reviewed as usual
+])
+def test_an_event_still_ahead_is_not_due_for_review(happens: When | None, due: bool) -> None:
+    memory = mem(1, Tier.SHORT, review_at=NOW - DAY, happens=happens)
+    assert tiers.is_due(memory, NOW) is due
+
+
+def test_an_event_still_ahead_is_evicted_after_everything_else_of_its_kind() -> None:
+    memories = [
+        mem(1, importance=10.0, happens=TRIP),  # least important, but its day is ahead
+        mem(2, importance=40.0),
+        mem(3, importance=30.0, happens=When(on=date(2025, 12, 1))),  # a past event is like any other
+        mem(4, importance=80.0, happens=TRIP, expires_at=NOW - DAY),  # expired still goes first
+    ]
+    assert [m.id for m in tiers.eviction_order(memories, NOW)] == [4, 3, 2, 1]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from companion.core import dates
 from companion.core.models import Memory, MemoryType, Status, Tier, Validity
 from companion.core.rules import REVIEW_PERIOD, expires_at, tier_for
 
@@ -51,8 +52,16 @@ def remind_at(memory: Memory) -> datetime | None:
 
 
 def is_due(memory: Memory, now: datetime) -> bool:
+    """Whether to ask the user about it now. A one-time event still ahead is not asked about: keeping the trip
+    is not a question before the trip (its review waits until its last day has passed)."""
     when = remind_at(memory)
-    return memory.is_active and not memory.pinned and when is not None and when <= now
+    return (memory.is_active and not memory.pinned and when is not None and when <= now
+            and not upcoming(memory, now))
+
+
+def upcoming(memory: Memory, now: datetime) -> bool:
+    """A one-time event whose last day has not passed (days in UTC, as ``rules.dated_lifetime`` takes them)."""
+    return memory.happens is not None and not memory.happens.yearly and dates.is_ahead(memory.happens, now.date())
 
 
 def priority(importance: float, tier: Tier) -> int:
@@ -116,7 +125,16 @@ class Suggestion:
 
 def suggest(memory: Memory, now: datetime) -> Suggestion:
     """What to do with a memory at its review: promote what came up often during its period, archive
-    what was never used, keep the rest for another period."""
+    what was never used, keep the rest for another period. A date decides first: a yearly day (a birthday)
+    is worth keeping for good, a one-time event that is over is done with."""
+    if memory.happens is not None:
+        if memory.happens.yearly:
+            if memory.tier is not Tier.LONG:
+                return Suggestion(Action.PROMOTE, "每年都有的日子")
+            return Suggestion(Action.KEEP, "每年都有的日子")
+        if upcoming(memory, now):  # asked by the user's /review before its day
+            return Suggestion(Action.KEEP, "日子还没到")
+        return Suggestion(Action.ARCHIVE, "这件事已经过去了")
     uses = memory.mention_count + memory.access_count
     period = REVIEW_PERIOD[memory.tier]
     if uses >= PROMOTE_AFTER_USES and memory.tier is not Tier.LONG:
@@ -154,13 +172,14 @@ def evictable(memory: Memory) -> bool:
 
 
 def eviction_order(memories: Sequence[Memory], now: datetime) -> list[Memory]:
-    """Who goes first when a scope is over its cap: expired, then lowest importance, then least recently
-    accessed, then oldest. Pinned and long-term memories are never evicted."""
+    """Who goes first when a scope is over its cap: expired, then what is not an event still to come (a plan
+    must not be pushed out by chatter before its day), then lowest importance, then least recently accessed,
+    then oldest. Pinned and long-term memories are never evicted."""
     never = datetime.min.replace(tzinfo=now.tzinfo)
 
-    def key(m: Memory) -> tuple[bool, float, datetime, datetime, int]:
+    def key(m: Memory) -> tuple[bool, bool, float, datetime, datetime, int]:
         touched = m.last_accessed_at or m.last_mentioned_at or never
-        return (not m.is_expired(now), m.importance, touched, m.created_at, m.id)
+        return (not m.is_expired(now), upcoming(m, now), m.importance, touched, m.created_at, m.id)
 
     return sorted((m for m in memories if evictable(m)), key=key)
 
