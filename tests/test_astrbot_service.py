@@ -119,6 +119,21 @@ async def test_tool_arguments_out_of_bounds_are_refused(service: MemoryService, 
     assert await service.memories(ALICE_G1) == []
 
 
+@pytest.mark.parametrize(("arguments", "shown"), [
+    ({"content": "去杭州出差三天", "kind": "event", "date": "2026-03-04", "end_date": "2026-03-06"},
+     "3月4日-6日去杭州出差三天"),
+    ({"content": "下周三去杭州出差", "kind": "event"}, "3月4日（周三）去杭州出差"),  # the words, read in code
+    ({"content": "结婚纪念日", "date": "2026-05-20", "yearly": True}, "每年5月20日结婚纪念日"),
+    ({"content": "去杭州出差", "kind": "event", "date": "2031-03-04"}, "去杭州出差"),  # implausible: dropped
+    ({"content": "去杭州出差", "kind": "event", "date": "3月4号"}, "去杭州出差"),  # not ISO: dropped
+])
+async def test_the_add_tool_takes_the_models_date(service: MemoryService, arguments: dict[str, Any],
+                                                  shown: str) -> None:
+    memory = await service.add(ALICE_G1, **arguments)
+    assert memory.shown == shown
+    assert (await service.memories(ALICE_G1))[0].happens == memory.happens
+
+
 async def test_an_exact_lifetime_ends_the_memory_when_it_is_next_read(service: MemoryService, clock: Clock) -> None:
     brief = await service.add(ALICE_G1, "明天下午开会", valid_time=3600)
     kept = await service.add(ALICE_G1, "喜欢猫")

@@ -148,7 +148,7 @@ class CompanionMemory(Star):
 
     @filter.llm_tool(name="companion_memory_add")
     async def tool_add(self, event: AstrMessageEvent, content: str, importance: float = 5, valid_time: float = 0,
-                       type: str = "fact") -> str:
+                       type: str = "fact", date: str = "", end_date: str = "", yearly: bool = False) -> str:
         """保存一条关于当前说话人的长期记忆。对方让你记住、或说出持久的偏好/事实/要求时使用。
 
         Args:
@@ -156,9 +156,13 @@ class CompanionMemory(Star):
             importance(number): 重要性 1-10，默认 5
             valid_time(number): 有效秒数，0 表示长期有效
             type(string): preference / fact / instruction / event
+            date(string): 事情发生的日期 YYYY-MM-DD（活动、计划、生日），长期事实不填
+            end_date(string): 持续几天的事情的最后一天 YYYY-MM-DD
+            yearly(boolean): 每年都有的日子（生日、纪念日）为 true
         """
         async def work(service: MemoryService, speaker: Speaker) -> str:
-            memory = await service.add(speaker, content, importance, valid_time, type)
+            memory = await service.add(speaker, content, importance, valid_time, type, date=date, end_date=end_date,
+                                       yearly=yearly)
             return texts.TOOL_SAVED.format(id=memory.id, text=memory.shown)
         return await self._tool(event, work)
 

@@ -174,17 +174,22 @@ class MemoryService:
     # ---- the model's tools ---------------------------------------------------------------------------
 
     async def add(self, speaker: Speaker, content: object, importance: object = 5, valid_time: object = 0,
-                  kind: object = "fact", origin: Origin = Origin.TOOL) -> Memory:
+                  kind: object = "fact", origin: Origin = Origin.TOOL, *, date: object = "", end_date: object = "",
+                  yearly: object = False) -> Memory:
         text, weight, seconds, mtype = content_of(content), importance_of(importance), seconds_of(valid_time), \
             type_of(kind)
         now = self._clock()
         await self._label(speaker)
         # Lasting memories stay medium-term, where the capacity counts them (the per-user design evicts any
         # memory); a move to long-term (the tool) exempts one.
-        dated = dates.resolve_for(mtype, text, now.astimezone(self.engine.config.tz).date())  # "下周三": its date
+        today = now.astimezone(self.engine.config.tz).date()
+        dated = dates.resolve_for(mtype, text, today)  # "下周三": its date
+        # The model's own ISO date wins over words read in the text; a wrong one is dropped, never guessed.
+        given = dates.model_when({"date": date, "end_date": end_date,
+                                  "yearly": yearly is True or str(yearly).lower() == "true"}, today)
         draft = MemoryDraft(event=dated.text, keywords=self.engine.keywords.keywords(dated.text), importance=weight,
                             validity=validity_for(seconds), type=mtype, origin=origin, source_at=now,
-                            tier=Tier.MEDIUM if seconds <= 0 else None, happens=dated.when)
+                            tier=Tier.MEDIUM if seconds <= 0 else None, happens=given or dated.when)
         memory = await self.engine.save_draft(speaker.scope, draft, now)
         await self._set_expiry(speaker.scope, memory.id, seconds, now)
         return memory
