@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the bot's event loop, as EVENT_LOOP sets it for bot.py (both sides of --baseline)")
     bot.add_argument("--json", type=Path, help="also write the results here")
     cost = commands.add_parser("cost", help="LLM calls and prompt sizes of a scripted 200-turn conversation")
-    cost.add_argument("--turns", type=_positive, default=200)
+    cost.add_argument("--turns", type=_positive, help="default: the script's length (200 for the day)")
+    cost.add_argument("--script", choices=("day", "second-facts"), default="day",
+                      help="the 200-turn day, or a 60-turn evening that tells second facts on known topics")
     cost.add_argument("--json", type=Path, help="also write the results here")
     cost.add_argument("--tools", action="store_true", help="offer the memory tools in reply calls")
     cost.add_argument("--requests", type=Path, help="also write every request body here, one JSON per line")
@@ -392,8 +394,13 @@ def run_cost_command(args: argparse.Namespace) -> int:
         if args.json:
             write_json(args.json, summary)
         return 0
+    from bench.script_zh import FACTS, SECOND_FACTS, SECOND_NEWS, SECOND_TURNS, TURNS
+
+    turns, facts, news = (SECOND_TURNS, SECOND_FACTS, SECOND_NEWS) if args.script == "second-facts" else \
+        (TURNS, FACTS, ())
     bodies: list[dict[str, Any]] = []
-    report = asyncio.run(run_cost(CostConfig(turns=args.turns, tools=args.tools), record=bodies))
+    config = CostConfig(turns=args.turns or len(turns), tools=args.tools)
+    report = asyncio.run(run_cost(config, turns, facts, record=bodies, news=news))
     print(format_cost(report))
     if args.requests:
         args.requests.write_text("".join(json.dumps(b, ensure_ascii=False) + "\n" for b in bodies), encoding="utf-8")

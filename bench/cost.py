@@ -97,8 +97,9 @@ def memory_parts(reference: str) -> dict[str, str]:
 
 async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
                    facts: Mapping[str, dict[str, Any]] = FACTS,
-                   record: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Play the script; ``record``, when given, receives every request body the fake model saw."""
+                   record: list[dict[str, Any]] | None = None, news: Sequence[str] = ()) -> dict[str, Any]:
+    """Play the script; ``record``, when given, receives every request body the fake model saw; ``news``: the
+    triggers of ``facts`` that must be learned in the turn that tells them (reported apart)."""
     script = [turns[n % len(turns)] for n in range(config.turns)]
     async with FakeLLM() as fake:
         model = ScriptedModel(facts, record=True)
@@ -109,19 +110,38 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
                             model="deepseek-chat", max_retries=0)
             engine = await open_engine(settings, KeywordExtractor(), llm)
             try:
-                replies = await _converse(engine, llm, settings, config, script)
+                replies, learned = await _converse(engine, llm, settings, config, script, facts)
                 stored = len(await engine.memories(Scope(1)))
             finally:
                 await engine.close()
                 await llm.close()
         if record is not None:
             record.extend(fake.requests)
-        return _report(config, fake.requests, model.answers, llm, replies, stored)
+        report = _report(config, fake.requests, model.answers, llm, replies, stored)
+        report["learning"] = learning_lags(script, facts, learned, news)
+        return report
+
+
+def learning_lags(script: Sequence[str], facts: Mapping[str, dict[str, Any]], learned: Mapping[str, int],
+                  news: Sequence[str]) -> dict[str, Any]:
+    """Turns from the telling of each fact (the first turn holding its trigger) to the turn after which it was
+    stored (0: learned in the turn that told it); None: never learned."""
+    lags: dict[str, int | None] = {}
+    for trigger in facts:
+        told = next((n for n, text in enumerate(script) if trigger in text), None)
+        if told is not None:
+            lags[trigger] = learned[trigger] - told if trigger in learned else None
+    known = [lag for lag in lags.values() if lag is not None]
+    return {"lags": lags, "never": sorted(t for t, lag in lags.items() if lag is None),
+            "mean_lag": round(sum(known) / len(known), 1) if known else None,
+            "news": {t: lags.get(t) for t in news}}
 
 
 async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, config: CostConfig,
-                    script: Sequence[str]) -> list[tuple[int, int]]:
-    """Plays the script; returns (memories recalled, memories mentioned) per turn."""
+                    script: Sequence[str], facts: Mapping[str, dict[str, Any]],
+                    ) -> tuple[list[tuple[int, int]], dict[str, int]]:
+    """Plays the script; returns (memories recalled, memories mentioned) per turn, and the turn after which
+    each fact (by trigger) was first stored."""
     clock = SimClock(START)
     chat = ChatService(engine, llm, ChatConfig.from_settings(settings), clock=clock,
                        rng=random.Random(config.seed),
@@ -129,6 +149,7 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
     scope = Scope(1)
     await chat.start(scope)
     out: list[tuple[int, int]] = []
+    learned: dict[str, int] = {}
     for text in script:
         clock.advance(timedelta(minutes=config.minutes_per_turn))
         reply = await chat.reply(scope, text)
@@ -136,7 +157,11 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
             raise RuntimeError(f"the fake model failed a reply: {reply.text}")
         await chat.drain()
         out.append((len(reply.recalled), len(reply.mentioned)))
-    return out
+        stored = await engine.memories(scope)
+        for trigger, fact in facts.items():
+            if trigger not in learned and any(set(fact["keywords"]) <= set(m.keywords) for m in stored):
+                learned[trigger] = len(out) - 1
+    return out, learned
 
 
 def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: Sequence[tuple[str, str]],
@@ -227,6 +252,13 @@ def format_cost(report: dict[str, Any]) -> str:
         f"{report['tools']['follow_up_prompt_tokens']} prompt tokens~ in all); turns with a tool call: "
         f"{report['tools']['turns_with_tool_call']} of {report['tools']['turns']}",
     ]
+    learning = report.get("learning")
+    if learning:
+        lags = ", ".join(f"{t} {'never' if lag is None else lag}" for t, lag in learning["lags"].items())
+        lines.append(f"turns from telling to learning (0: the same turn): mean {learning['mean_lag']}; {lags}")
+        if learning["news"]:
+            news = ", ".join(f"{t} {'never' if lag is None else lag}" for t, lag in learning["news"].items())
+            lines.append(f"second facts on known topics, learned after (turns): {news}")
     return "\n".join(lines)
 
 

@@ -105,3 +105,38 @@ FACTS: dict[str, dict[str, Any]] = {
     "妈妈下周过生日": _fact("妈妈下周过生日，想送她红色围巾", ["妈妈", "生日", "围巾"], 80, "30d", "event"),
     "睡眠不太好": _fact("换工作压力大，最近睡眠不好，常半夜醒", ["睡眠", "失眠", "压力"], 70, "30d", "event"),
 }
+
+
+# A second conversation for ``bench cost --script second-facts``: first facts on a few life topics, then, a
+# few dozen turns later, retellings of them (not news) and second facts on the same topics (news, to be
+# learned in the turn that tells them): a second allergy, a second pet, a new job after the old one, a second
+# food left out, a second singer.
+SECOND_TURNS: tuple[str, ...] = (
+    "晚上好呀", "今天下班有点晚", "我在一家游戏公司做产品经理", "最近在赶一个新版本", "天天加班",
+    "你吃晚饭了吗", "我点了外卖", "对了，我对花生过敏，点外卖都要看配料", "还有我不吃香菜", "这家店还不错",
+    "我家猫叫布丁，是只橘猫", "它在旁边睡觉", "睡得打呼噜", "哈哈好可爱", "我最近一直听周杰伦",
+    "晴天听了好多遍", "明天还要上班", "先睡了", "晚安", "早上好",
+    "昨晚睡得还行", "地铁上人好多", "到公司了", "开了一上午会", "中午吃了碗面",
+    "下午有点困", "喝了杯咖啡", "今天天气挺好的", "下班了", "回家路上买了点水果",
+    "我对花生过敏你知道的，所以零食都挑过", "布丁今天又胖了", "还是周杰伦的歌好听", "周末想出去走走", "你有什么推荐吗",
+    "对了我对虾也过敏，昨天吃了一口脸就肿了", "吓死我了", "吃了药好多了", "以后海鲜都得小心", "你说得对",
+    "跟你说，我前两天又养了一只小狗，叫豆豆", "布丁和豆豆还在互相试探", "挺好玩的", "小狗好闹", "晚上遛了一圈",
+    "还有个事，我跳槽了，现在在一家银行做数据分析", "新同事都挺好", "不用加班了", "工资也还行", "就是要学的东西多",
+    "芹菜我也不吃，味道太冲了", "今天食堂有芹菜炒肉", "我只吃了米饭", "最近还喜欢上了陈奕迅", "十年特别好听",
+    "有点累了", "今天聊得很开心", "谢谢你", "我去睡了", "晚安啦",
+)
+
+SECOND_FACTS: dict[str, dict[str, Any]] = {
+    "游戏公司": _fact("在一家游戏公司做产品经理", ["游戏公司", "产品经理", "工作"], 75, "permanent", "fact"),
+    "花生过敏": _fact("对花生过敏", ["花生", "过敏", "健康"], 95, "permanent", "fact"),
+    "香菜": _fact("不吃香菜", ["香菜", "不吃"], 60, "permanent", "preference"),
+    "布丁": _fact("养了一只橘猫叫布丁", ["布丁", "橘猫", "猫"], 65, "permanent", "fact"),
+    "周杰伦": _fact("喜欢周杰伦，最爱《晴天》", ["周杰伦", "晴天", "音乐"], 50, "permanent", "preference"),
+    "虾也过敏": _fact("对虾也过敏，吃一口脸就肿", ["虾", "过敏", "海鲜"], 95, "permanent", "fact"),
+    "豆豆": _fact("又养了一只小狗叫豆豆", ["豆豆", "小狗", "狗"], 65, "permanent", "fact"),
+    "银行": _fact("跳槽到一家银行做数据分析", ["银行", "数据分析", "工作"], 80, "permanent", "fact"),
+    "芹菜": _fact("不吃芹菜，嫌味道冲", ["芹菜", "不吃"], 55, "permanent", "preference"),
+    "陈奕迅": _fact("最近喜欢陈奕迅，爱听《十年》", ["陈奕迅", "十年", "音乐"], 50, "permanent", "preference"),
+}
+# The second facts: the trigger of each, which a good memory learns in the turn that tells it.
+SECOND_NEWS = ("虾也过敏", "豆豆", "银行", "芹菜", "陈奕迅")

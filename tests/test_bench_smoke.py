@@ -20,6 +20,7 @@ from bench.metrics import InjectionCounts
 from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
+from bench.script_zh import SECOND_FACTS, SECOND_NEWS, SECOND_TURNS
 from companion.chat.persona import render_reference
 from companion.core.models import Memory, MemoryType, Origin, Recalled, Validity
 from companion.recall.keywords import KeywordExtractor
@@ -152,6 +153,14 @@ async def test_cost_counts_match_what_the_fake_model_saw() -> None:
     assert per100["reply"]["prompt_chars"] * 30 / 100 == pytest.approx(report["client_usage"]["prompt_chars"]["reply"])
     assert len(report["context_tokens_per_turn"]) == 30
     assert report["memories_stored"] >= 1
+
+
+async def test_second_facts_on_known_topics_are_learned_in_the_turn_that_tells_them() -> None:
+    report = await run_cost(CostConfig(turns=len(SECOND_TURNS)), SECOND_TURNS, SECOND_FACTS, news=SECOND_NEWS)
+    learning = report["learning"]
+    assert learning["never"] == []
+    assert {t: learning["news"][t] for t in ("虾也过敏", "豆豆", "银行")} == {"虾也过敏": 0, "豆豆": 0, "银行": 0}
+    assert learning["lags"]["花生过敏"] == 0
 
 
 def test_memory_parts_are_read_from_the_real_reference_block() -> None:

@@ -363,6 +363,26 @@ async def test_an_important_word_already_remembered_is_not_news(
     assert await rig.engine.pending_count(ME) == 1 - calls, "the turn stays queued for the regular extraction"
 
 
+@pytest.mark.parametrize(("stored", "text", "calls"), [
+    (MemoryDraft("对花生过敏", ["花生", "过敏"], 95, Validity.PERMANENT), "对了我对虾也过敏", 1),  # a second allergy
+    (MemoryDraft("对花生过敏", ["花生", "过敏"], 95, Validity.PERMANENT), "我对花生过敏你知道的", 0),  # retold
+    (MemoryDraft("养了一只橘猫叫布丁", ["布丁", "橘猫", "养了"], 65, Validity.PERMANENT),
+     "我又养了一只小狗，叫豆豆", 1),  # a second pet
+    (MemoryDraft("在游戏公司做产品经理", ["游戏公司", "产品经理", "工作"], 75, Validity.PERMANENT),
+     "我跳槽了，现在在一家银行做数据分析", 1),  # a new job after the old one
+    (MemoryDraft("感冒发烧", ["感冒", "发烧"], 85, Validity.DAYS_30), "可能感冒还没好利索", 0),  # 利索: said of it
+    (MemoryDraft("感冒发烧", ["感冒", "发烧"], 85, Validity.DAYS_30), "感冒还没好，嗓子太疼了", 1),  # a new symptom
+])
+async def test_a_new_detail_on_a_known_topic_is_news(rig: Rig, stored: MemoryDraft, text: str, calls: int) -> None:
+    await seed(rig, stored)
+    brain = ScriptedBrain()
+    brain.install(rig.llm)
+    await rig.chat.start(ME)
+    await rig.chat.reply(ME, text)
+    await rig.chat.drain()
+    assert brain.extraction_calls == calls
+
+
 async def test_news_in_quick_succession_shares_one_extraction(rig: Rig) -> None:
     brain = ScriptedBrain()
     brain.install(rig.llm)

@@ -171,7 +171,7 @@ class Learning:
         # A detail names a thing or someone (虾, 年糕, 芒果), not the everyday words around a topic ("准备", "算了"),
         # which would cost an extraction per mention.
         found = self.engine.keywords
-        details = [word for word in found.keywords(text) if word not in topics and found.names_a_thing(word)]
+        details = [word for word in found.things(text) if word not in topics]
         said = [
             word for word in dict.fromkeys([*topics, *details])
             if session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS

@@ -46,6 +46,9 @@ DISTINCTIVE_MAX_COUNT = 1000
 _NOT_TOPICS = frozenset({"t", "tg", "m", "mq", "mg", "q", "vq", "r", "rr", "rz", "rg", "d", "dg", "df", "vd", "ad",
                          "b", "a", "ag", "an", "f", "p", "c", "u", "uz", "uv", "ul", "uj", "ug", "ud", "y", "e", "o",
                          "x", "k", "h", "z", "zg"})
+# A word right after a degree adverb is said of something, not a thing itself: "没好利索" (利索, an adjective
+# jieba's dictionary lists as a noun), "太油腻". Chinese puts no degree adverb before a noun.
+_DEGREE = re.compile(r"(?:很|太|好|挺|真|蛮|超|特别|非常|比较|更|最|越来越|有点|有些|不太|不够)$")
 # Found beside this module, so a host that vendors the engine under another package name finds them too.
 RESOURCES = __name__.rpartition(".")[0] + ".resources"
 
@@ -175,6 +178,19 @@ class KeywordExtractor:
             return True
         count, tag = listed
         return bool(count <= THING_MAX_COUNT and tag.startswith("n") and tag != "nt")
+
+    def things(self, text: str) -> list[str]:
+        """The content words of ``text`` that name a thing where they stand (``names_a_thing``, and not said
+        of something after a degree adverb): the details a new fact brings ("对了我对虾也过敏": 虾)."""
+        found = []
+        for word in self.keywords(text):
+            if not self.names_a_thing(word):
+                continue
+            at = text.find(word)
+            if at >= 0 and _DEGREE.search(text[:at]):
+                continue
+            found.append(word)
+        return found
 
     def _is_content(self, word: str) -> bool:
         if not word or word in self._stopwords or _DIGITS.match(word):
