@@ -4,7 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test stress console backup lint clean astrbot-plugin
+.PHONY: run test check stress console backup lint clean astrbot-plugin
+
+# The suite runs on this many pytest-xdist workers: most tests wait on processes, servers and sockets more than
+# they compute, so twice the cores keeps them busy (docs/testing.md has the measured times).
+TEST_WORKERS ?= 4
+# What `make check` leaves out: the kinds that start processes, build virtualenvs or need the servers.
+FAST := not process and not astrbot and not packaging and not postgresql and not redis
 
 # requirements.txt is the engine's, the bot's and the operator tools' requirements together (the wheel's
 # dependencies and its extras [bot] and [ops]); the bot gets the /mem_stats chart too (requirements-charts.txt).
@@ -46,7 +52,11 @@ lint: $(VENV)/.dev
 	$(PY) -m mypy
 
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The developer's loop: lint, types and every test that needs no process, server or virtualenv.
+check: lint
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "$(FAST)"
 
 # The long reliability proofs (docs/testing.md, "Stress"); figures land in bench/results/stress.json.
 stress: $(VENV)/.dev

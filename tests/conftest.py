@@ -23,20 +23,57 @@ from companion.storage.factory import open_store, sqlite_url
 from companion.storage.sqlite import SQLiteStore
 from handlers import build_client, build_dispatcher
 from handlers.commands import bot_commands
-from tests.astrbot.venvs import BUILDS, astrbot_last, start, wanted
+from tests.astrbot.venvs import BUILDS, astrbot_last, runs_astrbot, start, wanted
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema, require_server
 from tests.redistest import redis_keys
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
+# The kinds of test a developer may want to run (``pytest -m process``) or leave out (``-m "not process"``),
+# by module: what a module needs is a property of the module, and a new one lands in the kind of its neighbours.
+KINDS: dict[str, frozenset[str]] = {
+    "process": frozenset({
+        "test_admin", "test_astrbot_order", "test_backup_failures", "test_backup_stop", "test_console",
+        "test_console_memory", "test_dblock", "test_dida_process", "test_e2e_groups", "test_e2e_memory",
+        "test_e2e_month", "test_e2e_process", "test_e2e_time", "test_e2e_touches", "test_forget_atomic",
+        "test_fuzz_recovery", "test_graceful_stop", "test_merge_process", "test_migrate", "test_resilience",
+        "test_semantic_process", "test_startup", "test_webhook", "test_workers_process", "test_crash",
+        "test_group_move_crash", "test_load", "test_outage", "test_telegram_faults",
+    }),
+    "redis": frozenset({"test_workqueue", "test_workers_process"}),
+    "packaging": frozenset({"test_packaging", "test_makefile", "test_layers"}),
+}
+MARKERS = {
+    "postgresql": "needs the PostgreSQL test server (tests/pgtest.py)",
+    "redis": "needs the Redis test server (tests/redistest.py)",
+    "process": "runs python bot.py (or another of the project's commands) as a process",
+    "astrbot": "runs real AstrBot in its own virtualenv (tests/astrbot/venvs.py)",
+    "packaging": "builds a wheel or a virtualenv, or reads the source tree as a whole",
+}
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "postgresql: needs the PostgreSQL test server (tests/pgtest.py)")
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of real AstrBot run last, so the virtualenvs they wait for build while the others run."""
-    items[:] = astrbot_last(items)
+    """Mark each test with its kinds; then order them for the workers: the slow kinds (processes, packaging)
+    first, so the longest tests do not start last and hold the session up alone, and real AstrBot's tests
+    last, so the virtualenvs they wait for build while the others run."""
+    for item in items:
+        module = item.path.stem
+        for kind, modules in KINDS.items():
+            if module in modules:
+                item.add_marker(kind)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgresql" in callspec.params.values():
+            item.add_marker("postgresql")
+        if runs_astrbot(item):
+            item.add_marker("astrbot")
+    slow = [item for item in items if item.get_closest_marker("process") or item.get_closest_marker("packaging")]
+    first = set(map(id, slow))
+    items[:] = astrbot_last([*slow, *(item for item in items if id(item) not in first)])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

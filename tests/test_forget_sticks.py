@@ -120,7 +120,7 @@ async def test_forgetting_an_explicit_save_of_the_turn_before_drops_both_turns(
 
 
 async def test_forget_all_right_after_telling_something_never_learns_it(rig: Rig, tool_chat: ChatService) -> None:
-    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    told, learned = "我家有只猫，叫咪咪", "用户家有一只叫咪咪的猫"
     relearning(rig.llm, told, learned)
     rig.llm.queue_chat("好可爱！")
     assert (await tool_chat.reply(ALICE, told)).ok
@@ -141,7 +141,7 @@ async def test_forget_all_right_after_telling_something_never_learns_it(rig: Rig
 
 async def test_forget_all_through_telegram_drops_the_queued_turn(live: Live) -> None:
     scope = Scope(USER)
-    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    told, learned = "我家有只猫，叫咪咪", "用户家有一只叫咪咪的猫"
     await live.say("/start_aiGF", 1)
     live.llm.queue_json(json.dumps({"event": "喜欢奶茶", "keywords": ["奶茶"], "type": "preference",
                                     "importance": 60}, ensure_ascii=False))
@@ -215,7 +215,7 @@ async def test_extraction_never_reads_a_turn_a_forgotten_memory_came_from(rig: R
 async def test_forget_all_with_no_memory_yet_still_drops_the_queued_turn(live: Live, ask: str) -> None:
     """Nothing learned yet is no reason to keep what was said: the wipe is offered and done all the same."""
     scope = Scope(USER)
-    told, learned = "我养了一只猫，叫咪咪", "用户养了一只叫咪咪的猫"
+    told, learned = "我家有只猫，叫咪咪", "用户家有一只叫咪咪的猫"
     await live.say("/start_aiGF", 1)
     relearning(live.llm, told, learned)
     live.llm.queue_chat("好可爱！")

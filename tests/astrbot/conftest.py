@@ -1,7 +1,7 @@
 """Real AstrBot (pinned, in its own virtualenv) running the built plugin against the fake LLM.
 
-The virtualenv is ``.venv-astrbot/`` at the repository's root (``ASTRBOT_VENV`` points at another one),
-and the newest AstrBot's ``.venv-astrbot-py312/`` when a Python 3.12 is found: made on first use (a few
+The virtualenv is ``~/.cache/companion-memory-tests/astrbot-4.14.6/`` (``ASTRBOT_VENV`` points at another one),
+and the newest AstrBot's ``astrbot-4.29.3-py312/`` beside it when a Python 3.12 is found: made on first use (a few
 minutes: AstrBot has ~140 dependencies) and reused after. The session starts building both in the
 background as soon as it has collected tests that need them, and runs these tests last, so the build
 overlaps the rest of the suite; the fixtures below wait for it (tests/astrbot/venvs.py). Nothing here

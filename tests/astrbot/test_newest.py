@@ -1,4 +1,5 @@
-"""The plugin in the newest AstrBot (Python 3.12, ``.venv-astrbot-py312/``), when such an interpreter is
+"""The plugin in the newest AstrBot (Python 3.12, ``~/.cache/companion-memory-tests/astrbot-4.29.3-py312/``),
+when such an interpreter is
 present: the main proof (a tool call saves in the speaker's scope, the next request carries it to them
 only; an admin command is refused to others)."""
 

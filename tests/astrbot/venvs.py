@@ -27,6 +27,8 @@ REQUIREMENTS = ROOT / "companion" / "hosts" / "astrbot" / "requirements.txt"
 ASTRBOT = "astrbot==4.14.6"  # the newest AstrBot for Python 3.11
 NEWEST = "astrbot==4.29.3"  # the newest AstrBot when the plugin was written (Python >= 3.12)
 PIP_TIMEOUT = 1800
+# Outside the clone, keyed by the pin, so every clone on a machine (CI's fresh ones too) builds each once.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "companion-memory-tests"
 TAIL_LINES = 30
 
 
@@ -63,18 +65,20 @@ class Venv:
 
     @property
     def log(self) -> Path:
-        return self.path.with_name(self.path.name + ".log")
+        # One per pytest-xdist worker: each worker's builder writes its own (the second waits on the lock).
+        return self.path.with_name(f"{self.path.name}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log")
 
 
 def pinned() -> Venv:
     """The virtualenv of the pinned AstrBot, which most tests run in (``ASTRBOT_VENV`` moves it)."""
-    return Venv(Path(os.environ.get("ASTRBOT_VENV") or ROOT / ".venv-astrbot"), ASTRBOT, sys.executable)
+    return Venv(Path(os.environ.get("ASTRBOT_VENV") or CACHE / f"astrbot-{ASTRBOT.partition('==')[2]}"), ASTRBOT,
+                sys.executable)
 
 
 def newest() -> Venv | None:
     """The virtualenv of the newest AstrBot, when there is a Python 3.12 to make it from."""
     base = python312()
-    return None if base is None else Venv(ROOT / ".venv-astrbot-py312", NEWEST, base)
+    return None if base is None else Venv(CACHE / f"astrbot-{NEWEST.partition('==')[2]}-py312", NEWEST, base)
 
 
 def build(venv: Venv) -> None:
@@ -84,6 +88,7 @@ def build(venv: Venv) -> None:
     with venv.lock.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
         if venv.ready.exists():
+            print(f"{venv.path.name} ({venv.pin}) is ready (built before, or by another worker)", flush=True)
             return
         steps = (
             ("venv", [venv.base, "-m", "venv", str(venv.path)]) if not venv.python.exists() else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Self
@@ -12,6 +13,11 @@ from typing import Self
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# A wait is a bound on how long a stuck bot is waited for, never a speed check (benchmarks do that): it ends as
+# soon as what it waits for happens. Under pytest-xdist, several bot processes share the cores, so a start-up or
+# a reply can take a few times as long as alone; the bounds stretch with them rather than fail a working bot.
+WAIT_SCALE = float(os.environ.get("TEST_WAIT_SCALE") or (3 if os.environ.get("PYTEST_XDIST_WORKER") else 1))
 
 
 class FakeServer:
@@ -64,7 +70,7 @@ class FakeServer:
     async def _wait_until(self, ready: Callable[[], bool], within: float, why: Callable[[], str]) -> None:
         """Return once ``ready()`` holds; raise AssertionError with ``why()`` after ``within`` seconds."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        deadline = loop.time() + within * WAIT_SCALE
         while True:
             changed = self._changed
             if ready():
