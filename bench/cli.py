@@ -70,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--by-group", action="store_true",
                         help="also print hit@1, hit@2 and recall@5 per LoCoMo category or MemDaily file")
     recall.add_argument("--embeddings", metavar="URL",
-                        help="measure the dense path against this OpenAI-compatible embeddings endpoint, or a "
-                             "local sentence-transformers model folder")
+                        help="measure the dense path against this OpenAI-compatible embeddings endpoint, a "
+                             "local sentence-transformers model folder, or e5 (the in-process default model)")
     recall.add_argument("--embedding-model", help="model name for --embeddings (default: EMBEDDING_MODEL)")
     recall.add_argument("--keep", type=Path, metavar="FILE",
                         help="with --embeddings: also pickle the turn records here, to try fusion rules offline")

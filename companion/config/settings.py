@@ -108,8 +108,10 @@ class Settings(BaseSettings):
     idle_summary_minutes: float = Field(default=5.0, gt=0)
     group_memory_limit: int = Field(default=10, ge=0, le=50)
 
-    # Semantic recall (optional, off unless a backend is named): an OpenAI-compatible embeddings endpoint,
-    # or a local sentence-transformers model folder (requirements-local-embeddings.txt).
+    # Semantic recall: by default multilingual-e5-small in process where its wheel installs (Linux x86_64);
+    # an OpenAI-compatible embeddings endpoint or a local sentence-transformers folder take precedence when set;
+    # EMBEDDINGS=off leaves recall to keywords.
+    embeddings: Literal["auto", "off"] = "auto"
     embedding_base_url: str = ""
     embedding_model: str = ""
     embedding_api_key: SecretStr | None = None
@@ -119,7 +121,8 @@ class Settings(BaseSettings):
     embedding_timeout_seconds: float = Field(default=10.0, gt=0)
     embedding_query_timeout_seconds: float = Field(default=2.0, gt=0)
     embedding_min_similarity: float = Field(default=0.2, ge=-1, le=1)
-    embedding_min_standout: float = Field(default=5.0, ge=0)
+    # None: the value chosen leave-one-dataset-out for the model in use (4 for the in-process E5, 5 for others).
+    embedding_min_standout: float | None = Field(default=None, ge=0)
     embedding_retry_after_seconds: float = Field(default=60.0, ge=0)
 
     # The Dida365 (TickTick) kanban of the memory tiers (optional, off unless the three app keys are set):
@@ -196,11 +199,14 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def embedding_backend(self) -> Literal["openai", "local"] | None:
-        """Which embedding backend semantic recall uses; None: lexical recall only (the default)."""
+    def embedding_backend(self) -> Literal["openai", "local", "e5"] | None:
+        """Which embedding backend semantic recall uses: a configured endpoint or folder first, else the
+        in-process model (whether it is installed is the assembly's question); None: keywords only."""
         if self.embedding_base_url:
             return "openai"
-        return "local" if self.embedding_local_model else None
+        if self.embedding_local_model:
+            return "local"
+        return None if self.embeddings == "off" else "e5"
 
     @property
     def webhook_path(self) -> str:

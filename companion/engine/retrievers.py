@@ -25,7 +25,7 @@ from datetime import datetime
 
 from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
-from companion.llm.embeddings import Embedder, EmbeddingError, LocalEmbedder
+from companion.llm.embeddings import E5Embedder, Embedder, EmbeddingError, LocalEmbedder
 from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.index import RecallFilter
@@ -92,7 +92,7 @@ class DenseRetriever:
             await embedder.close()
             log.warning("semantic recall needs a store that keeps vectors; recall uses keywords only")
             return None
-        if isinstance(embedder, LocalEmbedder):
+        if isinstance(embedder, LocalEmbedder | E5Embedder):
             try:
                 await embedder.load()  # now, not on the first reply: loading takes seconds
             except EmbeddingError as exc:

