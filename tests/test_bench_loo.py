@@ -48,6 +48,10 @@ def test_a_dense_candidate_must_stand_out_from_the_scope_s_usual_similarity() ->
     assert [h for h, _ in standout(clear, policy)] == [1, 2]
     assert standout(clear[:3], policy) == clear[:3]  # too few to have a usual similarity: the floor decides
     assert standout(clear, DensePolicy(min_similarity=0.5, min_standout=0.0)) == clear[:1]
+    # A model that puts any two sentences close (E5 on Chinese): a scope too small to measure admits nothing.
+    compressed = DensePolicy(min_similarity=0.2, min_standout=4.0, floor_decides_small_scopes=False)
+    assert standout([(1, 0.88), (2, 0.85), (3, 0.84)], compressed) == []
+    assert [h for h, _ in standout(clear, compressed)] == [1, 2]
 
 
 def evidence_turn(kind: str, asked: float, lone: float) -> Turn:

@@ -17,6 +17,7 @@ from companion.config.settings import load_settings
 from companion.core.errors import ConfigError
 from companion.llm.embeddings import (
     E5_BATCH,
+    E5_STANDOUT,
     E5Embedder,
     EmbeddingError,
     LocalEmbedder,
@@ -24,7 +25,7 @@ from companion.llm.embeddings import (
     batches,
     normalized,
 )
-from companion.ops.assembly import E5_STANDOUT, OTHER_STANDOUT, build_embedder, standout_for
+from companion.ops.assembly import OTHER_STANDOUT, build_embedder, standout_for
 from tests.fakes.embeddings import FakeEmbeddings, cosine
 
 

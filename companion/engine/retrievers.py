@@ -48,6 +48,10 @@ class DensePolicy:
     # A memory found by meaning alone must stand this many standard deviations above the scope's usual
     # similarity to the turn (``standout``); 0 turns the rule off. Measured leave-one-dataset-out (§7).
     min_standout: float = 5.0
+    # In a scope too small to measure the usual similarity (fewer than ``MIN_REFERENCE`` others), whether the
+    # floor alone decides (a model whose cosines of unrelated texts lie low) or nothing is admitted by meaning
+    # alone (a model that puts any two sentences close, as E5 does for Chinese: 0.8-0.9).
+    floor_decides_small_scopes: bool = True
     standout_sample: int = 1000  # the scope's memories read for its usual similarity (all, in most scopes)
     by_scope_size: bool = False  # measure from the expected best of the scope's size (measured, not better)
     retry_after: float = 60.0  # seconds of keyword-only recall after a backend failure
@@ -299,8 +303,11 @@ def standout(hits: Sequence[tuple[int, float]], policy: DensePolicy) -> list[tup
     ones a turn may recall, up to ``standout_sample``). The bar is ``min_standout`` standard deviations above
     their mean, plus, with ``by_scope_size``, sqrt(2 ln n) more: about how far the best of n unrelated memories
     lies above the mean by chance, so a scope of 600 memories needs a clearer winner than one of 8. A scope
-    with fewer than ``MIN_REFERENCE`` other memories has no usual similarity: there the floor alone decides."""
+    with fewer than ``MIN_REFERENCE`` other memories has no usual similarity: there the floor alone decides, or,
+    for a model whose floor means nothing (``floor_decides_small_scopes`` off), nothing stands out."""
     reference = [s for _, s in hits[STANDOUT_SKIP : policy.standout_sample]]
+    if policy.min_standout > 0 and len(reference) < MIN_REFERENCE and not policy.floor_decides_small_scopes:
+        return []
     floor = policy.min_similarity
     if policy.min_standout > 0 and len(reference) >= MIN_REFERENCE:
         mean = sum(reference) / len(reference)

@@ -61,18 +61,19 @@ def engine_config(settings: Settings) -> EngineConfig:
         cache_memories=memories_for(settings.index_cache_mb),
         dense=DensePolicy(min_similarity=settings.embedding_min_similarity,
                           min_standout=standout_for(settings),
+                          floor_decides_small_scopes=settings.embedding_backend != "e5",
                           retry_after=settings.embedding_retry_after_seconds),
     )
 
 
-# The dense gate chosen leave-one-dataset-out for each model (BENCHMARKS.md): E5's Chinese cosines are compressed
-# (0.8-0.9 for any pair), and z >= 4 held false injection within 6% on every held-out fold; 5 was chosen for
-# MiniLM and stays for endpoints and folders, whose model this code does not know.
-E5_STANDOUT = 4.0
+# The dense gate for endpoints and folders, whose model this code does not know: chosen for MiniLM (BENCHMARKS.md);
+# the built-in model has its own (``embeddings.E5_STANDOUT``).
 OTHER_STANDOUT = 5.0
 
 
 def standout_for(settings: Settings) -> float:
+    from companion.llm.embeddings import E5_STANDOUT
+
     if settings.embedding_min_standout is not None:
         return settings.embedding_min_standout
     return E5_STANDOUT if settings.embedding_backend == "e5" else OTHER_STANDOUT

@@ -28,6 +28,7 @@ class Options:
     backup_time: time = time(3, 30)
     backup_keep: int = 7
     timezone: str = "Asia/Shanghai"
+    semantic: bool = True  # the built-in model in AstrBot's own process, where its wheel installs
     embedding_base_url: str = ""
     embedding_model: str = ""
     embedding_api_key: str = ""
@@ -66,7 +67,7 @@ class Options:
             learn_every=number("learn_every", 1, 50), decay=flag("decay"),
             backup_time=_clock_time(text("backup_time"), default.backup_time),
             backup_keep=number("backup_keep", 0, 365), timezone=zone,
-            embedding_base_url=text("embedding_base_url"), embedding_model=text("embedding_model"),
+            semantic=flag("semantic"), embedding_base_url=text("embedding_base_url"), embedding_model=text("embedding_model"),
             embedding_api_key=text("embedding_api_key"),
         )
 
@@ -74,10 +75,15 @@ class Options:
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
-    def engine_config(self) -> EngineConfig:
+    def engine_config(self, *, standout: float | None = None) -> EngineConfig:
+        """``standout``: the dense gate of the built-in model, when it is the one in use (its cosines put any
+        two sentences close, so a scope too small to measure them recalls nothing by meaning alone)."""
+        from companion.engine.retrievers import DensePolicy
         from memory import EngineConfig  # the engine loads when the plugin first needs it, not at load
 
-        return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz)
+        dense = DensePolicy() if standout is None else \
+            DensePolicy(min_standout=standout, floor_decides_small_scopes=False)
+        return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz, dense=dense)
 
 
 def _clock_time(value: str, default: time) -> time:
