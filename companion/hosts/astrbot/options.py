@@ -67,8 +67,8 @@ class Options:
             learn_every=number("learn_every", 1, 50), decay=flag("decay"),
             backup_time=_clock_time(text("backup_time"), default.backup_time),
             backup_keep=number("backup_keep", 0, 365), timezone=zone,
-            semantic=flag("semantic"), embedding_base_url=text("embedding_base_url"), embedding_model=text("embedding_model"),
-            embedding_api_key=text("embedding_api_key"),
+            semantic=flag("semantic"), embedding_base_url=text("embedding_base_url"),
+            embedding_model=text("embedding_model"), embedding_api_key=text("embedding_api_key"),
         )
 
     @property
