@@ -21,7 +21,7 @@ from companion.llm.embeddings import E5Embedder
 from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from tests.fakes import FakeLLM, FakeTelegram
-from tests.process import ROOT, bot_env
+from tests.process import ROOT, bot_env, clean_env, run_cli
 from tests.scripted import reference_data
 from tests.support import make_settings
 from tests.test_e2e_process import USER, say
@@ -101,6 +101,30 @@ async def test_the_bot_recalls_by_meaning_in_process_with_no_setting(
     for text in REFUSED:
         assert found[text] == "", f"small talk {text!r} was given {found[text]!r}"
     assert "花生" not in found["(log)"] and "杭州" not in found["(log)"]  # memory text stays out of the log
+
+
+def vectors_in(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_restore_encodes_the_memories_again_and_says_so(tmp_path: Path) -> None:
+    await seed(tmp_path, "auto")
+    env = clean_env() | {"DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups"),
+                         "EMBEDDINGS": "auto"}
+    code, out, err = await run_cli(env, tmp_path, "backup")
+    assert code == 0, out + err
+    (day,) = list((tmp_path / "backups").iterdir())
+    code, out, err = await run_cli(env | {"DATA_DIR": str(tmp_path / "fresh")}, tmp_path, "restore", str(day))
+    assert code == 0, out + err
+    assert f"vectors: re-encoded {len(MEMORIES)} memories for semantic recall (e5:multilingual-e5-small-q4)" in out
+    assert vectors_in(tmp_path / "fresh" / "memory.sqlite3") == len(MEMORIES)
+    code, out, err = await run_cli(env | {"DATA_DIR": str(tmp_path / "off"), "EMBEDDINGS": "off"}, tmp_path,
+                                   "restore", str(day))
+    assert code == 0 and "vectors: none re-encoded (semantic recall is off)" in out, out + err
 
 
 async def test_embeddings_off_leaves_recall_to_keywords(servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path) -> None:

@@ -113,6 +113,12 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
         names = ", ".join(p.name for p in result.pruned)
         print(f"removed {len(result.pruned)} older before-restore copies (RESTORE_KEEP_COPIES="
               f"{settings.restore_keep_copies}): {names}")
+    # A backup holds words, not vectors (they belong to one model): semantic recall needs them encoded again.
+    encoded = await _reindex(settings, force=True) if settings.embedding_backend is not None else None
+    if encoded is None:
+        print("vectors: none re-encoded (semantic recall is off); recall uses keywords")
+    else:
+        print(f"vectors: re-encoded {encoded[0]} memories for semantic recall ({encoded[1]})")
     return 0
 
 
@@ -156,28 +162,38 @@ async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
-    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar."""
-    from tqdm import tqdm
-
-    from companion.ops import dblock
-
+    """Embed every memory that lacks a current vector (all with ``--force``), with a progress bar. A run cut
+    short resumes where it stopped: what has a current vector is skipped."""
     if settings.embedding_backend is None:
         raise ConfigError("reindex needs semantic recall, which EMBEDDINGS=off turns off: unset it for the built-in "
                           "model, or set EMBEDDING_BASE_URL and EMBEDDING_MODEL (or EMBEDDING_LOCAL_MODEL)")
     require_database(settings)
+    done = await _reindex(settings, force=args.force)
+    if done is None:
+        raise ConfigError("semantic recall could not start; see the log above")
+    written, model, backend = done
+    print(f"reindex done: {written} vectors written ({model}, scored by {backend})")
+    return 0
+
+
+async def _reindex(settings: Settings, *, force: bool) -> tuple[int, str, str] | None:
+    """(vectors written, model, scorer); None when semantic recall is off or could not start."""
+    from tqdm import tqdm
+
+    from companion.ops import dblock
+
     with dblock.hold(settings.db_path, "reindex"):
         async with services(settings, need_llm=False) as parts:
             dense = parts.engine.dense
             if dense is None:
-                raise ConfigError("semantic recall could not start; see the log above")
+                return None
             with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
                 def progress(done: int, total: int) -> None:
                     bar.total = total
                     bar.update(done - bar.n)
 
-                written = await dense.reindex(force=args.force, progress=progress)
-    print(f"reindex done: {written} vectors written ({dense.model}, scored by {dense.vectors.backend})")
-    return 0
+                written = await dense.reindex(force=force, progress=progress)
+    return written, dense.model, dense.vectors.backend
 
 
 async def run_users(settings: Settings, args: argparse.Namespace) -> int:
