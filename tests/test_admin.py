@@ -188,7 +188,7 @@ async def test_stats_text_and_chart_with_llm_usage_from_the_table(admin_rig: Adm
     text = await admin_rig.say(ADMIN, "/mem_stats")
     [photo] = await admin_rig.tg.wait_for_uploads(ADMIN, 1)
     assert photo["kind"] == "photo" and photo["file"]["content"].startswith(b"\x89PNG\r\n\x1a\n")
-    assert "用户 1" in text and "中期 1" in text and "重要程度分布" in text
+    assert text.startswith("1 位用户（1 个范围）") and "中期 1" in text and "重要程度分布" in text
     assert "最近7天模型调用" in text and "回复 1次" in text and "reply" not in text
     report = await SQLiteUsageLog(admin_rig.store).report(NOW - timedelta(days=1), timedelta(hours=8))
     reply_cell = next(c for c in report if c.purpose == "reply")
@@ -316,7 +316,7 @@ async def test_mem_stats_without_matplotlib_says_how_to_get_the_chart(admin_rig:
     admin_rig.tg.push_text(ADMIN, "/mem_stats")
     await admin_rig.tg.wait_for_messages(ADMIN, 2)
     texts_sent = [m["text"] for m in admin_rig.tg.sent_messages(ADMIN)]
-    assert "用户 0" in texts_sent[0] and texts_sent[1] == NO_CHART
+    assert texts_sent[0].startswith("0 位用户") and texts_sent[1] == NO_CHART
 
 
 def test_the_bot_process_imports_no_plotting_library() -> None:

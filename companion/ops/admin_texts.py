@@ -189,7 +189,7 @@ def admin_stats(stats: AdminStats) -> str:
     cached = sum(c.cache_hit_tokens for c in stats.usage)
     extraction_calls = sum(c.calls for c in stats.usage if c.purpose == "extraction")
     text = "\n".join([
-        f"用户 {stats.users}（{stats.scopes} 个范围）",
+        f"{stats.users} 位用户（{stats.scopes} 个范围）",
         f"有效记忆按层级：{tiers}",
         f"按类型：{types}",
         f"重要程度分布：{histogram}",
