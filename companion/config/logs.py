@@ -11,5 +11,6 @@ def setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # httpx/aiohttp at INFO would print request URLs, which for Telegram contain the bot token.
-    for noisy in ("httpx", "httpx2", "openai", "aiogram.event", "apscheduler"):
+    # matplotlib and its font manager write several INFO lines per /mem_stats chart: third-party chatter.
+    for noisy in ("httpx", "httpx2", "openai", "aiogram.event", "apscheduler", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
