@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 .PHONY: run test check stress console backup lint clean astrbot-plugin
 
 # The suite runs on this many pytest-xdist workers: most tests wait on processes, servers and sockets more than
-# they compute, so twice the cores keeps them busy (docs/testing.md has the measured times).
+# they compute, so twice the cores keeps them busy (docs/testing.md has the measured times). `loadfile` keeps
+# each module on one worker: a module of real AstrBot tests runs in order on one AstrBot.
 TEST_WORKERS ?= 4
 # What `make check` leaves out: the kinds that start processes, build virtualenvs or need the servers.
 FAST := not process and not astrbot and not packaging and not postgresql and not redis
@@ -52,11 +53,11 @@ lint: $(VENV)/.dev
 	$(PY) -m mypy
 
 test: lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The developer's loop: lint, types and every test that needs no process, server or virtualenv.
 check: lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "$(FAST)"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST)"
 
 # The long reliability proofs (docs/testing.md, "Stress"); figures land in bench/results/stress.json.
 stress: $(VENV)/.dev
