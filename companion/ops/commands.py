@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from companion.core.errors import ConfigError
 from companion.ops.assembly import admin_service, services
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from companion.config.settings import Settings
 
 
@@ -34,25 +36,36 @@ def counted(users: int, scopes: int) -> str:
 
 
 class ProgressLine:
-    """``label: done/total`` rewritten in place on stderr. Used as a context manager: on the way out an
-    unfinished line is ended, so an error printed after it starts a line of its own."""
+    """The progress of a long operator command (backup, restore, migrate, reindex), one way for all: tqdm's bar
+    on a terminal; in a pipe or a log (cron, systemd), a plain ``label: done/total`` line every 5%, never a
+    carriage return. Used as a context manager: the bar is closed (or the last line written) on the way out,
+    so an error printed after it starts a line of its own."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
-        self.open = False
+        self.stream = stream or sys.stderr
+        self.bar: tqdm[Any] | None = None
+        self.next = 0
 
     def __call__(self, done: int, total: int) -> None:
-        if done == total or done % max(total // 20, 1) == 0:
-            self.open = done != total
-            print(f"\r{self.label}: {done}/{total}", end="" if self.open else "\n", file=sys.stderr, flush=True)
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+        elif done == total or done >= self.next:
+            print(f"{self.label}: {done}/{total}", file=self.stream, flush=True)
+            self.next = done + max(total // 20, 1)
 
     def __enter__(self) -> ProgressLine:
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=self.label, unit="memory", file=self.stream)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.open:
-            print(file=sys.stderr, flush=True)
-            self.open = False
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
@@ -178,8 +191,6 @@ async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _reindex(settings: Settings, *, force: bool) -> tuple[int, str, str] | None:
     """(vectors written, model, scorer); None when semantic recall is off or could not start."""
-    from tqdm import tqdm
-
     from companion.ops import dblock
 
     with dblock.hold(settings.db_path, "reindex"):
@@ -187,11 +198,7 @@ async def _reindex(settings: Settings, *, force: bool) -> tuple[int, str, str] |
             dense = parts.engine.dense
             if dense is None:
                 return None
-            with tqdm(unit="memory", desc=f"reindex ({dense.model})", file=sys.stderr) as bar:
-                def progress(done: int, total: int) -> None:
-                    bar.total = total
-                    bar.update(done - bar.n)
-
+            with ProgressLine(f"reindex ({dense.model})") as progress:
                 written = await dense.reindex(force=force, progress=progress)
     return written, dense.model, dense.vectors.backend
 
