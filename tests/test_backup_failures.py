@@ -224,3 +224,18 @@ async def test_a_failed_restore_prints_its_error_on_a_line_of_its_own(tmp_path: 
     assert "restore: 1/3" in err
     (line,) = [x for x in lines if "error:" in x]
     assert line.startswith("error:") and last.name in line
+
+
+async def test_a_restore_without_force_refuses_before_reading_a_row(tmp_path: Path) -> None:
+    """The refusal that costs nothing comes first: the backup is not read (100,000 memories take seconds)."""
+    from companion.core.errors import RestoreError
+    from tests.test_backup_scopes import backup_of
+
+    folder = await backup_of(tmp_path / "made", REPORT)
+    live = tmp_path / "data" / "memory.sqlite3"
+    await fill(live, REPORT)
+    read: list[tuple[int, int]] = []
+    with pytest.raises(RestoreError, match="add --force"):
+        await restore(folder, live, datetime(2026, 12, 5, tzinfo=UTC), progress=lambda d, t: read.append((d, t)))
+    assert read == [], "the backup was read before the refusal"
+    assert await read_every(live) == REPORT

@@ -194,12 +194,12 @@ async def restore(
     for marked in (source, source.parent):
         if (marked / IN_PROGRESS).exists():
             raise RestoreError(f"{marked} is an unfinished backup (the run was interrupted); use an earlier day")
-    # Read and check the backup first: a corrupt backup is reported before anything else is asked.
+    # Every refusal that costs nothing comes before the backup is read (100,000 memories take seconds).
+    if database_has_data(db_path) and not force:
+        raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
     data = read_backup_folder(source, progress, tz) if source.is_dir() else None
     if data is None:
         check_snapshot(source)
-    if database_has_data(db_path) and not force:
-        raise RestoreError(f"{db_path} already holds memories; add --force to replace it (it will be kept aside)")
     staging = staging_path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)  # restoring onto a fresh machine has no data dir yet
     remove_staging(db_path)  # a killed restore's leftover
