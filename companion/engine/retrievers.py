@@ -23,6 +23,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import numpy as np
+
 from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.llm.embeddings import E5Embedder, Embedder, EmbeddingError, LocalEmbedder
@@ -39,7 +41,10 @@ SEARCH_DEPTH_FACTOR = 5  # filters drop dense candidates after the nearest-k cut
 STANDOUT_SKIP = 2  # the nearest few are the candidates, not the scope's usual similarity
 MIN_REFERENCE = 3
 MIN_SPREAD = 0.01  # cosines this close together are one level: no spread to divide by
-QUERY_CACHE = 256  # turns' vectors kept: each turn comes back as context on the next two
+# Turns' vectors kept (float32, 1.5 KB each at 384 dimensions): each turn comes back as context on its user's
+# next two, so the cache must outlast a round of every active user's turn, or a busy bot encodes every window
+# anew (256 cost 4 encodes a turn at 300 users: 118 messages/s against 330 without semantic recall).
+QUERY_CACHE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ class DenseRetriever:
         self.policy = policy or DensePolicy()
         self.clock = clock  # monotonic seconds, for the retry timer
         self._down_until: float | None = None  # set while the backend is failing
-        self._queries: OrderedDict[str, list[float]] = OrderedDict()
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @classmethod
     async def start(
@@ -246,17 +251,16 @@ class DenseRetriever:
             if vectors is None:
                 return None
             for t, v in zip(missing, vectors, strict=True):
-                self._queries[t] = v
-        summed: list[float] = []
+                self._queries[t] = np.asarray(v, dtype=np.float32)
+        summed = np.zeros_like(self._queries[text])
         for t, weight in window:
             self._queries.move_to_end(t)
-            vector = self._queries[t]
-            summed = [weight * x for x in vector] if not summed else [a + weight * x for a, x in
-                                                                        zip(summed, vector, strict=True)]
+            summed += weight * self._queries[t]
         while len(self._queries) > QUERY_CACHE:
             self._queries.popitem(last=False)
-        norm = math.sqrt(sum(x * x for x in summed)) or 1.0
-        return [x / norm for x in summed]
+        norm = float(np.linalg.norm(summed)) or 1.0
+        out: list[float] = (summed / norm).tolist()
+        return out
 
     def admitted(self, hits: Sequence[tuple[int, float]]) -> dict[int, float]:
         """The hits that pass the dense gate (``standout``), closest first."""
