@@ -318,6 +318,12 @@ class MemoryEngine(SteeringAPI):
         return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
                                                touched=opened, conversation=conversation)
 
+    async def warm_reply(self, text: str) -> None:
+        """Semantic recall reads the companion's last reply with the next turn: encode it now, after the turn,
+        not on the next reply's path. Nothing without semantic recall."""
+        if self.dense is not None:
+            await self.dense.warm(text)
+
     # ---- consolidation (extraction) --------------------------------------------------------------
 
     async def note_turn(self, scope: Scope, turn: Turn) -> None:

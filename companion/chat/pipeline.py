@@ -369,6 +369,8 @@ class ChatService:
                                                      opened=opened and group is None, conversation=state)
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
+        if remember:
+            self._learning.warm_reply(scope, answer)
         if learn:
             self._learning.after_turn(scope, now, extract)
         return Reply(answer, ok=True, recalled=recalled_ids, mentioned=tuple(mentioned), tool_calls=tool_calls)

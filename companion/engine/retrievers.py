@@ -262,6 +262,14 @@ class DenseRetriever:
         out: list[float] = (summed / norm).tolist()
         return out
 
+    async def warm(self, text: str) -> None:
+        """Encode a text the next turn's window will hold (the companion's reply, once it is on its way), so that
+        turn encodes only its own words on the reply path."""
+        if text.strip() and text not in self._queries:
+            vectors = await self._embed([text], query=True, doing="embedding a reply")
+            if vectors is not None:
+                self._queries[text] = np.asarray(vectors[0], dtype=np.float32)
+
     def admitted(self, hits: Sequence[tuple[int, float]]) -> dict[int, float]:
         """The hits that pass the dense gate (``standout``), closest first."""
         return dict(standout(hits, self.policy))
