@@ -306,6 +306,17 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _stopped_while_importing(exc: ImportError) -> bool:
+    """A SIGTERM that lands while a library loads (numpy, under pandas) reaches us as that library's ImportError
+    with our KeyboardInterrupt inside: a stop, not a missing package."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help exits here, before pydantic is imported
     from companion.config import runtime
@@ -330,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except ImportError as exc:
+        if _stopped_while_importing(exc):
+            return 130
+        raise
 
 
 def exit_now(code: int) -> None:

