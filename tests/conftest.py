@@ -30,9 +30,9 @@ from tests.pgtest import pg_schema, require_server
 from tests.redistest import redis_keys
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
 
-# Semantic recall is on by default where its model installs; a test that is not about it runs on keywords, so
-# what it recalls does not hang on one model's cosines, and the bot processes it starts inherit that. The tests of
-# the default set EMBEDDINGS=auto themselves (tests/test_semantic_default.py).
+# A test that is not about semantic recall runs on keywords whatever the environment says, so what it recalls does
+# not hang on one model's cosines, and the bot processes it starts inherit that; the tests of the built-in model
+# set EMBEDDINGS=auto themselves (tests/test_semantic_default.py). `EMBEDDINGS=auto pytest` runs them all with it.
 os.environ.setdefault("EMBEDDINGS", "off")
 
 # The kinds of test a developer may want to run (``pytest -m process``) or leave out (``-m "not process"``),
