@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.error  # here, not in the checks: two threads importing a submodule at once can find it half bound
+import urllib.request  # ("module 'urllib' has no attribute 'request'", seen in a fresh-clone run)
 from typing import TYPE_CHECKING
 
 from companion.core.errors import CompanionError, ConfigError
@@ -53,9 +55,6 @@ async def preflight(settings: Settings, *, telegram: bool) -> None:
 
 
 def _telegram_problem(base: str, token: str) -> str | None:
-    import urllib.error
-    import urllib.request
-
     # No proxy from the environment: aiogram's client does not use one either.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -75,9 +74,6 @@ def _telegram_problem(base: str, token: str) -> str | None:
 def _llm_problem(base_url: str, key: str) -> str | None:
     """None when the key is accepted (or the server has no models endpoint); a warning's text when the
     server cannot be reached; ConfigError when it rejects the key."""
-    import urllib.error
-    import urllib.request
-
     # The SDK's client takes the environment's proxy; so does this one (urllib's default opener).
     request = urllib.request.Request(f"{base_url}/models", headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
