@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -394,6 +395,23 @@ async def test_news_in_quick_succession_shares_one_extraction(rig: Rig) -> None:
         calls.append(brain.extraction_calls)
     # The first news goes at once; the next two wait for the third turn since then and go together.
     assert calls == [1, 1, 1, 2, 2]
+
+
+async def test_a_retelling_learned_after_newer_words_merges_into_them_and_keeps_them(rig: Rig) -> None:
+    """The ``/reset`` summary of some turns is written before the (slower) extraction of the same turns lands: the
+    extraction's older, shorter words must not replace the summary's, and its importance still counts. Found with
+    semantic recall on, whose related-memory lookup delays the extraction (tests/test_e2e_month.py)."""
+    said = rig.clock()
+    await rig.engine.note_turn(ME, Turn("最近在学吉他，每天练半小时", "好呀", said))
+    [summary] = await rig.engine.remember(ME, [MemoryDraft("聊到最近在学吉他，手指有点疼", ["吉他", "练琴"], 40,
+                                                           Validity.DAYS_7, MemoryType.EVENT)],
+                                          said + timedelta(minutes=1))
+    rig.llm.set_json_reply(json.dumps({"memories": [{"event": "最近在学吉他", "keywords": ["吉他", "练琴", "乐器"],
+                                                     "importance": 60, "type": "event"}]}, ensure_ascii=False))
+    await rig.engine.consolidate(ME, said + timedelta(minutes=2))
+    [guitar] = await rig.engine.memories(ME)
+    assert (guitar.id, guitar.event) == (summary, "聊到最近在学吉他，手指有点疼")
+    assert guitar.importance >= 60
 
 
 async def test_relative_words_are_read_against_the_day_they_were_said(rig: Rig) -> None:

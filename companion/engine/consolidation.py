@@ -67,6 +67,9 @@ class Consolidator:
 
     async def _attempt(self, scope: Scope, now: datetime) -> Consolidation | None:
         """One extraction, or None when its turns changed while the model read them."""
+        # Read first: whatever is written from here on (a summary, a save while the related memories are
+        # looked up or the model reads) counts as newer than these turns and keeps its words in the merge.
+        seen = await self._store.change_counter(scope)
         while True:  # a batch of nothing but forgotten turns must not hide the turns queued after it
             queued = await self._store.pending_turns(scope, self._batch)
             turns = await self._unforgotten(scope, queued)
@@ -78,7 +81,6 @@ class Consolidator:
             scope, " ".join(t.user for t in turns), self._clock(), limit=MAX_RELATED, min_importance=0,
             cooldown=None))
         ask = await self._profiles.ask_with_extraction(scope, now)
-        seen = await self._store.change_counter(scope)
         drafts, today_events, profile = await self._learner.extract(turns, known, now,
                                                                     profile=ask.prompt if ask else "")
         async with self._writer.lock(scope):

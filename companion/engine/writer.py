@@ -112,12 +112,28 @@ class MemoryWriter:
         one that retells them as they were (``seen``: as the model was shown them) is not learned again."""
         forgotten = await self._forgotten_prints(scope) if drafts else set()
         overtaken = [m for m in seen if m.id in changed]
-        prepared = [self.prepare(d) for d in drafts if fingerprint(d.event) not in forgotten
-                    and not any(same_event(m.event, m.keywords, d.event, d.keywords) for m in overtaken)]
+        now_words = {m.id: m for m in await self._store.fetch_by_ids(scope, [m.id for m in overtaken])} \
+            if overtaken and drafts else {}
+
+        def stale(d: MemoryDraft) -> bool:
+            """A retelling of a memory as the model was shown it, which has other words now (an edit): learning
+            it would bring the old words back as a memory of their own. One that still matches the memory's
+            words now merges into it below, keeping those words."""
+            return any(same_event(m.event, m.keywords, d.event, d.keywords)
+                       and not (m.id in now_words and now_words[m.id].is_active
+                                and same_event(now_words[m.id].event, now_words[m.id].keywords, d.event, d.keywords))
+                       for m in overtaken)
+
+        prepared = [self.prepare(d) for d in drafts if fingerprint(d.event) not in forgotten and not stale(d)]
         await self._cache.refresh(scope)  # another process may have written since the index was current
         plan, active = await self._plan(scope, prepared, now)
         plan.dropped = len(drafts) - len(prepared)
-        plan.updates = [_keep_words(m, plan.before[m.id]) if m.id in changed and m.id in plan.before else m
+        # Words written after these turns were said (a summary, a save, an edit) are newer than what the turns
+        # tell: a retelling merges into them (its importance and mentions count) and keeps them, in whatever
+        # order the writes were scheduled.
+        said = max(t.at for t in turns)
+        plan.updates = [_keep_words(m, plan.before[m.id])
+                        if m.id in plan.before and (m.id in changed or plan.before[m.id].updated_at > said) else m
                         for m in plan.updates]
         up_to = max(t.id or 0 for t in turns)
         ids = await self._store.consume_turns(scope, up_to, now, plan.inserts, plan.updates,
