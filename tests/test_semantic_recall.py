@@ -90,8 +90,8 @@ async def recalled_events(engine: MemoryEngine, text: str, scope: Scope = ME) ->
     return [r.memory.event for r in await engine.recall(scope, text, NOW, limit=None)]
 
 
-async def test_off_by_default(tmp_path: Path) -> None:
-    engine = await open_engine(make_settings(tmp_path), KEYWORDS)
+async def test_off_leaves_recall_to_keywords(tmp_path: Path) -> None:
+    engine = await open_engine(make_settings(tmp_path, embeddings="off"), KEYWORDS)
     try:
         assert engine.dense is None
         await engine.remember(ME, [dog()], NOW)
@@ -285,7 +285,7 @@ async def test_reindex_command(setup: Setup, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr()
     assert "2 vectors written" in out.out
     with pytest.raises(ConfigError, match="EMBEDDING_BASE_URL"):
-        await commands.run_reindex(make_settings(setup.settings.data_dir.parent / "other"),
+        await commands.run_reindex(make_settings(setup.settings.data_dir.parent / "other", embeddings="off"),
                                    argparse.Namespace(force=False))
     setup.engine = await open_engine(setup.settings, KEYWORDS)
 

@@ -108,10 +108,10 @@ class Settings(BaseSettings):
     idle_summary_minutes: float = Field(default=5.0, gt=0)
     group_memory_limit: int = Field(default=10, ge=0, le=50)
 
-    # Semantic recall: EMBEDDINGS=auto runs multilingual-e5-small in process where its wheel installs (Linux
-    # x86_64). Off by default until a month with the companion recalls as well with it as without (docs/memory.md).
-    # An OpenAI-compatible embeddings endpoint or a local sentence-transformers folder take precedence when set.
-    embeddings: Literal["auto", "off"] = "off"
+    # Semantic recall: by default multilingual-e5-small in process where its wheel installs (Linux x86_64);
+    # an OpenAI-compatible embeddings endpoint or a local sentence-transformers folder take precedence when set;
+    # EMBEDDINGS=off leaves recall to keywords.
+    embeddings: Literal["auto", "off"] = "auto"
     embedding_base_url: str = ""
     embedding_model: str = ""
     embedding_api_key: SecretStr | None = None

@@ -28,7 +28,7 @@ class Options:
     backup_time: time = time(3, 30)
     backup_keep: int = 7
     timezone: str = "Asia/Shanghai"
-    semantic: bool = False  # the built-in model in AstrBot's own process, where its wheel installs
+    semantic: bool = True  # the built-in model in AstrBot's own process, where its wheel installs
     embedding_base_url: str = ""
     embedding_model: str = ""
     embedding_api_key: str = ""
