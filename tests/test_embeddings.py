@@ -17,6 +17,7 @@ from companion.config.settings import load_settings
 from companion.core.errors import ConfigError
 from companion.llm.embeddings import (
     E5_BATCH,
+    E5_MAX_CHARS,
     E5Embedder,
     EmbeddingError,
     LocalEmbedder,
@@ -240,6 +241,25 @@ async def test_the_in_process_model_gives_unit_vectors_that_know_meaning() -> No
     trip, weather, allergy = vectors[:3]
     assert cosine(trip, weather) > cosine(allergy, weather)
     await e5.close()
+
+
+@needs_e5
+async def test_a_huge_text_is_cut_before_the_model_reads_it() -> None:
+    """The model reads 512 tokens at most: a 100,000-character reply is cut first, so its tokenizer spends no CPU
+    on the rest."""
+    e5 = E5Embedder()
+    await e5.load()
+    model = e5._model  # the loaded engine, wrapped to see what it is handed
+    given: list[int] = []
+
+    class Recording:
+        def encode(self, texts: list[str], is_query: bool = False) -> object:
+            given.extend(len(t) for t in texts)
+            return model.encode(texts, is_query=is_query)
+
+    e5._model = Recording()
+    [vector] = await e5.embed(["很长的回复" * 20_000])
+    assert given == [E5_MAX_CHARS] and len(vector) == 384
 
 
 @needs_e5

