@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from companion.core.errors import ConfigError
 
@@ -103,7 +104,7 @@ class Settings(BaseSettings):
     console_user_id: int = Field(default=1, ge=1)
     memory_capacity: int = Field(default=200, ge=10, le=100_000)
     index_cache_mb: int = Field(default=48, ge=8)
-    review_hours: tuple[int, int] = (9, 21)
+    review_hours: Annotated[tuple[int, int], NoDecode] = (9, 21)
     review_unanswered_days: float = Field(default=3.0, gt=0)
     idle_summary_minutes: float = Field(default=5.0, gt=0)
     group_memory_limit: int = Field(default=10, ge=0, le=50)
@@ -136,6 +137,21 @@ class Settings(BaseSettings):
     dida_poll_minutes: float = Field(default=10.0, gt=0)
     dida_tier_tags: bool = True
 
+    @field_validator("review_hours", mode="before")
+    @classmethod
+    def _hours(cls, value: object) -> object:
+        """"9,21" or "[9,21]": the first and the last local hour reviews may be sent in."""
+        if isinstance(value, str):
+            value = _split_csv(value.strip().strip("[]"))
+        return value
+
+    @field_validator("review_hours")
+    @classmethod
+    def _hours_order(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= value[0] < value[1] <= 24:
+            raise ValueError(f"must be two hours 0-24, the first before the second, such as 9,21; not {value}")
+        return value
+
     @field_validator("admin_ids", "important_keywords", mode="before")
     @classmethod
     def _csv_list(cls, value: object) -> object:
@@ -160,8 +176,15 @@ class Settings(BaseSettings):
 
     @field_validator("telegram_api_base", "llm_base_url", "embedding_base_url", "dida_auth_base", "dida_api_base")
     @classmethod
-    def _strip_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _base_url(cls, value: str) -> str:
+        """An http(s) URL with a host, or empty where empty means off: "api.deepseek.com" or "localhost:11434/v1"
+        would otherwise fail every request later (as a traceback, or an apology for every reply)."""
+        value = value.strip().rstrip("/")
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"must be an http(s) URL with a host (https://...), not {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _extract_range(self) -> Settings:
@@ -177,7 +200,7 @@ class Settings(BaseSettings):
     @classmethod
     def _webhook_url(cls, value: str) -> str:
         value = value.strip()
-        if value and urlsplit(value).scheme not in ("http", "https"):
+        if value and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
             raise ValueError(f"must be an http(s) URL Telegram can reach, not {value!r}")
         return value
 
@@ -337,6 +360,8 @@ def load_settings(base_dir: Path | None = None, **overrides: object) -> Settings
     except ValidationError as exc:
         problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
         raise ConfigError(f"Invalid setting {problems}") from None
+    except SettingsError as exc:  # a value pydantic-settings could not even decode
+        raise ConfigError(f"Invalid setting: {' '.join(str(exc).split())}") from None
     if base_dir is None:
         return settings
     url = settings.database_url
