@@ -21,7 +21,8 @@ OURS = frozenset({"companion", "memory", "prompts"})
 # The engine and what it stands on; the bot's settings, chat, ops and Telegram layers stay behind.
 PACKAGES = ("companion/core", "companion/storage", "companion/recall", "companion/llm", "companion/engine",
             "prompts")
-PLUGIN_FILES = ("metadata.yaml", "_conf_schema.json", "requirements.txt")
+# README.md is the plugin's own, written for AstrBot users (docs/astrbot.md is the developers' page).
+PLUGIN_FILES = ("metadata.yaml", "_conf_schema.json", "requirements.txt", "README.md")
 LEFT_OUT = frozenset({"build.py", "main.py"})
 
 
@@ -85,9 +86,6 @@ def build(dist: Path) -> tuple[Path, Path]:
     (target / "__init__.py").write_text('"""The companion memory plugin for AstrBot (built)."""\n', encoding="utf-8")
     for name in PLUGIN_FILES:
         shutil.copyfile(HERE / name, target / name)
-    readme = ROOT / "docs" / "astrbot.md"
-    if readme.exists():
-        shutil.copyfile(readme, target / "README.md")
     archive = dist / f"{NAME}.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         # The folder's own entry first: AstrBot's installer takes the zip's first name as the folder to unpack.
