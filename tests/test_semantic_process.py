@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from companion.recall.keywords import KeywordExtractor
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.embeddings import FakeEmbeddings
 from tests.process import ROOT, bot_env, run_cli
-from tests.support import make_settings
+from tests.support import make_settings, vectors_in
 from tests.test_e2e_process import USER, say
 
 SYNONYMS = {"狗狗": "小狗"}
@@ -34,11 +33,7 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM, FakeEmbeddings
 
 
 def vector_count(tmp: Path) -> int:
-    conn = sqlite3.connect(tmp / "data" / "memory.sqlite3")
-    try:
-        return int(conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0])
-    finally:
-        conn.close()
+    return vectors_in(tmp / "data" / "memory.sqlite3")
 
 
 async def test_reindex_then_recall_by_meaning_in_the_bot_process(

@@ -156,7 +156,8 @@ class Learning:
 
     def warm_reply(self, scope: Scope, answer: str) -> None:
         """The reply's vector for the next turn's window, made in the background while the reply is sent."""
-        self._spawn(self.engine.warm_reply(answer), f"warm-{scope.key}")
+        if self.engine.dense is not None:  # no task a turn without semantic recall
+            self._spawn(self.engine.warm_reply(answer), f"warm-{scope.key}")
 
     def after_turn(self, scope: Scope, now: datetime, extract: bool) -> None:
         """After the recorded turn: the extraction ``count_turn`` found due, else a profile rebuild if due."""

@@ -245,13 +245,8 @@ class DenseRetriever:
         window += [(t, CURRENT_WEIGHT / (1 + d)) for d, t in enumerate(reversed(recent), start=1)]
         if reply and reply.strip():
             window.append((reply, REPLY_WEIGHT))
-        missing = list(dict.fromkeys(t for t, _ in window if t not in self._queries))
-        if missing:
-            vectors = await self._embed(missing, query=True, doing="embedding a turn")
-            if vectors is None:
-                return None
-            for t, v in zip(missing, vectors, strict=True):
-                self._queries[t] = np.asarray(v, dtype=np.float32)
+        if not await self._cache_texts([t for t, _ in window], "embedding a turn"):
+            return None
         summed = np.zeros_like(self._queries[text])
         for t, weight in window:
             self._queries.move_to_end(t)
@@ -265,10 +260,19 @@ class DenseRetriever:
     async def warm(self, text: str) -> None:
         """Encode a text the next turn's window will hold (the companion's reply, once it is on its way), so that
         turn encodes only its own words on the reply path."""
-        if text.strip() and text not in self._queries:
-            vectors = await self._embed([text], query=True, doing="embedding a reply")
-            if vectors is not None:
-                self._queries[text] = np.asarray(vectors[0], dtype=np.float32)
+        if text.strip():
+            await self._cache_texts([text], "embedding a reply")
+
+    async def _cache_texts(self, texts: Sequence[str], doing: str) -> bool:
+        """Encode the texts the turn cache lacks into it; False when the backend is down."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._queries))
+        if missing:
+            vectors = await self._embed(missing, query=True, doing=doing)
+            if vectors is None:
+                return False
+            for t, v in zip(missing, vectors, strict=True):
+                self._queries[t] = np.asarray(v, dtype=np.float32)
+        return True
 
     def admitted(self, hits: Sequence[tuple[int, float]]) -> dict[int, float]:
         """The hits that pass the dense gate (``standout``), closest first."""

