@@ -13,9 +13,9 @@ TEST_WORKERS ?= 4
 # What `make check` leaves out: the kinds that start processes, build virtualenvs or need the servers.
 FAST := not process and not astrbot and not packaging and not postgresql and not redis
 
-# requirements.txt is the engine's, the bot's and the operator tools' requirements together (the wheel's
-# dependencies and its extras [bot] and [ops]); the bot gets the /mem_stats chart too (requirements-charts.txt).
-RUNTIME := requirements.txt requirements-engine.txt requirements-bot.txt requirements-ops.txt requirements-charts.txt
+# requirements.txt is everything the bot runs with (the wheel's dependencies and all its extras);
+# requirements-dev.txt adds the test, lint and type tools.
+RUNTIME := requirements.txt
 
 # The Python must be 3.11+, checked before anything is created; a virtualenv another Python built (a failed
 # try with an older one) is built again rather than reused.
@@ -31,11 +31,11 @@ $(VENV)/.runtime: $(RUNTIME)
 	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-charts.txt
+	$(PY) -m pip install --quiet -r requirements.txt
 	@echo "Installed."
 	touch $@
 
-$(VENV)/.dev: $(RUNTIME) requirements-dev.txt requirements-postgres.txt requirements-workers.txt $(VENV)/.runtime
+$(VENV)/.dev: $(RUNTIME) requirements-dev.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 

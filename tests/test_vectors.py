@@ -50,7 +50,7 @@ async def vectors(request: pytest.FixtureRequest, store: SQLiteStore) -> AsyncIt
         if opened.backend != request.param:
             pytest.skip("sqlite-vec cannot load here: no extension loading in this Python's SQLite and "
                         "neither sqlean.py nor pysqlite3-binary with sqlite-vec installed "
-                        "(requirements-sqlite-vec.txt)")
+                        "(pip install sqlean.py)")
         yield opened
     finally:
         await opened.close()

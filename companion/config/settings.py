@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     timezone: str = "Asia/Shanghai"
     admin_ids: Annotated[list[int], NoDecode] = Field(default_factory=list)
     log_level: str = "INFO"
-    # uvloop where it is installed (requirements-bot.txt), else asyncio's loop (companion.config.runtime).
+    # uvloop where it is installed (requirements.txt), else asyncio's loop (companion.config.runtime).
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     stop_timeout_seconds: float = Field(default=8.0, gt=0, le=60)
 

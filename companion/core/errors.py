@@ -40,7 +40,7 @@ class BackupError(CompanionError):
 
 
 class ChartUnavailableError(CompanionError):
-    """The optional plotting library (requirements-charts.txt) is not installed."""
+    """The optional plotting library (matplotlib, the extra [charts]) is not installed."""
 
 
 class RestoreError(CompanionError):

@@ -130,8 +130,8 @@ class LocalEmbedder:
         try:
             module = importlib.import_module("sentence_transformers")
         except ImportError as exc:
-            raise EmbeddingError("local embeddings need the extra: pip install -r "
-                                 "requirements-local-embeddings.txt") from exc
+            raise EmbeddingError("local embeddings need sentence-transformers: pip install "
+                                 "'sentence-transformers~=6.2'") from exc
         try:
             return module.SentenceTransformer(str(self.model_dir), local_files_only=True)
         except (OSError, ValueError, RuntimeError) as exc:

@@ -176,7 +176,7 @@ def usage_lines(cells: list[UsageCell]) -> list[str]:
     return lines
 
 
-NO_CHART = "（每天词元的图表需要 matplotlib：pip install -r requirements-charts.txt）"
+NO_CHART = "（每天词元的图表需要 matplotlib：pip install 'matplotlib~=3.11'）"
 MAX_MESSAGE = 4000  # Telegram's limit is 4096 UTF-16 units; the chart carries the rest
 
 

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -181,6 +182,18 @@ def _export_worker(snapshot: Path, folder: Path, tz: tzinfo, now: datetime, out:
         out.close()
 
 
+def _worker_context() -> ForkServerContext | SpawnContext:
+    """Where it exists (Linux, macOS), a fork server that imported this module once: each export process is
+    then a fork of it (a few milliseconds) instead of a new interpreter importing everything again (~0.3 s of
+    CPU a process, twice a backup); never a fork of the bot itself, whose threads and event loop a fork would
+    copy mid-state. Elsewhere, a new interpreter (spawn)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 def export_in_worker(
     snapshot: Path, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     workers: int | None = None, stop: threading.Event | None = None,
@@ -191,7 +204,7 @@ def export_in_worker(
     processes start) or anything else goes wrong, every process is killed at once. Blocking: run it in a
     thread."""
     count = max(1, workers if workers is not None else min(os.cpu_count() or 1, MAX_WORKERS))
-    context = multiprocessing.get_context("spawn")
+    context = _worker_context()
     receive, send = context.Pipe(duplex=False)
     processes: list[BaseProcess] = []
     written: dict[int, int] = {}  # part -> files written

@@ -1,6 +1,6 @@
 """The ``/mem_stats`` usage chart: LLM tokens per local day, stacked by kind, drawn with matplotlib.
 
-matplotlib is optional (requirements-charts.txt): with its dependencies it is ~80 MB installed
+matplotlib is optional (in requirements.txt; the engine's extra [charts]): with its dependencies it is ~80 MB installed
 (matplotlib 35 MB, fontTools 30 MB, Pillow 7 MB, kiwisolver 5 MB) for one admin picture, and importing
 it costs about a second. So it is imported here, inside ``usage_png``, only when an admin asks for the
 chart: the bot's start-up and memory never pay for it, and without it ``/mem_stats`` still answers with
@@ -54,7 +54,7 @@ def usage_png(days: Sequence[str], columns: Sequence[tuple[int, int, int]]) -> b
         from matplotlib.figure import Figure
         from matplotlib.ticker import StrMethodFormatter
     except ImportError as exc:
-        raise ChartUnavailableError("matplotlib is not installed (pip install -r requirements-charts.txt)") from exc
+        raise ChartUnavailableError("matplotlib is not installed (pip install 'matplotlib~=3.11')") from exc
     matplotlib.use("Agg")  # no display on a server; Figure alone never opens a window either
     labels, font = pick_labels({f.name for f in font_manager.fontManager.ttflist})
     with matplotlib.rc_context({"font.family": [font, "DejaVu Sans"]} if font else None):

@@ -85,7 +85,7 @@ async def _open_postgres(rest: str) -> MemoryStore:
     try:
         from companion.storage.postgres.store import open_postgres  # asyncpg is optional: loaded when asked for
     except ImportError as exc:
-        raise UnknownStoreError(f"a postgresql DATABASE_URL needs asyncpg: pip install -r requirements-postgres.txt "
+        raise UnknownStoreError(f"a postgresql DATABASE_URL needs asyncpg: pip install 'asyncpg~=0.32' "
                                 f"({exc})") from None
     return await open_postgres(f"postgresql://{rest}")
 

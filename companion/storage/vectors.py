@@ -8,7 +8,7 @@ vectors (a scope holds hundreds of memories, not millions). Both read the same t
 
 Where sqlite-vec loads: CPython's own ``sqlite3`` is often built without extension loading (this project's
 Python 3.11 has no ``enable_load_extension``). Then, if the optional ``sqlean.py`` or ``pysqlite3-binary``
-wheel is installed (``requirements-sqlite-vec.txt``), the store opens a second, read-only connection to the
+wheel is installed (``pip install sqlean.py``), the store opens a second, read-only connection to the
 same file with that driver, loads sqlite-vec into it and scores there; WAL lets it read what the store's
 connection committed. The store itself keeps the standard driver (its errors are ``sqlite3.Error``; these
 drivers raise their own classes).
