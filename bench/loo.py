@@ -9,7 +9,7 @@ with the best mean hit@1 on the other sets is chosen, then the lowest share at w
 something on at most ``goal`` of the certified negative turns of every other set; both are reported on the
 held-out set beside the gated hit, with the held-out set's own best share for comparison. The replay leaves
 out the gate's exception for a distinctive word of the turn that is a memory's keyword (``Query.anchors``):
-``bench recall`` measures the gate with it (BENCHMARKS.md section 22).
+``bench recall`` measures the gate with it (docs/benchmarks-history.md section 22).
 """
 
 from __future__ import annotations

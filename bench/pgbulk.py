@@ -2,7 +2,7 @@
 read of the same rows: ``python -m bench pgbulk --database-url postgresql://127.0.0.1/test``.
 
 In a schema of its own (dropped at the end): ``--scopes`` x ``--per-scope`` rows loaded with one
-``INSERT ... SELECT`` (BENCHMARKS.md section 12 did the same for decay), then ``make_backup`` through
+``INSERT ... SELECT`` (docs/benchmarks-history.md section 12 did the same for decay), then ``make_backup`` through
 ``open_store`` as the bot's job calls it, then the server's own ``COPY ... TO STDOUT (FORMAT csv)`` of the
 raw rows into one file (no formatting, no file per scope: the floor of reading them). Prints JSON.
 """

@@ -141,7 +141,7 @@ async def run_engine(lines: Iterable[DatasetLine], ks: Sequence[int], *, data_di
     (merges); ``injections`` the bot's gated behaviour on positive, negative and other-user turns.
     ``min_match`` overrides the configured gate (for calibration). ``newest_only``: the bot's gated
     recall may pick only among each scope's N newest rows, as a tier filter that let a reply recall only
-    the 2 newest short-term memories did for extracted ones (the comparison in BENCHMARKS.md §1b)."""
+    the 2 newest short-term memories did for extracted ones (the comparison in docs/benchmarks-history.md §1b)."""
     notes = Counter() if notes is None else notes
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         settings = Settings(_env_file=None, data_dir=data_dir or Path(tmp))  # type: ignore[call-arg]

@@ -87,7 +87,8 @@ class KeptResponseTypes(BaseRequestMiddleware):
 
     aiogram parses every answer with ``Response[method.__returning__]``, and pydantic keeps a parametrised
     generic model only in a weak cache: after each full garbage collection ``Response[Message]`` (2-3 ms of
-    schema building) was built again, over a hundred times per thousand messages (BENCHMARKS.md section 15).
+    schema building) was built again, over a hundred times per thousand messages
+    (docs/benchmarks-history.md section 15).
     """
 
     def __init__(self) -> None:

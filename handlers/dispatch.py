@@ -3,7 +3,7 @@
 - Filters run on the event loop, not in a thread. aiogram runs every synchronous filter callback (each
   ``F.…`` magic filter is one) through ``asyncio.to_thread``: a thread hop, a context copy and a future per
   check. Ours only read attributes of the update, and an ordinary private text passes some thirty of them
-  across the routers: that cost more CPU per message than the reply's model call (BENCHMARKS.md section
+  across the routers: that cost more CPU per message than the reply's model call (docs/benchmarks-history.md section
   15). Wrapped as coroutines they run inline, with the same arguments and the same results.
 - A router that only answers commands is skipped at once for a message that cannot be one. Each ``Command``
   filter splits the text and raises and catches an exception to refuse it; a plain text met twenty of them.

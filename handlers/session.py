@@ -18,7 +18,7 @@ from aiohttp import ClientError, ClientTimeout
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 # How long a poll that follows one which brought updates waits, so that what arrives meanwhile comes in one
-# answer: a bot answering hundreds of messages a second otherwise polls once per message (BENCHMARKS.md
+# answer: a bot answering hundreds of messages a second otherwise polls once per message (docs/benchmarks-history.md
 # section 20). A message arriving during the pause waits at most this long, beside a reply's seconds.
 POLL_PACE_SECONDS = 0.02
 CONFIRM_SECONDS = 5.0  # at most this long for the offset sent again at a stop

@@ -1,6 +1,6 @@
 """Semantic recall with a real sentence encoder, end to end: write, reindex, recall by meaning, forget removes
 the vector. Runs only where the optional local-embeddings extra and the packaged all-MiniLM-L6-v2 model are
-installed (BENCHMARKS.md §7: ``/work/venvs/dense``-style virtualenv); the default install skips it."""
+installed (docs/benchmarks-history.md §7: ``/work/venvs/dense``-style virtualenv); the default install skips it."""
 
 from __future__ import annotations
 

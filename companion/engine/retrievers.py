@@ -7,7 +7,8 @@ fusion. The turn's vector is the weighted mean of the turn's, the user's two pre
 last reply's (the keyword query's window and weights), so a turn that names its topic only before still finds it.
 A dense candidate is admitted by how far it stands out from the scope's other nearest memories for this turn
 (``standout``), not by one absolute cosine: a model's cosines and a scope's spread differ by model, language and
-set, while "clearly closer than the rest" holds across them (measured leave-one-dataset-out, BENCHMARKS.md §7).
+set, while "clearly closer than the rest" holds across them (measured leave-one-dataset-out,
+docs/benchmarks-history.md §7).
 A failing backend never fails a reply: recall falls back to keywords with one warning, and
 the backend is tried again after ``retry_after`` seconds.
 Memories whose embedding failed are picked up by the scope's next write or by ``python bot.py reindex``.

@@ -188,8 +188,8 @@ class LLMClient:
         try:
             # The SDK's documented custom-request path: same retries, timeouts and errors as
             # ``chat.completions.create``, without its per-field parameter transformation (~6 ms of CPU per
-            # call with ten turns of history, BENCHMARKS.md section 3). The body comes back as bytes: the few
-            # fields read here need no typed ChatCompletion (~0.25 ms a call, section 15). The body goes as
+            # call with ten turns of history, docs/benchmarks-history.md section 3). The body comes back as bytes:
+            # the few fields read here need no typed ChatCompletion (~0.25 ms a call, section 15). The body goes as
             # bytes, which the SDK sends as they are: the tool definitions are encoded once, not per call.
             raw = await self._client.post(
                 "/chat/completions", content=request_body(self.model, messages, options), cast_to=bytes,
@@ -210,7 +210,7 @@ class LLMClient:
 
 def _http_client() -> httpx2.AsyncClient | None:
     """httpx over aiohttp where aiohttp is installed (the bot's aiogram brings it): the SDK's same retries,
-    timeouts and errors with less per-request work (``companion.llm.http``; BENCHMARKS.md sections 15 and
+    timeouts and errors with less per-request work (``companion.llm.http``; docs/benchmarks-history.md sections 15 and
     21). The engine installed alone (a host such as AstrBot) may lack aiohttp and keeps the SDK's default."""
     try:
         from companion.llm.http import LeanHttpClient

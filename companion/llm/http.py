@@ -6,7 +6,7 @@ status codes and failures to its errors. What is left out is only per-request wo
 never need: the answer arrives whole (a chat completion is one JSON body; nothing here streams), so it is
 read in one call instead of through two layers of async byte streams, and an absolute URL the SDK has
 asked for before is not parsed again. That work was about a fifth of the CPU of each model call
-(BENCHMARKS.md section 21).
+(docs/benchmarks-history.md section 21).
 """
 
 from __future__ import annotations

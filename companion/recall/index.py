@@ -51,7 +51,7 @@ GATE_DEPTH = 5
 # rank this many by raw score first (4 x the fusion depth is ample; the bound is not exact at ties).
 PREFILTER = 4 * FUSION_DEPTH
 # The gate's threshold on the match beyond one unit's worth (``Evidence.beyond_chance``), chosen
-# leave-one-dataset-out (BENCHMARKS.md §1b, sixth pass): the lowest at which every other set keeps false
+# leave-one-dataset-out (docs/benchmarks-history.md §1b, sixth pass): the lowest at which every other set keeps false
 # injection within half the 10% goal; it held within 10% on every held-out set, English and Chinese.
 DEFAULT_MIN_MATCH = 0.25
 # A distinctive word of the turn (``Query.anchors``) touches a memory whose keyword it is when at most this many

@@ -36,7 +36,7 @@ _QUESTION_HEAD = re.compile(
 # Chinese) names a topic on its own: "雅思" (183), "爬山" (117), a pet's name; "朋友" (9,200), "工作" (66,367)
 # and "今天" do not. A word the dictionary lacks (a name jieba's HMM found) is as rare as a word can be, and
 # the life topics the shipped user dictionary and the configured important keywords add ("失眠", "面试") name
-# one by design. Chosen on the benchmarks' Chinese sets (BENCHMARKS.md section 22): 2,000 and 3,000 took
+# one by design. Chosen on the benchmarks' Chinese sets (docs/benchmarks-history.md section 22): 2,000 and 3,000 took
 # MemDaily's certified false injection over 10%.
 THING_MAX_COUNT = 3000  # 虾 1,389 and 嗓子 772 are things; 公司 45,604 and 材料 9,137 are everyday words
 DISTINCTIVE_MAX_COUNT = 1000

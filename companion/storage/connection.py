@@ -174,7 +174,7 @@ class Connection:
         """A write transaction whose statements need nothing from the event loop between them (``work``,
         synchronous, on the plain connection), sent whole to the connection's thread: one hand-over instead
         of one per statement (BEGIN, each statement, COMMIT), each ~0.1-0.3 ms of a busy bot's CPU
-        (BENCHMARKS.md section 15, round 2). Committed before this returns. aiosqlite's own queue (not
+        (docs/benchmarks-history.md section 15, round 2). Committed before this returns. aiosqlite's own queue (not
         ``asyncio.to_thread``) keeps it in line with every other statement on that thread, so a caller
         cancelled meanwhile cannot let the next transaction start before this one has ended; and a caller
         cancelled before the COMMIT gets it rolled back, as a transaction sent statement by statement was.

@@ -55,7 +55,7 @@ def _enum(kind: type[StrEnum], load: Callable[[str], Any] | None = None) -> Code
 
 def _load_time(value: Any) -> datetime:
     # ``fromisoformat`` reads the stored ``...Z`` form about 20x faster than ``strptime`` (``from_db``), which
-    # on a profile and the turns read every turn was ~1% of a busy bot's CPU (BENCHMARKS.md section 15);
+    # on a profile and the turns read every turn was ~1% of a busy bot's CPU (docs/benchmarks-history.md section 15);
     # anything it would read differently (a naive or offset time) goes the strict way.
     text = str(value)
     if len(text) == STORED_LEN and text[-1] == "Z":
