@@ -55,9 +55,16 @@ lint: $(VENV)/.dev
 test: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-# The developer's loop: lint, types and every test that needs no process, server or virtualenv.
+# The developer's loop: lint, types and the tests of what changed (tests/affected.py: the test modules that
+# import a changed module, directly or not; all of them after a change to what every test stands on) that need
+# no process, server or virtualenv. `make test` runs everything.
 check: lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST)"
+	@tests=$$($(PY) -m tests.affected) || exit 2; \
+	if [ -z "$$tests" ]; then echo "make check: no Python file changed (git status); make test runs everything"; exit 0; fi; \
+	if [ "$$tests" = "--all" ]; then tests=; fi; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST)" $$tests; code=$$?; \
+	if [ $$code -eq 5 ]; then echo "make check: the changed modules have only slow tests; make test runs them"; exit 0; fi; \
+	exit $$code
 
 # The long reliability proofs (docs/testing.md, "Stress"); figures land in bench/results/stress.json.
 stress: $(VENV)/.dev
