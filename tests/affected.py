@@ -64,23 +64,23 @@ def affected(changed: Iterable[str], root: Path = ROOT) -> list[str] | None:
     if any(path.startswith(EVERYTHING) for path in changed):
         return None
     files = python_files(root)
-    modules = {module_of(str(f.relative_to(root))): f for f in files}
+    modules = {name: f for f in files if (name := module_of(str(f.relative_to(root)))) is not None}
     importers: dict[str, set[str]] = {}
     for name, path in modules.items():
         for target in imported(path):
             # A package's import reaches its ``__init__``; the modules it names are listed on their own.
             while target:
                 if target in modules:
-                    importers.setdefault(target, set()).add(str(name))
+                    importers.setdefault(target, set()).add(name)
                 target = target.rpartition(".")[0]
-    reached = {m for m in map(module_of, changed) if m in modules}
+    reached = {m for m in map(module_of, changed) if m is not None and m in modules}
     todo = list(reached)
     while todo:
         for importer in importers.get(todo.pop(), ()):
             if importer not in reached:
                 reached.add(importer)
                 todo.append(importer)
-    tests = {str(modules[m].relative_to(root)) for m in reached if m is not None}
+    tests = {str(modules[m].relative_to(root)) for m in reached}
     return sorted(t for t in tests if Path(t).name.startswith("test_"))
 
 
