@@ -22,6 +22,7 @@ from companion.llm.client import ToolCall
 from companion.llm.tools import Tool, Toolset
 from companion.ops.csvformat import HEADERS
 from companion.ops.restore import read_backup_csv
+from tests.fakes.base import WAIT_SCALE
 from tests.support import USER, Live, Rig
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
@@ -214,9 +215,10 @@ async def test_callback_data_forged_or_malformed(live: Live, data: st.DataObject
     payload = data.draw(st.one_of(_forged(before[0].id), st.text(max_size=64)))
     answers = len(live.tg.callback_answers)
     live.tg.push_callback(USER, int(target["message_id"]), payload)
-    # Either the bot answers the press or ignores data no filter accepts; give it the time of one round trip.
+    # Either the bot answers the press or ignores data no filter accepts; give it the time of one round trip, not
+    # the stretched bound of a stuck bot (WAIT_SCALE): most drawn presses are ignored, and each would wait it out.
     with contextlib.suppress(AssertionError):
-        await live.tg.wait_for_callback_answers(answers + 1, timeout=0.5)
+        await live.tg.wait_for_callback_answers(answers + 1, timeout=0.5 / WAIT_SCALE)
     assert await live.rig.engine.memories(Scope(OTHER)) == before
     assert texts.INTERNAL_ERROR not in [m["text"] for m in live.tg.sent_messages(USER)]
     assert not _log_errors(caplog)
