@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 import pytest
@@ -201,6 +202,13 @@ def test_every_filter_runs_on_the_event_loop() -> None:
 SPACES = st.text(alphabet=" \t\n\u3000\u00a0\u2003", max_size=3)
 
 
+@functools.cache
+def built_router() -> Router:
+    """The bot's routers, built once for the property tests below: they read its filters and never attach it
+    to a dispatcher, and each build costs ~25 ms, a few hundred times per test."""
+    return build_router()
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(st.text(), st.builds(lambda ws, rest: f"{ws}/{rest}", SPACES, st.text())),
        as_caption=st.booleans())
@@ -210,7 +218,7 @@ async def test_the_command_gate_never_refuses_a_command(text: str, as_caption: b
     fields = {"caption": text, "photo": []} if as_caption else {"text": text}
     message = Message.model_validate({"message_id": 1, "date": 0, "chat": {"id": USER, "type": "private"},
                                       **fields})
-    gated = [observer for router in build_router().chain_tail for name, observer in router.observers.items()
+    gated = [observer for router in built_router().chain_tail for name, observer in router.observers.items()
              if name == "message" and observer.handlers
              and all(any(isinstance(f.callback, Command) for f in h.filters or ()) for h in observer.handlers)]
     assert len(gated) >= 5
@@ -243,7 +251,7 @@ def test_what_the_conversation_router_takes_no_command_would(text: str, as_capti
                                       **fields})
     if not conversation(message):
         return
-    commands = _commands(build_router())
+    commands = _commands(built_router())
     assert len(commands) > 20
     for command in commands:
         try:
@@ -278,7 +286,7 @@ async def test_no_router_the_conversation_router_now_precedes_would_take_its_mes
                                       "from": {"id": USER, "is_bot": False, "first_name": "A"}, **fields})
     if not conversation(message):
         return
-    routers = build_router().sub_routers
+    routers = built_router().sub_routers
     names = [router.name for router in routers]
     start, end = names.index("conversation"), names.index("chat")
     assert end - start > 6 and "groups" in names[start:end]
