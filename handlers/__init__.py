@@ -11,7 +11,7 @@ from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.ops.admin import AdminService
 from handlers import admin, chat, commands, dida, errors, forgetting, groups, memory_list, reviews, user_commands
-from handlers.cleaning import SendableText
+from handlers.cleaning import KnownUpdates, SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
@@ -52,5 +52,6 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
                             groups=groups, rooms=Rooms(), disable_fsm=True)
     if admin is not None:
         dispatcher["admin"] = admin
+    dispatcher.update.outer_middleware(KnownUpdates())
     dispatcher.include_router(build_router())
     return dispatcher

@@ -23,6 +23,7 @@ from aiogram.types import Update
 from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
 from companion.ops.workqueue import Entry, QueueError, ShardWorker, UpdateQueue, shard_of
+from handlers.cleaning import KnownUpdates
 from handlers.scope import scope_of
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def intake(queue: UpdateQueue) -> Dispatcher:
         payload = update.model_dump_json(by_alias=True, exclude_unset=True).encode()
         await queue.put(chat_id_of(update), update.update_id, payload)
 
+    dispatcher.update.outer_middleware(KnownUpdates())  # nothing to queue for an update read as nothing
     dispatcher.update.outer_middleware(enqueue)  # type: ignore[arg-type]
     return dispatcher
 

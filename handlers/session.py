@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -10,11 +11,12 @@ from typing import Any, cast
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
-from aiogram.exceptions import TelegramAPIError, TelegramNetworkError
+from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramNetworkError
 from aiogram.methods import GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
-from aiogram.types import InputFile
+from aiogram.types import InputFile, Update
 from aiohttp import ClientError, ClientTimeout
+from pydantic import ValidationError
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 # How long a poll that follows one which brought updates waits, so that what arrives meanwhile comes in one
@@ -54,8 +56,36 @@ class JsonSession(AiohttpSession):
             raise TelegramNetworkError(method=method, message="Request timeout error") from e
         except ClientError as e:
             raise TelegramNetworkError(method=method, message=f"{type(e).__name__}: {e}") from e
-        response = self.check_response(bot=bot, method=method, status_code=resp.status, content=raw_result)
+        try:
+            response = self.check_response(bot=bot, method=method, status_code=resp.status, content=raw_result)
+        except ClientDecodeError:
+            if not isinstance(method, GetUpdates):
+                raise
+            return cast(TelegramType, readable_updates(bot, raw_result))
         return cast(TelegramType, response.result)
+
+
+def readable_updates(bot: Bot, raw: str) -> list[Update]:
+    """A poll's updates when one of them cannot be read (a field this aiogram does not know the shape of):
+    each unreadable one becomes an update with its id alone, which the dispatcher passes over as of no known
+    type, so polling confirms it and goes on; otherwise the poll would fail and bring it back for ever, and
+    every later update would wait behind it. When even that cannot be done (no JSON, no update ids), the
+    decoding error stands and aiogram polls again after its back-off."""
+    try:
+        body = json.loads(raw)
+        items = body["result"]
+        ids = [int(item["update_id"]) for item in items]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ClientDecodeError("a poll's answer is not a list of updates", exc, raw) from None
+    updates: list[Update] = []
+    for item, update_id in zip(items, ids, strict=True):
+        try:
+            updates.append(Update.model_validate(item, context={"bot": bot}))
+        except ValidationError as exc:
+            log.warning("update %d could not be read and is skipped (%d errors, first at %s)", update_id,
+                        exc.error_count(), ".".join(map(str, exc.errors()[0]["loc"])) if exc.errors() else "?")
+            updates.append(Update.model_validate({"update_id": update_id}, context={"bot": bot}))
+    return updates
 
 
 class PacedPolling(BaseRequestMiddleware):

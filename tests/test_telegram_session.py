@@ -8,14 +8,16 @@ import socket
 from typing import Any
 
 import pytest
-from aiogram import Dispatcher
-from aiogram.exceptions import TelegramNetworkError
+from aiogram import Bot, Dispatcher
+from aiogram.exceptions import ClientDecodeError, TelegramNetworkError
 from aiogram.methods import GetUpdates
 from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message
 
+from companion.chat import texts
 from handlers import build_client
-from handlers.session import PacedPolling
+from handlers.session import PacedPolling, readable_updates
 from tests.fakes import FakeTelegram
+from tests.support import USER, Live
 
 CHAT = 4242
 
@@ -146,3 +148,27 @@ async def test_a_stop_while_a_poll_is_out_sends_its_offset_again(busy: bool) -> 
     with pytest.raises(asyncio.CancelledError):
         await polling
     assert sent == ([(42, 0)] if busy else [(42, 10), (42, 0)])
+
+
+@pytest.mark.parametrize("bad", [
+    {"message": {"message_id": "not a number", "date": 0, "chat": {"id": USER, "type": "private"}}},
+    {"callback_query": {"id": "1", "from": {"id": USER}, "chat_instance": "x"}},  # a user with no is_bot
+])
+async def test_an_unreadable_update_is_skipped_and_polling_goes_on(
+        live: Live, bad: dict[str, Any], caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder) -> None:
+    """One update aiogram cannot read made every poll fail, the offset never moved, and every later message
+    waited behind it for ever. Now it is passed over with one line, and the next message is answered."""
+    assert await live.say("/start_aiGF", 1) == texts.GREETING_NEW
+    skipped = live.tg.push_update(bad)
+    live.llm.set_chat_reply("我在呢")
+    assert await live.say("在吗", 2) == "我在呢"
+    polls = sum(1 for name, _ in live.tg.calls if name == "getUpdates")
+    await live.tg.wait_for_call("getUpdates", count=polls + 1)  # the poll that confirms the last message
+    assert live.tg.pending_updates == []
+    assert f"update {skipped} could not be read and is skipped" in caplog.text
+    assert not [w for w in recwarn if "unknown update type" in str(w.message)], "aiogram's Bot-API-changed warning"
+
+
+async def test_a_poll_answer_that_is_not_updates_still_fails_as_a_decoding_error() -> None:
+    with pytest.raises(ClientDecodeError):
+        readable_updates(Bot("1:a"), '{"ok": true, "result": [{"no_id": 1}]}')
