@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test check stress console backup lint clean astrbot-plugin
 
-# The suite runs on this many pytest-xdist workers: most tests wait on processes, servers and sockets more than
-# they compute, so twice the cores keeps them busy (docs/testing.md has the measured times). `loadfile` keeps
-# each module on one worker: a module of real AstrBot tests runs in order on one AstrBot.
+# The suite runs on this many pytest-xdist workers: twice the cores, so both stay busy while some tests wait on
+# the processes and servers they start (docs/testing.md has the measured times). `loadfile` keeps
+# each module on one worker: a module of real AstrBot tests runs in order on one AstrBot. xdist would hand out
+# the modules with the most tests first; tests/conftest.py orders them by how long they take instead.
 TEST_WORKERS ?= 4
 # What `make check` leaves out: the kinds that start processes, build virtualenvs or need the servers.
 FAST := not process and not astrbot and not packaging and not postgresql and not redis
@@ -56,7 +57,7 @@ lint: $(VENV)/.dev
 	$(PY) -m mypy
 
 test: lint
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The developer's loop: lint, types and the tests of what changed (tests/affected.py: the test modules that
 # import a changed module, directly or not; all of them after a change to what every test stands on) that need
@@ -65,7 +66,7 @@ check: lint
 	@tests=$$($(PY) -m tests.affected) || exit 2; \
 	if [ -z "$$tests" ]; then echo "make check: no Python file changed (git status); make test runs everything"; exit 0; fi; \
 	if [ "$$tests" = "--all" ]; then tests=; fi; \
-	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST)" $$tests; code=$$?; \
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST)" $$tests; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "make check: the changed modules have only slow tests; make test runs them"; exit 0; fi; \
 	exit $$code
 

@@ -64,9 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its kinds; then order them for the workers: the slow kinds (processes, packaging)
-    first, so the longest tests do not start last and hold the session up alone, and real AstrBot's tests
-    last, so the virtualenvs they wait for build while the others run."""
+    """Mark each test with its kinds; then order them for the workers (``make test`` keeps this order:
+    ``--no-loadscope-reorder``): the slow kinds first, so the longest modules do not start last and hold the
+    session up alone: real AstrBot's first when its virtualenvs are built (its modules are the longest), else
+    last, so the virtualenvs build while the others run; then processes and packaging; then the rest."""
     for item in items:
         module = item.path.stem
         for kind, modules in KINDS.items():
@@ -79,7 +80,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("astrbot")
     slow = [item for item in items if item.get_closest_marker("process") or item.get_closest_marker("packaging")]
     first = set(map(id, slow))
-    items[:] = astrbot_last([*slow, *(item for item in items if id(item) not in first)])
+    ordered = astrbot_last([*slow, *(item for item in items if id(item) not in first)])
+    if all(venv.ready.exists() for venv in wanted(ordered)):
+        ordered = sorted(ordered, key=lambda item: not runs_astrbot(item))  # stable: each part keeps its order
+    items[:] = ordered
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

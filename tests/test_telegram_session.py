@@ -162,8 +162,10 @@ async def test_an_unreadable_update_is_skipped_and_polling_goes_on(
     skipped = live.tg.push_update(bad)
     live.llm.set_chat_reply("我在呢")
     assert await live.say("在吗", 2) == "我在呢"
-    polls = sum(1 for name, _ in live.tg.calls if name == "getUpdates")
-    await live.tg.wait_for_call("getUpdates", count=polls + 1)  # the poll that confirms the last message
+    for _ in range(200):  # the poll after the reply confirms everything up to the last message
+        if not live.tg.pending_updates:
+            break
+        await asyncio.sleep(0.05)
     assert live.tg.pending_updates == []
     assert f"update {skipped} could not be read and is skipped" in caplog.text
     assert not [w for w in recwarn if "unknown update type" in str(w.message)], "aiogram's Bot-API-changed warning"
