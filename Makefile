@@ -26,22 +26,29 @@ RUNTIME := requirements.txt
 PYCHECK = import sys; sys.exit(0 if sys.version_info >= (3, 11) else 2)
 PYVERSION = import sys; print(sys.executable and "%d.%d" % sys.version_info[:2])
 
-$(VENV)/.runtime: $(RUNTIME)
+# Creates the virtualenv when there is none (or another Python built it) and installs $(1) into it: one pip
+# run, so a first `make test` resolves the bot's and the tools' requirements together.
+define install
 	@$(PYTHON) -c '$(PYCHECK)' 2>/dev/null || { found=$$($(PYTHON) --version 2>/dev/null | head -1); \
 		echo "make: needs Python 3.11 or newer; PYTHON=$(PYTHON) is $${found:-not found}" >&2; exit 2; }
 	@if [ -x $(PY) ] && [ "$$($(PY) -c '$(PYVERSION)' 2>/dev/null)" != "$$($(PYTHON) -c '$(PYVERSION)')" ]; then \
 		echo "$(VENV) was built by another Python; building it again with $(PYTHON)"; rm -rf $(VENV); fi
-	@echo "Installing the bot's requirements into $(VENV) (once, and again when a requirements file changes);"
-	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	@if [ ! -x $(PY) ]; then \
+		echo "Installing the requirements into $(VENV) (once, and again when a requirements file changes);"; \
+		echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."; \
+		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet --upgrade pip; fi
+	$(PY) -m pip install --quiet -r $(1)
 	@echo "Installed."
+endef
+
+$(VENV)/.runtime: $(RUNTIME)
+	$(call install,requirements.txt)
 	touch $@
 
-$(VENV)/.dev: $(RUNTIME) requirements-dev.txt $(VENV)/.runtime
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	touch $@
+# requirements-dev.txt includes requirements.txt: what `make run` needs is installed too.
+$(VENV)/.dev: $(RUNTIME) requirements-dev.txt
+	$(call install,requirements-dev.txt)
+	touch $(VENV)/.runtime $@
 
 run: $(VENV)/.runtime
 	$(PY) bot.py

@@ -9,15 +9,18 @@ MAX_KEYWORD_CHARS = 20
 _SEPARATORS = re.compile(r"[,，、;；\s]+")
 _SPACES = re.compile(r"\s+")
 _DROPPED = frozenset({"Cc", "Cf", "Cs", "Co"})
+# Kept of those: line breaks and tabs (folded below), and the zero-width joiner, which makes one emoji of several
+# ("👨‍👩‍👧"); without it the family would be stored as three people.
+_KEPT = frozenset("\n\t\u200d")
 
 
 def normalize_text(text: str) -> str:
-    """NFC, no control or zero-width characters, whitespace folded: the form we store. NFC, not NFKC,
-    so full-width Chinese punctuation stays as the user wrote it."""
+    """NFC, no control or zero-width characters (but the joiner inside emoji), whitespace folded: the form we
+    store. NFC, not NFKC, so full-width Chinese punctuation stays as the user wrote it."""
     text = unicodedata.normalize("NFC", text)
     # Printable text has none of those categories: most text skips the per-character walk.
     if not text.isprintable():
-        text = "".join(ch for ch in text if unicodedata.category(ch) not in _DROPPED or ch in "\n\t")
+        text = "".join(ch for ch in text if unicodedata.category(ch) not in _DROPPED or ch in _KEPT)
     return _SPACES.sub(" ", text).strip()
 
 
@@ -27,12 +30,14 @@ def normalize_keyword(word: str) -> str:
     return word[:MAX_KEYWORD_CHARS]
 
 
-_UNSENDABLE = re.compile("[\ud800-\udfff]")
+# A lone surrogate, and the C0 control characters but tab, newline and carriage return (NUL among them, which
+# PostgreSQL's text refuses while SQLite keeps it).
+_UNSENDABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
 
 
 def sendable(text: str) -> str:
-    """Text that can be encoded to UTF-8 and sent on (to the model, to Telegram, to SQLite): a lone
-    surrogate (a JSON ``\\ud800`` without its pair) becomes U+FFFD, one UTF-16 unit for one, so Telegram's
-    entity offsets still point at the same characters. Everything else (NUL included, which encodes and
-    stores fine) is kept exactly as the user wrote it."""
-    return text if text.isascii() else _UNSENDABLE.sub("\ufffd", text)
+    """Text that can be encoded to UTF-8, sent on (to the model, to Telegram) and stored on every backend
+    alike: a lone surrogate (a JSON ``\\ud800`` without its pair) and a control character no one types (NUL,
+    ESC, ...) each become U+FFFD, one UTF-16 unit for one, so Telegram's entity offsets still point at the same
+    characters. Everything else, emoji sequences joined by U+200D included, is kept exactly as written."""
+    return _UNSENDABLE.sub("\ufffd", text) if _UNSENDABLE.search(text) else text

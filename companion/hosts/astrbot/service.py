@@ -20,6 +20,7 @@ from typing import Any
 from companion.core import dates
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
+from companion.core.text import sendable
 from companion.core.timeutil import utcnow
 from companion.engine.profile import matching_traits
 from companion.hosts.astrbot import texts
@@ -288,7 +289,9 @@ class MemoryService:
         scope = speaker.scope
         if self.options.learning:
             await self._label(speaker)
-            await self.engine.note_turn(scope, Turn(user=user[:2000], reply=reply[:2000], at=self._clock()))
+            # As the bot's pipeline takes a message: no NUL or lone surrogate reaches the store (PostgreSQL).
+            turn = Turn(user=sendable(user[:2000]), reply=sendable(reply[:2000]), at=self._clock())
+            await self.engine.note_turn(scope, turn)
             if scope not in self._learning and await self.engine.pending_count(scope) >= self.options.learn_every:
                 self._learning.add(scope)
                 self._spawn(self._learn(scope))
