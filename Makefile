@@ -33,10 +33,9 @@ define install
 		echo "make: needs Python 3.11 or newer; PYTHON=$(PYTHON) is $${found:-not found}" >&2; exit 2; }
 	@if [ -x $(PY) ] && [ "$$($(PY) -c '$(PYVERSION)' 2>/dev/null)" != "$$($(PYTHON) -c '$(PYVERSION)')" ]; then \
 		echo "$(VENV) was built by another Python; building it again with $(PYTHON)"; rm -rf $(VENV); fi
-	@if [ ! -x $(PY) ]; then \
-		echo "Installing the requirements into $(VENV) (once, and again when a requirements file changes);"; \
-		echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."; \
-		$(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet --upgrade pip; fi
+	@echo "Installing the requirements into $(VENV) (once, and again when a requirements file changes);"
+	@echo "this usually takes 1-3 minutes (aiogram, openai, pandas, jieba, matplotlib and their dependencies)..."
+	@if [ ! -x $(PY) ]; then $(PYTHON) -m venv $(VENV) && $(PY) -m pip install --quiet --upgrade pip; fi
 	$(PY) -m pip install --quiet -r $(1)
 	@echo "Installed."
 endef

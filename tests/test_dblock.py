@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from companion.core.errors import ConfigError
 from companion.ops import dblock
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, run_cli, start_bot
@@ -104,3 +105,10 @@ async def test_bot_refuses_to_start_while_a_restore_runs(
         "wait for it to finish or stop it first"
     )
     assert tg.calls == [], "the bot must not talk to Telegram"
+
+
+@pytest.mark.parametrize("where", ["/proc/nope/memory.sqlite3", "/etc/passwd/memory.sqlite3"])
+def test_a_database_where_none_can_be_is_a_config_error_naming_the_folder(where: str) -> None:
+    named = r"the database folder /\w+/\w+ cannot be used: .*\(DATA_DIR, DATABASE_URL\)"
+    with pytest.raises(ConfigError, match=named), dblock.hold(Path(where), "bot"):
+        pass

@@ -16,19 +16,20 @@ from companion.config.settings import Settings, load_settings
 from companion.core.errors import ConfigError
 from tests.process import clean_env, run_cli
 
-# Any text is a value: names, keys and paths, checked where they are used (the token's format and the folders at
-# start-up, the keys by the services that take them).
+# Any text is a value: names, keys and URLs, checked where they are used (the token's format at start-up, the
+# database's folder when it is opened, the keys by the services that take them).
 FREE = frozenset({
     "telegram_bot_token", "llm_api_key", "embedding_api_key", "dida_client_secret", "dida_token_key",
-    "webhook_listen", "redis_prefix", "llm_model", "embedding_model", "embedding_local_model", "dida_client_id",
-    "dida_redirect_uri", "data_dir", "backup_dir", "log_level", "database_url", "important_keywords",
+    "redis_prefix", "llm_model", "embedding_model", "embedding_local_model", "dida_client_id",
+    "dida_redirect_uri", "database_url", "important_keywords",
 })
 # The values a type alone does not refuse.
 NAMED = {
     "telegram_api_base": "api.telegram.org", "llm_base_url": "api.deepseek.com", "embedding_base_url": "localhost:8080",
     "dida_auth_base": "ftp://dida365.com", "dida_api_base": "https://", "webhook_url": "example.com/hook",
     "webhook_secret": "has spaces", "redis_url": "localhost:6379", "timezone": "Mars/Phobos", "admin_ids": "1,abc",
-    "review_hours": "21,9",
+    "review_hours": "21,9", "log_level": "LOUD", "webhook_listen": "8.8.8.8", "data_dir": "/etc/passwd",
+    "backup_dir": "/etc/passwd",
 }
 
 
@@ -68,7 +69,8 @@ def test_a_bad_value_is_one_line_naming_the_setting(name: str) -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [("LLM_BASE_URL", "api.deepseek.com"), ("REVIEW_HOURS", "21,9"),
-                                            ("EMBEDDINGS", "maybe")])
+                                            ("EMBEDDINGS", "maybe"), ("LOG_LEVEL", "LOUD"),
+                                            ("WEBHOOK_LISTEN", "8.8.8.8"), ("DATA_DIR", "/etc/passwd")])
 async def test_the_bot_stops_with_one_line_and_exit_2(tmp_path: Path, key: str, value: str) -> None:
     env = clean_env() | {"DATA_DIR": str(tmp_path / "data"), "TELEGRAM_BOT_TOKEN": "123:abc", "LLM_API_KEY": "sk-x",
                          key: value}

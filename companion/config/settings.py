@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import socket
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Literal
@@ -18,6 +19,7 @@ from pydantic_settings.exceptions import SettingsError
 from companion.core.errors import ConfigError
 
 DB_NAME = "memory.sqlite3"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # sqlite:///<path>: a relative path after the three slashes, an absolute one after four (SQLAlchemy's spelling).
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_LLM_BASE_URL = "https://api.deepseek.com"
@@ -150,6 +152,33 @@ class Settings(BaseSettings):
     def _hours_order(cls, value: tuple[int, int]) -> tuple[int, int]:
         if not 0 <= value[0] < value[1] <= 24:
             raise ValueError(f"must be two hours 0-24, the first before the second, such as 9,21; not {value}")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level_by_name(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}; not {value!r}")
+        return value.upper()
+
+    @field_validator("webhook_listen")
+    @classmethod
+    def _local_address(cls, value: str) -> str:
+        """An address of this machine to listen on (0.0.0.0 for all of them): binding any other fails only
+        once the webhook server starts, after the bot has told Telegram where to send."""
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in value else socket.AF_INET) as probe:
+                probe.bind((value, 0))
+        except OSError as exc:
+            raise ValueError(f"{value!r} is not an address of this machine to listen on "
+                             f"({exc.strerror or exc}); 127.0.0.1 behind a proxy, 0.0.0.0 for every address") from None
+        return value
+
+    @field_validator("data_dir", "backup_dir")
+    @classmethod
+    def _folder(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a folder")
         return value
 
     @field_validator("admin_ids", "important_keywords", mode="before")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from companion.core.errors import CompanionError
+from companion.core.errors import CompanionError, ConfigError
 
 LOCK_SUFFIX = ".lock"
 
@@ -41,8 +41,12 @@ def holder(db_path: Path) -> str:
 def hold(db_path: Path, role: str) -> Iterator[None]:
     """Hold the database for ``role`` ("bot", "restore", ...); raise DatabaseInUseError at once if taken."""
     path = lock_path(db_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # DATA_DIR or a sqlite DATABASE_URL naming a place no database can be
+        raise ConfigError(f"the database folder {path.parent} cannot be used: {exc.strerror or exc} "
+                          "(DATA_DIR, DATABASE_URL)") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
