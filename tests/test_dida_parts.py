@@ -167,6 +167,38 @@ async def test_the_callback_server_answers_a_page(service: tuple[KanbanService, 
     assert await kanban.sync.load(USER) is not None
 
 
+def _outward_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing), None when it has only
+    loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routed, never reached
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+async def test_the_callback_server_listens_on_loopback_unless_told(service: tuple[KanbanService, FakeDida]) -> None:
+    """Found by the adversarial run: the OAuth callback listened on every address of the machine."""
+    kanban, _fake = service
+    outward = _outward_address()
+    if outward is None:
+        pytest.skip("this machine has no address but loopback")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = CallbackServer(port, "/dida/cb", kanban.finish_callback)
+    await server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        with pytest.raises(OSError), socket.create_connection((outward, port), timeout=2):
+            pass
+    finally:
+        await server.stop()
+
+
 async def test_the_loop_syncs_who_changed_or_is_due_and_leaves_the_waiting(
     service: tuple[KanbanService, FakeDida], rig: Rig
 ) -> None:

@@ -73,6 +73,8 @@ def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, fo
                           clock=clock)
     callback = None
     if settings.dida_callback_port is not None:
+        # On the bot's listening address (WEBHOOK_LISTEN, 127.0.0.1 unless told): the reverse proxy in front
+        # of it forwards the redirect URI, as it does the webhook.
         callback = CallbackServer(settings.dida_callback_port, urlsplit(settings.dida_redirect_uri).path,
-                                  service.finish_callback)
+                                  service.finish_callback, host=settings.webhook_listen)
     return Kanban(service, worker, client, callback)

@@ -50,7 +50,7 @@ Finish = Callable[[str, str], Awaitable[str]]  # (state, code) -> the page's tex
 class CallbackServer:
     """``GET {path}?code=…&state=…``: hands the pair to ``finish`` and shows its answer as a small page."""
 
-    def __init__(self, port: int, path: str, finish: Finish, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, path: str, finish: Finish, host: str = "127.0.0.1") -> None:
         self._port, self._path, self._finish, self._host = port, path or "/", finish, host
         self._runner: web.AppRunner | None = None
 
