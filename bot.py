@@ -217,7 +217,8 @@ async def consume(consumer: Consumer, shared: Shared, dispatcher: Dispatcher, bo
     consuming = asyncio.create_task(consumer.run(stop), name="consume-updates")
     try:
         if receiving:
-            await receive(intake(shared.queue), bot, settings, queued_for=dispatcher)
+            # Polling waits for a queue that is down; a webhook answers an error and Telegram sends again.
+            await receive(intake(shared.queue, wait=not settings.webhook_url), bot, settings, queued_for=dispatcher)
         else:
             log.info("worker started; handling the queue's updates")
             await stop_signal().wait()

@@ -41,14 +41,46 @@ def chat_id_of(update: Update) -> int:
     return int(sender.id) if sender is not None else 0
 
 
-def intake(queue: UpdateQueue) -> Dispatcher:
-    """A dispatcher that adds every update to the queue and handles none."""
+QUEUE_RETRY_FIRST_S = 0.5
+QUEUE_RETRY_MAX_S = 30.0
+
+
+async def put_until_queued(queue: UpdateQueue, chat_id: int, update_id: int, payload: bytes,
+                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Add an update, trying again with back-off for as long as the queue is unreachable. Polling confirms an
+    update only with its next request, which waits for this: an update is never confirmed to Telegram before it
+    is in the queue, and a stop meanwhile leaves it with Telegram for the next start. One line when the queue
+    fails and one when it is back."""
+    delay = QUEUE_RETRY_FIRST_S
+    failing = False
+    while True:
+        try:
+            await queue.put(chat_id, update_id, payload)
+        except QueueError as exc:
+            if not failing:
+                log.warning("%s; polling waits and tries again until the queue is back", exc)
+                failing = True
+            await sleep(delay)
+            delay = min(delay * 2, QUEUE_RETRY_MAX_S)
+            continue
+        if failing:
+            log.warning("the queue is back: update %d is queued, polling goes on", update_id)
+        return
+
+
+def intake(queue: UpdateQueue, *, wait: bool = False) -> Dispatcher:
+    """A dispatcher that adds every update to the queue and handles none. ``wait`` (polling): an update the
+    queue cannot take waits until it can (``put_until_queued``); otherwise (a webhook) the failure stands, the
+    request is answered with an error and Telegram sends the update again."""
     dispatcher = Dispatcher()
 
     async def enqueue(handler: Callable[[Update, dict[str, Any]], Awaitable[Any]], update: Update,
                       data: dict[str, Any]) -> None:
         payload = update.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        await queue.put(chat_id_of(update), update.update_id, payload)
+        if wait:
+            await put_until_queued(queue, chat_id_of(update), update.update_id, payload)
+        else:
+            await queue.put(chat_id_of(update), update.update_id, payload)
 
     dispatcher.update.outer_middleware(KnownUpdates())  # nothing to queue for an update read as nothing
     dispatcher.update.outer_middleware(enqueue)  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ KINDS: dict[str, frozenset[str]] = {
         "test_e2e_month", "test_e2e_process", "test_e2e_time", "test_e2e_touches", "test_forget_atomic",
         "test_fuzz_recovery", "test_graceful_stop", "test_merge_process", "test_migrate", "test_resilience",
         "test_semantic_process", "test_startup", "test_webhook", "test_workers_process", "test_crash",
-        "test_group_move_crash", "test_load", "test_outage", "test_telegram_faults",
+        "test_group_move_crash", "test_load", "test_outage", "test_telegram_faults", "test_queue_intake",
     }),
     "redis": frozenset({"test_workqueue", "test_workers_process"}),
     "packaging": frozenset({"test_packaging", "test_makefile", "test_layers"}),
