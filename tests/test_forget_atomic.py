@@ -112,3 +112,22 @@ async def test_a_process_killed_mid_forget_never_keeps_the_fact_in_its_profile(t
     # All or nothing: the user got no confirmation and everything is as it was; never a tombstone beside
     # a profile (or a queued turn) that still tells the fact.
     assert after == UNTOUCHED
+
+
+async def test_forgotten_text_leaves_the_files_on_disk(tmp_path: Path) -> None:
+    """Found by the adversarial run: forgotten text stayed in the SQLite file's free space and in its
+    write-ahead log until a clean stop. Now it is in neither the database file nor the log once forget
+    returns, with the store still open."""
+    path = tmp_path / "m.sqlite3"
+    store = await SQLiteStore.open(path)
+    try:
+        now = datetime(2026, 12, 5, tzinfo=UTC)
+        handle = await seed(store, now)
+        files = [path, path.with_name(path.name + "-wal")]
+        assert any(FACT.encode() in f.read_bytes() for f in files if f.exists())  # the probe sees it before
+        await store.forget_everywhere(SCOPE, [handle], now)
+        for told in (FACT, TOLD):
+            found = [f.name for f in files if f.exists() and told.encode() in f.read_bytes()]
+            assert not found, f"{told} still in {found}"
+    finally:
+        await store.close()

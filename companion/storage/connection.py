@@ -107,6 +107,8 @@ class Connection:
             await self._conn.execute("PRAGMA journal_mode = WAL")
             await self._conn.execute("PRAGMA synchronous = NORMAL")
             await self._conn.execute("PRAGMA foreign_keys = ON")
+            # Deleted and overwritten text is zeroed in the file, not left in free space: forgetting reaches the disk.
+            await self._conn.execute("PRAGMA secure_delete = ON")
             await self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
             await decay_sql.ensure_math(self._conn)
             async with self.transaction() as conn:

@@ -6,6 +6,8 @@ profile, the vectors) and the journal entries of what it forgot. ``SQLiteStore.a
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -15,8 +17,11 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Status
 from companion.core.timeutil import to_db
 from companion.storage import journal, shortterm
+from companion.storage.connection import BUSY_TIMEOUT_MS
 from companion.storage.records import ChangeOp, forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
+
+log = logging.getLogger(__name__)
 
 
 async def tombstone(
@@ -88,3 +93,16 @@ async def forget_everywhere(
     await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
                            [(scope_key, mid) for mid in wanted])
     return keys
+
+
+def clear_the_log(conn: sqlite3.Connection) -> None:
+    """Forgotten text gone from the disk too: the database's pages were overwritten as they were written
+    (``secure_delete``), and the log's copies of the pages before go with a truncating checkpoint. Without
+    waiting: a reader on an older snapshot (a backup) keeps them until the next checkpoint after it."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if busy:
+        log.debug("the write-ahead log is in use; forgotten text leaves it at the next checkpoint")

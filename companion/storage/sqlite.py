@@ -175,8 +175,10 @@ class SQLiteStore(TurnCalls, KanbanTables):
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
-            return await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
-                                                      ids, now, reason, queued, short)
+            turns = await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
+                                                       ids, now, reason, queued, short)
+        await self.read(forgetting.clear_the_log)
+        return turns
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
         wanted = sorted(k for k in keys if k)
@@ -462,4 +464,3 @@ class SQLiteStore(TurnCalls, KanbanTables):
                         await dest.execute(STANDALONE)
             except sqlite3.Error as exc:
                 raise storage_error(exc) from exc
-
