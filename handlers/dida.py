@@ -24,6 +24,9 @@ from handlers.commands import command
 log = logging.getLogger(__name__)
 
 
+CONFIRM_WORDS = ("删除", "delete")  # /dida_sync 删除: the cards that vanished at once go with their memories
+
+
 def store_outbox(store: MemoryStore) -> Outbox | None:
     """The store's change journal as the kanban's outbox (None for a store without one: every round then
     compares all of a user's memories with their cards)."""
@@ -47,9 +50,11 @@ async def dida_status(message: Message, kanban: KanbanService | None = None) -> 
         await message.answer(texts.NOT_CONFIGURED if kanban is None else await kanban.status(message.from_user.id))
 
 
-async def dida_sync(message: Message, kanban: KanbanService | None = None) -> None:
+async def dida_sync(message: Message, command: CommandObject, kanban: KanbanService | None = None) -> None:
     if message.from_user is not None:
-        await message.answer(texts.NOT_CONFIGURED if kanban is None else await kanban.sync_now(message.from_user.id))
+        confirm = (command.args or "").strip() in CONFIRM_WORDS
+        await message.answer(texts.NOT_CONFIGURED if kanban is None
+                             else await kanban.sync_now(message.from_user.id, confirm=confirm))
 
 
 async def dida_unlink(message: Message, command: CommandObject, kanban: KanbanService | None = None) -> None:

@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.core.timeutil import utcnow
 from companion.kanban.client import DidaClient
-from companion.kanban.records import CardState, LinkState, TokenBox
+from companion.kanban.pull import Puller
+from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from companion.kanban.sync import DidaConfig, KanbanSync, Round
 from tests.fakes.dida import CLIENT_ID, CLIENT_SECRET, FakeDida
 from tests.support import Rig
@@ -127,6 +129,9 @@ async def test_user_actions_in_the_app_reach_the_memories(kit: Kit) -> None:
     assert len(hiking) == 1 and hiking[0].origin is Origin.DIDA and hiking[0].tier is Tier.SHORT
     assert hiking[0].happens is not None and "周末" not in hiking[0].event
     assert f"记忆编号：#{hiking[0].id}" in fake.accounts["alice"].tasks[new_id]["content"]
+    await kit.round()  # absent on a second poll, but only just: not yet deleted
+    assert (await kit.rig.engine.get(scope, gone)).status is Status.ACTIVE
+    kit.rig.clock.advance(minutes=11)
     await kit.round()
     assert (await kit.rig.engine.get(scope, gone)).status is Status.FORGOTTEN
     assert (await kit.rig.engine.get(scope, gone)).event == ""
@@ -274,3 +279,44 @@ async def test_a_change_the_journal_no_longer_holds_arrives_with_the_daily_compa
     kit.rig.clock.advance(days=1)
     await kit.round()
     assert [t["title"] for t in kit.fake.cards("alice")] == ["在学游泳"]
+
+
+async def test_a_list_emptied_at_once_forgets_nothing_until_the_user_confirms(kit: Kit) -> None:
+    """Found by the adversarial run: an emptied task list forgot every memory after two polls. Now more than a
+    quarter of the cards gone at once holds their memories, tells the user once, and only ``/dida_sync 删除``
+    forgets them; a few cards deleted by hand are still forgotten as before."""
+    handles = [await kit.save(f"第{i}件要记住的事：{word}", Tier.MEDIUM)
+               for i, word in enumerate(["猫", "吉他", "体检", "雅思", "搬家", "咖啡", "跑步", "韩剧"])]
+    await linked(kit)
+    scope, fake = Scope(ALICE), kit.fake
+    for word in ["猫", "吉他", "体检", "雅思"]:  # half the board, in one go
+        fake.user_delete("alice", fake.card("alice", word)["id"])
+    notices = []
+    for _ in range(3):
+        kit.rig.clock.advance(minutes=11)
+        notices += (await kit.round()).notices
+    assert notices.count("bulk") == 1
+    assert [(await kit.rig.engine.get(scope, h)).status for h in handles] == [Status.ACTIVE] * 8
+    link = await kit.sync.load(ALICE)
+    assert link is not None and len(link.held) == 4
+    done = await kit.round(confirm=True)
+    assert done.pulled == 4
+    statuses = [(await kit.rig.engine.get(scope, h)).status for h in handles]
+    assert statuses == [Status.FORGOTTEN] * 4 + [Status.ACTIVE] * 4
+    # One more card deleted by hand after that: weighed on its own, forgotten after two polls and ten minutes.
+    fake.user_delete("alice", fake.card("alice", "咖啡")["id"])
+    await kit.round()
+    kit.rig.clock.advance(minutes=11)
+    assert "bulk" not in (await kit.round()).notices
+    assert (await kit.rig.engine.get(scope, handles[5])).status is Status.FORGOTTEN
+
+
+@pytest.mark.parametrize(("gone", "linked_cards", "held"), [
+    (2, 4, False),   # fewer than three: a user's own deletes
+    (3, 12, False),  # a quarter exactly: not more than a quarter
+    (3, 11, True),
+    (8, 8, True),    # the whole list
+])
+def test_the_bulk_rule(gone: int, linked_cards: int, held: bool) -> None:
+    link = Link(ALICE, "", utcnow(), utcnow())
+    assert (Puller._bulk(link, {f"t{i}" for i in range(gone)}, linked_cards) == "held") is held

@@ -62,7 +62,7 @@ def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, fo
     client = DidaClient(settings.dida_api_base, settings.dida_auth_base)
     config = DidaConfig(settings.dida_client_id, settings.dida_client_secret.get_secret_value(),
                         settings.dida_redirect_uri, settings.tz, reminder_hour=settings.review_hours[0],
-                        tier_tags=settings.dida_tier_tags)
+                        tier_tags=settings.dida_tier_tags, absent_after=timedelta(minutes=settings.dida_poll_minutes))
     sync = KanbanSync(client, store, engine, outbox, tokens, config, forget)
     link = LinkConfig(settings.dida_auth_base, settings.dida_client_id, settings.dida_redirect_uri,
                       settings.dida_callback_port is not None, settings.tz)

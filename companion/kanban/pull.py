@@ -5,31 +5,40 @@ Each card is compared field by field with its last synced snapshot (``CardState.
 ``etag`` did not move is skipped, and a field equal to what the bot last sent is the bot's own echo, never
 applied again. A card moved to another tier's column moves the memory; a completed card archives it; a new
 title or "内容" line rewords it (keywords re-derived); a new priority sets its importance; a card gone from
-the project and not completed, on two polls in a row, forgets it (with its tombstone: a deleted card is
-never read as a slow answer); a card the user adds in one of the three columns becomes a memory (origin
-``dida``) in that tier. A missing project or column is decided before this runs (``sync``): never read
-an empty answer as "every card was deleted".
+the project and not completed, on two polls a poll interval apart, forgets it (with its tombstone: a deleted
+card is never read as a slow answer), unless many went at once (``BULK_SHARE``: then the user confirms); a card
+the user adds in one of the three columns becomes a memory (origin ``dida``) in that tier. A missing project or
+column is decided before this runs (``sync``): never read an empty answer as "every card was deleted".
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import date, datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, Literal
 
 from companion.core import dates, tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, When
+from companion.core.timeutil import from_db, to_db
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.records import CardState, Link
 from companion.storage.base import KanbanState
 from memory import MemoryEngine
 
-ABSENT_POLLS = 2  # a card missing this many polls in a row was deleted
+ABSENT_POLLS = 2  # a card missing this many polls in a row, and for a poll interval, was deleted
+ABSENT_TIME = timedelta(minutes=10)  # the default poll interval: a list read twice in a second proves little
+# More than this share of the linked cards (and at least BULK_MIN) gone in one poll is no user's deletes but an
+# emptied list, a sync gone wrong or a slip: their memories are kept until the user confirms.
+BULK_SHARE = 0.25
+BULK_MIN = 3
 COMPLETED_OVERLAP = timedelta(minutes=5)  # the completed window reaches back past the last poll
 
 Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
+
+log = logging.getLogger(__name__)
 
 
 def dida_time(moment: datetime) -> str:
@@ -37,7 +46,9 @@ def dida_time(moment: datetime) -> str:
 
 
 class Puller:
-    def __init__(self, client: DidaClient, state: KanbanState, engine: MemoryEngine, forget: Forget) -> None:
+    def __init__(self, client: DidaClient, state: KanbanState, engine: MemoryEngine, forget: Forget, *,
+                 absent_after: timedelta = ABSENT_TIME) -> None:
+        self._absent_after = absent_after
         self._client = client
         self._state = state
         self._engine = engine
@@ -54,14 +65,22 @@ class Puller:
         changed = 0
         rows: dict[int, str | None] = {}
         known = {s.task_id for s in states.values() if s.task_id}
+        gone = {task_id for task_id in known if task_id not in by_task and task_id not in completed}
+        bulk = self._bulk(link, gone, len(known))
         for handle, state in states.items():
             if not state.task_id:
                 continue
             task = by_task.get(state.task_id)
+            if task is None and bulk == "held" and state.task_id in gone:
+                continue
+            if task is None and bulk == "confirmed" and state.task_id in gone:
+                changed += await self._deleted(link, scope, handle, state, rows)
+                continue
             if task is None:
                 changed += await self._absent(link, scope, handle, state, state.task_id in completed, now, rows)
                 continue
             link.missing.pop(state.task_id, None)
+            link.missing_since.pop(state.task_id, None)
             if str(task.get("etag") or "") == state.etag and state.synced:
                 continue
             changed += await self._edited(link, scope, handle, state, task, now)
@@ -83,12 +102,36 @@ class Puller:
                 return 1
             return 0
         seen = link.missing.get(state.task_id, 0) + 1
-        if seen < ABSENT_POLLS:
+        since = link.missing_since.setdefault(state.task_id, to_db(now))
+        if seen < ABSENT_POLLS or now - from_db(since) < self._absent_after:
             link.missing[state.task_id] = seen
             return 0
+        return await self._deleted(link, scope, handle, state, rows)
+
+    async def _deleted(self, link: Link, scope: Scope, handle: int, state: CardState,
+                       rows: dict[int, str | None]) -> int:
         link.missing.pop(state.task_id, None)
+        link.missing_since.pop(state.task_id, None)
         rows[handle] = None
         return await self._forget(scope, [handle])
+
+    @staticmethod
+    def _bulk(link: Link, gone: set[str], linked: int) -> Literal["held", "confirmed", ""]:
+        """What this poll does with the memories of the cards ``gone``: "held" when too many of the ``linked``
+        went at once and the user has not confirmed (their memories stay, and the user is asked);
+        "confirmed" when the user confirmed the cards held (forgotten now); "" otherwise (each card's absence
+        is weighed on its own). A confirmation covers the cards held when it was given, no others."""
+        if not (len(gone) >= BULK_MIN and len(gone) > BULK_SHARE * linked):
+            link.held, link.confirmed = [], False
+            return ""
+        if link.confirmed and gone <= set(link.held):
+            link.held, link.confirmed = [], False
+            return "confirmed"
+        if sorted(gone) != link.held:
+            log.warning("kanban of user %d: %d of %d cards gone at once; their memories are kept until the "
+                        "user confirms", link.user_id, len(gone), linked)
+        link.held, link.confirmed = sorted(gone), False
+        return "held"
 
     async def _edited(self, link: Link, scope: Scope, handle: int, state: CardState, task: dict[str, Any],
                       now: datetime) -> int:

@@ -43,6 +43,10 @@ class Link:
     columns_ignored: bool = False  # the app put cards outside the asked column: tier tags carry the tier
     completed_since: datetime | None = None  # start of the window of completed cards read on each poll
     missing: dict[str, int] = field(default_factory=dict)  # task id -> polls in a row it was absent
+    missing_since: dict[str, str] = field(default_factory=dict)  # task id -> when it was first seen absent (UTC)
+    # Cards gone at once in numbers no user deletes by hand: their memories wait for the user's word.
+    held: list[str] = field(default_factory=list)
+    confirmed: bool = False  # the user said the held cards were deleted on purpose (``/dida_sync 删除``)
     compared: datetime | None = None  # when every memory was last compared with its card
     ignored: list[str] = field(default_factory=list)  # the user's cards that retold a memory already on the board
 

@@ -91,13 +91,15 @@ class KanbanService:
         return texts.status(link.linked_at, await self.sync.card_count(user_id), link.last_sync,
                             await self.sync.pending(user_id), link.state.value, link.last_error, self._config.tz)
 
-    async def sync_now(self, user_id: int) -> str:
+    async def sync_now(self, user_id: int, *, confirm: bool = False) -> str:
+        """``/dida_sync``; ``confirm`` (``/dida_sync 删除``): the cards that vanished at once were deleted on
+        purpose, so their memories go too."""
         link = await self.sync.load(user_id)
         if link is None:
             return texts.NOT_LINKED
         if link.state is LinkState.BROKEN:
             return texts.SYNC_BROKEN
-        done = await self.sync.sync(user_id, self._clock(), rebuild=link.state is LinkState.PAUSED)
+        done = await self.sync.sync(user_id, self._clock(), rebuild=link.state is LinkState.PAUSED, confirm=confirm)
         await self._notices(user_id, done)
         fresh = await self.sync.load(user_id)
         if fresh is not None and fresh.state is LinkState.PAUSED:

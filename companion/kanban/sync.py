@@ -29,7 +29,7 @@ from companion.core.errors import (
 from companion.core.models import Memory, Scope, Status
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
-from companion.kanban.pull import Puller, memory_of
+from companion.kanban.pull import ABSENT_TIME, Puller, memory_of
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from companion.storage.base import SCOPE_WIDE, KanbanState
 from memory import MemoryEngine
@@ -72,6 +72,9 @@ class DidaConfig:
     tz: ZoneInfo
     reminder_hour: int = 9
     tier_tags: bool = True
+    # A card missing this long (and on two polls) was deleted: the poll interval, so a /dida_sync right after
+    # a poll is no second look.
+    absent_after: timedelta = ABSENT_TIME
 
 
 class Notice(Protocol):
@@ -97,7 +100,7 @@ class KanbanSync:
         self._outbox = outbox
         self._tokens = tokens
         self._config = config
-        self._puller = Puller(client, state, engine, forget)
+        self._puller = Puller(client, state, engine, forget, absent_after=config.absent_after)
         self._locks: dict[int, asyncio.Lock] = {}
 
     # ---- the link ----
@@ -166,15 +169,19 @@ class KanbanSync:
 
     # ---- a round ----
 
-    async def sync(self, user_id: int, now: datetime, *, full: bool = False, rebuild: bool = False) -> Round:
+    async def sync(self, user_id: int, now: datetime, *, full: bool = False, rebuild: bool = False,
+                   confirm: bool = False) -> Round:
         """Pull, then push; errors end the round, are kept in the link and set when it is tried again. One
-        round per user at a time (the background loop and ``/dida_sync`` may ask together)."""
+        round per user at a time (the background loop and ``/dida_sync`` may ask together). ``confirm``: the
+        user says the cards held after a bulk disappearance were deleted on purpose (``pull.BULK_SHARE``)."""
         async with self._locks.setdefault(user_id, asyncio.Lock()):
-            return await self._round(user_id, now, full=full, rebuild=rebuild)
+            return await self._round(user_id, now, full=full, rebuild=rebuild, confirm=confirm)
 
-    async def _round(self, user_id: int, now: datetime, *, full: bool, rebuild: bool) -> Round:
+    async def _round(self, user_id: int, now: datetime, *, full: bool, rebuild: bool, confirm: bool = False) -> Round:
         done = Round()
         link = await self.load(user_id)
+        if link is not None and confirm and link.held:
+            link.confirmed = True
         if link is None:
             done.skipped = "unlinked"
             return done
@@ -204,7 +211,10 @@ class KanbanSync:
                     link.told = gone
                     done.notices.append(gone)
                 return done
+            held = list(link.held)
             done.pulled = await self._puller.pull(link, token, data, now)
+            if link.held and link.held != held:
+                done.notices.append("bulk")
             done.pushed = await self._push(link, token, data, now, full=full)
             link.last_sync, link.last_error, link.failures, link.retry_at, link.rate_until = now, "", 0, None, None
             if link.columns_ignored and link.told != "columns":
