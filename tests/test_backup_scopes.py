@@ -21,7 +21,18 @@ from hypothesis import strategies as st
 from companion.chat.texts import TELEGRAM_LIMIT
 from companion.core.errors import RestoreError
 from companion.core.extraction import fingerprint
-from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.core.models import (
+    Memory,
+    MemoryDraft,
+    MemoryType,
+    Origin,
+    Profile,
+    Scope,
+    ShortKind,
+    Status,
+    Tier,
+    Validity,
+)
 from companion.ops.backup import SNAPSHOT_NAME, make_backup
 from companion.ops.csvformat import HEADERS, LEGACY_HEADERS
 from companion.ops.restore import LiveTombstones, Tombstone, read_backup_csv, restore
@@ -352,3 +363,33 @@ async def test_a_restore_never_brings_back_what_was_forgotten_since_the_backup(t
             (1, Status.FORGOTTEN, ""), (2, Status.ACTIVE, "喜欢猫")]
         assert [(m.status, m.event) for m in restored[GROUP]] == [(Status.FORGOTTEN, "")]
         # The restored database carries the tombstones on: the next restore forgets them again too.
+
+
+async def test_a_restore_reforgets_the_profile_and_the_turns_that_told_it(tmp_path: Path) -> None:
+    """Found by the adversarial run: a snapshot restore forgot again by writing the tombstone only, so the
+    profile and the short-term turn that told the memory came back with the snapshot."""
+    fact, told = "确诊了乙肝小三阳", "医生说我是小三阳"
+    live = tmp_path / "data" / "memory.sqlite3"
+    live.parent.mkdir()
+    store = await SQLiteStore.open(live)
+    try:
+        draft = MemoryDraft(event=fact, keywords=["乙肝"], importance=90.0, type=MemoryType.FACT, tier=Tier.LONG,
+                            validity=Validity.PERMANENT)
+        [handle] = await store.apply_changes(PRIVATE, NOW, inserts=[draft], sources=["k1"])
+        await store.add_short(PRIVATE, ShortKind.TURN, told, "别担心", NOW, keep=200, keys=("k1",))
+        await store.save_profile(PRIVATE, Profile(core=fact), NOW)
+        folder = (await make_backup(store, tmp_path / "backups", NOW, SHANGHAI, keep_days=30)).folder
+        await store.forget_everywhere(PRIVATE, [handle], NOW)
+    finally:
+        await store.close()
+    result = await restore(folder / SNAPSHOT_NAME, live, NOW + DAY, force=True)
+    assert result.reforgotten == 1
+    store = await SQLiteStore.open(live)
+    try:
+        profile = await store.load_profile(PRIVATE)
+        assert profile is None or fact not in profile[0].core
+        assert told not in [item.user for item in await store.short_items(PRIVATE, ShortKind.TURN, 10)]
+        [restored] = await store.fetch_by_ids(PRIVATE, [handle])
+        assert restored.status is Status.FORGOTTEN and restored.event == ""
+    finally:
+        await store.close()

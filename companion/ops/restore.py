@@ -272,7 +272,9 @@ async def reforget(path: Path, live: LiveTombstones, fresh: Iterable[int], now: 
                 if stone is not None:
                     by_reason[stone.reason or StatusReason.USER].append(memory.id)
             for reason, ids in by_reason.items():
-                await store.apply_changes(scope, now, forget=ids, reason=reason)
+                # The one forget path: with the tombstones go the profile, the vectors, and the queued and
+                # short-term turns that told them, all of which the backup holds too.
+                await store.forget_everywhere(scope, ids, now, reason)
                 total += len(ids)
     finally:
         await store.close()
