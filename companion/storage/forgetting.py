@@ -10,6 +10,7 @@ import logging
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 import aiosqlite
 
@@ -17,7 +18,6 @@ from companion.core.extraction import fingerprint
 from companion.core.models import Status
 from companion.core.timeutil import to_db
 from companion.storage import journal, shortterm
-from companion.storage.connection import BUSY_TIMEOUT_MS
 from companion.storage.records import ChangeOp, forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
 
@@ -95,14 +95,19 @@ async def forget_everywhere(
     return keys
 
 
-def clear_the_log(conn: sqlite3.Connection) -> None:
+def clear_the_log(path: Path) -> None:
     """Forgotten text gone from the disk too: the database's pages were overwritten as they were written
-    (``secure_delete``), and the log's copies of the pages before go with a truncating checkpoint. Without
-    waiting: a reader on an older snapshot (a backup) keeps them until the next checkpoint after it."""
-    conn.execute("PRAGMA busy_timeout = 0")
+    (``secure_delete``), and the log's copies of the pages before go with a truncating checkpoint, on a
+    connection of its own (the store's keeps no state from it). Without waiting: a reader on an older snapshot
+    (a backup) keeps them until the next checkpoint after it. Blocking: run it in a thread."""
     try:
-        busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn = sqlite3.connect(path, timeout=0)
+        try:
+            busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:  # the forget itself is committed; the next checkpoint clears the log
+        log.debug("the write-ahead log was not cleared after a forget: %s", exc)
+        return
     if busy:
         log.debug("the write-ahead log is in use; forgotten text leaves it at the next checkpoint")

@@ -177,7 +177,7 @@ class SQLiteStore(TurnCalls, KanbanTables):
                 await self._ensure_scope(conn, scope, now)
             turns = await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
                                                        ids, now, reason, queued, short)
-        await self.read(forgetting.clear_the_log)
+        await asyncio.to_thread(forgetting.clear_the_log, self.path)
         return turns
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
