@@ -17,14 +17,11 @@ from aiogram.types.update import UpdateTypeLookupError
 
 from companion.core.text import sendable
 
+Next = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]  # the rest of the chain
+
 
 class SendableText(BaseMiddleware):
-    async def __call__(
-        self,
-        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
-        event: TelegramObject,
-        data: dict[str, Any],
-    ) -> Any:
+    async def __call__(self, handler: Next, event: TelegramObject, data: dict[str, Any]) -> Any:
         if isinstance(event, Message):
             changes = {name: sendable(value) for name in ("text", "caption")
                        if isinstance(value := getattr(event, name), str) and sendable(value) != value}
@@ -37,12 +34,7 @@ class KnownUpdates(BaseMiddleware):
     """An update with nothing but its id is handled as nothing: polling confirms it all the same, and the log
     holds the session's one line on why, not aiogram's warning that the Bot API changed."""
 
-    async def __call__(
-        self,
-        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
-        event: TelegramObject,
-        data: dict[str, Any],
-    ) -> Any:
+    async def __call__(self, handler: Next, event: TelegramObject, data: dict[str, Any]) -> Any:
         if isinstance(event, Update):
             try:
                 event.event_type  # noqa: B018 (the lookup is the check)

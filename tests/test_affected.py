@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.affected import ROOT, affected, changed_files
+from tests.affected import affected, changed_files
 
 
 @pytest.mark.parametrize(("change", "selected", "left_out"), [
@@ -48,7 +48,3 @@ def test_changed_files_come_from_git_status(tmp_path: Path) -> None:
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "mod.py").write_text("y = 1\n")
     assert sorted(changed_files(tmp_path)) == ["kept.py", "new/mod.py"]
-
-
-def test_the_test_tree_is_where_the_selection_looks() -> None:
-    assert (ROOT / "tests" / "test_affected.py").exists()

@@ -28,8 +28,9 @@ from companion.kanban.records import CardState, Link
 from companion.storage.base import KanbanState
 from memory import MemoryEngine
 
-ABSENT_POLLS = 2  # a card missing this many polls in a row, and for a poll interval, was deleted
-ABSENT_TIME = timedelta(minutes=10)  # the default poll interval: a list read twice in a second proves little
+# A card missing from a poll and still missing a poll interval later was deleted (the default interval; a
+# list read twice in a second proves little).
+ABSENT_TIME = timedelta(minutes=10)
 # More than this share of the linked cards (and at least BULK_MIN) gone in one poll is no user's deletes but an
 # emptied list, a sync gone wrong or a slip: their memories are kept until the user confirms.
 BULK_SHARE = 0.25
@@ -79,7 +80,6 @@ class Puller:
             if task is None:
                 changed += await self._absent(link, scope, handle, state, state.task_id in completed, now, rows)
                 continue
-            link.missing.pop(state.task_id, None)
             link.missing_since.pop(state.task_id, None)
             if str(task.get("etag") or "") == state.etag and state.synced:
                 continue
@@ -101,16 +101,14 @@ class Puller:
                 await self._engine.archive(scope, handle, now)
                 return 1
             return 0
-        seen = link.missing.get(state.task_id, 0) + 1
+        # Stamped on the first poll that missed it, so a second poll, a poll interval later, decides.
         since = link.missing_since.setdefault(state.task_id, to_db(now))
-        if seen < ABSENT_POLLS or now - from_db(since) < self._absent_after:
-            link.missing[state.task_id] = seen
+        if now - from_db(since) < self._absent_after:
             return 0
         return await self._deleted(link, scope, handle, state, rows)
 
     async def _deleted(self, link: Link, scope: Scope, handle: int, state: CardState,
                        rows: dict[int, str | None]) -> int:
-        link.missing.pop(state.task_id, None)
         link.missing_since.pop(state.task_id, None)
         rows[handle] = None
         return await self._forget(scope, [handle])

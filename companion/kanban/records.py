@@ -42,8 +42,7 @@ class Link:
     told: str = ""  # the last state the user was told of (each is said once)
     columns_ignored: bool = False  # the app put cards outside the asked column: tier tags carry the tier
     completed_since: datetime | None = None  # start of the window of completed cards read on each poll
-    missing: dict[str, int] = field(default_factory=dict)  # task id -> polls in a row it was absent
-    missing_since: dict[str, str] = field(default_factory=dict)  # task id -> when it was first seen absent (UTC)
+    missing_since: dict[str, str] = field(default_factory=dict)  # task id -> the first poll it was absent in (UTC)
     # Cards gone at once in numbers no user deletes by hand: their memories wait for the user's word.
     held: list[str] = field(default_factory=list)
     confirmed: bool = False  # the user said the held cards were deleted on purpose (``/dida_sync 删除``)

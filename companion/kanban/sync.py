@@ -159,7 +159,7 @@ class KanbanSync:
             if name not in columns:
                 columns[name] = str((await self.client.create_column(token, link.project_id, name))["id"])
             link.columns[tier.value] = columns[name]
-        link.state, link.told, link.missing = LinkState.OK, "", {}
+        link.state, link.told, link.missing_since = LinkState.OK, "", {}
         rows = {h: CardState.decode(t) for h, t in (await self._state.dida_cards(link.user_id)).items()}
         if link.project_id != before:  # a new project: every card is made again there
             await self._state.put_dida_cards(link.user_id, dict.fromkeys(rows))
