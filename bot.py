@@ -121,6 +121,7 @@ async def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 async def serve(settings: Settings, *, receiving: bool = True) -> int:
     """The bot itself, once the checks passed; the caller holds the database lock (SQLite). ``receiving``:
     this process takes updates from Telegram (a ``worker`` only handles what the queue gives it)."""
+    from companion.chat.followups import FollowUpRound
     from companion.chat.stopping import wind_down
     from companion.config.runtime import settle_heap
     from companion.ops import jobs, reviews
@@ -131,7 +132,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     from handlers.delivery import switch_off_blocked
     from handlers.dida import start_kanban
     from handlers.groups import resume_moves, set_menus
-    from handlers.reviews import proactive_senders
+    from handlers.reviews import followup_sender, proactive_senders
     from handlers.webhook import receive
 
     if remove_staging(settings.db_path):
@@ -146,6 +147,11 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
 
         reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
                          *proactive_senders(bot, blocked), leader=leader)
+        if settings.followups:
+            followup_round = FollowUpRound(chat, settings.tz, settings.followup_hours)
+            send_followup = followup_sender(bot, blocked)
+            reviews.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
+                                       settings.followup_check_minutes, leader)
         jobs.schedule_spool_replay(scheduler, chat.replay_spools)
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None

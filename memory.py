@@ -31,6 +31,7 @@ from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
+from companion.engine.followups import FollowUps
 from companion.engine.learning import Learner
 from companion.engine.locks import ScopeLocks
 from companion.engine.profile import ProfileService
@@ -101,6 +102,7 @@ class MemoryEngine(SteeringAPI):
                                        lambda: self.dense)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns, self.profiles)
+        self.followups = FollowUps(store, config.tz)  # threads to follow up, written first by a host's job
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
         self._loading: asyncio.Future[None] | None = None

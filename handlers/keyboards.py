@@ -121,6 +121,21 @@ def _forget(scope: Scope | None, action: ForgetAction, handle: int = 0, count: i
     return GroupForgetCB(action=action, handle=handle, count=count, chat=scope.chat_id, user=scope.user_id)
 
 
+FOLLOWUP_STOP_BUTTON = "🤐 别再提"
+
+
+class FollowUpCB(CallbackData, prefix="fu"):
+    """The "别再提" button under a follow-up the companion wrote first: never bring this memory up again."""
+
+    handle: int
+
+
+def followup(handle: int) -> InlineKeyboardMarkup:
+    kb = InlineKeyboardBuilder()
+    kb.button(text=FOLLOWUP_STOP_BUTTON, callback_data=FollowUpCB(handle=handle))
+    return kb.as_markup()
+
+
 class StartCB(CallbackData, prefix="s"):
     action: str  # StartAction
 

@@ -14,6 +14,7 @@ from aiogram.types import CallbackQuery, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
+from companion.chat.followups import FollowUpSender
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
@@ -90,6 +91,25 @@ def proactive_senders(bot: Bot, blocked: Blocked) -> tuple[ReviewSender, WeeklyS
         return await delivered(scope, "weekly summary", send)
 
     return review, weekly
+
+
+def followup_sender(bot: Bot, blocked: Blocked) -> FollowUpSender:
+    """The follow-up sender the scheduler's round calls: the message with its "别再提" button, to the user's
+    private chat (follow-ups are about private memories only); a user who blocked the bot is handed to
+    ``blocked``. False when it was not delivered."""
+
+    async def send(scope: Scope, handle: int, text: str) -> bool:
+        try:
+            await bot.send_message(scope.user_id, text, reply_markup=keyboards.followup(handle))
+        except TelegramForbiddenError:
+            await blocked(scope)
+            return False
+        except TelegramAPIError as exc:
+            log.info("follow-up for %s not delivered: %s", scope.key, exc)
+            return False
+        return True
+
+    return send
 
 
 async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService,

@@ -1,4 +1,5 @@
-"""A private chat's one-message commands: /why, /stats, /reset, /weekly, /start and its button."""
+"""A private chat's one-message commands: /why, /stats, /reset, /weekly, /followup, /start and its button,
+and the "别再提" button under a follow-up."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from companion.core.timeutil import utcnow
 from companion.ops.reviews import set_weekly
 from handlers import keyboards
 from handlers.commands import command
-from handlers.keyboards import QUERY_CHARS, StartAction, StartCB
+from handlers.keyboards import QUERY_CHARS, FollowUpCB, StartAction, StartCB
 from handlers.scope import scope_of, scope_of_callback
 from memory import MemoryEngine
 
@@ -69,6 +70,28 @@ async def weekly_command(message: Message, command: CommandObject, engine: Memor
     await message.answer(texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
 
 
+async def followup_command(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+    scope = scope_of(message)
+    if scope is None:
+        return
+    on = (command.args or "").strip().lower() not in WEEKLY_OFF_WORDS
+    await engine.followups.switch(scope, on)
+    await message.answer(texts.FOLLOWUP_ON if on else texts.FOLLOWUP_OFF)
+
+
+async def on_followup_stop(query: CallbackQuery, callback_data: FollowUpCB, engine: MemoryEngine) -> None:
+    """"别再提" under a follow-up: that memory is never brought up again (the button goes)."""
+    scope = scope_of_callback(query)
+    if scope is None:
+        await query.answer()
+        return
+    stopped = await engine.followups.stop(scope, callback_data.handle, utcnow())
+    await query.answer(texts.FOLLOWUP_STOPPED if stopped else texts.FOLLOWUP_GONE)
+    if isinstance(query.message, Message):
+        with contextlib.suppress(TelegramBadRequest):
+            await query.message.edit_reply_markup(reply_markup=None)
+
+
 async def start_command(message: Message, chat: ChatService) -> None:
     scope = scope_of(message)
     if scope is None:
@@ -95,6 +118,8 @@ def build() -> Router:
     router.message.register(stats_command, command(Place.PRIVATE, "stats"))
     router.message.register(reset_command, command(Place.PRIVATE, "reset"))
     router.message.register(weekly_command, command(Place.PRIVATE, "weekly"))
+    router.message.register(followup_command, command(Place.PRIVATE, "followup"))
+    router.callback_query.register(on_followup_stop, FollowUpCB.filter())
     router.message.register(start_command, command(Place.PRIVATE, "start"))
     router.callback_query.register(on_start_button, StartCB.filter(F.action == StartAction.ON))
     return router

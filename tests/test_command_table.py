@@ -85,7 +85,7 @@ def test_a_new_row_reaches_the_help_of_its_place(fake_rows: None) -> None:
 def test_help_lists_conversation_commands_before_memory_commands() -> None:
     lines = [line.split(" ")[0] for line in texts.help_text().splitlines() if line.startswith("/")]
     assert lines == ["/start_aiGF", "/stop_aiGF", "/reset", "/memories", "/forget", "/why", "/stats", "/weekly",
-                     "/share_private"]
+                     "/followup", "/share_private"]
 
 
 def test_a_handler_can_register_only_a_row_of_the_table(fake_rows: None) -> None:

@@ -88,3 +88,44 @@ async def test_a_groups_memories_are_never_followed_up(rig: Rig) -> None:
     private = await rig.engine.build_context(ME, "早上好", now, turn=1, cooldown={}, follow_up={})
     in_group = await rig.engine.build_context(group, "早上好", now, turn=1, cooldown={}, follow_up={})
     assert private.followup is not None and in_group.followup is None
+
+
+# ---- follow-ups written first: the days a thread may go out, and when a message may -----------------
+
+
+@pytest.mark.parametrize(("when", "extra", "days"), [
+    (When(date(2026, 12, 9), date(2026, 12, 11)), {}, (date(2026, 12, 12), date(2026, 12, 25))),
+    (When(date(2026, 12, 20)), {}, (date(2026, 12, 21), date(2027, 1, 3))),  # ahead: from the day after
+    (When(date(1990, 12, 20), yearly=True), {}, (date(2026, 12, 20), date(2026, 12, 20))),  # its next day
+    (When(date(1990, 12, 1), yearly=True), {}, (date(2027, 12, 1), date(2027, 12, 1))),  # this year's passed
+    (When(date(1990, 12, 14), yearly=True), {}, (TODAY, TODAY)),  # today
+    (None, {}, None),
+    (When(date(2026, 12, 9)), {"status": Status.ARCHIVED}, None),
+    (When(date(2026, 12, 9)), {"status": Status.SUPERSEDED}, None),
+])
+def test_thread_days(when: When | None, extra: dict[str, object], days: tuple[date, date] | None) -> None:
+    assert followups.thread_days(memory(1, when, extra=extra), TODAY) == days
+
+
+def local(day: int, hour: int, minute: int = 0) -> datetime:
+    """A Shanghai wall-clock time in December 2026, as the UTC moment it is."""
+    return datetime(2026, 12, day, hour, minute, tzinfo=TZ).astimezone(UTC)
+
+
+HOURS = (10, 21)
+
+
+@pytest.mark.parametrize(("now", "said", "sent", "may"), [
+    (local(14, 10, 30), local(12, 20), [], True),
+    (local(14, 9, 59), local(12, 20), [], False),  # before the hours
+    (local(14, 21, 0), local(12, 20), [], False),  # the end hour is out
+    (local(14, 20, 59), None, [], True),  # the user's last message is not known
+    (local(14, 10, 30), local(14, 0, 30), [], False),  # the user wrote this local day (00:30)
+    (local(14, 10, 30), local(13, 23, 59), [], True),  # ... the evening before is another day
+    (local(14, 18, 0), local(12, 20), [local(14, 10, 0)], False),  # one a local day
+    (local(14, 10, 0), local(12, 20), [local(13, 20, 0)], True),  # yesterday's, one unanswered
+    (local(15, 10, 0), local(12, 20), [local(13, 10, 0), local(14, 10, 0)], False),  # two unanswered in a row
+    (local(15, 10, 0), local(14, 12, 0), [local(13, 10, 0), local(14, 10, 0)], True),  # the user answered
+])
+def test_may_push(now: datetime, said: datetime | None, sent: list[datetime], may: bool) -> None:
+    assert followups.may_push(now, TZ, HOURS, said, sent) is may

@@ -57,6 +57,7 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("stats", _P, "记忆统计", "记忆统计", topic=_MEM),
     CommandRow("reset", _P, "重新开始对话", "结束这段对话，重新开始"),
     CommandRow("weekly", _P, "每周记忆小结 on/off", "每周记忆小结", "on|off", _MEM),
+    CommandRow("followup", _P, "主动问候 on/off", "你说过的事过后，我是否主动发消息问候（默认开启）", "on|off", _MEM),
     CommandRow("help", _P, "查看帮助"),
     CommandRow("share_private", _P, "群里是否用你的私聊记忆 on/off", "允许在群里用上你私聊时的记忆（默认关闭）",
                "on|off", _MEM, default_menu=False),

@@ -40,9 +40,11 @@ def history_messages(history: Sequence[tuple[str, str | None]]) -> list[Message]
     messages: list[Message] = []
     waiting: list[str] = []
     for user, reply in history:
-        waiting.append(user)
+        if user:  # a message the companion wrote first has no user side
+            waiting.append(user)
         if reply is not None:
-            messages.append({"role": "user", "content": "\n".join(waiting)})
+            if waiting:
+                messages.append({"role": "user", "content": "\n".join(waiting)})
             messages.append({"role": "assistant", "content": reply})
             waiting = []
     if waiting:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -34,6 +34,7 @@ from companion.chat.session import (
     current_turns,
     new_turn_key,
     said_since,
+    stored_turn,
     untold,
 )
 from companion.chat.steering import opening_reviews, steer
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 # A reply is at most this long: max_tokens keeps real ones near 1,000 characters, but a broken endpoint may
 # send megabytes, which would be hundreds of Telegram messages and a huge short-term turn.
 REPLY_MAX_CHARS = 3 * texts.TELEGRAM_LIMIT
+
+# A message written first: composed from the conversation's current turns (None: not now), then delivered.
+Compose = Callable[[list[tuple[str, str | None]]], Awaitable[str | None]]
+Deliver = Callable[[str], Awaitable[bool]]
 
 
 class ChatService:
@@ -218,6 +223,11 @@ class ChatService:
         if self.modes.observe(scope, view.active, mark):
             return None
         session.steer.editing = view.editing
+        if not restoring and stored_turn(view.conversation) > session.turn:
+            # Another process (the one that writes first) added to this conversation: read it again.
+            session.history.clear()
+            session.restored = False
+            return await self._open(scope, session)
         if restoring:
             session.resume(view.conversation)
         if restoring and not session.history:
@@ -264,6 +274,25 @@ class ChatService:
         except StorageError as exc:
             log.warning("reviews unavailable for %s: %s", scope.key, exc)
             return None
+
+    async def write_first(self, scope: Scope, handle: int, compose: Compose, deliver: Deliver) -> bool:
+        """A message the companion writes first about memory ``handle`` (a follow-up), composed from the
+        conversation as it stands; ``deliver`` records it and sends it (False: not sent). A message sent
+        becomes the conversation's latest turn, so the user's answer is read with it, in any process."""
+        session = self.session(scope)
+        async with session.lock:
+            if await self._open(scope, session) is not True:
+                return False
+            now = self.clock()
+            text = await compose(current_turns(session.history, now))
+            if text is None or not await deliver(text):
+                return False
+            session.turn += 1
+            session.written_first = handle
+            self._record(session, "", text)
+            await self.engine.finish_turn(scope, now, short=Turn(user="", reply=text, at=now),
+                                          conversation=session.state(self.engine.config.recall_cooldown_turns))
+        return True
 
     # ---- the user steers memory through buttons and commands ------------------------------------
 
@@ -330,6 +359,9 @@ class ChatService:
             session.cooldown[recalled.memory.id] = session.turn
         if context.followup is not None:
             session.followups[context.followup.id] = session.followups.get(context.followup.id, 0) + 1
+        if session.written_first is not None and group is None:  # the user answers what was written first
+            handle, session.written_first = session.written_first, None
+            await self.engine.followups.answered(scope, handle)
         session.injections.append(bool(context.recalled))
         toolset = self._toolset(scope, group)
         reference = render_reference(context, now, self.config.tz)

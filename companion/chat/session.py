@@ -91,6 +91,7 @@ class Session:
     view: TurnView | None = None  # this turn's read of the store (``MemoryEngine.open_turn``); None: unread
     reviews_looked: bool = False  # this process looked for reviews to raise at the conversation's start
     followups: dict[int, int] = field(default_factory=dict)  # memory handle -> times a reply was cued with it
+    written_first: int | None = None  # the memory the last message written first was about, until answered
 
     def state(self, cooldown_turns: int) -> str:
         """What another process continues with, as compact JSON; a cooldown over (``cooldown_turns`` passed
@@ -102,6 +103,7 @@ class Session:
             "since": self.since_extraction, "at": self.extract_at, "last": self.last_extraction_turn,
             "news": self.news_turns, "wait": self.news_waiting,
             **({"fu": {str(mid): n for mid, n in self.followups.items()}} if self.followups else {}),
+            **({"wf": self.written_first} if self.written_first is not None else {}),
         }, ensure_ascii=False, separators=(",", ":"))
 
     def resume(self, state: str | None) -> None:
@@ -120,6 +122,8 @@ class Session:
             news_turns = {str(word): int(when) for word, when in news.items()}
             last_turn = None if last is None else int(last)
             cued = {int(mid): int(n) for mid, n in dict(found.get("fu") or {}).items()}
+            written = found.get("wf")
+            written_first = None if written is None else int(written)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("a stored conversation state could not be read, starting afresh: %s", type(exc).__name__)
             return
@@ -129,6 +133,7 @@ class Session:
         self.injections.extend(flag == "1" for flag in shown)
         self.news_turns, self.news_waiting = news_turns, waiting
         self.followups = cued
+        self.written_first = written_first
 
     def forget_everything(self) -> None:
         """Every turn goes, the one being answered too (it is neither kept nor queued)."""
@@ -150,6 +155,15 @@ class Session:
         waiting = [t for t in self.unqueued if untold(t, memories, turn_keys)]
         self.unqueued.clear()
         self.unqueued.extend(waiting)
+
+
+def stored_turn(state: str | None) -> int:
+    """The turn count a stored conversation state holds (0 when there is none or it cannot be read)."""
+    try:
+        found = json.loads(state) if state else {}
+        return int(found.get("turn", 0)) if isinstance(found, dict) and found.get("v") == STATE_VERSION else 0
+    except (ValueError, TypeError):
+        return 0
 
 
 def untold(turn: Turn, memories: Sequence[Memory], turn_keys: Collection[str]) -> bool:

@@ -194,6 +194,11 @@ UNDO_EXPIRED = "已经超过一分钟，不能撤销了。"
 CANCELLED = "好的，什么都没改。"
 WEEKLY_ON = "好的，每周我会告诉你这周记住了什么。发送 /weekly off 关闭。"
 WEEKLY_OFF = "好的，不再发送每周记忆小结。"
+FOLLOWUP_HOW_TO_STOP = "\n\n（这是我主动发来的问候。不想收到的话，发送 /followup off；想再收到就发 /followup on。）"
+FOLLOWUP_ON = "好的，你说过的事（出差、考试、生日……）过后我会主动问问你。发送 /followup off 关闭。"
+FOLLOWUP_OFF = "好的，我不再主动发消息问候了。聊天时我还是会记得问一句；发送 /followup on 重新打开。"
+FOLLOWUP_STOPPED = "好的，这件事以后我不会再主动提了。"
+FOLLOWUP_GONE = "这件事已经不在我的记忆里了。"
 
 
 def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str = "", archived: bool = False,

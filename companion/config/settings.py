@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     index_cache_mb: int = Field(default=48, ge=8)
     review_hours: Annotated[tuple[int, int], NoDecode] = (9, 21)
     review_unanswered_days: float = Field(default=3.0, gt=0)
+    # Follow-ups written first (docs/memory.md): the operator's switch, the local hours, how often the job looks.
+    followups: bool = True
+    followup_hours: Annotated[tuple[int, int], NoDecode] = (10, 21)
+    followup_check_minutes: float = Field(default=30.0, ge=1, le=24 * 60)
     idle_summary_minutes: float = Field(default=5.0, gt=0)
     group_memory_limit: int = Field(default=10, ge=0, le=50)
 
@@ -139,15 +143,15 @@ class Settings(BaseSettings):
     dida_poll_minutes: float = Field(default=10.0, gt=0)
     dida_tier_tags: bool = True
 
-    @field_validator("review_hours", mode="before")
+    @field_validator("review_hours", "followup_hours", mode="before")
     @classmethod
     def _hours(cls, value: object) -> object:
-        """"9,21" or "[9,21]": the first and the last local hour reviews may be sent in."""
+        """"9,21", "[9,21]" or "9-21": the first and the last local hour messages may be sent in."""
         if isinstance(value, str):
-            value = _split_csv(value.strip().strip("[]"))
+            value = _split_csv(value.strip().strip("[]").replace("-", ","))
         return value
 
-    @field_validator("review_hours")
+    @field_validator("review_hours", "followup_hours")
     @classmethod
     def _hours_order(cls, value: tuple[int, int]) -> tuple[int, int]:
         if not 0 <= value[0] < value[1] <= 24:

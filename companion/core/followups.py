@@ -1,15 +1,19 @@
 """Follow-ups: which told events the companion should ask about, and which dates to remember on the day.
 
-Pure rules, ``today`` (the user's local date) an argument. A thread is open once an event the user told about
-has ended, for ``WINDOW`` after its last day, until it is talked about (a mention after it ended), or until
-it was cued ``MAX_CUES`` times without an answer. At most ``MAX_OPEN`` threads are open per scope, the most
-important first. A yearly date (a birthday) is cued on its day.
+Pure rules, ``today`` (the user's local date) or ``now`` an argument. A thread is open once an event the user
+told about has ended, for ``WINDOW`` after its last day, until it is talked about (a mention after it ended),
+or until it was cued ``MAX_CUES`` times without an answer. At most ``MAX_OPEN`` threads are open per scope,
+the most important first. A yearly date (a birthday) is cued on its day.
+
+A message the companion writes first (a push) goes out only within the local hours allowed, on a local day the
+user has not written yet, at most once a local day, and never after ``MAX_UNANSWERED`` such messages in a row
+went unanswered (until the user writes again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import date, timedelta, tzinfo
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime, timedelta, tzinfo
 
 from companion.core import dates
 from companion.core.models import Memory
@@ -17,6 +21,7 @@ from companion.core.models import Memory
 WINDOW = timedelta(days=14)
 MAX_OPEN = 3
 MAX_CUES = 2
+MAX_UNANSWERED = 2
 
 
 def open_threads(memories: Iterable[Memory], today: date, tz: tzinfo) -> list[Memory]:
@@ -51,3 +56,45 @@ def cue(memories: Iterable[Memory], today: date, tz: tzinfo, cued: Mapping[int, 
         if cued.get(memory.id, 0) < MAX_CUES:
             return memory
     return None
+
+
+def thread_days(memory: Memory, today: date) -> tuple[date, date] | None:
+    """The local days a message about ``memory`` may be written first (both included): the ``WINDOW`` after
+    an event's last day, or a yearly date's next day (from ``today``); None for a memory with nothing to
+    follow up (undated, or no longer active)."""
+    when = memory.happens
+    if not memory.is_active or when is None:
+        return None
+    if when.yearly:
+        day = dates.next_occurrence(when, today)
+        return day, day
+    last = dates.last_day(when)
+    return last + timedelta(days=1), last + WINDOW
+
+
+def still_open(memory: Memory, today: date, tz: tzinfo) -> bool:
+    """Whether ``memory`` is a thread to follow up today: a yearly date on its day, or an ended event not
+    talked about since (``open_threads``' rule for one memory)."""
+    return bool(days_of([memory], today)) or bool(open_threads([memory], today, tz))
+
+
+def within_hours(now: datetime, tz: tzinfo, hours: tuple[int, int]) -> bool:
+    """Whether it is a sensible local hour to write to someone (start inclusive, end exclusive)."""
+    start, end = hours
+    return start <= now.astimezone(tz).hour < end
+
+
+def may_push(now: datetime, tz: tzinfo, hours: tuple[int, int], last_said: datetime | None,
+             sent: Sequence[datetime]) -> bool:
+    """Whether the companion may write first now: within ``hours``, the user has not written this local day
+    (``last_said``: their last message, None when not known), nothing was written first this local day, and
+    fewer than ``MAX_UNANSWERED`` of those written first (``sent``) came after the user's last message."""
+    if not within_hours(now, tz, hours):
+        return False
+    today = now.astimezone(tz).date()
+    if last_said is not None and last_said.astimezone(tz).date() >= today:
+        return False
+    if any(at.astimezone(tz).date() >= today for at in sent):
+        return False
+    unanswered = [at for at in sent if last_said is None or at > last_said]
+    return len(unanswered) < MAX_UNANSWERED

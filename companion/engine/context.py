@@ -135,6 +135,12 @@ class ContextBuilder:
         if follow_up is not None and scope.chat_id is None:  # a group's memories are not followed up in public
             index = await self._cache.index(scope, checked=opened)
             followup = followups.cue(index.memories.values(), local_today, self._config.tz, follow_up)
+            if followup is not None:  # read only when there is something to cue: what was written first or stopped
+                cued = dict(follow_up)
+                for thread in await self._store.threads_of(scope):
+                    if thread.stopped or (thread.pushed_at is not None and thread.due_on <= local_today):
+                        cued[thread.handle] = followups.MAX_CUES if thread.stopped else cued.get(thread.handle, 0) + 1
+                followup = followups.cue(index.memories.values(), local_today, self._config.tz, cued)
         return MemoryContext(
             core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today, asked=asked, scheduled=scheduled,

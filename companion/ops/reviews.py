@@ -1,5 +1,6 @@
-"""Proactive memory messages: the review of memories that reached their time, and the opt-in weekly
-summary. Scheduling and choosing who gets what live here; sending is handed in by the composition root
+"""Proactive memory messages: the review of memories that reached their time, the opt-in weekly
+summary, and the follow-up round's schedule (the round itself is the chat layer's). Scheduling and choosing
+who gets what live here; sending is handed in by the composition root
 (so nothing here knows Telegram). A send that reports the user unreachable is simply not recorded.
 """
 
@@ -11,8 +12,10 @@ from datetime import datetime, timedelta, tzinfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from companion.core import tiers
+from companion.core.followups import within_hours as in_hours
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.core.week import WEEK, summarise_week
@@ -29,12 +32,6 @@ BATCH = 5
 
 ReviewSender = Callable[[Scope, Sequence[tuple[Memory, tiers.Suggestion]]], Awaitable[bool]]
 WeeklySender = Callable[[Scope, "WeekSummary"], Awaitable[bool]]
-
-
-def in_hours(now: datetime, tz: tzinfo, hours: tuple[int, int]) -> bool:
-    """Whether it is a sensible local hour to write to someone (start inclusive, end exclusive)."""
-    start, end = hours
-    return start <= now.astimezone(tz).hour < end
 
 
 async def review_round(
@@ -80,6 +77,20 @@ async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) 
             await engine.set_setting(WEEKLY_SENT, scope, now)
             sent += 1
     return sent
+
+
+FollowUpRound = Callable[[datetime], Awaitable[int]]
+
+
+def schedule_followups(scheduler: AsyncIOScheduler, round_: FollowUpRound, minutes: float,
+                       leader: Leader = ALONE) -> None:
+    """Follow-ups written first: every ``minutes``, where the leader runs (one message, not one a worker).
+    A round after downtime sends only what is still due now, never a burst of old ones (the round's rules)."""
+    async def followups_job() -> None:
+        await led(leader, "follow-ups", lambda: round_(utcnow()))
+
+    scheduler.add_job(followups_job, IntervalTrigger(minutes=minutes), id="followups", coalesce=True,
+                      misfire_grace_time=int(minutes * 60), max_instances=1)
 
 
 def schedule(scheduler: AsyncIOScheduler, engine: MemoryEngine, tz: tzinfo, hours: tuple[int, int],

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Protocol, TypeVar
 
 from companion.core.cells import CellColumn
@@ -34,6 +34,9 @@ from companion.storage.capabilities import (
 )
 from companion.storage.records import (
     EXACT_EXPIRY,
+    FOLLOWUP,
+    FOLLOWUP_SENT,
+    FOLLOWUP_SEQ,
     GROUP_MEMORY,
     HOST_ADDRESS,
     HOST_LABEL,
@@ -53,16 +56,19 @@ from companion.storage.records import (
     Keyed,
     Setting,
     SettingName,
+    Thread,
 )
 from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "GROUP_MEMORY", "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
+    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP", "FOLLOWUP_SENT", "FOLLOWUP_SEQ", "GROUP_MEMORY",
+    "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
     "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
     "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
-    "ChatMoves", "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore",
-    "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems", "TurnBatch", "TurnQueue",
-    "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex", "VectorRow", "text_hash",
+    "ChatMoves", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore",
+    "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems", "Thread",
+    "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex", "VectorRow",
+    "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -186,6 +192,12 @@ class ChangeJournal(Protocol):
         """The scope's entries with ``seq > after``, oldest first, at most ``limit``."""
         ...
 
+    async def changes_after(self, after: int, limit: int) -> list[Change]:
+        """The entries of every scope with ``seq > after``, oldest first, at most ``limit``: what a copy kept
+        over all scopes (the follow-up threads) catches up with. A server database may commit an entry after
+        one with a higher ``seq``: a reader re-reads the last minute's entries."""
+        ...
+
     async def prune_changes(self, before: datetime) -> int:
         """Drop entries older than ``before``, except each scope's newest; returns how many went."""
         ...
@@ -287,6 +299,35 @@ class KanbanState(Protocol):
     async def put_dida_cards(self, user_id: int, cards: Mapping[int, str | None]) -> None: ...
 
 
+class FollowUpState(Protocol):
+    """The follow-up threads (``records.Thread``): dates and flags per told event, derived by the engine from
+    the memories; a tombstoned memory's thread goes in the forget's own transaction."""
+
+    async def put_threads(self, scope: Scope, dates: Mapping[int, tuple[date, date] | None]) -> None:
+        """Each handle's thread now spans these local days (new days: it may go out again; a stop stays), or
+        is closed (None: the memory is no longer an active dated one)."""
+        ...
+
+    async def threads_of(self, scope: Scope) -> list[Thread]: ...
+
+    async def due_threads(self, today: date, limit: int) -> list[Thread]:
+        """Open threads of every scope not sent yet whose days include ``today``: one indexed read."""
+        ...
+
+    async def stale_threads(self, before: date, limit: int) -> list[Thread]:
+        """Open threads whose last day is before ``before`` (to close, or to move to a yearly date's next day)."""
+        ...
+
+    async def mark_thread(self, scope: Scope, handle: int, *, pushed_at: datetime | None = None,
+                          answered: bool | None = None, stopped: bool | None = None) -> bool:
+        """Set what is given (None: as it is); False when the scope has no thread for ``handle``."""
+        ...
+
+    async def thread_counts(self) -> dict[str, int]:
+        """Over every scope: follow-ups ``sent``, ``answered`` and ``stopped``."""
+        ...
+
+
 class Capabilities(Protocol):
     """Optional capabilities: None where the backend has no such thing."""
 
@@ -341,7 +382,7 @@ class TurnSpools(Protocol):
 
 class MemoryStore(
     ScopeRegistry, MemoryRecords, ChangeJournal, TurnQueue, ShortTermItems, ProfileStore, SettingStore, ChatMoves,
-    TurnBatch, KanbanState, Capabilities, Protocol,
+    TurnBatch, KanbanState, FollowUpState, Capabilities, Protocol,
 ):
     """Everything a backend implements; hosts that need one concern type against its Protocol instead."""
 

@@ -26,6 +26,7 @@ from companion.core.models import (
 from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
 from companion.storage.cellsql import csv_of
+from companion.storage.inmemory_threads import InMemoryThreads
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
     SCOPE_SETTINGS,
@@ -43,10 +44,11 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class InMemoryStore:
+class InMemoryStore(InMemoryThreads):
     """Implements ``MemoryStore``; nothing survives ``close``. Returned objects are copies, as rows are."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._scopes: dict[Scope, bool] = {}  # scope -> companion mode on
         self._memories: dict[Scope, dict[int, Memory]] = {}
         self._owners: dict[int, Scope] = {}
@@ -73,16 +75,21 @@ class InMemoryStore:
 
     # ---- the change journal ----
     def _journal(self, scope: Scope, entries: Iterable[tuple[int | None, ChangeOp]], now: datetime) -> None:
+        entries = list(entries)
         for handle, op in entries:
             self._changes.append(Change(self._next_seq, scope, handle, op, now))
             self._counters[scope] = self._next_seq
             self._next_seq += 1
+        self._end_threads(scope, entries)
 
     async def change_counter(self, scope: Scope) -> int:
         return self._counters.get(scope, 0)
 
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
         return [c for c in self._changes if c.scope == scope and c.seq > after][: max(limit, 0)]
+
+    async def changes_after(self, after: int, limit: int) -> list[Change]:
+        return [c for c in self._changes if c.seq > after][: max(limit, 0)]
 
     async def prune_changes(self, before: datetime) -> int:
         kept = [c for c in self._changes if c.at >= before or self._counters[c.scope] == c.seq]

@@ -15,7 +15,7 @@ import aiosqlite
 
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db, to_db
-from companion.storage.records import Change, ChangeOp, change_op
+from companion.storage.records import ENDS_THREAD, Change, ChangeOp, change_op
 from companion.storage.rows import marks
 
 Entry = tuple[int | None, ChangeOp]  # (handle, or None for the whole scope; what happened)
@@ -28,6 +28,9 @@ async def record(conn: aiosqlite.Connection, scope_key: str, entries: Sequence[E
         stamp = to_db(now)
         await conn.executemany("INSERT INTO memory_changes (scope_key, handle, op, at) VALUES (?, ?, ?, ?)",
                                [(scope_key, handle, op.value, stamp) for handle, op in entries])
+        ended = [(scope_key, h) for h, op in entries if h is not None and op in ENDS_THREAD]
+        if ended:  # a tombstone's follow-up thread goes with it (``followups``)
+            await conn.executemany("DELETE FROM followup_threads WHERE scope_key = ? AND handle = ?", ended)
 
 
 async def update_entries(conn: aiosqlite.Connection, table: str, updates: Sequence[Memory]) -> list[Entry]:
@@ -47,6 +50,15 @@ def counter(raw: sqlite3.Connection, scope: Scope) -> int:
 
 
 SINCE = "SELECT seq, handle, op, at FROM memory_changes WHERE scope_key = ? AND seq > ? ORDER BY seq LIMIT ?"
+
+
+AFTER = "SELECT seq, scope_key, handle, op, at FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?"
+
+
+def every_change(rows: Iterable[Sequence[Any]]) -> list[Change]:
+    """``AFTER``'s rows (of every scope) as changes."""
+    return [Change(int(seq), Scope.from_key(str(key)), None if handle is None else int(handle), ChangeOp(op),
+                   from_db(str(at))) for seq, key, handle, op, at in rows]
 
 
 def changes(scope: Scope, rows: Iterable[Sequence[Any]]) -> list[Change]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +37,9 @@ class SettingName(StrEnum):
     EXACT_EXPIRY = "exact_expiry"  # per scope: {handle: unix time} for lifetimes finer than a validity
     IMPORTED = "imported"  # per scope: {record digest: handle} of records imported from another plugin
     HOST_ADDRESS = "host_address"  # per scope: where the host reaches the scope's person (its weekly summary)
+    FOLLOWUP = "followup"  # per scope: messages the companion writes first about what the user told (absent: on)
+    FOLLOWUP_SENT = "followup_sent"  # per scope: when the last follow-ups written first went out (newest last)
+    FOLLOWUP_SEQ = "followup_seq"  # database-wide: the change journal's entry the follow-up threads are read up to
 
 
 class Keyed(StrEnum):
@@ -63,6 +66,15 @@ def _json(value: Mapping[str, Any]) -> str:
 def _json_map(text: str) -> Any:
     found = json.loads(text)
     return dict(found) if isinstance(found, dict) else {}
+
+
+def _times(value: list[datetime]) -> str:
+    return json.dumps([to_db(at) for at in value])
+
+
+def _times_of(text: str) -> list[datetime]:
+    found = json.loads(text)
+    return [from_db(str(at)) for at in found] if isinstance(found, list) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +118,13 @@ HOST_LABEL: Setting[Scope, str] = Setting(SettingName.HOST_LABEL, Keyed.SCOPE, s
 EXACT_EXPIRY: Setting[Scope, dict[str, float]] = Setting(SettingName.EXACT_EXPIRY, Keyed.SCOPE, _json, _json_map)
 IMPORTED: Setting[Scope, dict[str, int]] = Setting(SettingName.IMPORTED, Keyed.SCOPE, _json, _json_map)
 HOST_ADDRESS: Setting[Scope, str] = Setting(SettingName.HOST_ADDRESS, Keyed.SCOPE, str, str)
+FOLLOWUP: Setting[Scope, bool] = Setting(SettingName.FOLLOWUP, Keyed.SCOPE, _switch, _bool)
+FOLLOWUP_SENT: Setting[Scope, list[datetime]] = Setting(SettingName.FOLLOWUP_SENT, Keyed.SCOPE, _times, _times_of)
+FOLLOWUP_SEQ: Setting[None, int] = Setting(SettingName.FOLLOWUP_SEQ, Keyed.DATABASE, str, int)
 
 SETTINGS: tuple[Setting[Any, Any], ...] = (
     GROUP_MEMORY, SHARE_PRIVATE, MOVED_TO, LAST_DECAY_AT, REVIEW_SENT, WEEKLY, WEEKLY_SENT, LAST_EXTRACTION,
-    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS,
+    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP, FOLLOWUP_SENT, FOLLOWUP_SEQ,
 )
 # What a group's move to a new chat id takes along: every scope-keyed setting of its members, and these.
 SCOPE_SETTINGS: tuple[str, ...] = tuple(s.name.value for s in SETTINGS if s.keyed is Keyed.SCOPE)
@@ -181,3 +196,27 @@ def change_op(before_status: Status, before_tier: str, after: Memory) -> ChangeO
             return forget_op(after.status_reason)
         return ChangeOp.SUPERSEDED if after.status is Status.SUPERSEDED else ChangeOp.ARCHIVED
     return ChangeOp.TIER_MOVED if after.tier.value != before_tier else ChangeOp.EDITED
+
+
+# ---- follow-up threads ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A told event the companion may follow up, kept beside its memory: the local days a message written
+    first may go out (``due_on`` to ``until_on``, both included), when one was recorded (``pushed_at``, set
+    before it is sent: at most once), whether the user answered it, and whether the user asked that it
+    never be brought up (``stopped``). No words: forgetting the memory removes the row."""
+
+    scope: Scope
+    handle: int
+    due_on: date
+    until_on: date
+    pushed_at: datetime | None = None
+    answered: bool = False
+    stopped: bool = False
+    closed: bool = False  # its memory is no longer an active dated one (archived, superseded, undated)
+
+
+# A memory tombstoned takes its thread with it in the same transaction (forgetting reaches every copy).
+ENDS_THREAD: frozenset[ChangeOp] = frozenset({ChangeOp.FORGOTTEN, ChangeOp.CLEANED, ChangeOp.EVICTED})

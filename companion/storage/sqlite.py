@@ -44,6 +44,7 @@ from companion.storage import (  # noqa: F401 - usage and vector_schema register
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
 from companion.storage.cellsql import csv_of
 from companion.storage.connection import storage_error
+from companion.storage.followups import FollowUpTables
 from companion.storage.kanban import KanbanTables
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
@@ -82,7 +83,7 @@ DECAY_SLICE_S = 0.01
 MAX_DECAY_SLICE = 200
 
 
-class SQLiteStore(TurnCalls, KanbanTables):
+class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
     """Implements ``MemoryStore``. Every public method is one short transaction; none awaits anything but
     SQLite."""
 
@@ -292,6 +293,9 @@ class SQLiteStore(TurnCalls, KanbanTables):
 
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
         return journal.changes(scope, await self._select(journal.SINCE, (scope.key, after, limit)))
+
+    async def changes_after(self, after: int, limit: int) -> list[Change]:
+        return journal.every_change(await self._select(journal.AFTER, (after, max(limit, 0))))
 
     async def prune_changes(self, before: datetime) -> int:
         async with self._tx() as conn:

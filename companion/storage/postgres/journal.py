@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from companion.core.models import Memory, Scope, Status
-from companion.storage.postgres.rows import key, second
+from companion.storage.postgres.rows import key, scope_of, second
 from companion.storage.postgres.schema import Conn
-from companion.storage.records import Change, ChangeOp, change_op
+from companion.storage.records import ENDS_THREAD, Change, ChangeOp, change_op
 
 Entry = tuple[int | None, ChangeOp]  # (handle, or None for the whole scope; what happened)
 
@@ -39,6 +39,10 @@ async def record(conn: Conn, scope: Scope, entries: Sequence[Entry], now: dateti
             "INSERT INTO memory_changes (user_id, chat_id, handle, op, at) SELECT $1, $2, e.handle, e.op, $5 "
             "FROM unnest($3::bigint[], $4::text[]) WITH ORDINALITY AS e(handle, op, n) ORDER BY e.n",
             *key(scope), [h for h, _ in entries], [op.value for _, op in entries], second(now))
+        ended = [h for h, op in entries if h is not None and op in ENDS_THREAD]
+        if ended:  # a tombstone's follow-up thread goes with it (``followups``)
+            await conn.execute("DELETE FROM followup_threads WHERE user_id = $1 AND chat_id = $2 "
+                               "AND handle = ANY($3::bigint[])", *key(scope), ended)
 
 
 async def update_entries(conn: Conn, scope: Scope, updates: Sequence[Memory]) -> list[Entry]:
@@ -55,6 +59,12 @@ async def since(conn: Conn, scope: Scope, after: int, limit: int) -> list[Change
     rows = await conn.fetch("SELECT seq, handle, op, at FROM memory_changes WHERE user_id = $1 AND chat_id = $2 "
                             "AND seq > $3 ORDER BY seq LIMIT $4", *key(scope), after, max(limit, 0))
     return [Change(int(r[0]), scope, r[1], ChangeOp(r[2]), r[3]) for r in rows]
+
+
+async def after(conn: Conn, seq: int, limit: int) -> list[Change]:
+    rows = await conn.fetch("SELECT seq, user_id, chat_id, handle, op, at FROM memory_changes WHERE seq > $1 "
+                            "ORDER BY seq LIMIT $2", seq, max(limit, 0))
+    return [Change(int(r[0]), scope_of(r[1], r[2]), r[3], ChangeOp(r[4]), r[5]) for r in rows]
 
 
 async def prune(conn: Conn, before: datetime) -> int:

@@ -208,7 +208,28 @@ TURN_STATE = MigrationSet("turn_state", (
     """),
 ))
 
-SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS, DIDA, TURN_STATE)
+# The follow-up threads (``followups.FollowUpTables``; SQLite's in ``storage/followups.py``).
+FOLLOWUPS = MigrationSet("followups", (
+    Migration("0001_threads", """
+    CREATE TABLE followup_threads (
+        user_id bigint NOT NULL,
+        chat_id bigint NOT NULL,
+        handle bigint NOT NULL,
+        due_on date NOT NULL,
+        until_on date NOT NULL,
+        pushed_at timestamptz,
+        answered boolean NOT NULL DEFAULT false,
+        stopped boolean NOT NULL DEFAULT false,
+        closed boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (user_id, chat_id, handle)
+    );
+    CREATE INDEX followup_threads_due ON followup_threads (due_on)
+        WHERE pushed_at IS NULL AND NOT stopped AND NOT closed;
+    CREATE INDEX followup_threads_until ON followup_threads (until_on) WHERE NOT closed
+    """),
+))
+
+SETS: tuple[MigrationSet, ...] = (CORE, USAGE, VECTORS, DIDA, TURN_STATE, FOLLOWUPS)
 
 
 async def migrate(conn: Conn, now: datetime, sets: Sequence[MigrationSet] = SETS) -> list[str]:

@@ -21,6 +21,7 @@ from companion.core.timeutil import utcnow
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
 from companion.storage.postgres import cells, decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
+from companion.storage.postgres.followups import FollowUpTables
 from companion.storage.postgres.kanban import KanbanTables
 from companion.storage.postgres.pool import DRIVER_ERRORS, pg_error
 from companion.storage.postgres.rows import (
@@ -49,7 +50,7 @@ DECAY_BATCH = 500
 _SCOPED = "user_id = $1 AND chat_id = $2"
 
 
-class PostgresStore(KanbanTables):
+class PostgresStore(KanbanTables, FollowUpTables):
     """Implements ``MemoryStore``."""
 
     # ---- scopes ----------------------------------------------------------------------------------
@@ -202,6 +203,10 @@ class PostgresStore(KanbanTables):
     async def changes_since(self, scope: Scope, after: int, limit: int) -> list[Change]:
         async with self._tx() as conn:
             return await journal.since(conn, scope, after, limit)
+
+    async def changes_after(self, after: int, limit: int) -> list[Change]:
+        async with self._tx() as conn:
+            return await journal.after(conn, after, limit)
 
     async def prune_changes(self, before: datetime) -> int:
         async with self._tx() as conn:

@@ -1,0 +1,111 @@
+"""Follow-ups written first (push): the round that finds, for every user, a told event to ask about and
+writes one message about it, composed by the model from that memory and the recent conversation.
+
+Who may get one is ``core.followups.may_push`` (local hours, not on a day the user wrote, one a local day,
+none after two unanswered in a row); which threads are due is the engine's (``engine.followups``, one indexed
+read). A message is recorded before it is sent (at most once: a crash between the two loses it, never
+repeats it); on a model outage nothing is recorded and the next round tries again. Only private memories of
+users in companion mode who have not turned follow-ups off; a group's are never followed up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+import prompts
+from companion.chat import texts
+from companion.chat.layout import history_messages
+from companion.chat.persona import FOLLOWUP_ENDED, FOLLOWUP_TODAY, quote, render_system_prompt
+from companion.chat.pipeline import ChatService
+from companion.core import followups
+from companion.core.errors import LLMError
+from companion.core.models import Memory, Scope
+from companion.core.timeutil import show
+from companion.llm.client import LLMClient
+
+log = logging.getLogger(__name__)
+
+MAX_CHARS = 300  # a follow-up is a line or two; a broken endpoint's megabytes are cut
+HISTORY = 10  # conversation turns the model sees when it writes first
+
+# Sends a follow-up about memory ``handle`` to the scope's user; False when it could not be delivered.
+FollowUpSender = Callable[[Scope, int, str], Awaitable[bool]]
+
+
+def followup_messages(memory: Memory, history: Sequence[tuple[str, str | None]], now: datetime,
+                      tz: tzinfo) -> list[dict[str, str]]:
+    """The one model call's messages: the companion's own system prompt, the recent conversation, and what
+    to write about (a system message: the user said nothing)."""
+    when = memory.happens
+    cue = (FOLLOWUP_TODAY if when is not None and when.yearly else FOLLOWUP_ENDED).format(memory="这件事")
+    ask = prompts.render("followup", now_local=show(now, tz), memory=quote(memory.shown), cue=cue)
+    return [{"role": "system", "content": render_system_prompt()}, *history_messages(history[-HISTORY:]),
+            {"role": "system", "content": ask}]
+
+
+async def compose(llm: LLMClient, memory: Memory, history: Sequence[tuple[str, str | None]], now: datetime,
+                  tz: tzinfo) -> str | None:
+    """The follow-up's words, or None when the model cannot write now (the next round tries again)."""
+    try:
+        text = await llm.chat(followup_messages(memory, history, now, tz), purpose="followup", max_tokens=200)
+    except LLMError as exc:
+        log.warning("follow-up not written, the model failed: %s", exc)
+        return None
+    text = texts.plain(text).strip()
+    if not text:
+        return None
+    return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUpRound:
+    """One look at every user's due threads; ``enabled``: the operator's ``FOLLOWUPS`` switch."""
+
+    chat: ChatService
+    tz: tzinfo
+    hours: tuple[int, int]
+    enabled: bool = True
+
+    async def __call__(self, now: datetime, send: FollowUpSender) -> int:
+        """Returns how many follow-ups went out."""
+        if not self.enabled or not followups.within_hours(now, self.tz, self.hours):
+            return 0
+        engine = self.chat.engine
+        due = await engine.followups.due(now)
+        if not due:
+            return 0
+        active = await engine.active_scopes()
+        looked: set[Scope] = set()
+        sent = 0
+        for item in sorted(due, key=lambda d: (d.thread.scope.key, -d.memory.importance, d.memory.id)):
+            scope = item.thread.scope
+            if scope in looked or scope.chat_id is not None or scope not in active:
+                continue
+            looked.add(scope)
+            if not await engine.followups.enabled(scope):
+                continue
+            said = [t.at for t in await engine.recent_turns(scope, HISTORY) if t.user]
+            written = await engine.followups.written(scope)
+            if not followups.may_push(now, self.tz, self.hours, max(said, default=None), written):
+                continue
+            if await self._write(scope, item.memory, now, written, send):
+                sent += 1
+        return sent
+
+    async def _write(self, scope: Scope, memory: Memory, now: datetime, written: list[datetime],
+                     send: FollowUpSender) -> bool:
+        engine = self.chat.engine
+
+        async def write(history: list[tuple[str, str | None]]) -> str | None:
+            text = await compose(self.chat.llm, memory, history, now, self.tz)
+            return None if text is None else text + (texts.FOLLOWUP_HOW_TO_STOP if not written else "")
+
+        async def deliver(text: str) -> bool:
+            # Recorded first: at most once, whatever happens after.
+            if not await engine.followups.sent(scope, memory.id, now):
+                return False  # forgotten while the model wrote
+            return await send(scope, memory.id, text)
+
+        return await self.chat.write_first(scope, memory.id, write, deliver)

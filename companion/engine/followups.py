@@ -1,0 +1,180 @@
+"""Follow-up threads kept beside the memories: which told events a message written first may be about, found
+for every user by one indexed read, and what became of each (sent, answered, stopped).
+
+The threads are a derived copy of the memories' dates. They follow the change journal, as the recall index
+does: ``catch_up`` reads the entries written since it last looked (over every scope, in pages) and puts the
+dates of the memories they name; a tombstone's thread went in the forget's own transaction already. Nothing
+here holds words, and nothing here decides when a message may go out (``core.followups``, the host's job).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, tzinfo
+
+from companion.core import followups
+from companion.core.models import Memory, Scope, Status
+from companion.storage.base import (
+    EVERY_STATUS,
+    FOLLOWUP,
+    FOLLOWUP_SENT,
+    FOLLOWUP_SEQ,
+    ChangeOp,
+    MemoryStore,
+    Thread,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE = 2000  # journal entries read at once
+DUE_LIMIT = 1000  # threads a round looks at; the rest wait for the next round
+# A server database may commit an entry after one with a higher seq: the cursor stays this far behind,
+# so such an entry is read on the next round (reading an entry twice changes nothing).
+SETTLE = timedelta(minutes=1)
+# Entries that never change a memory's dates or status: the daily decay, today's events.
+NO_DATES = frozenset({ChangeOp.DECAYED, ChangeOp.EVENTS})
+
+
+@dataclass(frozen=True, slots=True)
+class DueFollowUp:
+    """A thread to write about now, with its memory as it stands."""
+
+    thread: Thread
+    memory: Memory
+
+
+class FollowUps:
+    def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
+        self._store = store
+        self._tz = tz
+
+    async def catch_up(self, now: datetime) -> int:
+        """Bring the threads up to the change journal; the first time, from every memory. Returns how many
+        journal entries were read."""
+        cursor = await self._store.get_setting(FOLLOWUP_SEQ, None)
+        if cursor is None:
+            await self._rebuild(now)
+            cursor = 0
+        today = now.astimezone(self._tz).date()
+        read = 0
+        settled = cursor
+        while True:
+            page = await self._store.changes_after(cursor, PAGE)
+            if not page:
+                break
+            read += len(page)
+            whole: set[Scope] = set()
+            named: dict[Scope, set[int]] = defaultdict(set)
+            for change in page:
+                if change.op in NO_DATES:
+                    continue
+                if change.handle is None:
+                    whole.add(change.scope)
+                else:
+                    named[change.scope].add(change.handle)
+            for scope in whole:
+                await self._put_scope(scope, today)
+            for scope, handles in named.items():
+                if scope not in whole:
+                    await self._put(scope, sorted(handles), today)
+            cursor = page[-1].seq
+            settled = max([settled, *(c.seq for c in page if c.at <= now - SETTLE)])
+            if len(page) < PAGE:
+                break
+        await self._store.set_setting(FOLLOWUP_SEQ, None, settled)
+        return read
+
+    async def _rebuild(self, now: datetime) -> None:
+        today = now.astimezone(self._tz).date()
+        async for scope, memories in self._store.stream_memories():
+            days = {m.id: followups.thread_days(m, today) for m in memories if m.happens is not None}
+            await self._store.put_threads(scope, {h: d for h, d in days.items() if d is not None})
+
+    async def _put(self, scope: Scope, handles: Sequence[int], today: date) -> None:
+        """Each named memory's days, or a close where it has none now (closing a thread never made is a no-op)."""
+        found = {m.id: m for m in await self._store.fetch_by_ids(scope, handles)}
+        await self._store.put_threads(scope, {
+            h: followups.thread_days(found[h], today) if h in found else None for h in handles})
+
+    async def _put_scope(self, scope: Scope, today: date) -> None:
+        """A scope-wide change (a group's move): its threads are its memories' again."""
+        memories = {m.id: m for m in await self._store.fetch_memories(scope, EVERY_STATUS)}
+        days = {h: followups.thread_days(m, today) for h, m in memories.items() if m.happens is not None}
+        for thread in await self._store.threads_of(scope):
+            days.setdefault(thread.handle, None)
+        await self._store.put_threads(scope, days)
+
+    async def due(self, now: datetime) -> list[DueFollowUp]:
+        """The threads to follow up today over every scope, each with its memory, checked against the memory
+        as it is now (still active, still dated so, not talked about since it ended): the journal is read
+        first, so a memory forgotten, archived or answered a moment ago is never among them."""
+        await self.catch_up(now)
+        today = now.astimezone(self._tz).date()
+        await self._refresh_stale(today)
+        threads = await self._store.due_threads(today, DUE_LIMIT)
+        by_scope: dict[Scope, list[Thread]] = defaultdict(list)
+        for thread in threads:
+            by_scope[thread.scope].append(thread)
+        due: list[DueFollowUp] = []
+        for scope, mine in by_scope.items():
+            memories = {m.id: m for m in await self._store.fetch_by_ids(scope, [t.handle for t in mine])}
+            for thread in mine:
+                memory = memories.get(thread.handle)
+                if memory is not None and memory.status is Status.ACTIVE and followups.still_open(
+                        memory, today, self._tz):
+                    due.append(DueFollowUp(thread, memory))
+        return due
+
+    async def _refresh_stale(self, today: date) -> None:
+        """Threads whose days are over close; a yearly date's moves to its next day."""
+        stale = await self._store.stale_threads(today, DUE_LIMIT)
+        by_scope: dict[Scope, list[int]] = defaultdict(list)
+        for thread in stale:
+            by_scope[thread.scope].append(thread.handle)
+        for scope, handles in by_scope.items():
+            found = {m.id: m for m in await self._store.fetch_by_ids(scope, handles)}
+            days = {}
+            for handle in handles:
+                memory = found.get(handle)
+                span = followups.thread_days(memory, today) if memory is not None else None
+                days[handle] = span if span is not None and span[1] >= today else None
+            await self._store.put_threads(scope, days)
+
+    async def threads(self, scope: Scope) -> list[Thread]:
+        return await self._store.threads_of(scope)
+
+    async def sent(self, scope: Scope, handle: int, at: datetime) -> bool:
+        """Record a message written first about ``handle`` before it is sent (at most once: a crash after
+        this never sends it again), and when it went out among the scope's last ones (``written``). False
+        when the thread is gone (forgotten meanwhile)."""
+        if not await self._store.mark_thread(scope, handle, pushed_at=at):
+            return False
+        earlier = await self.written(scope)
+        await self._store.set_setting(FOLLOWUP_SENT, scope, [*earlier[-(followups.MAX_UNANSWERED - 1):], at])
+        return True
+
+    async def written(self, scope: Scope) -> list[datetime]:
+        """When the scope's last messages written first went out, oldest first (at most ``MAX_UNANSWERED``)."""
+        return await self._store.get_setting(FOLLOWUP_SENT, scope) or []
+
+    async def enabled(self, scope: Scope) -> bool:
+        """The user's ``/followup on|off`` (on unless turned off)."""
+        return await self._store.get_setting(FOLLOWUP, scope) is not False
+
+    async def switch(self, scope: Scope, on: bool) -> None:
+        await self._store.set_setting(FOLLOWUP, scope, on)
+
+    async def answered(self, scope: Scope, handle: int) -> None:
+        await self._store.mark_thread(scope, handle, answered=True)
+
+    async def stop(self, scope: Scope, handle: int, now: datetime) -> bool:
+        """"别再提": the memory is never followed up again, in conversation or written first. False when the
+        memory has no date to follow up."""
+        await self.catch_up(now)
+        return await self._store.mark_thread(scope, handle, stopped=True)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._store.thread_counts()

@@ -1,0 +1,107 @@
+"""The follow-up threads' table: one row per told event the companion may follow up (``records.Thread``).
+
+The table owner ``followups`` has its migration set here (``FOLLOWUPS``, registered with ``migrations``);
+``sqlite`` imports this module so every store has the table. Rows hold dates and flags, never words: the
+engine derives them from the memories (``companion.engine.followups``), and a forgotten memory's row goes in
+the forget's own transaction (``journal.record``). One partial index serves the round that looks for
+threads due over every scope: one indexed query however many users there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+
+import aiosqlite
+
+from companion.core.models import Scope
+from companion.core.timeutil import from_db, to_db
+from companion.storage.connection import Connection
+from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.records import Thread
+
+FOLLOWUPS = MigrationSet("followups", (
+    Migration("0001_threads", """
+    CREATE TABLE followup_threads (
+        scope_key TEXT NOT NULL,
+        handle INTEGER NOT NULL,
+        due_on TEXT NOT NULL,
+        until_on TEXT NOT NULL,
+        pushed_at TEXT,
+        answered INTEGER NOT NULL DEFAULT 0,
+        stopped INTEGER NOT NULL DEFAULT 0,
+        closed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (scope_key, handle)
+    ) WITHOUT ROWID;
+    CREATE INDEX followup_threads_due ON followup_threads (due_on)
+        WHERE pushed_at IS NULL AND stopped = 0 AND closed = 0;
+    CREATE INDEX followup_threads_until ON followup_threads (until_on) WHERE closed = 0
+    """),
+))
+register(FOLLOWUPS)
+
+COLUMNS = "scope_key, handle, due_on, until_on, pushed_at, answered, stopped, closed"
+
+# New dates are a new event (an edit moved it): it may be followed up again; a "never bring it up" stays.
+UPSERT = (
+    "INSERT INTO followup_threads (scope_key, handle, due_on, until_on) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (scope_key, handle) DO UPDATE SET closed = 0, "
+    "pushed_at = CASE WHEN due_on = excluded.due_on THEN pushed_at END, "
+    "answered = CASE WHEN due_on = excluded.due_on THEN answered ELSE 0 END, "
+    "due_on = excluded.due_on, until_on = excluded.until_on"
+)
+CLOSE = "UPDATE followup_threads SET closed = 1 WHERE scope_key = ? AND handle = ?"
+
+
+def thread(row: aiosqlite.Row | tuple[object, ...]) -> Thread:
+    key, handle, due, until, pushed, answered, stopped, closed = row
+    return Thread(Scope.from_key(str(key)), int(str(handle)), date.fromisoformat(str(due)),
+                  date.fromisoformat(str(until)), None if pushed is None else from_db(str(pushed)),
+                  bool(answered), bool(stopped), bool(closed))
+
+
+class FollowUpTables(Connection):
+    """The ``FollowUpState`` methods of ``SQLiteStore``: each one short transaction or one read."""
+
+    async def put_threads(self, scope: Scope, dates: Mapping[int, tuple[date, date] | None]) -> None:
+        if not dates:
+            return
+        async with self._tx() as conn:
+            await conn.executemany(CLOSE, [(scope.key, int(h)) for h, d in dates.items() if d is None])
+            await conn.executemany(UPSERT, [(scope.key, int(h), d[0].isoformat(), d[1].isoformat())
+                                            for h, d in dates.items() if d is not None])
+
+    async def threads_of(self, scope: Scope) -> list[Thread]:
+        rows = await self._select(f"SELECT {COLUMNS} FROM followup_threads WHERE scope_key = ? ORDER BY handle",
+                                  (scope.key,))
+        return [thread(r) for r in rows]
+
+    async def due_threads(self, today: date, limit: int) -> list[Thread]:
+        rows = await self._select(
+            f"SELECT {COLUMNS} FROM followup_threads WHERE pushed_at IS NULL AND stopped = 0 AND closed = 0 "
+            "AND due_on <= ? AND until_on >= ? ORDER BY due_on, scope_key, handle LIMIT ?",
+            (today.isoformat(), today.isoformat(), max(int(limit), 0)))
+        return [thread(r) for r in rows]
+
+    async def stale_threads(self, before: date, limit: int) -> list[Thread]:
+        rows = await self._select(
+            f"SELECT {COLUMNS} FROM followup_threads WHERE closed = 0 AND until_on < ? "
+            "ORDER BY until_on, scope_key, handle LIMIT ?", (before.isoformat(), max(int(limit), 0)))
+        return [thread(r) for r in rows]
+
+    async def mark_thread(self, scope: Scope, handle: int, *, pushed_at: datetime | None = None,
+                          answered: bool | None = None, stopped: bool | None = None) -> bool:
+        async with self._tx() as conn:
+            cursor = await conn.execute(
+                "UPDATE followup_threads SET pushed_at = coalesce(?, pushed_at), "
+                "answered = coalesce(?, answered), stopped = coalesce(?, stopped) "
+                "WHERE scope_key = ? AND handle = ?",
+                (None if pushed_at is None else to_db(pushed_at), None if answered is None else int(answered),
+                 None if stopped is None else int(stopped), scope.key, int(handle)))
+            return cursor.rowcount > 0
+
+    async def thread_counts(self) -> dict[str, int]:
+        rows = await self._select(
+            "SELECT count(pushed_at), coalesce(sum(answered), 0), coalesce(sum(stopped), 0) FROM followup_threads")
+        pushed, answered, stopped = rows[0] if rows else (0, 0, 0)
+        return {"sent": int(pushed), "answered": int(answered), "stopped": int(stopped)}

@@ -1,0 +1,80 @@
+"""The follow-up threads' table on PostgreSQL (its migration set ``followups`` is in ``schema``, as
+``storage/followups.py`` has SQLite's): dates and flags per told event, never words; a forgotten memory's row
+goes in the forget's own transaction (``journal.record``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from companion.core.models import Scope
+from companion.storage.postgres.pool import Pool
+from companion.storage.postgres.rows import key, scope_of, second
+from companion.storage.records import Thread
+
+COLUMNS = "user_id, chat_id, handle, due_on, until_on, pushed_at, answered, stopped, closed"
+
+UPSERT = (
+    "INSERT INTO followup_threads (user_id, chat_id, handle, due_on, until_on) VALUES ($1, $2, $3, $4, $5) "
+    "ON CONFLICT (user_id, chat_id, handle) DO UPDATE SET closed = false, "
+    "pushed_at = CASE WHEN followup_threads.due_on = excluded.due_on THEN followup_threads.pushed_at END, "
+    "answered = followup_threads.due_on = excluded.due_on AND followup_threads.answered, "
+    "due_on = excluded.due_on, until_on = excluded.until_on"
+)
+
+
+def thread(row: Any) -> Thread:
+    user_id, chat_id, handle, due, until, pushed, answered, stopped, closed = row
+    return Thread(scope_of(user_id, chat_id), int(handle), due, until, pushed, bool(answered), bool(stopped),
+                  bool(closed))
+
+
+class FollowUpTables(Pool):
+    """The ``FollowUpState`` methods of ``PostgresStore``: each one short transaction or one read."""
+
+    async def put_threads(self, scope: Scope, dates: Mapping[int, tuple[date, date] | None]) -> None:
+        if not dates:
+            return
+        async with self._tx() as conn:
+            closed = [(*key(scope), int(h)) for h, d in dates.items() if d is None]
+            if closed:
+                await conn.executemany("UPDATE followup_threads SET closed = true "
+                                       "WHERE user_id = $1 AND chat_id = $2 AND handle = $3", closed)
+            kept = [(*key(scope), int(h), d[0], d[1]) for h, d in dates.items() if d is not None]
+            if kept:
+                await conn.executemany(UPSERT, kept)
+
+    async def threads_of(self, scope: Scope) -> list[Thread]:
+        rows = await self._fetch(f"SELECT {COLUMNS} FROM followup_threads WHERE user_id = $1 AND chat_id = $2 "
+                                 "ORDER BY handle", *key(scope))
+        return [thread(r) for r in rows]
+
+    async def due_threads(self, today: date, limit: int) -> list[Thread]:
+        rows = await self._fetch(
+            f"SELECT {COLUMNS} FROM followup_threads WHERE pushed_at IS NULL AND NOT stopped AND NOT closed "
+            "AND due_on <= $1 AND until_on >= $1 ORDER BY due_on, user_id, chat_id, handle LIMIT $2",
+            today, max(int(limit), 0))
+        return [thread(r) for r in rows]
+
+    async def stale_threads(self, before: date, limit: int) -> list[Thread]:
+        rows = await self._fetch(
+            f"SELECT {COLUMNS} FROM followup_threads WHERE NOT closed AND until_on < $1 "
+            "ORDER BY until_on, user_id, chat_id, handle LIMIT $2", before, max(int(limit), 0))
+        return [thread(r) for r in rows]
+
+    async def mark_thread(self, scope: Scope, handle: int, *, pushed_at: datetime | None = None,
+                          answered: bool | None = None, stopped: bool | None = None) -> bool:
+        async with self._tx() as conn:
+            done = await conn.fetch(
+                "UPDATE followup_threads SET pushed_at = coalesce($4, pushed_at), "
+                "answered = coalesce($5, answered), stopped = coalesce($6, stopped) "
+                "WHERE user_id = $1 AND chat_id = $2 AND handle = $3 RETURNING 1",
+                *key(scope), int(handle), None if pushed_at is None else second(pushed_at), answered, stopped)
+            return bool(done)
+
+    async def thread_counts(self) -> dict[str, int]:
+        rows = await self._fetch("SELECT count(pushed_at), count(*) FILTER (WHERE answered), "
+                                 "count(*) FILTER (WHERE stopped) FROM followup_threads")
+        pushed, answered, stopped = rows[0]
+        return {"sent": int(pushed), "answered": int(answered), "stopped": int(stopped)}
