@@ -29,6 +29,7 @@ from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema, require_server
 from tests.redistest import redis_keys
 from tests.support import Live, Rig, close_rig, make_settings, open_rig
+from tests.timed import require_faketime
 
 # A test that is not about semantic recall runs on keywords whatever the environment says, so what it recalls does
 # not hang on one model's cosines, and the bot processes it starts inherit that; the tests of the built-in model
@@ -153,6 +154,15 @@ async def redis_prefix() -> AsyncIterator[str]:
     server (fails with CI=true)."""
     async with redis_keys() as prefix:
         yield prefix
+
+
+@pytest.fixture
+async def timed_servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
+    """The fake Telegram and LLM servers for a ``python bot.py`` whose clock is moved (tests/timed.py); skips
+    without libfaketime (fails with CI=true)."""
+    require_faketime()
+    async with FakeTelegram() as tg, FakeLLM() as llm:
+        yield tg, llm
 
 
 @pytest.fixture

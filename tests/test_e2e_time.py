@@ -8,61 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, run_cli, start_bot, stop_bot
 from tests.scripted import ScriptedBrain
-from tests.servers import require
+from tests.timed import Person, faked
 
 USER = 6101
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SAVES = {
     "杭州": {"event": "下周三去杭州出差三天", "keywords": ["杭州", "出差"], "type": "event", "importance": 70},
     "生日": {"event": "生日是2月30号", "keywords": ["生日"], "type": "fact", "importance": 80},
 }
-
-
-def faked(env: dict[str, str], moment: str) -> dict[str, str]:
-    """``env`` with the process's clock starting at ``moment`` (local time is UTC+8: TIMEZONE's default)."""
-    return {**env, "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"@{moment}", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_DONT_RESET": "1"}
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
-    require(None if LIBFAKETIME.exists() and shutil.which("faketime") else "libfaketime is not installed",
-            "faketime", "apt-get install faketime (.ci/run installs it)")
-    async with FakeTelegram() as tg, FakeLLM() as llm:
-        yield tg, llm
-
-
-class Person:
-    def __init__(self, tg: FakeTelegram, llm: FakeLLM) -> None:
-        self.tg, self.llm, self.sent = tg, llm, 0
-
-    async def say(self, text: str) -> str:
-        self.sent += 1
-        self.tg.push_text(USER, text)
-        return str((await self.tg.wait_for_messages(USER, self.sent, timeout=30))[self.sent - 1]["text"])
-
-    async def ask(self, text: str) -> str:
-        before = len(self.llm.chat_requests())
-        await self.say(text)
-        requests = await self.llm.wait_for_requests(before + 1, lambda r: not FakeLLM.is_json_mode(r))
-        return str(requests[-1]["messages"][-1]["content"])
-
-
-async def test_a_trip_told_with_next_wednesday_lives_by_its_date(servers: tuple[FakeTelegram, FakeLLM],
+async def test_a_trip_told_with_next_wednesday_lives_by_its_date(timed_servers: tuple[FakeTelegram, FakeLLM],
                                                                  tmp_path: Path) -> None:
-    tg, llm = servers
+    tg, llm = timed_servers
     ScriptedBrain(saves=SAVES).install(llm)
     env = bot_env(tg, llm, tmp_path)
-    me = Person(tg, llm)
+    me = Person(tg, llm, USER)
 
     # Friday 2026-12-04, 10:00 local.
     proc = await start_bot(faked(env, "2026-12-04 02:00:00"), tmp_path)
@@ -115,16 +78,16 @@ EVENING = {
 }
 
 
-async def test_news_on_a_known_topic_and_every_fact_of_the_evening(servers: tuple[FakeTelegram, FakeLLM],
+async def test_news_on_a_known_topic_and_every_fact_of_the_evening(timed_servers: tuple[FakeTelegram, FakeLLM],
                                                                    tmp_path: Path) -> None:
     """A second allergy is learned in the turn that tells it, not 8-12 turns later; five facts told in one
     evening are all in view twenty minutes later, the job included, though the profile was built after the
     first one."""
-    tg, llm = servers
+    tg, llm = timed_servers
     brain = ScriptedBrain(facts=EVENING)
     brain.install(llm)
     env = bot_env(tg, llm, tmp_path, EXTRACT_EVERY_MIN="6", EXTRACT_EVERY_MAX="6")
-    me = Person(tg, llm)
+    me = Person(tg, llm, USER)
     proc = await start_bot(faked(env, "2026-12-04 12:00:00"), tmp_path)
     try:
         await tg.wait_for_call("setMyCommands", timeout=90)
@@ -154,14 +117,14 @@ async def test_news_on_a_known_topic_and_every_fact_of_the_evening(servers: tupl
         await stop_bot(proc)
 
 
-async def test_after_the_trip_the_next_conversation_asks_how_it_went(servers: tuple[FakeTelegram, FakeLLM],
+async def test_after_the_trip_the_next_conversation_asks_how_it_went(timed_servers: tuple[FakeTelegram, FakeLLM],
                                                                      tmp_path: Path) -> None:
     """Saved on a Friday for 12月9日-11日; the Saturday after, a new process's first reply carries the cue,
     marked as a cue; the next reply does not."""
-    tg, llm = servers
+    tg, llm = timed_servers
     ScriptedBrain(saves=SAVES).install(llm)
     env = bot_env(tg, llm, tmp_path)
-    me = Person(tg, llm)
+    me = Person(tg, llm, USER)
     proc = await start_bot(faked(env, "2026-12-04 02:00:00"), tmp_path)
     try:
         await tg.wait_for_call("setMyCommands", timeout=90)

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     # Follow-ups written first (docs/memory.md): the operator's switch, the local hours, how often the job looks.
     followups: bool = True
     followup_hours: Annotated[tuple[int, int], NoDecode] = (10, 21)
-    followup_check_minutes: float = Field(default=30.0, ge=1, le=24 * 60)
+    followup_check_minutes: float = Field(default=30.0, ge=0.1, le=24 * 60)
     idle_summary_minutes: float = Field(default=5.0, gt=0)
     group_memory_limit: int = Field(default=10, ge=0, le=50)
 
