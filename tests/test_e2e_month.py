@@ -16,6 +16,7 @@ import pytest
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, run_cli, start_bot, stop_bot
 from tests.scripted import ScriptedBrain, model_context
+from tests.timed import Person
 
 USER = 5301
 STAMP = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z"  # timeutil's stored form
@@ -40,18 +41,12 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
         yield tg, llm
 
 
-class Chat:
+class Chat(Person):
     """One person talking to the bot process, one message at a time."""
 
     def __init__(self, tg: FakeTelegram, llm: FakeLLM, user: int = USER) -> None:
-        self.tg, self.llm, self.user = tg, llm, user
-        self.sent = 0
+        super().__init__(tg, llm, user)
         self.small = 0
-
-    async def say(self, text: str) -> str:
-        self.sent += 1
-        self.tg.push_text(self.user, text)
-        return str((await self.tg.wait_for_messages(self.user, self.sent, timeout=30))[self.sent - 1]["text"])
 
     async def ask(self, text: str) -> str:
         """A turn to the companion; returns what the model was told besides the conversation."""

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from companion.core import followups
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.core.tiers import Suggestion
 from companion.ops import jobs, reviews
@@ -47,7 +48,7 @@ async def engine(any_store: MemoryStore) -> MemoryEngine:
 def test_sensible_local_hours(utc_hour: int, inside: bool) -> None:
     # 09:00-21:00 in Shanghai is 01:00-13:00 UTC; 00:00 UTC is 08:00 local, outside.
     moment = datetime(2025, 12, 1, utc_hour, 30, tzinfo=UTC)
-    assert reviews.in_hours(moment, TZ, (9, 21)) is (inside and utc_hour != 0)
+    assert followups.within_hours(moment, TZ, (9, 21)) is (inside and utc_hour != 0)
 
 
 async def test_reviews_go_once_a_day_to_active_users_with_due_memories(engine: MemoryEngine) -> None:

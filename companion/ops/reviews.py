@@ -15,7 +15,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from companion.core import tiers
-from companion.core.followups import within_hours as in_hours
+from companion.core.followups import within_hours
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.core.week import WEEK, summarise_week
@@ -39,7 +39,7 @@ async def review_round(
 ) -> int:
     """One pass over the users in companion mode: whoever has memories due and got no review message in
     the last day gets one, batched. Returns how many messages went out."""
-    if not in_hours(now, tz, hours):
+    if not within_hours(now, tz, hours):
         return 0
     sent = 0
     for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
