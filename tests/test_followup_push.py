@@ -10,11 +10,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.chat import views
 from companion.chat.followups import FollowUpRound
 from companion.chat.pipeline import ChatService
 from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity, When
+from companion.ops.admin import AdminService
+from companion.ops.admin_texts import admin_stats
 from tests.scripted import ScriptedBrain
 from tests.support import Clock, Rig
 
@@ -233,3 +236,22 @@ async def test_a_worker_holding_the_conversation_reads_what_another_process_wrot
     spoken = [m["content"] for m in rig.llm.chat_requests()[-1]["messages"] if m["role"] == "assistant"]
     assert spoken and spoken[-1].startswith(ASKED)
     assert (await rig.engine.followups.threads(ME))[0].answered
+
+
+async def test_memories_why_and_stats_show_what_was_followed_up(rig: Rig, trip: int) -> None:
+    def line(text: str) -> str:
+        return next(row for row in text.splitlines() if "杭州" in row)
+
+    assert "待问候" not in line((await views.memory_page(rig.engine, ME, 0, "", False, at_local(rig, 1, 12))).text)
+    assert line((await views.memory_page(rig.engine, ME, 0, "", False, at_local(rig, 3, 9))).text).endswith(
+        "（待问候）")  # the trip is over: the companion will ask
+    await round_of(rig)(at_local(rig, 3, 10, 30), Outbox())
+    why, _ = await views.why_text(rig.engine, ME, "杭州", TZ, rig.clock())
+    assert "我主动问候过：" in why and "你还没回复" in why, why
+    assert "主动问候 1 次，你回复了 0 次" in await views.stats_text(rig.engine, ME, rig.clock())
+    await rig.engine.followups.stop(ME, trip, rig.clock())
+    assert "待问候" not in (await views.memory_page(rig.engine, ME, 0, "", False, rig.clock())).text
+    assert "你说过别再提" in (await views.why_text(rig.engine, ME, "杭州", TZ, rig.clock()))[0]
+    admin = await AdminService(rig.engine, rig.store, None, TZ, clock=rig.clock).stats()
+    assert admin.followups == {"sent": 1, "answered": 0, "stopped": 1}
+    assert "主动问候：发出 1 次，得到回复 0 次，被要求别再提 1 件" in admin_stats(admin)

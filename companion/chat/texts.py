@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from companion.chat.commands import Place, help_lines, menu
@@ -12,6 +12,7 @@ from companion.core.models import StatusReason
 if TYPE_CHECKING:
     from companion.core.models import Memory
     from companion.core.tiers import Action, Suggestion
+    from companion.engine.followups import Thread
 
 TELEGRAM_LIMIT = 4096
 
@@ -202,7 +203,8 @@ FOLLOWUP_GONE = "这件事已经不在我的记忆里了。"
 
 
 def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str = "", archived: bool = False,
-                start: int = 1) -> str:
+                start: int = 1, waiting: Collection[int] = ()) -> str:
+    """``waiting``: the memories the companion will ask about (open follow-up threads), marked 待问候."""
     if archived:
         head = "已归档的记忆（不会在聊天中被想起，可以恢复）："
     elif query:
@@ -216,7 +218,8 @@ def memory_list(memories: Sequence[Memory], page: int, pages: int, *, query: str
             current = memory.tier.value
             lines.append(f"【{tier_name(current)}】")
         pin = "📌" if memory.pinned else ""
-        lines.append(f"{i - start + 1}. {pin}{listed(memory)}")
+        mark = WAITING_MARK if memory.id in waiting else ""
+        lines.append(f"{i - start + 1}. {pin}{listed(memory)}{mark}")
     if pages > 1:
         lines.append(f"（第 {page + 1}/{pages} 页）")
     return "\n".join(lines)
@@ -247,7 +250,25 @@ def why(memory: Memory, replaced: Sequence[Memory], replaced_by: Memory | None, 
     return "\n".join(lines)
 
 
-def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learned_week: int, evicted_week: int) -> str:
+WAITING_MARK = "（待问候）"
+
+
+def followed_up(thread: Thread | None, tz_show: Callable[[object], str]) -> str:
+    """What ``/why`` adds about a memory's follow-up: when it was written first, answered, or stopped."""
+    if thread is None:
+        return ""
+    lines = []
+    if thread.pushed_at is not None:
+        answer = "你回复了" if thread.answered else "你还没回复"
+        lines.append(f"· 我主动问候过：{tz_show(thread.pushed_at)}（{answer}）")
+    if thread.stopped:
+        lines.append("· 你说过别再提，我不会再主动提起")
+    return "".join(f"\n{line}" for line in lines)
+
+
+def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learned_week: int, evicted_week: int,
+          followups: tuple[int, int, int] = (0, 0, 0)) -> str:
+    """``followups``: messages written first (sent, answered) and memories the user said not to bring up."""
     total = sum(by_tier.values())
     tiers_line = "，".join(f"{tier_name(k)} {v}" for k, v in by_tier.items())
     types_line = "，".join(f"{TYPE_NAMES.get(k, k)} {v}" for k, v in by_type.items())
@@ -255,6 +276,9 @@ def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learn
              f"· 这周新记住 {learned_week} 条"]
     if evicted_week:
         lines.append(f"· 这周因为记忆太多，清理了 {evicted_week} 条不重要的小事")
+    sent, answered, stopped = followups
+    if sent or stopped:
+        lines.append(f"· 主动问候 {sent} 次，你回复了 {answered} 次" + (f"；别再提 {stopped} 件" if stopped else ""))
     return "\n".join(lines)
 
 

@@ -47,7 +47,9 @@ async def memory_page(engine: MemoryEngine, scope: Scope, page: int, query: str,
     pages = max(1, math.ceil(len(found) / PAGE_SIZE))
     page = min(max(page, 0), pages - 1)
     shown = found[page * PAGE_SIZE:(page + 1) * PAGE_SIZE]
-    return Page(texts.memory_list(shown, page, pages, query=query, archived=archived), tuple(shown), page, pages)
+    waiting = set() if archived or query else await engine.followups.waiting(scope, found, now)
+    return Page(texts.memory_list(shown, page, pages, query=query, archived=archived, waiting=waiting),
+                tuple(shown), page, pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +90,15 @@ async def why_text(engine: MemoryEngine, scope: Scope, args: str, tz: tzinfo, no
     def when(moment: object) -> str:
         return show(moment, tz) if isinstance(moment, datetime) else ""
 
-    return texts.why(story.memory, story.replaced, story.replaced_by, when, link(story.memory)), True
+    thread = next((t for t in await engine.followups.threads(scope) if t.handle == story.memory.id), None)
+    text = texts.why(story.memory, story.replaced, story.replaced_by, when, link(story.memory))
+    return text + texts.followed_up(thread, when), True
 
 
 async def stats_text(engine: MemoryEngine, scope: Scope, now: datetime) -> str:
     s = await engine.stats(scope, now)
+    threads = await engine.followups.threads(scope)
+    sent = [t for t in threads if t.pushed_at is not None]
     return texts.stats({t.value: n for t, n in s.by_tier.items()}, {t.value: n for t, n in s.by_type.items()},
-                       s.archived, s.learned_this_week, s.evicted_this_week)
+                       s.archived, s.learned_this_week, s.evicted_this_week,
+                       followups=(len(sent), sum(t.answered for t in sent), sum(t.stopped for t in threads)))

@@ -24,8 +24,8 @@ from companion.storage.base import (
     FOLLOWUP_SEQ,
     ChangeOp,
     MemoryStore,
-    Thread,
 )
+from companion.storage.base import Thread as Thread  # the hosts' type of a thread
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +145,20 @@ class FollowUps:
 
     async def threads(self, scope: Scope) -> list[Thread]:
         return await self._store.threads_of(scope)
+
+    async def waiting(self, scope: Scope, memories: Sequence[Memory], now: datetime) -> set[int]:
+        """Which of the scope's active ``memories`` (all of them: at most ``MAX_OPEN`` threads are open) are
+        open threads now, what ``/memories`` marks 待问候: a yearly date today, or an ended event not talked
+        about since; not stopped, not answered. A group's memories are never followed up."""
+        if scope.chat_id is not None:
+            return set()
+        today = now.astimezone(self._tz).date()
+        found = {m.id for m in [*followups.days_of(memories, today),
+                                *followups.open_threads(memories, today, self._tz)]}
+        if not found:
+            return set()
+        done = {t.handle for t in await self._store.threads_of(scope) if t.stopped or t.answered}
+        return found - done
 
     async def sent(self, scope: Scope, handle: int, at: datetime) -> bool:
         """Record a message written first about ``handle`` before it is sent (at most once: a crash after

@@ -56,6 +56,7 @@ class AdminStats:
     recalls: int = 0  # times active memories were recalled or shown (access count)
     mentions: int = 0  # times a reply mentioned a recalled memory
     usage: list[UsageCell] = field(default_factory=list)
+    followups: dict[str, int] = field(default_factory=dict)  # written first: sent, answered, stopped
 
 
 class AdminService:
@@ -119,6 +120,7 @@ class AdminService:
                 stats.recalls += m.access_count
                 stats.mentions += m.mention_count
         stats.usage = await self.usage_report(now)
+        stats.followups = await self.engine.followups.counts()
         return stats
 
     async def usage_report(self, now: datetime | None = None) -> list[UsageCell]:

@@ -155,7 +155,7 @@ def user_summary(summary: UserSummary, tz: tzinfo) -> str:
 
 # What each LLM call was for (the ``purpose`` the engine logs); a purpose not listed shows as logged.
 PURPOSE_LABELS: Mapping[str, str] = {"reply": "回复", "extraction": "提取", "save": "保存", "summary": "小结",
-                                     "profile": "画像"}
+                                     "profile": "画像", "followup": "问候"}
 
 
 def purpose_label(purpose: str) -> str:
@@ -197,6 +197,8 @@ def admin_stats(stats: AdminStats) -> str:
         f"已遗忘 {stats.by_status[Status.FORGOTTEN]}",
         f"提取：对话提取的记忆 {stats.extracted} 条，最近7天提取调用 {extraction_calls} 次",
         f"召回：被召回或查看 {stats.recalls} 次，回复中提到 {stats.mentions} 次",
+        f"主动问候：发出 {stats.followups.get('sent', 0)} 次，得到回复 {stats.followups.get('answered', 0)} 次，"
+        f"被要求别再提 {stats.followups.get('stopped', 0)} 件",
         f"最近7天模型调用 {calls} 次，共 {tokens} 词元（其中缓存命中 {cached}）",
         *usage_lines(stats.usage),
     ])
