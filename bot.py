@@ -247,8 +247,11 @@ async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
             log_file = settings.data_dir / "console.log"
             logs.enter_context(logs_to_file(log_file))
             print(f"（日志写在 {log_file}）")
+        from companion.chat.followups import FollowUpRound
+
         async with companion(settings) as (chat, _):
-            await run_console(chat, Scope(settings.console_user_id))
+            followup = FollowUpRound(chat, settings.tz, settings.followup_hours, enabled=settings.followups)
+            await run_console(chat, Scope(settings.console_user_id), followup=followup)
     return 0
 
 

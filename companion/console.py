@@ -20,6 +20,7 @@ from prompt_toolkit import PromptSession
 from companion.chat import commands, texts, views
 from companion.chat.choices import TypedChoices
 from companion.chat.commands import Place
+from companion.chat.followups import FollowUpRound
 from companion.chat.pipeline import ChatService
 from companion.core.models import Scope
 
@@ -90,8 +91,10 @@ def is_terminal(stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> bool:
 
 
 async def run_console(
-    chat: ChatService, scope: Scope, read: Read | None = None, stdout: TextIO = sys.stdout
+    chat: ChatService, scope: Scope, read: Read | None = None, stdout: TextIO = sys.stdout,
+    followup: FollowUpRound | None = None,
 ) -> None:
+    """``followup``: the round that writes first; a follow-up due for this user is shown after the greeting."""
     def say(text: str) -> None:
         stdout.write(text + "\n")
         stdout.flush()
@@ -102,6 +105,12 @@ async def run_console(
     choices = TypedChoices(chat, scope)
     say(INTRO)
     say(SPEAKER + await chat.start(scope))
+    if followup is not None:
+        async def shown(_: Scope, __: int, text: str) -> bool:
+            say(SPEAKER + text)
+            return True
+
+        await followup(chat.clock(), shown, only=scope)
     while (line := await read()) is not None:
         text = line.strip()
         if not text:

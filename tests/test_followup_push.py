@@ -4,6 +4,7 @@ the answer read with it, and every way to stop it."""
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -15,6 +16,7 @@ from companion.chat.followups import FollowUpRound
 from companion.chat.pipeline import ChatService
 from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
+from companion.console import run_console
 from companion.core.models import MemoryDraft, Scope, Validity, When
 from companion.ops.admin import AdminService
 from companion.ops.admin_texts import admin_stats
@@ -255,3 +257,17 @@ async def test_memories_why_and_stats_show_what_was_followed_up(rig: Rig, trip: 
     admin = await AdminService(rig.engine, rig.store, None, TZ, clock=rig.clock).stats()
     assert admin.followups == {"sent": 1, "answered": 0, "stopped": 1}
     assert "主动问候：发出 1 次，得到回复 0 次，被要求别再提 1 件" in admin_stats(admin)
+
+
+async def test_the_console_shows_a_follow_up_due_when_it_starts(rig: Rig, trip: int) -> None:
+    at_local(rig, 3, 10, 30)
+    lines = iter(["挺顺利的"])
+
+    async def read() -> str | None:
+        return next(lines, None)
+
+    out = io.StringIO()
+    await run_console(rig.chat, ME, read, out, followup=round_of(rig))
+    shown = out.getvalue()
+    assert ASKED in shown and shown.index(ASKED) < shown.index("嗯嗯，我在听呢。"), shown
+    assert (await rig.engine.followups.threads(ME))[0].answered

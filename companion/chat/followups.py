@@ -68,8 +68,8 @@ class FollowUpRound:
     hours: tuple[int, int]
     enabled: bool = True
 
-    async def __call__(self, now: datetime, send: FollowUpSender) -> int:
-        """Returns how many follow-ups went out."""
+    async def __call__(self, now: datetime, send: FollowUpSender, *, only: Scope | None = None) -> int:
+        """Returns how many follow-ups went out; ``only``: this scope's alone (the console's user)."""
         if not self.enabled or not followups.within_hours(now, self.tz, self.hours):
             return 0
         engine = self.chat.engine
@@ -81,7 +81,7 @@ class FollowUpRound:
         sent = 0
         for item in sorted(due, key=lambda d: (d.thread.scope.key, -d.memory.importance, d.memory.id)):
             scope = item.thread.scope
-            if scope in looked or scope.chat_id is not None or scope not in active:
+            if scope in looked or scope.chat_id is not None or scope not in active or only not in (None, scope):
                 continue
             looked.add(scope)
             if not await engine.followups.enabled(scope):
