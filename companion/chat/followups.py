@@ -84,23 +84,20 @@ class FollowUpRound:
             if scope in looked or scope.chat_id is not None or scope not in active or only not in (None, scope):
                 continue
             looked.add(scope)
-            if not await engine.followups.enabled(scope):
+            gate = await engine.followups.state(scope)
+            if gate.off or not followups.may_push(now, self.tz, self.hours, gate.said_at, gate.sent):
                 continue
-            said = [t.at for t in await engine.recent_turns(scope, HISTORY) if t.user]
-            written = await engine.followups.written(scope)
-            if not followups.may_push(now, self.tz, self.hours, max(said, default=None), written):
-                continue
-            if await self._write(scope, item.memory, now, written, send):
+            if await self._write(scope, item.memory, now, bool(gate.sent), send):
                 sent += 1
         return sent
 
-    async def _write(self, scope: Scope, memory: Memory, now: datetime, written: list[datetime],
+    async def _write(self, scope: Scope, memory: Memory, now: datetime, written_before: bool,
                      send: FollowUpSender) -> bool:
         engine = self.chat.engine
 
         async def write(history: list[tuple[str, str | None]]) -> str | None:
             text = await compose(self.chat.llm, memory, history, now, self.tz)
-            return None if text is None else text + (texts.FOLLOWUP_HOW_TO_STOP if not written else "")
+            return None if text is None else text + ("" if written_before else texts.FOLLOWUP_HOW_TO_STOP)
 
         async def deliver(text: str) -> bool:
             # Recorded first: at most once, whatever happens after.

@@ -13,16 +13,15 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import date, datetime, time, timedelta, tzinfo
 
 from companion.core import followups
 from companion.core.models import Memory, Scope, Status
 from companion.storage.base import (
     EVERY_STATUS,
-    FOLLOWUP,
-    FOLLOWUP_SENT,
     FOLLOWUP_SEQ,
     ChangeOp,
+    FollowUpScope,
     MemoryStore,
 )
 from companion.storage.base import Thread as Thread  # the hosts' type of a thread
@@ -114,18 +113,23 @@ class FollowUps:
         await self.catch_up(now)
         today = now.astimezone(self._tz).date()
         await self._refresh_stale(today)
-        threads = await self._store.due_threads(today, DUE_LIMIT)
+        day_start = datetime.combine(today, time(0), tzinfo=self._tz)
+        threads = await self._store.due_threads(today, day_start, DUE_LIMIT)
         by_scope: dict[Scope, list[Thread]] = defaultdict(list)
         for thread in threads:
             by_scope[thread.scope].append(thread)
         due: list[DueFollowUp] = []
         for scope, mine in by_scope.items():
             memories = {m.id: m for m in await self._store.fetch_by_ids(scope, [t.handle for t in mine])}
+            done: dict[int, tuple[date, date] | None] = {}
             for thread in mine:
                 memory = memories.get(thread.handle)
                 if memory is not None and memory.status is Status.ACTIVE and followups.still_open(
                         memory, today, self._tz):
                     due.append(DueFollowUp(thread, memory))
+                else:  # talked about since it ended, or no longer a memory to ask about: the thread is done
+                    done[thread.handle] = None
+            await self._store.put_threads(scope, done)
         return due
 
     async def _refresh_stale(self, today: date) -> None:
@@ -162,24 +166,17 @@ class FollowUps:
 
     async def sent(self, scope: Scope, handle: int, at: datetime) -> bool:
         """Record a message written first about ``handle`` before it is sent (at most once: a crash after
-        this never sends it again), and when it went out among the scope's last ones (``written``). False
-        when the thread is gone (forgotten meanwhile)."""
-        if not await self._store.mark_thread(scope, handle, pushed_at=at):
-            return False
-        earlier = await self.written(scope)
-        await self._store.set_setting(FOLLOWUP_SENT, scope, [*earlier[-(followups.MAX_UNANSWERED - 1):], at])
-        return True
+        this never sends it again), and the scope's newest one written first. False when the thread is gone
+        (forgotten meanwhile)."""
+        return await self._store.mark_thread(scope, handle, pushed_at=at)
 
-    async def written(self, scope: Scope) -> list[datetime]:
-        """When the scope's last messages written first went out, oldest first (at most ``MAX_UNANSWERED``)."""
-        return await self._store.get_setting(FOLLOWUP_SENT, scope) or []
-
-    async def enabled(self, scope: Scope) -> bool:
-        """The user's ``/followup on|off`` (on unless turned off)."""
-        return await self._store.get_setting(FOLLOWUP, scope) is not False
+    async def state(self, scope: Scope) -> FollowUpScope:
+        """Whether the user turned follow-ups off, when the last two were written first, when they last spoke."""
+        return await self._store.followup_scope(scope)
 
     async def switch(self, scope: Scope, on: bool) -> None:
-        await self._store.set_setting(FOLLOWUP, scope, on)
+        """The user's ``/followup on|off``."""
+        await self._store.set_followups_off(scope, not on)
 
     async def answered(self, scope: Scope, handle: int) -> None:
         await self._store.mark_thread(scope, handle, answered=True)

@@ -34,8 +34,6 @@ from companion.storage.capabilities import (
 )
 from companion.storage.records import (
     EXACT_EXPIRY,
-    FOLLOWUP,
-    FOLLOWUP_SENT,
     FOLLOWUP_SEQ,
     GROUP_MEMORY,
     HOST_ADDRESS,
@@ -53,6 +51,7 @@ from companion.storage.records import (
     WEEKLY_SENT,
     Change,
     ChangeOp,
+    FollowUpScope,
     Keyed,
     Setting,
     SettingName,
@@ -61,14 +60,14 @@ from companion.storage.records import (
 from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP", "FOLLOWUP_SENT", "FOLLOWUP_SEQ", "GROUP_MEMORY",
+    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_SEQ", "GROUP_MEMORY",
     "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
     "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
     "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
-    "ChatMoves", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords", "MemoryStore",
-    "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems", "Thread",
-    "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex", "VectorRow",
-    "text_hash",
+    "ChatMoves", "FollowUpScope", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords",
+    "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems",
+    "Thread", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex",
+    "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -310,8 +309,11 @@ class FollowUpState(Protocol):
 
     async def threads_of(self, scope: Scope) -> list[Thread]: ...
 
-    async def due_threads(self, today: date, limit: int) -> list[Thread]:
-        """Open threads of every scope not sent yet whose days include ``today``: one indexed read."""
+    async def due_threads(self, today: date, day_start: datetime, limit: int) -> list[Thread]:
+        """Open threads not sent yet whose days include ``today``, of private scopes in companion mode whose
+        user may be written to first today (``day_start``: the local day's first moment): follow-ups not
+        off, none written first since ``day_start``, the user silent since ``day_start``, and not two
+        written first since the user last said something. One indexed read over every scope."""
         ...
 
     async def stale_threads(self, before: date, limit: int) -> list[Thread]:
@@ -320,8 +322,14 @@ class FollowUpState(Protocol):
 
     async def mark_thread(self, scope: Scope, handle: int, *, pushed_at: datetime | None = None,
                           answered: bool | None = None, stopped: bool | None = None) -> bool:
-        """Set what is given (None: as it is); False when the scope has no thread for ``handle``."""
+        """Set what is given (None: as it is); False when the scope has no thread for ``handle``. A
+        ``pushed_at`` is also the scope's newest follow-up written first (``FollowUpScope.sent``), in the
+        same transaction."""
         ...
+
+    async def followup_scope(self, scope: Scope) -> FollowUpScope: ...
+
+    async def set_followups_off(self, scope: Scope, off: bool) -> None: ...
 
     async def thread_counts(self) -> dict[str, int]:
         """Over every scope: follow-ups ``sent``, ``answered`` and ``stopped``."""

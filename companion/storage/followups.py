@@ -18,7 +18,7 @@ from companion.core.models import Scope
 from companion.core.timeutil import from_db, to_db
 from companion.storage.connection import Connection
 from companion.storage.migrations import Migration, MigrationSet, register
-from companion.storage.records import Thread
+from companion.storage.records import FollowUpScope, Thread
 
 FOLLOWUPS = MigrationSet("followups", (
     Migration("0001_threads", """
@@ -33,6 +33,12 @@ FOLLOWUPS = MigrationSet("followups", (
         closed INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (scope_key, handle)
     ) WITHOUT ROWID;
+    CREATE TABLE followup_scopes (
+        scope_key TEXT PRIMARY KEY,
+        off INTEGER NOT NULL DEFAULT 0,
+        sent_at TEXT,
+        sent_before TEXT
+    );
     CREATE INDEX followup_threads_due ON followup_threads (due_on)
         WHERE pushed_at IS NULL AND stopped = 0 AND closed = 0;
     CREATE INDEX followup_threads_until ON followup_threads (until_on) WHERE closed = 0
@@ -51,6 +57,18 @@ UPSERT = (
     "due_on = excluded.due_on, until_on = excluded.until_on"
 )
 CLOSE = "UPDATE followup_threads SET closed = 1 WHERE scope_key = ? AND handle = ?"
+# What ``FollowUpState.due_threads`` promises, in one statement: the partial index finds the threads due
+# today; each is kept only for a private scope ('u...') in companion mode whose user may be written to.
+DUE = (
+    f"SELECT {', '.join('t.' + c for c in COLUMNS.split(', '))} FROM followup_threads t "
+    "JOIN scopes sc ON sc.key = t.scope_key AND sc.active = 1 "
+    "LEFT JOIN followup_scopes f ON f.scope_key = t.scope_key "
+    "LEFT JOIN turn_state ts ON ts.scope_key = t.scope_key "
+    "WHERE t.pushed_at IS NULL AND t.stopped = 0 AND t.closed = 0 AND t.due_on <= ? AND t.until_on >= ? "
+    "AND t.scope_key LIKE 'u%' AND coalesce(f.off, 0) = 0 AND (f.sent_at IS NULL OR f.sent_at < ?) "
+    "AND (ts.said_at IS NULL OR ts.said_at < ?) AND (f.sent_before IS NULL OR ts.said_at > f.sent_before) "
+    "ORDER BY t.due_on, t.scope_key, t.handle LIMIT ?"
+)
 
 
 def thread(row: aiosqlite.Row | tuple[object, ...]) -> Thread:
@@ -76,11 +94,9 @@ class FollowUpTables(Connection):
                                   (scope.key,))
         return [thread(r) for r in rows]
 
-    async def due_threads(self, today: date, limit: int) -> list[Thread]:
-        rows = await self._select(
-            f"SELECT {COLUMNS} FROM followup_threads WHERE pushed_at IS NULL AND stopped = 0 AND closed = 0 "
-            "AND due_on <= ? AND until_on >= ? ORDER BY due_on, scope_key, handle LIMIT ?",
-            (today.isoformat(), today.isoformat(), max(int(limit), 0)))
+    async def due_threads(self, today: date, day_start: datetime, limit: int) -> list[Thread]:
+        start = to_db(day_start)
+        rows = await self._select(DUE, (today.isoformat(), today.isoformat(), start, start, max(int(limit), 0)))
         return [thread(r) for r in rows]
 
     async def stale_threads(self, before: date, limit: int) -> list[Thread]:
@@ -98,7 +114,26 @@ class FollowUpTables(Connection):
                 "WHERE scope_key = ? AND handle = ?",
                 (None if pushed_at is None else to_db(pushed_at), None if answered is None else int(answered),
                  None if stopped is None else int(stopped), scope.key, int(handle)))
-            return cursor.rowcount > 0
+            found = cursor.rowcount > 0
+            if found and pushed_at is not None:
+                await conn.execute(
+                    "INSERT INTO followup_scopes (scope_key, sent_at) VALUES (?, ?) ON CONFLICT (scope_key) "
+                    "DO UPDATE SET sent_before = sent_at, sent_at = excluded.sent_at", (scope.key, to_db(pushed_at)))
+            return found
+
+    async def followup_scope(self, scope: Scope) -> FollowUpScope:
+        rows = await self._select(
+            "SELECT f.off, f.sent_before, f.sent_at, ts.said_at FROM (SELECT ? AS k) AS wanted "
+            "LEFT JOIN followup_scopes f ON f.scope_key = wanted.k LEFT JOIN turn_state ts ON ts.scope_key = wanted.k",
+            (scope.key,))
+        off, before, sent, said = rows[0]
+        return FollowUpScope(bool(off), tuple(from_db(str(t)) for t in (before, sent) if t is not None),
+                             None if said is None else from_db(str(said)))
+
+    async def set_followups_off(self, scope: Scope, off: bool) -> None:
+        async with self._tx() as conn:
+            await conn.execute("INSERT INTO followup_scopes (scope_key, off) VALUES (?, ?) "
+                               "ON CONFLICT (scope_key) DO UPDATE SET off = excluded.off", (scope.key, int(off)))
 
     async def thread_counts(self) -> dict[str, int]:
         rows = await self._select(

@@ -376,6 +376,11 @@ class InMemoryStore(InMemoryThreads):
             self._conversations[scope] = record.conversation
         elif record.conversation is not None:
             self._conversations.pop(scope, None)
+        if record.conversation is not None and record.said_at is not None:
+            self._said[scope] = record.said_at
+
+    def _active(self, scope: Scope) -> bool:
+        return self._scopes.get(scope, False)
 
     # ---- short-term memory ----
     async def add_short(

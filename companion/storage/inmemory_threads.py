@@ -7,12 +7,25 @@ from dataclasses import replace
 from datetime import date, datetime
 
 from companion.core.models import Scope
-from companion.storage.records import ENDS_THREAD, ChangeOp, Thread
+from companion.storage.records import ENDS_THREAD, ChangeOp, FollowUpScope, Thread
 
 
 class InMemoryThreads:
     def __init__(self) -> None:
         self._threads: dict[tuple[Scope, int], Thread] = {}
+        self._followup_scopes: dict[Scope, FollowUpScope] = {}
+        self._said: dict[Scope, datetime] = {}  # when the user last said something (``TurnRecord.said_at``)
+
+    def _active(self, scope: Scope) -> bool:
+        raise NotImplementedError  # the store's companion mode
+
+    def _writable(self, scope: Scope, day_start: datetime) -> bool:
+        """``due_threads``' rule for the scope, as the SQL stores apply it."""
+        gate = self._followup_scopes.get(scope, FollowUpScope())
+        said = self._said.get(scope)
+        return (scope.chat_id is None and self._active(scope) and not gate.off
+                and all(at < day_start for at in gate.sent[-1:]) and (said is None or said < day_start)
+                and (len(gate.sent) < 2 or (said is not None and said > gate.sent[0])))
 
     def _end_threads(self, scope: Scope, entries: Iterable[tuple[int | None, ChangeOp]]) -> None:
         """A tombstone's thread goes with it (the journal entry's moment, as the SQL stores do)."""
@@ -37,9 +50,9 @@ class InMemoryThreads:
     async def threads_of(self, scope: Scope) -> list[Thread]:
         return sorted((t for (s, _), t in self._threads.items() if s == scope), key=lambda t: t.handle)
 
-    async def due_threads(self, today: date, limit: int) -> list[Thread]:
+    async def due_threads(self, today: date, day_start: datetime, limit: int) -> list[Thread]:
         due = [t for t in self._threads.values() if t.pushed_at is None and not t.stopped and not t.closed
-               and t.due_on <= today <= t.until_on]
+               and t.due_on <= today <= t.until_on and self._writable(t.scope, day_start)]
         return sorted(due, key=lambda t: (t.due_on, t.scope.key, t.handle))[: max(limit, 0)]
 
     async def stale_threads(self, before: date, limit: int) -> list[Thread]:
@@ -55,7 +68,16 @@ class InMemoryThreads:
             old, pushed_at=old.pushed_at if pushed_at is None else pushed_at,
             answered=old.answered if answered is None else answered,
             stopped=old.stopped if stopped is None else stopped)
+        if pushed_at is not None:
+            gate = self._followup_scopes.get(scope, FollowUpScope())
+            self._followup_scopes[scope] = replace(gate, sent=(*gate.sent[-1:], pushed_at))
         return True
+
+    async def followup_scope(self, scope: Scope) -> FollowUpScope:
+        return replace(self._followup_scopes.get(scope, FollowUpScope()), said_at=self._said.get(scope))
+
+    async def set_followups_off(self, scope: Scope, off: bool) -> None:
+        self._followup_scopes[scope] = replace(self._followup_scopes.get(scope, FollowUpScope()), off=off)
 
     async def thread_counts(self) -> dict[str, int]:
         found = list(self._threads.values())

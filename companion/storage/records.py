@@ -37,8 +37,6 @@ class SettingName(StrEnum):
     EXACT_EXPIRY = "exact_expiry"  # per scope: {handle: unix time} for lifetimes finer than a validity
     IMPORTED = "imported"  # per scope: {record digest: handle} of records imported from another plugin
     HOST_ADDRESS = "host_address"  # per scope: where the host reaches the scope's person (its weekly summary)
-    FOLLOWUP = "followup"  # per scope: messages the companion writes first about what the user told (absent: on)
-    FOLLOWUP_SENT = "followup_sent"  # per scope: when the last follow-ups written first went out (newest last)
     FOLLOWUP_SEQ = "followup_seq"  # database-wide: the change journal's entry the follow-up threads are read up to
 
 
@@ -66,15 +64,6 @@ def _json(value: Mapping[str, Any]) -> str:
 def _json_map(text: str) -> Any:
     found = json.loads(text)
     return dict(found) if isinstance(found, dict) else {}
-
-
-def _times(value: list[datetime]) -> str:
-    return json.dumps([to_db(at) for at in value])
-
-
-def _times_of(text: str) -> list[datetime]:
-    found = json.loads(text)
-    return [from_db(str(at)) for at in found] if isinstance(found, list) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +107,11 @@ HOST_LABEL: Setting[Scope, str] = Setting(SettingName.HOST_LABEL, Keyed.SCOPE, s
 EXACT_EXPIRY: Setting[Scope, dict[str, float]] = Setting(SettingName.EXACT_EXPIRY, Keyed.SCOPE, _json, _json_map)
 IMPORTED: Setting[Scope, dict[str, int]] = Setting(SettingName.IMPORTED, Keyed.SCOPE, _json, _json_map)
 HOST_ADDRESS: Setting[Scope, str] = Setting(SettingName.HOST_ADDRESS, Keyed.SCOPE, str, str)
-FOLLOWUP: Setting[Scope, bool] = Setting(SettingName.FOLLOWUP, Keyed.SCOPE, _switch, _bool)
-FOLLOWUP_SENT: Setting[Scope, list[datetime]] = Setting(SettingName.FOLLOWUP_SENT, Keyed.SCOPE, _times, _times_of)
 FOLLOWUP_SEQ: Setting[None, int] = Setting(SettingName.FOLLOWUP_SEQ, Keyed.DATABASE, str, int)
 
 SETTINGS: tuple[Setting[Any, Any], ...] = (
     GROUP_MEMORY, SHARE_PRIVATE, MOVED_TO, LAST_DECAY_AT, REVIEW_SENT, WEEKLY, WEEKLY_SENT, LAST_EXTRACTION,
-    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP, FOLLOWUP_SENT, FOLLOWUP_SEQ,
+    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP_SEQ,
 )
 # What a group's move to a new chat id takes along: every scope-keyed setting of its members, and these.
 SCOPE_SETTINGS: tuple[str, ...] = tuple(s.name.value for s in SETTINGS if s.keyed is Keyed.SCOPE)
@@ -216,6 +203,16 @@ class Thread:
     answered: bool = False
     stopped: bool = False
     closed: bool = False  # its memory is no longer an active dated one (archived, superseded, undated)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUpScope:
+    """What decides whether a scope's user may be written to first: ``/followup off``, when the last two
+    follow-ups written first went out (oldest first), and when the user last said something."""
+
+    off: bool = False
+    sent: tuple[datetime, ...] = ()
+    said_at: datetime | None = None
 
 
 # A memory tombstoned takes its thread with it in the same transaction (forgetting reaches every copy).

@@ -33,13 +33,17 @@ TURN_STATE = MigrationSet("turn_state", (
     ALTER TABLE turn_state ADD COLUMN conversation TEXT;
     ALTER TABLE turn_state ADD COLUMN hinted_at TEXT
     """),
+    # When the user last said something (``TurnRecord.said_at``): the follow-up round reads it for every
+    # user at once.
+    Migration("0003_said_at", "ALTER TABLE turn_state ADD COLUMN said_at TEXT"),
 ))
 register(TURN_STATE)
 
 SET_EDITING = ("INSERT INTO turn_state (scope_key, editing) VALUES (?, ?) "
                "ON CONFLICT(scope_key) DO UPDATE SET editing = excluded.editing")
-SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation) VALUES (?, ?) "
-                    "ON CONFLICT(scope_key) DO UPDATE SET conversation = excluded.conversation")
+SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation, said_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(scope_key) DO UPDATE SET conversation = excluded.conversation, "
+                    "said_at = coalesce(excluded.said_at, turn_state.said_at)")
 SET_HINTED = ("INSERT INTO turn_state (scope_key, hinted_at) VALUES (?, ?) "
               "ON CONFLICT(scope_key) DO UPDATE SET hinted_at = excluded.hinted_at")
 STATE = "SELECT editing, conversation, hinted_at FROM turn_state WHERE scope_key = ?"
@@ -114,7 +118,8 @@ def write_turn(conn: sqlite3.Connection, key: str, table: str | None, done: Turn
     if table is not None and done.mentioned:
         conn.executemany(mention_sql(table), [(to_db(done.at), mid) for mid in done.mentioned])
     if done.conversation is not None:
-        conn.execute(SET_CONVERSATION, (key, done.conversation or None))
+        said = done.said_at
+        conn.execute(SET_CONVERSATION, (key, done.conversation or None, None if said is None else to_db(said)))
 
 
 class TurnCalls(Connection):

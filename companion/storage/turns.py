@@ -49,6 +49,12 @@ class TurnRecord:
     mentioned: Sequence[int] = ()  # memories the reply mentioned
     conversation: str | None = None  # the host's conversation state to keep (None: as it is; "": none)
 
+    @property
+    def said_at(self) -> datetime | None:
+        """When the user last said something, kept with the conversation (a message the companion wrote
+        first has no user side): the follow-up round's "not on a day the user wrote"."""
+        return self.at if self.short is not None and self.short.user else None
+
 
 def setting_keys(scope: Scope) -> tuple[tuple[str, str | None], ...]:
     """(name, owner) of each setting ``TurnView`` carries, in ``setting_fields``'s order; a private scope's

@@ -206,6 +206,7 @@ TURN_STATE = MigrationSet("turn_state", (
     ALTER TABLE turn_state ADD COLUMN conversation text;
     ALTER TABLE turn_state ADD COLUMN hinted_at timestamptz
     """),
+    Migration("0002_said_at", "ALTER TABLE turn_state ADD COLUMN said_at timestamptz"),
 ))
 
 # The follow-up threads (``followups.FollowUpTables``; SQLite's in ``storage/followups.py``).
@@ -222,6 +223,14 @@ FOLLOWUPS = MigrationSet("followups", (
         stopped boolean NOT NULL DEFAULT false,
         closed boolean NOT NULL DEFAULT false,
         PRIMARY KEY (user_id, chat_id, handle)
+    );
+    CREATE TABLE followup_scopes (
+        user_id bigint NOT NULL,
+        chat_id bigint NOT NULL,
+        off boolean NOT NULL DEFAULT false,
+        sent_at timestamptz,
+        sent_before timestamptz,
+        PRIMARY KEY (user_id, chat_id)
     );
     CREATE INDEX followup_threads_due ON followup_threads (due_on)
         WHERE pushed_at IS NULL AND NOT stopped AND NOT closed;

@@ -45,8 +45,9 @@ LEFT JOIN scopes AS s ON s.user_id = $1 AND s.chat_id = $2
 LEFT JOIN profiles AS p ON p.user_id = $1 AND p.chat_id = $2
 LEFT JOIN turn_state AS t ON t.user_id = $1 AND t.chat_id = $2
 """
-CONVERSATION = ("INSERT INTO turn_state (user_id, chat_id, conversation) VALUES ($1, $2, $3) "
-                "ON CONFLICT (user_id, chat_id) DO UPDATE SET conversation = excluded.conversation")
+CONVERSATION = ("INSERT INTO turn_state (user_id, chat_id, conversation, said_at) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (user_id, chat_id) DO UPDATE SET conversation = excluded.conversation, "
+                "said_at = coalesce(excluded.said_at, turn_state.said_at)")
 HINTED = ("INSERT INTO turn_state (user_id, chat_id, hinted_at) VALUES ($1, $2, $3) "
           "ON CONFLICT (user_id, chat_id) DO UPDATE SET hinted_at = excluded.hinted_at")
 MEMORIES = f"SELECT {SELECT_MEMORY} FROM memories WHERE {_SCOPED} AND status = 'active' ORDER BY id"
@@ -94,4 +95,6 @@ async def write_turn(conn: Conn, scope: Scope, done: TurnRecord) -> None:
     if done.mentioned:
         await conn.execute(MENTION, *key(scope), second(done.at), list(done.mentioned))
     if done.conversation is not None:
-        await conn.execute(CONVERSATION, *key(scope), done.conversation or None)
+        said = done.said_at
+        await conn.execute(CONVERSATION, *key(scope), done.conversation or None,
+                           None if said is None else second(said))
