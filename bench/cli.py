@@ -1,4 +1,4 @@
-"""``python -m bench convert|recall|merge|scale|bot|cost|plots ...``.
+"""``python -m bench convert|recall|merge|scale|bot|cost|followups|plots ...``.
 
 The scale, bot and cost benchmarks are imported only when asked for: they pull in aiogram, the fake
 servers and the bot's composition root, which ``recall`` does not need.
@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     dida.add_argument("--latency-ms", type=float, default=150.0, help="the real service's round trip, assumed")
     dida.add_argument("--concurrency", type=_positive, default=8, help="users synced at once")
     dida.add_argument("--json", type=Path, help="also write the results here")
+    followups = commands.add_parser("followups", help="the follow-up round over many users: its one read of "
+                                                      "what is due beside a scan per user")
+    followups.add_argument("--users", type=_positive, default=10_000)
+    followups.add_argument("--per-user", type=_positive, default=200)
+    followups.add_argument("--rounds", type=_positive, default=7)
+    followups.add_argument("--database-url", default="", help="a postgresql:// server instead of SQLite")
+    followups.add_argument("--json", type=Path, help="also write the results here")
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
     add_server_commands(commands)
@@ -436,6 +443,18 @@ def run_dida_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_followups_command(args: argparse.Namespace) -> int:
+    from bench.followups import FollowUpBenchConfig, format_followups, run_followups
+
+    config = FollowUpBenchConfig(users=args.users, per_user=args.per_user, rounds=args.rounds,
+                                 database_url=args.database_url)
+    report = asyncio.run(run_followups(config))
+    print(format_followups(report))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
 def run_plots(args: argparse.Namespace) -> int:
     from bench.plots import draw_all
 
@@ -459,6 +478,7 @@ COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_com
             "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "dida": run_dida_command,
+            "followups": run_followups_command,
             "plots": run_plots, "astrbot": run_astrbot_command, **SERVER_COMMANDS}
 
 

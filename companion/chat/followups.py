@@ -17,7 +17,7 @@ from datetime import datetime, tzinfo
 import prompts
 from companion.chat import texts
 from companion.chat.layout import history_messages
-from companion.chat.persona import FOLLOWUP_ENDED, FOLLOWUP_TODAY, quote, render_system_prompt
+from companion.chat.persona import quote, render_system_prompt
 from companion.chat.pipeline import ChatService
 from companion.core import followups
 from companion.core.errors import LLMError
@@ -38,9 +38,8 @@ def followup_messages(memory: Memory, history: Sequence[tuple[str, str | None]],
                       tz: tzinfo) -> list[dict[str, str]]:
     """The one model call's messages: the companion's own system prompt, the recent conversation, and what
     to write about (a system message: the user said nothing)."""
-    when = memory.happens
-    cue = (FOLLOWUP_TODAY if when is not None and when.yearly else FOLLOWUP_ENDED).format(memory="这件事")
-    ask = prompts.render("followup", now_local=show(now, tz), memory=quote(memory.shown), cue=cue)
+    ask = prompts.render("followup", now_local=show(now, tz), memory=quote(memory.shown),
+                         cue=followups.cue_text(memory, "这件事"))
     return [{"role": "system", "content": render_system_prompt()}, *history_messages(history[-HISTORY:]),
             {"role": "system", "content": ask}]
 
@@ -70,34 +69,20 @@ class FollowUpRound:
 
     async def __call__(self, now: datetime, send: FollowUpSender, *, only: Scope | None = None) -> int:
         """Returns how many follow-ups went out; ``only``: this scope's alone (the console's user)."""
-        if not self.enabled or not followups.within_hours(now, self.tz, self.hours):
+        if not self.enabled:
             return 0
-        engine = self.chat.engine
-        due = await engine.followups.due(now)
-        if not due:
-            return 0
-        active = await engine.active_scopes()
-        looked: set[Scope] = set()
         sent = 0
-        for item in sorted(due, key=lambda d: (d.thread.scope.key, -d.memory.importance, d.memory.id)):
-            scope = item.thread.scope
-            if scope in looked or scope.chat_id is not None or scope not in active or only not in (None, scope):
-                continue
-            looked.add(scope)
-            gate = await engine.followups.state(scope)
-            if gate.off or not followups.may_push(now, self.tz, self.hours, gate.said_at, gate.sent):
-                continue
-            if await self._write(scope, item.memory, now, bool(gate.sent), send):
+        for item in await self.chat.engine.followups.to_write(now, self.hours, only=only):
+            if await self._write(item.thread.scope, item.memory, now, item.first, send):
                 sent += 1
         return sent
 
-    async def _write(self, scope: Scope, memory: Memory, now: datetime, written_before: bool,
-                     send: FollowUpSender) -> bool:
+    async def _write(self, scope: Scope, memory: Memory, now: datetime, first: bool, send: FollowUpSender) -> bool:
         engine = self.chat.engine
 
         async def write(history: list[tuple[str, str | None]]) -> str | None:
             text = await compose(self.chat.llm, memory, history, now, self.tz)
-            return None if text is None else text + ("" if written_before else texts.FOLLOWUP_HOW_TO_STOP)
+            return None if text is None else text + (texts.FOLLOWUP_HOW_TO_STOP if first else "")
 
         async def deliver(text: str) -> bool:
             # Recorded first: at most once, whatever happens after.

@@ -16,6 +16,7 @@ from datetime import datetime, tzinfo
 from functools import cache
 
 import prompts
+from companion.core import followups
 from companion.core.models import When
 from companion.core.timeutil import show
 from memory import MemoryContext
@@ -24,9 +25,6 @@ DYNAMIC_HEADER = "用户最近的情况（和当前话题有关）："
 MEMORY_HEADER = "可能相关的记忆（仅供参考）："
 SCHEDULE_HEADER = "用户问到的日子（{days}）里记着的事："
 NOTHING_SCHEDULED = "（这几天没有记着什么事）"
-FOLLOWUP_HEADER = "可以顺便关心的事（这是提示，不是用户刚说的；自然地问一句就好，不要生硬）："
-FOLLOWUP_ENDED = "{memory}——应该已经结束了，可以问问怎么样"
-FOLLOWUP_TODAY = "今天是这个日子：{memory}"
 INSTRUCTIONS_HEADER = "用户对聊天方式的要求（用户本人提出）："
 RECENT_MARK = "，今天刚知道："
 TODAY_HEADER = "用户今天说过做了的事："
@@ -55,9 +53,7 @@ def render_reference(context: MemoryContext, now: datetime, tz: tzinfo) -> str:
     if context.today:
         memory_block += f"{TODAY_HEADER}\n" + "".join(f"- {quote(line)}\n" for line in context.today)
     if context.followup is not None:
-        happens = context.followup.happens
-        cue = FOLLOWUP_TODAY if happens is not None and happens.yearly else FOLLOWUP_ENDED
-        memory_block += f"{FOLLOWUP_HEADER}\n- {quote(cue.format(memory=context.followup.shown))}\n"
+        memory_block += f"{followups.CUE_HEADER}\n- {quote(followups.cue_text(context.followup))}\n"
     if instructions:
         memory_block += f"{INSTRUCTIONS_HEADER}\n{instructions}"
     return prompts.render(

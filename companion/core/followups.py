@@ -18,6 +18,11 @@ from datetime import date, datetime, timedelta, tzinfo
 from companion.core import dates
 from companion.core.models import Memory
 
+# How a cue reads in a reply's reference block (every host's): a cue, not something the user just said.
+CUE_HEADER = "可以顺便关心的事（这是提示，不是用户刚说的；自然地问一句就好，不要生硬）："
+CUE_ENDED = "{memory}——应该已经结束了，可以问问怎么样"
+CUE_TODAY = "今天是这个日子：{memory}"
+
 WINDOW = timedelta(days=14)
 MAX_OPEN = 3
 MAX_CUES = 2
@@ -56,6 +61,13 @@ def cue(memories: Iterable[Memory], today: date, tz: tzinfo, cued: Mapping[int, 
         if cued.get(memory.id, 0) < MAX_CUES:
             return memory
     return None
+
+
+def cue_text(memory: Memory, words: str | None = None) -> str:
+    """The cue for ``memory`` (``words``: how to name it, its own words by default)."""
+    when = memory.happens
+    return (CUE_TODAY if when is not None and when.yearly else CUE_ENDED).format(
+        memory=memory.shown if words is None else words)
 
 
 def thread_days(memory: Memory, today: date) -> tuple[date, date] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from companion.core import followups
@@ -43,6 +43,7 @@ class DueFollowUp:
 
     thread: Thread
     memory: Memory
+    first: bool = False  # nothing was ever written first to this user (the message says how to stop them)
 
 
 class FollowUps:
@@ -131,6 +132,22 @@ class FollowUps:
                     done[thread.handle] = None
             await self._store.put_threads(scope, done)
         return due
+
+    async def to_write(self, now: datetime, hours: tuple[int, int], *, only: Scope | None = None
+                       ) -> list[DueFollowUp]:
+        """What to write first now, for every host: within the local ``hours``, one thread per user who may be
+        written to (``core.followups.may_push``), the most important; ``only``: that scope's alone."""
+        if not followups.within_hours(now, self._tz, hours):
+            return []
+        chosen: dict[Scope, DueFollowUp | None] = {}
+        for item in sorted(await self.due(now), key=lambda d: (d.thread.scope.key, -d.memory.importance, d.memory.id)):
+            scope = item.thread.scope
+            if scope in chosen or only not in (None, scope):
+                continue
+            gate = await self.state(scope)
+            writable = not gate.off and followups.may_push(now, self._tz, hours, gate.said_at, gate.sent)
+            chosen[scope] = replace(item, first=not gate.sent) if writable else None
+        return [item for item in chosen.values() if item is not None]
 
     async def _refresh_stale(self, today: date) -> None:
         """Threads whose days are over close; a yearly date's moves to its next day."""
