@@ -148,7 +148,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
         reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
                          *proactive_senders(bot, blocked), leader=leader)
         if settings.followups:
-            followup_round = FollowUpRound(chat, settings.tz, settings.followup_hours)
+            followup_round = FollowUpRound(chat, settings.followup_hours)
             send_followup = followup_sender(bot, blocked)
             reviews.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
                                        settings.followup_check_minutes, leader)
@@ -250,7 +250,7 @@ async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
         from companion.chat.followups import FollowUpRound
 
         async with companion(settings) as (chat, _):
-            followup = FollowUpRound(chat, settings.tz, settings.followup_hours, enabled=settings.followups)
+            followup = FollowUpRound(chat, settings.followup_hours, enabled=settings.followups)
             await run_console(chat, Scope(settings.console_user_id), followup=followup)
     return 0
 

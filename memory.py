@@ -98,11 +98,11 @@ class MemoryEngine(SteeringAPI):
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense, config.tz)
+        self.followups = FollowUps(store, config.tz)  # threads to follow up, written first by a host's job
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
-                                       lambda: self.dense)
+                                       lambda: self.dense, self.followups)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
                                           self._curator.get, clock, config.extract_max_turns, self.profiles)
-        self.followups = FollowUps(store, config.tz)  # threads to follow up, written first by a host's job
         self._upkeep = Upkeep(store, self._writer, self._cache, self.profiles, self._short, dense)
         self._owns_store = False
         self._loading: asyncio.Future[None] | None = None
@@ -311,14 +311,16 @@ class MemoryEngine(SteeringAPI):
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
         shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
-        conversation: str | None = None,
+        conversation: str | None = None, said: bool | None = None,
     ) -> list[int]:
         """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
         extraction (oldest first), an access for each ``shown`` memory (when ``opened``), a mention for
         each the ``reply`` mentions, whose ids it returns, and the host's ``conversation`` state, which the
-        next ``open_turn`` in any process reads back (None: as it is; "": none)."""
+        next ``open_turn`` in any process reads back (None: as it is; "": none). ``said``: the user said
+        something this turn (None: whether ``short`` has their words), kept with the conversation state."""
+        said = bool(short is not None and short.user) if said is None else said
         return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
-                                               touched=opened, conversation=conversation)
+                                               touched=opened, conversation=conversation, said=said)
 
     async def warm_reply(self, text: str) -> None:
         """Semantic recall reads the companion's last reply with the next turn: encode it now, after the turn,

@@ -73,7 +73,8 @@ async def _run(config: FollowUpBenchConfig) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-followups-") as tmp:
         root = Path(tmp)
         settings = Settings(_env_file=None, data_dir=root / "data", backup_dir=root / "backups",  # type: ignore[call-arg]
-                            database_url=config.database_url, memory_capacity=max(config.per_user * 2, 200))
+                            database_url=config.database_url, memory_capacity=max(config.per_user * 2, 200),
+                            embeddings="off")  # vectors play no part in follow-ups: keywords build fast
         store = await open_store(settings.database)
         try:
             engine = await engine_on(store, settings, KeywordExtractor())

@@ -83,7 +83,7 @@ async def trip(rig: Rig) -> int:
 
 
 def round_of(rig: Rig) -> FollowUpRound:
-    return FollowUpRound(rig.chat, TZ, (10, 21))
+    return FollowUpRound(rig.chat, (10, 21))
 
 
 async def test_the_morning_after_the_trip_one_message_is_written_first(rig: Rig, trip: int) -> None:
@@ -225,14 +225,14 @@ async def test_after_downtime_old_threads_are_not_sent_in_a_burst(rig: Rig, trip
 
 
 async def test_the_operator_switch(rig: Rig, trip: int) -> None:
-    off = FollowUpRound(rig.chat, TZ, (10, 21), enabled=False)
+    off = FollowUpRound(rig.chat, (10, 21), enabled=False)
     assert await off(at_local(rig, 3, 10, 30), Outbox()) == 0
 
 
 async def test_a_worker_holding_the_conversation_reads_what_another_process_wrote_first(rig: Rig, trip: int) -> None:
     # Another process (the leader, which runs the round) writes first; this one already holds the session.
     leader = ChatService(rig.engine, rig.client, ChatConfig.from_settings(rig.settings), clock=rig.clock)
-    await FollowUpRound(leader, TZ, (10, 21))(at_local(rig, 3, 10, 30), Outbox())
+    await FollowUpRound(leader, (10, 21))(at_local(rig, 3, 10, 30), Outbox())
     at_local(rig, 3, 10, 40)
     await rig.chat.reply(ME, "挺顺利的")
     spoken = [m["content"] for m in rig.llm.chat_requests()[-1]["messages"] if m["role"] == "assistant"]

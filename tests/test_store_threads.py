@@ -48,7 +48,8 @@ async def test_threads_are_due_over_every_scope_in_one_read(store: MemoryStore) 
 
 
 async def said(store: MemoryStore, scope: Scope, at: datetime, text: str = "你好") -> None:
-    await store.record_turn(scope, TurnRecord(at=at, short=Turn(user=text, reply="嗯", at=at), conversation="{}"))
+    await store.record_turn(scope, TurnRecord(at=at, short=Turn(user=text, reply="嗯", at=at), conversation="{}",
+                                              said_at=at))
 
 
 async def test_due_only_where_the_user_may_be_written_to_today(store: MemoryStore) -> None:

@@ -12,17 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime
 
-import prompts
 from companion.chat import texts
 from companion.chat.layout import history_messages
-from companion.chat.persona import quote, render_system_prompt
+from companion.chat.persona import render_system_prompt
 from companion.chat.pipeline import ChatService
-from companion.core import followups
 from companion.core.errors import LLMError
 from companion.core.models import Memory, Scope
-from companion.core.timeutil import show
 from companion.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
@@ -34,21 +31,17 @@ HISTORY = 10  # conversation turns the model sees when it writes first
 FollowUpSender = Callable[[Scope, int, str], Awaitable[bool]]
 
 
-def followup_messages(memory: Memory, history: Sequence[tuple[str, str | None]], now: datetime,
-                      tz: tzinfo) -> list[dict[str, str]]:
+def followup_messages(ask: str, history: Sequence[tuple[str, str | None]]) -> list[dict[str, str]]:
     """The one model call's messages: the companion's own system prompt, the recent conversation, and what
-    to write about (a system message: the user said nothing)."""
-    ask = prompts.render("followup", now_local=show(now, tz), memory=quote(memory.shown),
-                         cue=followups.cue_text(memory, "这件事"))
+    to write about (``ask``, the engine's ``followups.prompt``: a system message, since the user said nothing)."""
     return [{"role": "system", "content": render_system_prompt()}, *history_messages(history[-HISTORY:]),
             {"role": "system", "content": ask}]
 
 
-async def compose(llm: LLMClient, memory: Memory, history: Sequence[tuple[str, str | None]], now: datetime,
-                  tz: tzinfo) -> str | None:
+async def compose(llm: LLMClient, ask: str, history: Sequence[tuple[str, str | None]]) -> str | None:
     """The follow-up's words, or None when the model cannot write now (the next round tries again)."""
     try:
-        text = await llm.chat(followup_messages(memory, history, now, tz), purpose="followup", max_tokens=200)
+        text = await llm.chat(followup_messages(ask, history), purpose="followup", max_tokens=200)
     except LLMError as exc:
         log.warning("follow-up not written, the model failed: %s", exc)
         return None
@@ -63,7 +56,6 @@ class FollowUpRound:
     """One look at every user's due threads; ``enabled``: the operator's ``FOLLOWUPS`` switch."""
 
     chat: ChatService
-    tz: tzinfo
     hours: tuple[int, int]
     enabled: bool = True
 
@@ -81,7 +73,7 @@ class FollowUpRound:
         engine = self.chat.engine
 
         async def write(history: list[tuple[str, str | None]]) -> str | None:
-            text = await compose(self.chat.llm, memory, history, now, self.tz)
+            text = await compose(self.chat.llm, engine.followups.prompt(memory, now), history)
             return None if text is None else text + (texts.FOLLOWUP_HOW_TO_STOP if first else "")
 
         async def deliver(text: str) -> bool:

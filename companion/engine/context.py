@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime
 
-from companion.core import dates, followups
+from companion.core import dates
 from companion.core.models import Memory, Profile, Recalled, Scope, Turn
 from companion.engine.cache import IndexCache
+from companion.engine.followups import FollowUps
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import SHORT_TURNS_KEPT, TODAY_EVENTS_KEPT, ShortTermBook
@@ -28,8 +29,10 @@ MAX_QUERY_TERMS = 48
 
 class ContextBuilder:
     def __init__(self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
-                 short: ShortTermBook, config: EngineConfig, dense: Callable[[], DenseRetriever | None]) -> None:
+                 short: ShortTermBook, config: EngineConfig, dense: Callable[[], DenseRetriever | None],
+                 followups: FollowUps) -> None:
         self._store = store
+        self._followups = followups
         self._keywords = keywords
         self._cache = cache
         self._profiles = profiles
@@ -134,13 +137,7 @@ class ContextBuilder:
         followup = None
         if follow_up is not None and scope.chat_id is None:  # a group's memories are not followed up in public
             index = await self._cache.index(scope, checked=opened)
-            followup = followups.cue(index.memories.values(), local_today, self._config.tz, follow_up)
-            if followup is not None:  # read only when there is something to cue: what was written first or stopped
-                cued = dict(follow_up)
-                for thread in await self._store.threads_of(scope):
-                    if thread.stopped or (thread.pushed_at is not None and thread.due_on <= local_today):
-                        cued[thread.handle] = followups.MAX_CUES if thread.stopped else cued.get(thread.handle, 0) + 1
-                followup = followups.cue(index.memories.values(), local_today, self._config.tz, cued)
+            followup = await self._followups.cue(scope, index.memories.values(), now, follow_up)
         return MemoryContext(
             core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
             instructions=standing.instructions, recent=recent, today=today, asked=asked, scheduled=scheduled,
@@ -162,6 +159,7 @@ class ContextBuilder:
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None, queued: Sequence[Turn],
         shown: Sequence[Recalled], reply: str | None, touched: bool, conversation: str | None = None,
+        said: bool = False,
     ) -> list[int]:
         """One write: the short-term turn, the queued turns, the accesses (``touched``: the context was
         built ``opened``), the mentions and the host's ``conversation`` state (``TurnRecord``). Returns the
@@ -169,7 +167,7 @@ class ContextBuilder:
         mentioned = [r.memory.id for r in shown if reply and mentions(reply, r.memory)]
         record = TurnRecord(at=now, short=short, keep=SHORT_TURNS_KEPT, recalled=bool(shown), queued=queued,
                             touched=[r.memory.id for r in shown] if touched else [], mentioned=mentioned,
-                            conversation=conversation)
+                            conversation=conversation, said_at=now if said else None)
         if (record.short is not None or record.queued or record.touched or record.mentioned
                 or conversation is not None):
             await self._store.record_turn(scope, record)

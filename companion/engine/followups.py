@@ -9,14 +9,17 @@ here holds words, and nothing here decides when a message may go out (``core.fol
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
+import prompts
 from companion.core import followups
 from companion.core.models import Memory, Scope, Status
+from companion.core.timeutil import show
 from companion.storage.base import (
     EVERY_STATUS,
     FOLLOWUP_SEQ,
@@ -164,8 +167,34 @@ class FollowUps:
                 days[handle] = span if span is not None and span[1] >= today else None
             await self._store.put_threads(scope, days)
 
+    def prompt(self, memory: Memory, now: datetime) -> str:
+        """What a host asks its model for to write first about ``memory`` (``prompts/followup.md``); the memory's
+        words quoted as data, the cue as the conversation's first reply would carry it."""
+        words = json.dumps(memory.shown.replace("【", "[").replace("】", "]"), ensure_ascii=False)
+        return prompts.render("followup", now_local=show(now, self._tz), memory=words,
+                              cue=followups.cue_text(memory, "这件事"))
+
     async def threads(self, scope: Scope) -> list[Thread]:
         return await self._store.threads_of(scope)
+
+    async def cue(self, scope: Scope, memories: Iterable[Memory], now: datetime,
+                  cued: Mapping[int, int]) -> Memory | None:
+        """The one memory a conversation's first reply follows up (``core.followups.cue``; ``cued``: how
+        often each was cued so far), never one the user stopped, a thread written first counting as a cue.
+        Reads the threads only when there is something to cue; a group's memories are never followed up."""
+        if scope.chat_id is not None:
+            return None
+        today = now.astimezone(self._tz).date()
+        found = list(memories)
+        if followups.cue(found, today, self._tz, cued) is None:
+            return None
+        counts = dict(cued)
+        for thread in await self._store.threads_of(scope):
+            if thread.stopped:
+                counts[thread.handle] = followups.MAX_CUES
+            elif thread.pushed_at is not None and thread.due_on <= today:
+                counts[thread.handle] = counts.get(thread.handle, 0) + 1
+        return followups.cue(found, today, self._tz, counts)
 
     async def waiting(self, scope: Scope, memories: Sequence[Memory], now: datetime) -> set[int]:
         """Which of the scope's active ``memories`` (all of them: at most ``MAX_OPEN`` threads are open) are

@@ -34,6 +34,7 @@ from companion.storage.capabilities import (
 )
 from companion.storage.records import (
     EXACT_EXPIRY,
+    FOLLOWUP_CUES,
     FOLLOWUP_SEQ,
     GROUP_MEMORY,
     HOST_ADDRESS,
@@ -60,7 +61,7 @@ from companion.storage.records import (
 from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_SEQ", "GROUP_MEMORY",
+    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_CUES", "FOLLOWUP_SEQ", "GROUP_MEMORY",
     "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
     "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
     "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",

@@ -36,7 +36,8 @@ class SettingName(StrEnum):
     HOST_LABEL = "host_label"  # per scope: who the scope is, as the host names it (exports)
     EXACT_EXPIRY = "exact_expiry"  # per scope: {handle: unix time} for lifetimes finer than a validity
     IMPORTED = "imported"  # per scope: {record digest: handle} of records imported from another plugin
-    HOST_ADDRESS = "host_address"  # per scope: where the host reaches the scope's person (its weekly summary)
+    HOST_ADDRESS = "host_address"  # per scope: where the host reaches the scope's person (weekly, follow-ups)
+    FOLLOWUP_CUES = "followup_cues"  # per scope: {handle: times a reply was cued with it} (a host without sessions)
     FOLLOWUP_SEQ = "followup_seq"  # database-wide: the change journal's entry the follow-up threads are read up to
 
 
@@ -107,11 +108,12 @@ HOST_LABEL: Setting[Scope, str] = Setting(SettingName.HOST_LABEL, Keyed.SCOPE, s
 EXACT_EXPIRY: Setting[Scope, dict[str, float]] = Setting(SettingName.EXACT_EXPIRY, Keyed.SCOPE, _json, _json_map)
 IMPORTED: Setting[Scope, dict[str, int]] = Setting(SettingName.IMPORTED, Keyed.SCOPE, _json, _json_map)
 HOST_ADDRESS: Setting[Scope, str] = Setting(SettingName.HOST_ADDRESS, Keyed.SCOPE, str, str)
+FOLLOWUP_CUES: Setting[Scope, dict[str, int]] = Setting(SettingName.FOLLOWUP_CUES, Keyed.SCOPE, _json, _json_map)
 FOLLOWUP_SEQ: Setting[None, int] = Setting(SettingName.FOLLOWUP_SEQ, Keyed.DATABASE, str, int)
 
 SETTINGS: tuple[Setting[Any, Any], ...] = (
     GROUP_MEMORY, SHARE_PRIVATE, MOVED_TO, LAST_DECAY_AT, REVIEW_SENT, WEEKLY, WEEKLY_SENT, LAST_EXTRACTION,
-    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP_SEQ,
+    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP_CUES, FOLLOWUP_SEQ,
 )
 # What a group's move to a new chat id takes along: every scope-keyed setting of its members, and these.
 SCOPE_SETTINGS: tuple[str, ...] = tuple(s.name.value for s in SETTINGS if s.keyed is Keyed.SCOPE)

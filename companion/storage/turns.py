@@ -48,12 +48,9 @@ class TurnRecord:
     touched: Sequence[int] = ()  # memories shown to the reply: an access each
     mentioned: Sequence[int] = ()  # memories the reply mentioned
     conversation: str | None = None  # the host's conversation state to keep (None: as it is; "": none)
-
-    @property
-    def said_at(self) -> datetime | None:
-        """When the user last said something, kept with the conversation (a message the companion wrote
-        first has no user side): the follow-up round's "not on a day the user wrote"."""
-        return self.at if self.short is not None and self.short.user else None
+    # When the user said something, kept with the conversation (written only with it): the follow-up round's
+    # "not on a day the user wrote". None: nothing from the user this turn (a message written first).
+    said_at: datetime | None = None
 
 
 def setting_keys(scope: Scope) -> tuple[tuple[str, str | None], ...]:

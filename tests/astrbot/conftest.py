@@ -94,6 +94,10 @@ class AstrBot:
         sent: int = (await self._ask({"op": "weekly", "now": now.isoformat()}))["sent"]
         return sent
 
+    async def followups(self, now: datetime) -> int:
+        sent: int = (await self._ask({"op": "followups", "now": now.isoformat()}))["sent"]
+        return sent
+
     async def measure(self) -> dict[str, float]:
         return await self._ask({"op": "measure"})
 

@@ -9,7 +9,7 @@ its event bus does and answers ``{"replies": [...], "files": [...]}``; ``{"op": 
 installs the plugin from its zip as the WebUI's upload does; ``{"op": "measure"}`` answers the
 plugin's start-up, hook overhead and the process's memory; ``{"op": "install_url", "url", "proxy"}``
 installs from a repository URL as the WebUI does; ``{"op": "weekly", "now"}`` runs the plugin's weekly job
-at that ISO time; ``{"op": "stop"}`` stops AstrBot and exits.
+at that ISO time, ``{"op": "followups", "now"}`` its follow-up round; ``{"op": "stop"}`` stops AstrBot and exits.
 Messages are events of any platform id (AstrBot's webchat adapter speaks for one platform only), so one
 AstrBot serves QQ-like, Lark-like and webchat senders, private and in groups, side by side."""
 # mypy: ignore-errors
@@ -145,10 +145,11 @@ async def main() -> None:
             await lifecycle.plugin_manager.install_plugin(command["url"], command.get("proxy", ""))
             plugin = loaded()
             print(json.dumps({"installed": plugin is not None}), file=out, flush=True)
-        elif command["op"] == "weekly":
+        elif command["op"] in ("weekly", "followups"):
             from datetime import datetime
 
-            sent = await plugin.weekly(datetime.fromisoformat(command["now"]))
+            job = plugin.weekly if command["op"] == "weekly" else plugin.followups
+            sent = await job(datetime.fromisoformat(command["now"]))
             print(json.dumps({"sent": sent}), file=out, flush=True)
         elif command["op"] == "measure":
             print(json.dumps(await measure(plugin)), file=out, flush=True)

@@ -2,7 +2,8 @@
 Bot API. The plugin is installed from a repository URL through AstrBot's GitHub proxy setting, served
 from 127.0.0.1 as a GitHub archive; a group's long list goes to the member's private chat where Telegram
 lets the bot write first, and stays short in the group where it does not; the weekly summary goes to an
-opted-in user's private chat when the job runs on a Monday (issue 20)."""
+opted-in user's private chat when the job runs on a Monday (issue 20); a follow-up about a told trip goes to
+the user's private chat the morning after, once, and /主动问候 off stops them."""
 
 from __future__ import annotations
 
@@ -134,3 +135,24 @@ async def test_the_weekly_summary_goes_privately_to_an_opted_in_user_on_monday(
     assert summary.splitlines()[:2] == ["这周我记住了：", "· 喜欢爬山"]
     assert await rig.bot.weekly(monday + timedelta(hours=1)) == 0  # once a week
     assert telegram.sent_messages(3002) == []
+
+
+async def test_the_morning_after_a_told_trip_a_follow_up_goes_privately_once(
+    telegram_rig: tuple[Rig, FakeTelegram, GitHubProxy],
+) -> None:
+    rig, telegram, _ = telegram_rig
+    tz = ZoneInfo("Asia/Shanghai")
+    await rig.bot.send("/增加记忆 3003 前天去杭州出差了 7", sender=ADMIN, platform="telegram")
+    telegram.push_text(3003, "你好呀")  # the user's private chat: where follow-ups go
+    await telegram.wait_for_messages(3003, 1, timeout=60)
+    tomorrow = datetime.combine(datetime.now(tz).date() + timedelta(days=1), time(10, 30), tz)
+    assert await rig.bot.followups(tomorrow.replace(hour=8)) == 0  # before the hours
+    assert await rig.bot.followups(tomorrow) == 1
+    written = plain((await telegram.wait_for_messages(3003, 2, timeout=60))[-1])
+    assert "/主动问候 off" in written, written
+    asked = [r for r in rig.llm.chat_requests() if "主动发一条消息关心一下这件事" in str(r["messages"])]
+    assert asked and "杭州出差" in str(asked[-1]["messages"]), "AstrBot's model writes it from the memory"
+    assert await rig.bot.followups(tomorrow + timedelta(hours=2)) == 0  # once
+    telegram.push_text(3003, "/主动问候 off")
+    off = plain((await telegram.wait_for_messages(3003, 3, timeout=60))[-1])
+    assert off.startswith("好的，我不再主动发消息问候了"), off

@@ -56,6 +56,24 @@ class ProviderModel:
         return json_object(text, purpose)
 
 
+    async def text(self, prompt: str) -> str:
+        """One plain answer to ``prompt`` (a follow-up's words); ``LLMUnavailableError`` when there is none."""
+        provider = self._context.get_using_provider()
+        if provider is None:
+            raise LLMUnavailableError("followup: no provider configured in AstrBot")
+        try:
+            answer = await provider.text_chat(prompt=prompt, contexts=[], system_prompt="")
+        except Exception as exc:  # a provider's own errors, whatever the vendor
+            raise LLMUnavailableError(f"followup: {type(exc).__name__}") from exc
+        return (answer.completion_text or "").strip()
+
+
+def can_write_first(context: Context, address: str) -> bool:
+    """Whether the platform of ``address`` runs here and lets the bot start a message (its metadata says so)."""
+    platform = context.get_platform_inst(address.split(":", 1)[0])
+    return platform is not None and bool(platform.meta().support_proactive_message)
+
+
 def speaker_of(event: Event) -> Speaker:
     return Speaker(str(event.get_platform_id()), str(event.get_sender_id()), str(event.get_group_id() or ""))
 
@@ -78,8 +96,7 @@ async def send_to(context: Context, address: str, chain: object) -> bool:
     """Send on AstrBot's own API where the platform can start a message (its metadata says so); False
     where it cannot, where no such platform runs, or where the platform refuses (a user who never opened
     a private chat with the bot on Telegram)."""
-    platform = context.get_platform_inst(address.split(":", 1)[0])
-    if platform is None or not platform.meta().support_proactive_message:
+    if not can_write_first(context, address):
         return False
     try:
         return bool(await context.send_message(address, chain))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import BadArgument
 from companion.hosts.astrbot.bridge import (
     ProviderModel,
+    can_write_first,
     failed,
     private_address,
     send_to,
@@ -36,7 +38,15 @@ from companion.hosts.astrbot.bridge import (
 from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.weekly import MONDAY, WEEKLY_AT, every, next_at, weekly_round
+from companion.hosts.astrbot.weekly import (
+    FOLLOWUP_EVERY,
+    MONDAY,
+    WEEKLY_AT,
+    every,
+    followup_round,
+    next_at,
+    weekly_round,
+)
 
 if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
     from companion.hosts.astrbot.service import MemoryService
@@ -89,6 +99,8 @@ class CompanionMemory(Star):
                                               "nightly memory upkeep")),
                     asyncio.create_task(every(lambda now: next_at(now, self.options.tz, WEEKLY_AT, MONDAY),
                                               self.weekly, utcnow, "the weekly summaries")),
+                    asyncio.create_task(every(lambda now: now + FOLLOWUP_EVERY, self.followups, utcnow,
+                                              "the follow-ups")),
                 ]
             return self._service
 
@@ -97,6 +109,15 @@ class CompanionMemory(Star):
         async def send(address: str, text: str) -> bool:
             return await send_to(self.context, address, MessageChain().message(text))
         return await weekly_round(await self.service(), now, send)
+
+    async def followups(self, now: datetime) -> int:
+        """Write first what is due at ``now`` (the scheduler's run, or a test's chosen morning), where the
+        platform lets the bot start a private message; AstrBot's own model writes it."""
+        async def send(address: str, text: str) -> bool:
+            return await send_to(self.context, address, MessageChain().message(text))
+
+        return await followup_round(await self.service(), now, send, partial(can_write_first, self.context),
+                                    ProviderModel(self.context).text)
 
     async def terminate(self) -> None:
         for job in self._jobs:
@@ -119,6 +140,9 @@ class CompanionMemory(Star):
                 for name in TOOLS:
                     req.func_tool.remove_tool(name)
             block = await service.reference(speaker_of(event), req.prompt or "")
+            # What the speaker said is noted now (the reply may never come): no follow-up today, a new
+            # conversation told from an old one, and their private chat's address for follow-ups.
+            await service.heard(speaker_of(event), event.unified_msg_origin)
             if block:
                 req.prompt = f"{req.prompt or ''}\n\n{block}"
         except Exception as exc:  # an edge: AstrBot answers without memory rather than not at all
@@ -283,6 +307,20 @@ class CompanionMemory(Star):
             on = choice in ("on", "开")
             await (await self.service()).set_weekly(speaker, on, event.unified_msg_origin)
             yield final(event, texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
+
+    @filter.command("主动问候", alias={"followup"})
+    async def followup_switch(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        """On or off: the messages written first about what this user told, once it is over (private only)."""
+        speaker = speaker_of(event)
+        choice = (words_of(event)[:1] or [""])[0].lower()
+        if speaker.in_group:
+            yield final(event, texts.FOLLOWUP_PRIVATE_ONLY)
+        elif choice not in ("on", "off", "开", "关"):
+            yield final(event, texts.FOLLOWUP_USAGE)
+        else:
+            on = choice in ("on", "开")
+            await (await self.service()).engine.followups.switch(speaker.scope, on)
+            yield final(event, texts.FOLLOWUP_ON if on else texts.FOLLOWUP_OFF)
 
     @filter.command("忘记", alias={"forget"})
     async def forget_one(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:

@@ -32,6 +32,8 @@ class Options:
     embedding_base_url: str = ""
     embedding_model: str = ""
     embedding_api_key: str = ""
+    followups: bool = True  # write first about a told event once it is over, where the platform lets the bot
+    followup_hours: str = "10-21"  # the local hours follow-ups written first may go out in
 
     @classmethod
     def read(cls, raw: Mapping[str, Any] | None) -> Options:
@@ -69,11 +71,18 @@ class Options:
             backup_keep=number("backup_keep", 0, 365), timezone=zone,
             semantic=flag("semantic"), embedding_base_url=text("embedding_base_url"),
             embedding_model=text("embedding_model"), embedding_api_key=text("embedding_api_key"),
+            followups=flag("followups"),
+            followup_hours=text("followup_hours") if _hours(text("followup_hours")) else default.followup_hours,
         )
 
     @property
     def tz(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
+
+    @property
+    def hours(self) -> tuple[int, int]:
+        """``followup_hours`` as (first, end) local hours."""
+        return _hours(self.followup_hours) or (10, 21)
 
     def engine_config(self, *, builtin: bool = False) -> EngineConfig:
         """``builtin``: the built-in model is the one in use (its cosines put any two sentences close, so a
@@ -83,6 +92,15 @@ class Options:
 
         dense = DensePolicy(floor_decides_small_scopes=not builtin)
         return EngineConfig(recall_max=self.recall_limit, capacity=self.capacity, tz=self.tz, dense=dense)
+
+
+def _hours(value: str) -> tuple[int, int] | None:
+    """"10-21" (or "10,21"): two local hours, the first before the second; None for anything else."""
+    match = re.fullmatch(r"\s*(\d{1,2})\s*[-,]\s*(\d{1,2})\s*", value)
+    if match is None:
+        return None
+    start, end = int(match.group(1)), int(match.group(2))
+    return (start, end) if 0 <= start < end <= 24 else None
 
 
 def _clock_time(value: str, default: time) -> time:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from companion.core import dates
+from companion.core import dates, followups
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
 from companion.core.text import sendable
@@ -39,7 +39,7 @@ from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.weekly import next_at
 from companion.llm.base import JsonModel
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import EXACT_EXPIRY, HOST_ADDRESS, HOST_LABEL, WEEKLY, MemoryStore
+from companion.storage.base import EXACT_EXPIRY, FOLLOWUP_CUES, HOST_ADDRESS, HOST_LABEL, WEEKLY, MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
 
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FACT: 2, MemoryType.EVENT: 3}
 MAX_LIST = 30
 MAX_SEARCH = 10
+CONVERSATION_GAP = timedelta(hours=12)  # silence that makes the next message a new conversation (the bot's)
 CSV_FIELDS = ("scope", "id", "type", "tier", "importance", "content", "created_at", "updated_at",
               "last_accessed_at", "expires_at")
 
@@ -75,6 +76,7 @@ class MemoryService:
         self._clock = clock
         self._labelled: set[str] = set()
         self._learning: set[Scope] = set()
+        self._addressed: dict[Scope, str] = {}  # private scopes whose address this process has stored
         self._refreshing: set[Scope] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -156,6 +158,9 @@ class MemoryService:
         shown = for_prompt(memories, self.options.inject_limit)
         lines = [*await self._profile_lines(speaker.scope, text), texts.HEADER,
                  *(f"- [{m.id}] {m.shown}" for m in shown)]
+        cue = await self._cue(speaker, memories)
+        if cue is not None:
+            lines += [followups.CUE_HEADER, f"- {followups.cue_text(cue)}"]
         if self.options.recall_limit and text.strip():
             live = {m.id for m in memories}
             ids = {m.id for m in shown}
@@ -164,6 +169,33 @@ class MemoryService:
             if recalled:
                 lines += [texts.RECALLED, *(f"- [{m.id}] {m.shown}" for m in recalled)]
         return fenced("\n".join(lines))
+
+    async def _cue(self, speaker: Speaker, memories: Sequence[Memory]) -> Memory | None:
+        """At a private conversation's start (the speaker silent for ``CONVERSATION_GAP``), one told event
+        to follow up, as the Telegram bot's first reply carries it; the counts stay in a setting."""
+        if speaker.in_group:
+            return None
+        scope, now = speaker.scope, self._clock()
+        said = (await self.engine.followups.state(scope)).said_at
+        if said is not None and now - said <= CONVERSATION_GAP:
+            return None
+        cued = {int(h): int(n) for h, n in (await self.store.get_setting(FOLLOWUP_CUES, scope) or {}).items()}
+        memory = await self.engine.followups.cue(scope, memories, now, cued)
+        if memory is not None:
+            cued[memory.id] = cued.get(memory.id, 0) + 1
+            await self.store.set_setting(FOLLOWUP_CUES, scope, {str(h): n for h, n in cued.items()})
+        return memory
+
+    async def heard(self, speaker: Speaker, address: str) -> None:
+        """The speaker said something: kept, so a follow-up is not written first on a day they wrote and the
+        next conversation's start is known; a private chat's ``address`` is where follow-ups go."""
+        scope, now = speaker.scope, self._clock()
+        await self.engine.finish_turn(scope, now, conversation="", said=True)
+        if not speaker.in_group and address and self._addressed.get(scope) != address:
+            # Every private speaker is in "companion mode" here: the follow-up round's read looks for those.
+            await self.engine.set_active(scope, True, now)
+            await self.store.set_setting(HOST_ADDRESS, scope, address)
+            self._addressed[scope] = address
 
     async def _profile_lines(self, scope: Scope, text: str) -> list[str]:
         """The speaker's profile as the Telegram bot tells it: the core always, the traits this text touches."""

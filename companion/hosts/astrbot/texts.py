@@ -37,6 +37,11 @@ WEEKLY_ON = "好的，每周一我会私聊告诉你这周记住了什么。发�
 WEEKLY_OFF = "好的，不再发送每周记忆小结。"
 WEEKLY_USAGE = "用法：/每周总结 on 或 /每周总结 off（每周一私聊发送这周记住的事）"
 WEEKLY_PRIVATE_ONLY = "每周总结只在私聊里发送：请私聊我发送 /每周总结 on。"
+FOLLOWUP_HOW_TO_STOP = "\n\n（这是我主动发来的问候。不想收到的话，私聊我发送 /主动问候 off。）"
+FOLLOWUP_ON = "好的，你说过的事（出差、考试、生日……）过后我会主动私聊问问你。发送 /主动问候 off 关闭。"
+FOLLOWUP_OFF = "好的，我不再主动发消息问候了；聊天时我还是会记得问一句。发送 /主动问候 on 重新打开。"
+FOLLOWUP_USAGE = "用法：/主动问候 on 或 /主动问候 off（你说过的事过后，是否主动私聊问候你）"
+FOLLOWUP_PRIVATE_ONLY = "主动问候只在私聊里设置：请私聊我发送 /主动问候 on 或 off。"
 
 ADMIN_ADDED = "已为 {user} 增加记忆 #{id}。"
 ADMIN_DELETED = "已删除 {user} 的记忆 #{id}。"

@@ -1,6 +1,7 @@
-"""The plugin's own clock jobs, off AstrBot's loop work: the nightly upkeep and the opt-in weekly summary
+"""The plugin's own clock jobs, off AstrBot's loop work: the nightly upkeep, the opt-in weekly summary
 ("这周我记住了……") sent on Monday morning in the configured timezone through AstrBot's send API, to the
-private chat where the user turned it on. Sending is handed in, so nothing here imports astrbot."""
+private chat where the user turned it on, and the follow-ups written first (the engine's choice, the same
+rules as the Telegram bot's). Sending and the model are handed in, so nothing here imports astrbot."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
+from companion.core.errors import LLMError
 from companion.core.models import Status
 from companion.core.week import WEEK, summarise_week
 from companion.hosts.astrbot import texts
@@ -23,6 +25,10 @@ log = logging.getLogger(__name__)
 MONDAY = 0
 WEEKLY_AT = time(10, 0)  # the Telegram bot's hour
 Send = Callable[[str, str], Awaitable[bool]]  # (address, text) -> delivered
+Reachable = Callable[[str], bool]  # whether the platform of an address lets the bot write first
+Write = Callable[[str], Awaitable[str]]  # a prompt -> the model's words (raises LLMError)
+FOLLOWUP_EVERY = timedelta(minutes=30)
+FOLLOWUP_MAX_CHARS = 300
 
 
 def next_at(now: datetime, tz: tzinfo, at: time, weekday: int | None = None) -> datetime:
@@ -53,6 +59,33 @@ async def weekly_round(service: MemoryService, now: datetime, send: Send) -> int
         week = summarise_week(await service.engine.memories(scope, set(Status)), now)
         if await send(address, texts.weekly(week)):
             await store.set_setting(WEEKLY_SENT, scope, now)
+            sent += 1
+    return sent
+
+
+async def followup_round(service: MemoryService, now: datetime, send: Send, reachable: Reachable,
+                         write: Write) -> int:
+    """One look for follow-ups to write first (``engine.followups.to_write``): each to the private chat the
+    user last wrote from, only where the platform lets the bot write first, written by AstrBot's model from
+    the memory, recorded before it is sent (at most once). Returns how many went out."""
+    if not service.options.followups:
+        return 0
+    sent = 0
+    for item in await service.engine.followups.to_write(now, service.options.hours):
+        scope, memory = item.thread.scope, item.memory
+        address = await service.store.get_setting(HOST_ADDRESS, scope)
+        if not address or not reachable(address):
+            continue
+        try:
+            text = (await write(service.engine.followups.prompt(memory, now))).strip()[:FOLLOWUP_MAX_CHARS]
+        except LLMError as exc:
+            log.warning("follow-up not written, the model failed: %s", type(exc).__name__)
+            continue
+        if not text:
+            continue
+        if not await service.engine.followups.sent(scope, memory.id, now):
+            continue  # forgotten while the model wrote
+        if await send(address, text + (texts.FOLLOWUP_HOW_TO_STOP if item.first else "")):
             sent += 1
     return sent
 
