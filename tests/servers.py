@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -28,3 +29,10 @@ def require(why: str | None, server: str, skip_reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and the {server} test server is unreachable: {why}")
     pytest.skip(skip_reason)
+
+
+def free_port() -> int:
+    """A port nothing on 127.0.0.1 listens on right now (for a webhook or a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

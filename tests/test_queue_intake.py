@@ -19,14 +19,9 @@ import pytest
 from companion.ops.workqueue import UpdateQueue, connect
 from handlers import queue as intake_module
 from handlers.queue import put_until_queued
+from tests.servers import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (Debian's redis)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

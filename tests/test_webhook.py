@@ -4,7 +4,6 @@ request without the secret token, and an operator can go back to polling without
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from companion.core.errors import ConfigError
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.webhook import SECRET_HEADER
 from tests.process import bot_env, start_bot, stop_bot
+from tests.servers import free_port
 
 USER, STRANGER = 6101, 6102
 
@@ -26,11 +26,6 @@ async def servers() -> AsyncIterator[tuple[FakeTelegram, FakeLLM]]:
     async with FakeTelegram() as tg, FakeLLM() as llm:
         yield tg, llm
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def update_from(user: int, text: str, update_id: int) -> dict[str, object]:

@@ -27,8 +27,8 @@ from tests.fakes.llm import request_text
 from tests.pgtest import ending_backends, named, pg_schema
 from tests.redistest import SERVER as REDIS_SERVER
 from tests.scripted import EXTRACT_MARK, PROFILE_MARK
+from tests.servers import free_port
 from tests.stress.harness import BotProcess, record, scale
-from tests.test_webhook import free_port
 
 TAG = re.compile(r"#(\d+)-(\d+)#")
 FIRST_USER = 710_001
