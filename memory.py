@@ -98,7 +98,7 @@ class MemoryEngine(SteeringAPI):
                                     locks)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense, config.tz)
-        self.followups = FollowUps(store, config.tz)  # threads to follow up, written first by a host's job
+        self.followups = FollowUps(store, config.tz, self._writer)  # threads to follow up, written first by hosts
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
                                        lambda: self.dense, self.followups)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,

@@ -17,7 +17,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
 from companion.console import run_console
-from companion.core.models import MemoryDraft, Scope, Validity, When
+from companion.core.models import MemoryDraft, Scope, Status, StatusReason, Validity, When
 from companion.ops.admin import AdminService
 from companion.ops.admin_texts import admin_stats
 from tests.scripted import ScriptedBrain
@@ -115,6 +115,10 @@ async def test_the_answer_is_read_with_what_was_written_first(rig: Rig, trip: in
     [thread] = await rig.engine.followups.threads(ME)
     assert thread.answered
     assert (await rig.engine.followups.counts()) == {"sent": 1, "answered": 1, "stopped": 0}
+    # The trip is over and told about: done, put away (its Dida365 card completes), restorable.
+    [done] = await rig.engine.memories(ME, {Status.ARCHIVED})
+    assert done.id == trip and done.status_reason == StatusReason.DONE
+    assert trip not in {m.id for m in await rig.engine.memories(ME)}
 
 
 async def test_not_on_a_day_the_user_wrote(rig: Rig, trip: int) -> None:
@@ -213,6 +217,9 @@ async def test_a_birthday_gets_one_greeting_on_its_day_each_year(rig: Rig) -> No
     assert await push(at_local(rig, 4, 12), box) == 0
     assert await push(at_local(rig, 5, 10, 5), box) == 1
     assert await push(at_local(rig, 6, 10, 5), box) == 0
+    at_local(rig, 6, 11)
+    await rig.chat.reply(ME, "谢谢你记得！")  # answered: a birthday comes back, it is never put away
+    assert [m.event for m in await rig.engine.memories(ME) if m.happens is not None] == ["我的生日"]
     at_local(rig, 300, 9)
     await rig.chat.reply(ME, "好久不见")  # the user is back; a year later it is the day again
     assert await push(at_local(rig, 365 + 5, 10, 5), box) == 1

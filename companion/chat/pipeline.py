@@ -359,9 +359,9 @@ class ChatService:
             session.cooldown[recalled.memory.id] = session.turn
         if context.followup is not None:
             session.followups[context.followup.id] = session.followups.get(context.followup.id, 0) + 1
+        answered = None
         if session.written_first is not None and group is None:  # the user answers what was written first
-            handle, session.written_first = session.written_first, None
-            await self.engine.followups.answered(scope, handle)
+            answered, session.written_first = session.written_first, None
         session.injections.append(bool(context.recalled))
         toolset = self._toolset(scope, group)
         reference = render_reference(context, now, self.config.tz)
@@ -399,6 +399,8 @@ class ChatService:
         state = session.state(self.engine.config.recall_cooldown_turns) if remember else None
         mentioned = await self._learning.finish_turn(scope, session, turn, context.recalled, answer, now,
                                                      opened=opened and group is None, conversation=state)
+        if answered is not None:  # after the reply, which saw the memory: an event over and answered is done
+            await self.engine.followups.answered(scope, answered, now)
         if answer is None:
             return Reply(texts.LLM_DOWN, ok=False, recalled=recalled_ids)
         if remember:

@@ -90,6 +90,13 @@ def still_open(memory: Memory, today: date, tz: tzinfo) -> bool:
     return bool(days_of([memory], today)) or bool(open_threads([memory], today, tz))
 
 
+def done_when_answered(memory: Memory, today: date) -> bool:
+    """Whether answering a follow-up about ``memory`` finishes it: an event whose last day is past (a yearly
+    date comes back next year and stays)."""
+    when = memory.happens
+    return memory.is_active and when is not None and not when.yearly and dates.last_day(when) < today
+
+
 def within_hours(now: datetime, tz: tzinfo, hours: tuple[int, int]) -> bool:
     """Whether it is a sensible local hour to write to someone (start inclusive, end exclusive)."""
     start, end = hours

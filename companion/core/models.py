@@ -79,6 +79,7 @@ class StatusReason(StrEnum):
     FADED = "faded"  # cleanup: its importance decayed below the floor
     EXPIRED = "expired"  # cleanup: its validity ran out and nobody mentioned it lately
     DUPLICATE = "duplicate"  # cleanup: another active copy of the same words stays
+    DONE = "done"  # an event over and followed up: the user answered how it went (its kanban card completes)
 
 
 class Switch(StrEnum):

@@ -18,8 +18,9 @@ from datetime import date, datetime, time, timedelta, tzinfo
 
 import prompts
 from companion.core import followups
-from companion.core.models import Memory, Scope, Status
+from companion.core.models import Memory, Scope, Status, StatusReason
 from companion.core.timeutil import show
+from companion.engine.writer import MemoryWriter
 from companion.storage.base import (
     EVERY_STATUS,
     FOLLOWUP_SEQ,
@@ -50,9 +51,10 @@ class DueFollowUp:
 
 
 class FollowUps:
-    def __init__(self, store: MemoryStore, tz: tzinfo) -> None:
+    def __init__(self, store: MemoryStore, tz: tzinfo, writer: MemoryWriter) -> None:
         self._store = store
         self._tz = tz
+        self._writer = writer  # a followed-up event that is over is archived through it (journal, index)
 
     async def catch_up(self, now: datetime) -> int:
         """Bring the threads up to the change journal; the first time, from every memory. Returns how many
@@ -224,8 +226,17 @@ class FollowUps:
         """The user's ``/followup on|off``."""
         await self._store.set_followups_off(scope, not on)
 
-    async def answered(self, scope: Scope, handle: int) -> None:
+    async def answered(self, scope: Scope, handle: int, now: datetime) -> bool:
+        """The user answered what was written first about ``handle``: the follow-up counts as answered, and an
+        event that is over is done (archived as ``DONE``: no longer recalled, restorable, its kanban card
+        completed). Returns whether it was archived."""
         await self._store.mark_thread(scope, handle, answered=True)
+        found = await self._store.fetch_by_ids(scope, [handle])
+        if not found or not followups.done_when_answered(found[0], now.astimezone(self._tz).date()):
+            return False
+        await self._writer.write(scope, replace(found[0], status=Status.ARCHIVED, status_reason=StatusReason.DONE,
+                                                updated_at=now))
+        return True
 
     async def stop(self, scope: Scope, handle: int, now: datetime) -> bool:
         """"别再提": the memory is never followed up again, in conversation or written first. False when the
