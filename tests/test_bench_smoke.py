@@ -237,3 +237,14 @@ def test_the_queue_bench_runs_through_the_bench_cli(capsys: pytest.CaptureFixtur
     assert cli.main(["queue", "--updates", "200", "--chats", "20", "--redis", REDIS_URL]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["handled"] == 200 and report["updates"] == 200
+
+
+def test_followups_bench_runs_tiny_and_finds_what_the_plain_scan_finds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "followups.json"
+    assert cli.main(["followups", "--users", "30", "--per-user", "40", "--rounds", "2", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["round_s"]["median"] > 0 and len(report["due_per_round"]) == 2
+    # The round writes to one user each at most; the scan counts every open thread of every user.
+    assert 0 < report["due_per_round"][0] <= 30 and report["plain_due"] >= report["due_per_round"][0]
+    assert "a round before its model calls" in capsys.readouterr().out
