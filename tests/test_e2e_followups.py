@@ -2,11 +2,12 @@
 moved with libfaketime: a trip told on a Friday is asked about, unprompted, the morning after it ended, once
 (a restart does not send it again), with the way to stop it and a "别再提" button; the answer is read with
 what was asked (on PostgreSQL with two workers, by whichever process takes it); /followup off stops it.
-Neither the memory nor the message reaches the log."""
+Neither the memory nor the message reaches the log. ``python bot.py console`` shows it when it starts."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from handlers.keyboards import FOLLOWUP_STOP_BUTTON
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.pgtest import pg_schema
-from tests.process import bot_env, start_bot, stop_bot
+from tests.process import ROOT, bot_env, clean_env, start_bot, stop_bot
 from tests.redistest import SERVER as REDIS_SERVER
 from tests.redistest import redis_keys
 from tests.scripted import ScriptedBrain
@@ -97,3 +98,31 @@ async def test_the_morning_after_the_trip_the_companion_writes_first_once(
             output += await stop_bot(proc)
     for secret in ("杭州", ASKED):
         assert secret not in output, f"{secret!r} reached the log above DEBUG"
+
+
+async def test_the_console_shows_the_follow_up_when_it_starts_the_morning_after(
+        timed_servers: tuple[FakeTelegram, FakeLLM], tmp_path: Path) -> None:
+    _, llm = timed_servers
+    ScriptedBrain(saves=SAVES, chat=chat).install(llm)
+    env = clean_env() | {"LLM_API_KEY": "sk-console", "LLM_BASE_URL": llm.base_url, "LLM_MAX_RETRIES": "0",
+                         "DATA_DIR": str(tmp_path / "data"), "BACKUP_DIR": str(tmp_path / "backups")}
+
+    async def console(moment: str, *lines: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=faked(env, moment),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(("\n".join(lines) + "\n").encode()), 120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        return out.decode()
+
+    saved = await console("2026-12-04 02:00:00", "记住：下周三我要去杭州出差三天", "1")  # Friday 10:00
+    assert "12月9日" in saved and ASKED not in saved
+    shown = await console("2026-12-12 02:30:00", "挺顺利的")  # the Saturday after, 10:30
+    greeting, _, rest = shown.partition(ASKED)
+    assert rest, shown
+    assert "你> " not in greeting, "the follow-up comes before the first prompt, after the greeting"
+    assert "/followup off" in rest
+    reply_call = llm.chat_requests()[-1]["messages"]
+    assert [m["content"] for m in reply_call if m["role"] == "assistant"][-1].startswith(ASKED)
+    again = await console("2026-12-12 04:00:00")
+    assert ASKED not in again, "once"
