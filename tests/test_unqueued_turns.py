@@ -3,6 +3,7 @@ session and are queued, in order, with the first turn the database takes again (
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 from companion.core.models import Scope
@@ -10,32 +11,38 @@ from tests.fakes.llm import request_text
 from tests.support import Rig
 
 ALICE = Scope(1001)
+async def schema(rig: Rig, sql: str) -> None:
+    """A schema change beside the running store, in a thread: waiting for the write lock on the event loop's
+    thread would keep a transaction the store has open (its next statement comes from the loop) from ending."""
+    def change() -> None:
+        with sqlite3.connect(rig.settings.db_path, timeout=30) as conn:
+            conn.execute(sql)
+
+    await asyncio.to_thread(change)
+
+
 FULL = "CREATE TRIGGER full BEFORE INSERT ON pending_turns BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
 
 
 async def test_turns_the_disk_could_not_take_are_queued_with_the_next_one(rig: Rig) -> None:
-    with sqlite3.connect(rig.settings.db_path) as conn:
-        conn.execute(FULL)
+    await schema(rig, FULL)
     rig.llm.queue_chat("嗯", "好")
     assert (await rig.chat.reply(ALICE, "第一句")).ok
     assert (await rig.chat.reply(ALICE, "第二句")).ok  # the bot keeps answering
     assert await rig.engine.pending_turns(ALICE, 10) == []
-    with sqlite3.connect(rig.settings.db_path) as conn:
-        conn.execute("DROP TRIGGER full")
+    await schema(rig, "DROP TRIGGER full")
     rig.llm.queue_chat("好的")
     assert (await rig.chat.reply(ALICE, "第三句")).ok
     assert [t.user for t in await rig.engine.pending_turns(ALICE, 10)] == ["第一句", "第二句", "第三句"]
 
 
 async def test_waiting_turns_are_queued_at_stop_and_forgotten_with_everything(rig: Rig) -> None:
-    with sqlite3.connect(rig.settings.db_path) as conn:
-        conn.execute(FULL)
+    await schema(rig, FULL)
     rig.llm.queue_chat("嗯", "好")
     await rig.chat.reply(ALICE, "我养了一只猫")
     await rig.chat.forget(ALICE, None)  # what waits to be queued is forgotten too
     await rig.chat.reply(ALICE, "今天好累")
-    with sqlite3.connect(rig.settings.db_path) as conn:
-        conn.execute("DROP TRIGGER full")
+    await schema(rig, "DROP TRIGGER full")
     rig.llm.clear()
     await rig.chat.stop(ALICE)  # queues what waited, then extracts it
     await rig.chat.drain()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -95,19 +96,34 @@ async def forget_everywhere(
     return keys
 
 
+CHECKPOINT_TRIES = 20
+CHECKPOINT_PAUSE_S = 0.05
+
+
 def clear_the_log(path: Path) -> None:
     """Forgotten text gone from the disk too: the database's pages were overwritten as they were written
     (``secure_delete``), and the log's copies of the pages before go with a truncating checkpoint, on a
-    connection of its own (the store's keeps no state from it). Without waiting: a reader on an older snapshot
-    (a backup) keeps them until the next checkpoint after it. Blocking: run it in a thread."""
-    try:
-        conn = sqlite3.connect(path, timeout=0)
+    connection of its own (the store's keeps no state from it). Never waiting on a lock (a checkpoint that
+    waits holds writers back): a database locked right now is tried again a moment later, up to a second; a
+    checkpoint another connection keeps from finishing (a reader on an older snapshot, a background writer's
+    transaction) leaves the pages to the next checkpoint after it.
+    Blocking: run it in a thread."""
+    for attempt in range(CHECKPOINT_TRIES):
         try:
-            busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:  # the forget itself is committed; the next checkpoint clears the log
-        log.debug("the write-ahead log was not cleared after a forget: %s", exc)
-        return
-    if busy:
-        log.debug("the write-ahead log is in use; forgotten text leaves it at the next checkpoint")
+            conn = sqlite3.connect(path, timeout=0)
+            try:
+                busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.OperationalError as exc:  # locked right now: try again a moment later
+            log.debug("the write-ahead log could not be cleared yet: %s", exc)
+        except sqlite3.Error as exc:  # the forget itself is committed; the next checkpoint clears the log
+            log.debug("the write-ahead log was not cleared after a forget: %s", exc)
+            return
+        else:
+            if not busy:
+                return
+            break  # a reader on an older snapshot, or a writer mid-transaction: the next checkpoint clears it
+        if attempt + 1 < CHECKPOINT_TRIES:
+            time.sleep(CHECKPOINT_PAUSE_S)
+    log.debug("the write-ahead log is in use; forgotten text leaves it at the next checkpoint")
