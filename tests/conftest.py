@@ -46,8 +46,9 @@ KINDS: dict[str, frozenset[str]] = {
         "test_fuzz_recovery", "test_graceful_stop", "test_merge_process", "test_migrate", "test_resilience",
         "test_semantic_process", "test_startup", "test_webhook", "test_workers_process", "test_crash",
         "test_group_move_crash", "test_load", "test_outage", "test_telegram_faults", "test_queue_intake",
+        "test_e2e_followups", "test_e2e_followups_workers",
     }),
-    "redis": frozenset({"test_workqueue", "test_workers_process"}),
+    "redis": frozenset({"test_workqueue", "test_workers_process", "test_e2e_followups_workers"}),
     "packaging": frozenset({"test_packaging", "test_makefile", "test_layers"}),
 }
 MARKERS = {
