@@ -20,10 +20,15 @@ def counts(db: Path) -> tuple[int, int]:
     """Registered scopes, and tables in the file that are not spares: the pool of spare memory tables
     refills in the background after a new scope takes one (companion/storage/spares.py), at its own pace,
     and a spare is made with its ``spare_tables`` row in one transaction."""
-    with sqlite3.connect(db) as conn:
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("BEGIN")  # one snapshot for the three counts: the refill may commit between them
         scopes = int(conn.execute("SELECT count(*) FROM scopes").fetchone()[0])
         tables = int(conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0])
         spare = int(conn.execute("SELECT count(*) FROM spare_tables").fetchone()[0])
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
     return scopes, tables - spare
 
 
