@@ -278,3 +278,20 @@ async def test_the_console_shows_a_follow_up_due_when_it_starts(rig: Rig, trip: 
     shown = out.getvalue()
     assert ASKED in shown and shown.index(ASKED) < shown.index("嗯嗯，我在听呢。"), shown
     assert (await rig.engine.followups.threads(ME))[0].answered
+
+
+async def test_several_users_in_one_round_each_get_their_own(rig: Rig) -> None:
+    brain().install(rig.llm)
+    at_local(rig, 0, 9)
+    users = [Scope(900 + n) for n in range(6)]  # more than are written to at once
+    for n, scope in enumerate(users):
+        await rig.chat.start(scope)
+        await rig.chat.reply(scope, "你好")
+        await told_trip(rig, scope, words=f"去杭州出差第{n}次")
+    box = Outbox()
+    assert await round_of(rig)(at_local(rig, 3, 10, 30), box) == len(users)
+    assert sorted(scope.user_id for scope, _, _ in box.sent) == [scope.user_id for scope in users]
+    for scope in users:  # each message went to its own user, about that user's own memory
+        [thread] = await rig.engine.followups.threads(scope)
+        assert thread.pushed_at is not None
+        assert [(s, h) for s, h, _ in box.sent if s == scope] == [(scope, thread.handle)]

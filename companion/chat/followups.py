@@ -9,6 +9,7 @@ users in companion mode who have not turned follow-ups off; a group's are never 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ from companion.chat.persona import render_system_prompt
 from companion.chat.pipeline import ChatService
 from companion.core.errors import LLMError
 from companion.core.models import Memory, Scope
+from companion.engine.followups import DueFollowUp
 from companion.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 
+AT_ONCE = 4  # follow-ups composed and sent at the same time in one round
 MAX_CHARS = 300  # a follow-up is a line or two; a broken endpoint's megabytes are cut
 HISTORY = 10  # conversation turns the model sees when it writes first
 
@@ -63,11 +66,19 @@ class FollowUpRound:
         """Returns how many follow-ups went out; ``only``: this scope's alone (the console's user)."""
         if not self.enabled:
             return 0
-        sent = 0
-        for item in await self.chat.engine.followups.to_write(now, self.hours, only=only):
-            if await self._write(item.thread.scope, item.memory, now, item.first, send):
-                sent += 1
-        return sent
+        # A few users written to at once: a round with many due waits on the model, not on one user after another.
+        gate = asyncio.Semaphore(AT_ONCE)
+
+        async def one(item: DueFollowUp) -> bool:
+            async with gate:
+                return await self._write(item.thread.scope, item.memory, now, item.first, send)
+
+        due = await self.chat.engine.followups.to_write(now, self.hours, only=only)
+        results = await asyncio.gather(*map(one, due), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):  # the others went out; the job's wrapper logs this one
+                raise result
+        return sum(bool(r) for r in results)
 
     async def _write(self, scope: Scope, memory: Memory, now: datetime, first: bool, send: FollowUpSender) -> bool:
         engine = self.chat.engine
