@@ -10,7 +10,7 @@ its reply."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -294,33 +294,32 @@ class CompanionMemory(Star):
         """Send to the speaker's private chat where the platform can start one; False where it cannot."""
         return await send_to(self.context, private_address(event), MessageChain().message(text))
 
-    @filter.command("每周总结", alias={"weekly"})
-    async def weekly_switch(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
-        """Opt in or out of the Monday summary, sent to this private chat (never to a group)."""
+    async def _private_switch(self, event: AstrMessageEvent, private_only: str, usage: str, on_off: tuple[str, str],
+                              apply: Callable[[MemoryService, Speaker, bool], Awaitable[None]]) -> str:
+        """An on/off command that only a private chat may give: what to answer, once ``apply`` did it."""
         speaker = speaker_of(event)
         choice = (words_of(event)[:1] or [""])[0].lower()
         if speaker.in_group:
-            yield final(event, texts.WEEKLY_PRIVATE_ONLY)
-        elif choice not in ("on", "off", "开", "关"):
-            yield final(event, texts.WEEKLY_USAGE)
-        else:
-            on = choice in ("on", "开")
-            await (await self.service()).set_weekly(speaker, on, event.unified_msg_origin)
-            yield final(event, texts.WEEKLY_ON if on else texts.WEEKLY_OFF)
+            return private_only
+        if choice not in ("on", "off", "开", "关"):
+            return usage
+        on = choice in ("on", "开")
+        await apply(await self.service(), speaker, on)
+        return on_off[0] if on else on_off[1]
+
+    @filter.command("每周总结", alias={"weekly"})
+    async def weekly_switch(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
+        """Opt in or out of the Monday summary, sent to this private chat (never to a group)."""
+        yield final(event, await self._private_switch(
+            event, texts.WEEKLY_PRIVATE_ONLY, texts.WEEKLY_USAGE, (texts.WEEKLY_ON, texts.WEEKLY_OFF),
+            lambda service, speaker, on: service.set_weekly(speaker, on, event.unified_msg_origin)))
 
     @filter.command("主动问候", alias={"followup"})
     async def followup_switch(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
         """On or off: the messages written first about what this user told, once it is over (private only)."""
-        speaker = speaker_of(event)
-        choice = (words_of(event)[:1] or [""])[0].lower()
-        if speaker.in_group:
-            yield final(event, texts.FOLLOWUP_PRIVATE_ONLY)
-        elif choice not in ("on", "off", "开", "关"):
-            yield final(event, texts.FOLLOWUP_USAGE)
-        else:
-            on = choice in ("on", "开")
-            await (await self.service()).engine.followups.switch(speaker.scope, on)
-            yield final(event, texts.FOLLOWUP_ON if on else texts.FOLLOWUP_OFF)
+        yield final(event, await self._private_switch(
+            event, texts.FOLLOWUP_PRIVATE_ONLY, texts.FOLLOWUP_USAGE, (texts.FOLLOWUP_ON, texts.FOLLOWUP_OFF),
+            lambda service, speaker, on: service.engine.followups.switch(speaker.scope, on)))
 
     @filter.command("忘记", alias={"forget"})
     async def forget_one(self, event: AstrMessageEvent) -> AsyncIterator[MessageEventResult]:
