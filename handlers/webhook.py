@@ -4,7 +4,7 @@ In webhook mode the bot serves aiogram's aiohttp handler on ``WEBHOOK_LISTEN:WEB
 operator's TLS proxy. Every request must carry the secret token Telegram was given (``X-Telegram-Bot-Api-
 Secret-Token``); one without it is refused with 401 before anything is read. Updates are answered at once
 and handled in the background, as polling handles them, so the per-user order and the message buffer work
-the same in both modes.
+the same in both modes. A client too slow with its headers or body is cut off (``handlers.serving``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from aiogram.webhook.aiohttp_server import SimpleRequestHandler, setup_applicati
 from aiohttp import web
 
 from companion.config.settings import Settings
+from handlers.serving import guarded_runner
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, st
                                    secret_token=settings.webhook_token())
     app.router.add_route("POST", settings.webhook_path, handler.handle)  # not ``register``: it closes the bot's session
     setup_application(app, dispatcher, bot=bot)
-    runner = web.AppRunner(app, access_log=None)
+    runner = guarded_runner(app)
     await runner.setup()
     try:
         await web.TCPSite(runner, settings.webhook_listen, settings.webhook_port).start()
