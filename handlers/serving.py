@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +20,7 @@ HEADER_SECONDS = 15.0  # to send a request's headers, and the longest a kept-ali
 BODY_SECONDS = 15.0  # to send its body once the headers are in
 
 
-def body_deadline(seconds: float) -> Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
-                                              Awaitable[web.StreamResponse]]:
+def body_deadline(seconds: float) -> Middleware:
     """A middleware reading each request's body within ``seconds`` (answered 408 otherwise), before any
     handler runs; handlers then read the kept copy."""
 

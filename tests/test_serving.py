@@ -32,44 +32,33 @@ async def port() -> AsyncIterator[int]:
     await runner.cleanup()
 
 
-async def closed_after(reader: asyncio.StreamReader) -> tuple[bytes, float]:
-    """What the server sent before closing, and how long it took to close."""
+async def exchange(port: int, sent: bytes) -> tuple[bytes, float]:
+    """What the server sent back to ``sent`` before it closed the connection, and how long until it did."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(sent)
+    await writer.drain()
     started = time.monotonic()
     data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
     return data, time.monotonic() - started
 
 
 async def test_slow_headers_are_cut_off(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
-    await writer.drain()
-    data, waited = await closed_after(reader)
-    writer.close()
+    data, waited = await exchange(port, b"POST /hook HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
     assert data == b"" and waited < 5
 
 
 async def test_a_slow_body_is_refused_with_408(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
-    await writer.drain()
-    data, waited = await closed_after(reader)
-    writer.close()
+    data, waited = await exchange(port, b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
     assert data.startswith(b"HTTP/1.1 408") and waited < 5
 
 
 async def test_a_prompt_request_is_answered(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
-    await writer.drain()
-    data, _ = await closed_after(reader)
-    writer.close()
+    closing = b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+    data, _ = await exchange(port, closing)
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"got 3")
 
 
 async def test_an_idle_kept_alive_connection_is_closed(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na")
-    await writer.drain()
-    data, waited = await closed_after(reader)
-    writer.close()
+    data, waited = await exchange(port, b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na")
     assert data.startswith(b"HTTP/1.1 200") and waited < 5
