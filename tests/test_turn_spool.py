@@ -20,7 +20,9 @@ from companion.storage.spool import Spools, TurnSpool
 from tests.support import Rig
 
 ALICE, BOB = Scope(1001), Scope(1002)
-FULL = "CREATE TRIGGER full BEFORE INSERT ON pending_turns BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+# A write that fails the way a full disk does (an OperationalError, not a refusal of the values): the trigger
+# writes to a table that is not there.
+FULL = "CREATE TRIGGER full BEFORE INSERT ON pending_turns BEGIN INSERT INTO disk_is_full VALUES (1); END"
 
 
 def refuse(rig: Rig, refusing: bool) -> None:
@@ -155,3 +157,50 @@ async def test_a_forget_reaches_the_scopes_turns_another_process_spooled(rig: Ri
         assert await other.own().load(ALICE) == []
     finally:
         other.close()
+
+
+# A turn whose values the database refuses (PostgreSQL refused NUL characters before they were replaced where
+# text enters; any CHECK or character rule may): the trigger refuses the way a constraint does.
+POISON = ("CREATE TRIGGER poison BEFORE INSERT ON pending_turns WHEN NEW.user_text LIKE '%坏%' "
+          "BEGIN SELECT RAISE(ABORT, 'value refused'); END")
+
+
+def poison(rig: Rig) -> None:
+    with sqlite3.connect(rig.settings.db_path) as conn:
+        conn.execute(POISON)
+
+
+def set_aside(directory: Path) -> list[str]:
+    return spooled(directory).get("turns-set-aside.sqlite3", [])
+
+
+async def test_a_turn_the_database_refuses_is_set_aside_and_the_user_goes_on(
+    rig: Rig, spools: Spools, caplog: pytest.LogCaptureFixture,
+) -> None:
+    chat = process(rig, spools)
+    poison(rig)
+    rig.llm.queue_chat("嗯", "好", "哦")
+    assert (await chat.reply(ALICE, "先说一句")).ok
+    assert (await chat.reply(ALICE, "这句是坏的")).ok
+    assert (await chat.reply(ALICE, "再说一句")).ok
+    assert [t.user for t in await rig.engine.pending_turns(ALICE, 10)] == ["先说一句", "再说一句"]
+    assert len(set_aside(rig.settings.spool_dir)) == 1 and "坏" in set_aside(rig.settings.spool_dir)[0]
+    assert "1 turn(s) of" in caplog.text and "坏" not in caplog.text, "one line, and no text in the log"
+    # Forgetting reaches the set-aside copy as any spooled one.
+    await chat.forget(ALICE, None)
+    assert set_aside(rig.settings.spool_dir) == []
+
+
+async def test_a_replay_sets_aside_what_the_database_refuses_and_queues_the_rest(rig: Rig, spools: Spools) -> None:
+    dead = Spools(rig.settings.spool_dir)
+    at = utcnow()
+    await dead.own().keep(ALICE, [Turn("第一句", "嗯", at), Turn("坏的一句", "嗯", at), Turn("第三句", "嗯", at)])
+    await dead.own().keep(BOB, [Turn("鲍勃的话", "好", at)])
+    dead.close()
+    poison(rig)
+    assert await process(rig, spools).replay_spools() == 3
+    assert [t.user for t in await rig.engine.pending_turns(ALICE, 10)] == ["第一句", "第三句"]
+    assert [t.user for t in await rig.engine.pending_turns(BOB, 10)] == ["鲍勃的话"]
+    assert list(spooled(rig.settings.spool_dir)) == ["turns-set-aside.sqlite3"], "the orphan is gone"
+    assert "坏的一句" in set_aside(rig.settings.spool_dir)[0]
+    assert await process(rig, spools).replay_spools() == 0, "a set-aside turn is never tried again"

@@ -21,7 +21,9 @@ async def schema(rig: Rig, sql: str) -> None:
     await asyncio.to_thread(change)
 
 
-FULL = "CREATE TRIGGER full BEFORE INSERT ON pending_turns BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+# A write that fails the way a full disk does (an OperationalError, not a refusal of the values): the trigger
+# writes to a table that is not there.
+FULL = "CREATE TRIGGER full BEFORE INSERT ON pending_turns BEGIN INSERT INTO disk_is_full VALUES (1); END"
 
 
 async def test_turns_the_disk_could_not_take_are_queued_with_the_next_one(rig: Rig) -> None:

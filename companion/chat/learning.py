@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
 from companion.chat.session import Session
-from companion.core.errors import CompanionError, LLMError, StorageError
+from companion.core.errors import CompanionError, LLMError, RefusedDataError, StorageError
 from companion.core.models import Recalled, Scope, Turn
-from companion.storage.base import TurnSpools
+from companion.storage.base import SpooledTurns, TurnSpools
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,19 @@ class Learning:
             if len(session.unqueued) == session.unqueued.maxlen:
                 log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
             session.unqueued.append(turn)
+
+        async def write(short: Turn | None, queued: list[Turn]) -> list[int]:
+            return await self.engine.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=answer,
+                                                 opened=opened, conversation=conversation)
+
         try:
-            mentioned = await self.engine.finish_turn(scope, now, short=turn, queued=list(session.unqueued),
-                                                      shown=shown, reply=answer, opened=opened,
-                                                      conversation=conversation)
+            try:
+                mentioned = await write(turn, list(session.unqueued))
+            except RefusedDataError as exc:
+                # One waiting turn the database cannot take must not hold back every turn after it: each is
+                # queued on its own, those refused are set aside, and the turn is recorded without them.
+                refused = await self.queue_apart(scope, session.unqueued, exc)
+                mentioned = await write(None if turn is None or turn in refused else turn, [])
         except StorageError as exc:
             log.warning("could not record the turn of %s (%d wait to be queued for learning): %s", scope.key,
                         len(session.unqueued), exc)
@@ -69,6 +79,35 @@ class Learning:
         if scope in self._spooled:
             await self.mirror(scope, session)
         return mentioned
+
+    async def queue_apart(self, scope: Scope, waiting: deque[Turn], refusal: RefusedDataError) -> list[Turn]:
+        """Queue the ``waiting`` turns one by one, taking each from the front once done, after the database
+        refused them together; those it refuses on their own are set aside (``TurnSpools.set_aside``: kept on
+        disk for the operator, reached by forgetting, never tried again). Returns them. Another failure (the
+        database went away meanwhile) raises, as any write does, with the turns not yet done still waiting."""
+        refused: list[Turn] = []
+        try:
+            while waiting:
+                try:
+                    await self.engine.note_turn(scope, waiting[0])
+                except RefusedDataError:
+                    refused.append(waiting[0])
+                waiting.popleft()
+        finally:
+            if refused:
+                await self._set_aside(scope, refused, refusal)
+        return refused
+
+    async def _set_aside(self, scope: Scope, refused: list[Turn], refusal: RefusedDataError) -> None:
+        kept = ""
+        if self._spools is not None:
+            try:
+                await self._spools.set_aside(scope, refused)
+                kept = " (kept in the spool's set-aside file)"
+            except StorageError as exc:
+                kept = f" (and could not be kept: {exc})"
+        log.warning("%d turn(s) of %s the database refuses are set aside%s: %s", len(refused), scope.key, kept,
+                    refusal)
 
     async def queue_waiting(self, scope: Scope, session: Session) -> None:
         while session.unqueued:
@@ -120,19 +159,40 @@ class Learning:
             for spool in orphans:
                 try:
                     scopes = await spool.scopes()
-                    for scope in scopes:
-                        turns = await spool.load(scope)
-                        if turns:
-                            await self.engine.finish_turn(scope, self.clock(), queued=turns)
-                        await spool.keep(scope, [])
-                        queued += len(turns)
                 except StorageError as exc:
-                    log.warning("spooled turns wait for the next replay: %s", exc)
+                    log.warning("a spool file waits for the next replay: %s", exc)
                     continue
-                self._spools.remove(spool)
+                emptied = True
+                for scope in scopes:  # a scope that cannot be queued now does not hold back the others
+                    try:
+                        queued += await self._replay(spool, scope)
+                    except StorageError as exc:
+                        log.warning("spooled turns of %s wait for the next replay: %s", scope.key, exc)
+                        emptied = False
+                if emptied:
+                    self._spools.remove(spool)
         if queued:
             log.info("%d spooled turn(s) queued for learning", queued)
         return queued
+
+    async def _replay(self, spool: SpooledTurns, scope: Scope) -> int:
+        """Queue one scope's spooled turns in one write, or one by one when the database refuses some of them
+        (those are set aside); the scope's rows then hold only what is still to be queued. Returns how many
+        were queued."""
+        turns = await spool.load(scope)
+        if not turns:
+            return 0
+        try:
+            await self.engine.finish_turn(scope, self.clock(), queued=turns)
+        except RefusedDataError as exc:
+            waiting = deque(turns)
+            try:
+                refused = await self.queue_apart(scope, waiting, exc)
+            finally:
+                await spool.keep(scope, list(waiting))
+            return len(turns) - len(refused)
+        await spool.keep(scope, [])
+        return len(turns)
 
     async def count_turn(self, scope: Scope, session: Session, text: str, *, opened: bool = False) -> bool:
         """Count an answered turn toward the next extraction, before the turn is recorded (the countdown

@@ -19,6 +19,11 @@ class StorageError(CompanionError):
     """The database could not complete an operation (locked, corrupt, full)."""
 
 
+class RefusedDataError(StorageError):
+    """The database refused the values themselves (a character or a constraint it cannot take): the same
+    write fails however often it is tried, unlike a busy or unreachable database."""
+
+
 class DatabaseBusyError(StorageError):
     """The database stayed locked past the busy timeout."""
 

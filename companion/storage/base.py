@@ -378,6 +378,10 @@ class TurnSpools(Protocol):
         """An emptied file of a process gone."""
         ...
 
+    async def set_aside(self, scope: Scope, turns: Sequence[Turn]) -> None:
+        """Keep turns the database refuses in the set-aside file: never replayed, reached by forgetting."""
+        ...
+
     async def drop_user(self, user_id: int) -> int:
         """Every spooled turn of the user, in every file (the operator's ``forget USER``)."""
         ...

@@ -19,7 +19,7 @@ from typing import Any, Self, TypeVar
 
 import aiosqlite
 
-from companion.core.errors import DatabaseBusyError, StorageError
+from companion.core.errors import DatabaseBusyError, RefusedDataError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import to_db, utcnow
 from companion.storage import decay_sql, migrations, spares
@@ -42,6 +42,8 @@ def storage_error(exc: sqlite3.Error) -> StorageError:
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return DatabaseBusyError(f"database is locked: {exc}")
+    if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError):
+        return RefusedDataError(f"database refused the values: {exc}")
     return StorageError(f"database error: {exc}")
 
 

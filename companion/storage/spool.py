@@ -14,7 +14,8 @@ process that stopped or died, and any process replays and removes it (``Spools.o
 It holds what users said, so it is kept as the database is: forgetting takes matching turns out of it
 (the chat layer mirrors its session after each forget), and the operator's ``forget USER`` empties the
 user's rows. A spool on the same full disk as a SQLite database fails too: then the turns wait in memory,
-as before. Plain ``sqlite3`` in a worker thread: it is written only when the database fails.
+as before. Turns the database refuses outright go to a shared set-aside file (``Spools.set_aside``), which
+no replay reads. Plain ``sqlite3`` in a worker thread: it is written only when the database fails.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from companion.core.timeutil import from_db, to_db
 from companion.storage.base import SpooledTurns
 
 SPOOL_DIR = "spool"
+SET_ASIDE = "turns-set-aside.sqlite3"  # named like the others so forgetting and ``forget USER`` reach it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS spooled_turns (
     scope_key TEXT NOT NULL,
@@ -68,6 +70,18 @@ class TurnSpool:
             with conn:
                 conn.execute("DELETE FROM spooled_turns WHERE scope_key = ?", (scope.key,))
                 conn.executemany("INSERT INTO spooled_turns (scope_key, position, turn) VALUES (?, ?, ?)", rows)
+
+        await self._run(write)
+
+    async def add(self, scope: Scope, turns: Sequence[Turn]) -> None:
+        """``turns`` after the scope's waiting ones, in one transaction (several processes may add)."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            with conn:
+                last = conn.execute("SELECT COALESCE(MAX(position), -1) FROM spooled_turns WHERE scope_key = ?",
+                                    (scope.key,)).fetchone()[0]
+                conn.executemany("INSERT INTO spooled_turns (scope_key, position, turn) VALUES (?, ?, ?)",
+                                 [(scope.key, last + 1 + i, _dump(t)) for i, t in enumerate(turns)])
 
         await self._run(write)
 
@@ -182,6 +196,11 @@ class Spools:
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 Path(f"{spool.path}{suffix}").unlink()
+
+    async def set_aside(self, scope: Scope, turns: Sequence[Turn]) -> None:
+        """Turns the database refuses (``RefusedDataError``) go to one shared file that no replay reads (it
+        has no lock file), where forgetting still reaches them and an operator can look."""
+        await TurnSpool(self.directory / SET_ASIDE).add(scope, turns)
 
     async def drop_user(self, user_id: int) -> int:
         """Every spooled turn of ``user_id`` in every file, live or not (the operator's ``forget USER``)."""

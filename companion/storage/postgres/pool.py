@@ -15,7 +15,7 @@ from typing import Any, Self
 
 import asyncpg
 
-from companion.core.errors import DatabaseBusyError, StorageError
+from companion.core.errors import DatabaseBusyError, RefusedDataError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
 from companion.storage.postgres import journal, schema
@@ -51,6 +51,8 @@ def pg_error(exc: BaseException) -> StorageError:
         return DatabaseBusyError(f"database is busy: {type(exc).__name__}: {exc}")
     if is_lost(exc):
         return ConnectionLostError(f"connection lost: {type(exc).__name__}: {exc}")
+    if isinstance(exc, asyncpg.DataError | asyncpg.IntegrityConstraintViolationError):
+        return RefusedDataError(f"database refused the values: {type(exc).__name__}: {exc}")
     return StorageError(f"database error: {type(exc).__name__}: {exc}")
 
 
