@@ -286,6 +286,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     restore_p = sub.add_parser("restore", help="rebuild the database from a backup folder or snapshot")
     restore_p.add_argument("path", type=Path)
     restore_p.add_argument("--force", action="store_true", help="replace a database that holds memories")
+    restore_p.add_argument("--replacing", metavar="URL", default=None,
+                           help="PostgreSQL: the database this restore replaces (its forgets are kept), or none")
     mem_p = sub.add_parser("memories", help="print a user's memories")
     mem_p.add_argument("user_id", type=int)
     mem_p.add_argument("--chat", type=int, default=None, help="group chat id, for a group scope")

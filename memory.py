@@ -58,7 +58,14 @@ from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import ACTIVE_ONLY, LAST_DECAY_AT, LAST_EXTRACTION, MemoryStore, Setting, TurnView
+from companion.storage.base import (
+    ACTIVE_ONLY,
+    LAST_DECAY_AT,
+    LAST_EXTRACTION,
+    MemoryStore,
+    Setting,
+    TurnView,
+)
 from companion.storage.factory import open_store
 
 V = TypeVar("V")

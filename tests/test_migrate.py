@@ -10,15 +10,16 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from companion.core.errors import RestoreError
+from companion.core.errors import RestoreError, StorageError, UnfinishedMigrationError
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
 from companion.core.usage import UsageRecord
 from companion.ops.backup import make_backup
 from companion.ops.commands import run_memories, run_migrate, run_restore
 from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
-from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, WEEKLY, MemoryStore
+from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, MIGRATING, WEEKLY, MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from tests.pgtest import pg_schema
 from tests.support import make_settings
@@ -68,7 +69,8 @@ async def everything(store: MemoryStore) -> tuple[object, ...]:
     usage = store.usage_log()
     assert usage is not None
     rows = [row for _, row in await usage.page(0, 1000)]
-    return (scopes, [await read_scope(store, s, s in active) for s in scopes], await store.all_settings(),
+    settings = [row for row in await store.all_settings() if row[0] != MIGRATING.name]  # each copy's own mark
+    return (scopes, [await read_scope(store, s, s in active) for s in scopes], settings,
             sorted(await store.unfinished_moves()), rows)
 
 
@@ -100,6 +102,57 @@ async def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path: Path) ->
         finally:
             for store in (original, pg, back):
                 await store.close()
+
+
+async def test_a_nul_kept_by_an_older_sqlite_database_is_copied_as_every_backend_stores_it(tmp_path: Path) -> None:
+    """PostgreSQL refuses NUL in text; an older version stored it in SQLite. The copy makes it U+FFFD, as text
+    entering today is made, and verifies, where it used to stop half way."""
+    source = await open_store(sqlite_url(tmp_path / "a.sqlite3"))
+    await fill(source)
+    await source.apply_changes(BOB, NOW, inserts=[MemoryDraft("对花生\x00过敏", ["花生\x00"], 80.0)])
+    await source.add_turn(BOB, Turn(user="我对花生\x00过敏", reply="记\x00住了", at=NOW))
+    async with pg_schema() as url:
+        target = await open_store(url)
+        try:
+            copied = await migrate(source, target, NOW)
+            assert copied.verified_scopes == 3 and copied.memories == 6
+            assert [m.event for m in await target.fetch_memories(BOB)] == ["对花生\ufffd过敏"]
+            [turn] = await target.pending_turns(BOB, 10)
+            assert (turn.user, turn.reply) == ("我对花生\ufffd过敏", "记\ufffd住了")
+        finally:
+            await source.close()
+            await target.close()
+
+
+async def test_a_copy_cut_short_is_not_used_until_a_second_run_finishes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """All or nothing for the bot: a target holding part of a copy is refused by every engine (the bot, the
+    operator's commands) with one line, until the copy is run again and verified."""
+    settings = make_settings(tmp_path)
+    store = await open_store(settings.database)
+    await fill(store)
+    await store.close()
+    async with pg_schema() as url:
+        await (await open_store(url)).close()  # the schema made, as the copy would make it
+        # The server goes away during the copy: here, its queue table refuses the group's turn.
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("""
+                CREATE FUNCTION gone() RETURNS trigger LANGUAGE plpgsql AS
+                $$ BEGIN IF NEW.user_text = '周五见' THEN RAISE EXCEPTION 'server gone'; END IF; RETURN NEW; END $$;
+                CREATE TRIGGER gone BEFORE INSERT ON pending_turns FOR EACH ROW EXECUTE FUNCTION gone();""")
+            with pytest.raises(StorageError, match="server gone"):
+                await run_migrate(settings, argparse.Namespace(source=None, to=url))
+            on_server = make_settings(tmp_path / "elsewhere", database_url=url)
+            with pytest.raises(UnfinishedMigrationError, match=r"run the same `python bot\.py migrate` again"):
+                await run_memories(on_server, argparse.Namespace(user_id=101, chat=None))
+            await conn.execute("DROP TRIGGER gone ON pending_turns")
+        finally:
+            await conn.close()
+        assert await run_migrate(settings, argparse.Namespace(source=None, to=url)) == 0
+        assert "verified 3 scopes" in capsys.readouterr().out
+        assert await run_memories(on_server, argparse.Namespace(user_id=101, chat=None)) == 0
+        assert "喜欢火锅" in capsys.readouterr().out
 
 
 async def test_a_target_that_differs_is_refused_by_name(tmp_path: Path) -> None:
@@ -154,7 +207,7 @@ async def test_a_postgresql_installation_backs_up_to_csv_and_restores_from_it(
             await store.close()
         assert result.files == 3  # one CSV per scope, the empty one too
         settings = make_settings(tmp_path / "restored", database_url=fresh)
-        assert await run_restore(settings, argparse.Namespace(path=result.folder, force=False)) == 0
+        assert await run_restore(settings, argparse.Namespace(path=result.folder, force=False, replacing="none")) == 0
         assert "restored 4 memories and 1 tombstones" in capsys.readouterr().out
         back = await open_store(fresh)
         try:
@@ -165,4 +218,31 @@ async def test_a_postgresql_installation_backs_up_to_csv_and_restores_from_it(
         finally:
             await back.close()
         with pytest.raises(RestoreError, match="already holds memories"):  # a server database is not swapped
-            await run_restore(settings, argparse.Namespace(path=result.folder, force=True))
+            await run_restore(settings, argparse.Namespace(path=result.folder, force=True, replacing="none"))
+
+
+async def test_a_postgresql_restore_keeps_what_the_replaced_database_forgot(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Forgotten after the backup in the old database: restored into a new one, it stays forgotten (a
+    content-free tombstone), while what was not forgotten comes back."""
+    async with pg_schema() as old, pg_schema() as fresh:
+        store = await open_store(old)
+        try:
+            peanut, hotpot = await store.apply_changes(ALICE, NOW, inserts=[
+                MemoryDraft("对花生过敏", ["花生"], 90.0), MemoryDraft("喜欢火锅", ["火锅"], 70.0)])
+            result = await make_backup(store, tmp_path / "backups", NOW, UTC, 7)
+            await store.forget_everywhere(ALICE, [peanut], NOW + timedelta(hours=1), "user")
+        finally:
+            await store.close()
+        settings = make_settings(tmp_path / "restored", database_url=fresh)
+        with pytest.raises(RestoreError, match="--replacing"):
+            await run_restore(settings, argparse.Namespace(path=result.folder, force=False, replacing=None))
+        assert await run_restore(settings, argparse.Namespace(path=result.folder, force=False, replacing=old)) == 0
+        assert "forgot 1 memories again" in capsys.readouterr().out
+        back = await open_store(fresh)
+        try:
+            rows = {m.id: m for m in await back.fetch_memories(ALICE, set(Status))}
+            assert (rows[peanut].status, rows[peanut].event) == (Status.FORGOTTEN, "")
+            assert (rows[hotpot].status, rows[hotpot].event) == (Status.ACTIVE, "喜欢火锅")
+        finally:
+            await back.close()

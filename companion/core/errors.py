@@ -24,6 +24,10 @@ class RefusedDataError(StorageError):
     write fails however often it is tried, unlike a busy or unreachable database."""
 
 
+class UnfinishedMigrationError(StorageError):
+    """The database is the target of a ``migrate`` that has not finished: it may hold part of a copy."""
+
+
 class DatabaseBusyError(StorageError):
     """The database stayed locked past the busy timeout."""
 

@@ -102,12 +102,21 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.storage.factory import sqlite_path
 
     if sqlite_path(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
+        from companion.core.errors import RestoreError
         from companion.ops.migrate import restore_into
 
+        replacing = args.replacing
+        if replacing is None:
+            raise RestoreError("name the database this restore replaces, so that what was forgotten after the backup "
+                               "stays forgotten: --replacing OLD_DATABASE_URL (or --replacing none if none is left)")
         with ProgressLine("restore") as progress:
-            result = await restore_into(settings.database, args.path, utcnow(), progress=progress, tz=settings.tz)
+            result = await restore_into(settings.database, args.path, utcnow(), progress=progress, tz=settings.tz,
+                                        replacing=None if replacing == "none" else replacing)
         print(f"restored {result.rows} memories and {result.tombstones} tombstones of "
               f"{counted(result.users, result.scopes)} into the database at DATABASE_URL (copied and verified)")
+        if result.reforgotten:
+            print(f"forgot {result.reforgotten} memories again: the replaced database had forgotten them after "
+                  "this backup was made")
         return 0
     with dblock.hold(settings.db_path, "restore"), ProgressLine("restore") as progress:
         result = await restore(
@@ -266,7 +275,7 @@ async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
                 held.enter_context(dblock.hold(path, "migrate"))
         source = await open_store(source_url)
         try:
-            target = await open_store(args.to)
+            target = await open_store(args.to, copying=True)
             try:
                 with ProgressLine("migrate") as progress:
                     copied = await migrate(source, target, utcnow(), progress)

@@ -8,6 +8,8 @@ already holds is not copied again (memories by handle, everything else by value,
 the source stay duplicates), and every run ends by comparing counts and a checksum per scope. Not copied:
 the semantic vectors (derived: ``bot.py reindex`` rebuilds them) and the change journal (the target's own
 starts with the copy). The bot must be stopped meanwhile: a write during the copy fails the verification.
+All or nothing for the bot: until the copy is verified the target is marked (``MIGRATING``) and no store is
+opened on it but by a copy (``open_store(copying=True)``). Text is copied as it is stored today (``sendable``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from companion.core.errors import RestoreError, StorageError
-from companion.core.models import Memory, Scope, ShortItem, ShortKind, Turn
+from companion.core.models import DynamicTrait, Memory, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.text import sendable
 from companion.core.usage import UsageRecord
-from companion.ops.restore import RestoreResult, restore
-from companion.storage.base import EVERY_STATUS, SETTINGS, Keyed, MemoryStore, Setting, UsageLog
+from companion.ops.restore import LiveTombstones, RestoreResult, Tombstone, restore
+from companion.storage.base import EVERY_STATUS, MIGRATING, SETTINGS, Keyed, MemoryStore, Setting, UsageLog
 from companion.storage.factory import open_store, sqlite_url
 
 # Far above what a scope holds (the short-term buffer keeps 200 turns, the queue drains every few turns).
@@ -81,7 +84,36 @@ def _moment(value: object) -> object:
 
 
 def _plain(values: Iterable[Any]) -> tuple[Any, ...]:
-    return tuple(_moment(v) if not isinstance(v, list) else tuple(v) for v in values)
+    return tuple(_storable(v) for v in values)
+
+
+def _storable(value: object) -> object:
+    """A value as every backend stores it: text as it is made storable where it enters (``sendable``: a NUL
+    kept by an older version's SQLite database is refused by PostgreSQL), times to the second in UTC, lists
+    as tuples."""
+    if isinstance(value, str):
+        return sendable(value)
+    if isinstance(value, list | tuple):
+        return tuple(_storable(v) for v in value)
+    return _moment(value)
+
+
+def storable_memory(memory: Memory) -> Memory:
+    return replace(memory, event=sendable(memory.event), keywords=[sendable(k) for k in memory.keywords],
+                   terms=[sendable(t) for t in memory.terms])
+
+
+def storable_profile(profile: Profile) -> Profile:
+    return replace(profile, core=sendable(profile.core), dynamic=[
+        DynamicTrait(sendable(t.text), tuple(sendable(k) for k in t.keywords)) for t in profile.dynamic])
+
+
+def storable_turn(turn: Turn) -> Turn:
+    return replace(turn, user=sendable(turn.user), reply=_text(turn.reply))
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else sendable(value)
 
 
 def memory_key(memory: Memory) -> tuple[Any, ...]:
@@ -137,20 +169,20 @@ async def copy_scope(source: MemoryStore, target: MemoryStore, scope: Scope, act
             raise MigrationMismatchError(f"handle {memory.id} of {scope.key} belongs to {owner.key} in the target")
     if new:
         told = await source.sources_of(scope, [m.id for m in new])
-        await target.import_rows(scope, new, now, keep_ids=True, sources=told)
+        await target.import_rows(scope, [storable_memory(m) for m in new], now, keep_ids=True, sources=told)
     copied.memories += len(new)
     for turn in missing(await source.pending_turns(scope, ALL), await target.pending_turns(scope, ALL), turn_key):
-        await target.add_turn(scope, turn)
+        await target.add_turn(scope, storable_turn(turn))
         copied.turns += 1
     for kind in ShortKind:
         items = await source.short_items(scope, kind, ALL)
         for item in missing(items, await target.short_items(scope, kind, ALL), short_key):
-            await target.add_short(scope, kind, item.user, item.reply, item.at, keep=ALL, recalled=item.recalled,
-                                   keys=item.keys)
+            await target.add_short(scope, kind, sendable(item.user), _text(item.reply), item.at, keep=ALL,
+                                   recalled=item.recalled, keys=item.keys)
             copied.short += 1
     profile = await source.load_profile(scope)
     if profile is not None and not profile[1] and await target.load_profile(scope) is None:
-        await target.save_profile(scope, profile[0], profile[0].built_at or now)
+        await target.save_profile(scope, storable_profile(profile[0]), profile[0].built_at or now)
         copied.profiles += 1
 
 
@@ -164,11 +196,16 @@ def _typed(name: str, owner: str) -> tuple[Setting[Any, Any], Any]:
     return setting, Scope.from_key(owner) if setting.keyed is Keyed.SCOPE else int(owner)
 
 
+async def _settings(store: MemoryStore) -> set[tuple[str, str, str]]:
+    """The stored settings a copy carries: all but the copy's own marker."""
+    return {row for row in await store.all_settings() if row[0] != MIGRATING.name.value}
+
+
 async def copy_settings(source: MemoryStore, target: MemoryStore) -> int:
     """Every stored setting the target lacks or holds otherwise; how many were written."""
-    have = set(await target.all_settings())
+    have = await _settings(target)
     written = 0
-    for name, owner, value in await source.all_settings():
+    for name, owner, value in sorted(await _settings(source)):
         if (name, owner, value) not in have:
             setting, key = _typed(name, owner)
             await target.set_setting(setting, key, setting.decode(value))
@@ -203,6 +240,9 @@ async def migrate(source: MemoryStore, target: MemoryStore, now: datetime, progr
     """Copy what ``target`` lacks of ``source``, then verify every scope; raises ``MigrationMismatchError``
     (naming the scopes) when the two differ after the copy."""
     copied = Copied()
+    # Until the copy is verified the target is marked unfinished, and no engine opens it (``MIGRATING``): a run
+    # cut short leaves a database the bot refuses with one line until a second run finishes the copy.
+    await target.set_setting(MIGRATING, None, f"started {now.isoformat()}")
     scopes = await source.scopes()
     active = await source.active_scopes()
     known = set(await target.scopes())
@@ -219,6 +259,7 @@ async def migrate(source: MemoryStore, target: MemoryStore, now: datetime, progr
             await target.begin_move(old, new, now)
             copied.moves += 1
     await verify(source, target, copied)
+    await target.set_setting(MIGRATING, None, "")
     return copied
 
 
@@ -236,7 +277,7 @@ async def verify(source: MemoryStore, target: MemoryStore, copied: Copied) -> No
             copied.mismatched.append(f"{scope.key} (memories, queued turns, short-term: {want.counts()} in the "
                                      f"source, {got.counts()} in the target)")
     copied.verified_scopes = len(scopes) - len(copied.mismatched)
-    if set(await source.all_settings()) - set(await target.all_settings()):
+    if await _settings(source) - await _settings(target):
         copied.mismatched.append("settings (switches and notes)")
     if set(await source.unfinished_moves()) - set(await target.unfinished_moves()):
         copied.mismatched.append("unfinished chat moves")
@@ -249,16 +290,32 @@ async def verify(source: MemoryStore, target: MemoryStore, copied: Copied) -> No
                                      + "; ".join(copied.mismatched[:5]))
 
 
-async def restore_into(url: str, source: Path, now: datetime, *, progress: Progress | None = None,
-                       tz: tzinfo | None = None) -> RestoreResult:
+async def tombstones_of(url: str) -> LiveTombstones:
+    """Every forget the store at ``url`` holds (content-free: handle, fingerprint, reason, when)."""
+    found = LiveTombstones()
+    store = await open_store(url)
+    try:
+        for scope in await store.scopes():
+            for memory in await store.fetch_memories(scope, {Status.FORGOTTEN}):
+                found.add(Tombstone(scope, memory.id, memory.fingerprint, memory.status_reason, memory.updated_at))
+    finally:
+        await store.close()
+    return found
+
+
+async def restore_into(url: str, source: Path, now: datetime, *, replacing: str | None,
+                       progress: Progress | None = None, tz: tzinfo | None = None) -> RestoreResult:
     """``bot.py restore`` for a store kept in no database file (PostgreSQL): the backup is rebuilt as a
     SQLite file in a temporary folder, exactly as a SQLite restore rebuilds it, then copied into the store
     at ``url`` and verified (``migrate``). The target must hold no scope yet: a server database is not
-    swapped like a file, so restore into a new, empty database (or schema) and point ``DATABASE_URL`` at it."""
+    swapped like a file, so restore into a new, empty database (or schema) and point ``DATABASE_URL`` at it.
+    ``replacing``: the URL of the database the restore replaces, whose forgets (those made after the backup)
+    are made again, as a SQLite restore makes those of the file it replaces; None when there is none left."""
     with tempfile.TemporaryDirectory(prefix="restore-") as tmp:
         staged = Path(tmp) / "memory.sqlite3"
-        result = await restore(source, staged, now, progress=progress, tz=tz)
-        target = await open_store(url)
+        forgotten = await tombstones_of(replacing) if replacing is not None else None
+        result = await restore(source, staged, now, progress=progress, tz=tz, forgotten=forgotten)
+        target = await open_store(url, copying=True)
         try:
             if await target.scopes():
                 raise RestoreError("the database at DATABASE_URL already holds memories; restore into a new, "

@@ -184,11 +184,12 @@ def database_has_data(db_path: Path) -> bool:
 
 async def restore(
     source: Path, db_path: Path, now: datetime, *, force: bool = False, progress: Progress | None = None,
-    keep: int = 3, tz: tzinfo | None = None,
+    keep: int = 3, tz: tzinfo | None = None, forgotten: LiveTombstones | None = None,
 ) -> RestoreResult:
     """Replace the database at ``db_path`` (the caller holds its lock, companion.ops.dblock) with the
     backup at ``source``; the newest ``keep`` before-restore copies are kept. ``tz``: the zone of CSV
-    times that carry no offset and whose row names none (the configured ``TIMEZONE``)."""
+    times that carry no offset and whose row names none (the configured ``TIMEZONE``). ``forgotten``: the
+    forgets of a database this restore replaces that is not the file at ``db_path`` (a server database)."""
     if not source.exists():
         raise RestoreError(f"{source} does not exist")
     for marked in (source, source.parent):
@@ -205,6 +206,8 @@ async def restore(
     remove_staging(db_path)  # a killed restore's leftover
     try:
         live = live_tombstones(db_path)
+        for stone in (forgotten.by_handle.values() if forgotten is not None else ()):
+            live.add(stone)
         if data is not None:
             fresh = await _build(staging, data, now)
         else:

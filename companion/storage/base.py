@@ -43,6 +43,7 @@ from companion.storage.records import (
     JOURNAL_KEEP,
     LAST_DECAY_AT,
     LAST_EXTRACTION,
+    MIGRATING,
     MOVED_TO,
     REVIEW_SENT,
     SCOPE_WIDE,
@@ -62,8 +63,8 @@ from companion.storage.turns import TurnBatch, TurnRecord, TurnView
 
 __all__ = [
     "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_CUES", "FOLLOWUP_SEQ", "GROUP_MEMORY",
-    "HOST_ADDRESS", "HOST_LABEL", "IMPORTED",
-    "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
+    "HOST_ADDRESS", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MIGRATING",
+    "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
     "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
     "ChatMoves", "FollowUpScope", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords",
     "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from companion.core.errors import ConfigError
-from companion.storage.base import MemoryStore, TurnSpools
+from companion.core.errors import ConfigError, UnfinishedMigrationError
+from companion.storage.base import MIGRATING, MemoryStore, TurnSpools
 
 # Takes what follows ``scheme://``; returns an open store.
 Opener = Callable[[str], Awaitable[MemoryStore]]
@@ -41,14 +41,26 @@ def scheme_of(url: str) -> str:
     return scheme.lower()
 
 
-async def open_store(url: str) -> MemoryStore:
+async def open_store(url: str, *, copying: bool = False) -> MemoryStore:
     """The store ``url`` names, open. Raises ``UnknownStoreError`` for a scheme no backend registered (the
-    message names the scheme only: the rest of a URL may hold a password)."""
+    message names the scheme only: the rest of a URL may hold a password), and ``UnfinishedMigrationError``
+    for the target of a ``migrate`` not yet verified, unless ``copying`` (the copy itself opens it)."""
     scheme = scheme_of(url)
     opener = _BACKENDS.get(scheme)
     if opener is None:
         raise UnknownStoreError(f"unknown database scheme {scheme!r} in DATABASE_URL; known: {', '.join(backends())}")
-    return await opener(url.partition("://")[2])
+    store = await opener(url.partition("://")[2])
+    if not copying:
+        try:
+            migrating = await store.get_setting(MIGRATING, None)
+        except BaseException:
+            await store.close()
+            raise
+        if migrating:  # part of a copy is no memory to answer from, nor to back up: the copy is finished first
+            await store.close()
+            raise UnfinishedMigrationError(f"the database is the target of an unfinished migrate ({migrating}): "
+                                           "run the same `python bot.py migrate` again to finish it")
+    return store
 
 
 def sqlite_url(path: Path) -> str:

@@ -39,6 +39,7 @@ class SettingName(StrEnum):
     HOST_ADDRESS = "host_address"  # per scope: where the host reaches the scope's person (weekly, follow-ups)
     FOLLOWUP_CUES = "followup_cues"  # per scope: {handle: times a reply was cued with it} (a host without sessions)
     FOLLOWUP_SEQ = "followup_seq"  # database-wide: the change journal's entry the follow-up threads are read up to
+    MIGRATING = "migrating"  # database-wide: a ``migrate`` into this database started (its time), '' once verified
 
 
 class Keyed(StrEnum):
@@ -110,10 +111,11 @@ IMPORTED: Setting[Scope, dict[str, int]] = Setting(SettingName.IMPORTED, Keyed.S
 HOST_ADDRESS: Setting[Scope, str] = Setting(SettingName.HOST_ADDRESS, Keyed.SCOPE, str, str)
 FOLLOWUP_CUES: Setting[Scope, dict[str, int]] = Setting(SettingName.FOLLOWUP_CUES, Keyed.SCOPE, _json, _json_map)
 FOLLOWUP_SEQ: Setting[None, int] = Setting(SettingName.FOLLOWUP_SEQ, Keyed.DATABASE, str, int)
+MIGRATING: Setting[None, str] = Setting(SettingName.MIGRATING, Keyed.DATABASE, str, str)
 
 SETTINGS: tuple[Setting[Any, Any], ...] = (
     GROUP_MEMORY, SHARE_PRIVATE, MOVED_TO, LAST_DECAY_AT, REVIEW_SENT, WEEKLY, WEEKLY_SENT, LAST_EXTRACTION,
-    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP_CUES, FOLLOWUP_SEQ,
+    HOST_LABEL, EXACT_EXPIRY, IMPORTED, HOST_ADDRESS, FOLLOWUP_CUES, FOLLOWUP_SEQ, MIGRATING,
 )
 # What a group's move to a new chat id takes along: every scope-keyed setting of its members, and these.
 SCOPE_SETTINGS: tuple[str, ...] = tuple(s.name.value for s in SETTINGS if s.keyed is Keyed.SCOPE)
