@@ -15,11 +15,11 @@ import pytest
 from companion.chat import texts
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
-from companion.core.models import MemoryDraft, MemoryType, Scope, Status, Turn
+from companion.core.models import MemoryDraft, MemoryType, Scope, ShortKind, Status, Turn
 from companion.storage.base import EVERY_STATUS, REVIEW_SENT
 from tests.fakes import FakeLLM
 from tests.fakes.llm import JSONDict, request_text
-from tests.support import USER, Live, Rig
+from tests.support import USER, Live, Rig, close_rig, open_rig
 
 ALICE = Scope(1001)
 EXTRACT = "你负责从用户和聊天伙伴的对话里提取"
@@ -263,3 +263,28 @@ async def test_forget_all_drops_what_still_waits_in_the_message_buffer(live: Liv
     assert await live.rig.engine.pending_turns(scope, 10) == []
     assert len(live.tg.sent_messages(USER)) == 2
     assert all(told not in json.dumps(r["messages"], ensure_ascii=False) for r in live.llm.requests)
+
+
+@pytest.mark.parametrize("forget_all", [False, True])
+async def test_a_forget_in_another_process_reaches_the_conversation_this_one_holds(rig: Rig, forget_all: bool) -> None:
+    """Workers and the operator's commands are other processes on the same database: what one of them forgot
+    must not reach the model from the turns this process keeps in its session."""
+    told, saved, _ = TOLD_IN_OTHER_WORDS[2]
+    other = await open_rig(rig.llm, rig.settings, rig.clock)
+    try:
+        rig.llm.queue_chat("嗯，我记住了", "好的")
+        assert (await rig.chat.reply(ALICE, told)).ok
+        assert (await rig.chat.reply(ALICE, SMALL_TALK)).ok
+        [key] = [item.keys[0] for item in await rig.store.short_items(ALICE, ShortKind.TURN, 10) if item.user == told]
+        draft = MemoryDraft(event=saved, keywords=["乙肝"], importance=90.0, type=MemoryType.FACT, source_turns=(key,))
+        memory = await other.engine.save_draft(ALICE, draft, rig.clock())
+        assert await other.chat.forget(ALICE, None if forget_all else [memory.id]) >= 1
+        rig.llm.clear()
+        rig.llm.queue_chat("嗯嗯")
+        assert (await rig.chat.reply(ALICE, "周末去哪儿玩好呢")).ok
+        [request] = rig.llm.chat_requests()
+        sent = request_text(request)
+        assert "小三阳" not in sent and saved not in sent
+        assert (SMALL_TALK in sent) is not forget_all, "what was not forgotten stays in the conversation"
+    finally:
+        await close_rig(other)

@@ -518,6 +518,25 @@ async def test_a_turn_reads_its_settings_and_keeps_the_conversation_state(store:
     assert (await store.turn_context(member, events=0)).conversation is None
 
 
+async def test_every_forget_moves_the_scopes_forget_count(store: MemoryStore) -> None:
+    """What a conversation held in another process compares (``TurnView.forgot``): a memory forgotten, or
+    everything (with no memory at all), each moves it, with the conversation's own state kept."""
+    [a] = await store.apply_changes(ALICE, NOW, inserts=[MemoryDraft("喜欢猫", ["猫"], 50.0)])
+    await store.record_turn(ALICE, TurnRecord(at=NOW, conversation='{"turn":2}'))
+    assert (await store.turn_context(ALICE, events=0)).forgot == 0
+    await store.forget_everywhere(ALICE, [a], NOW)
+    assert (await store.turn_context(ALICE, events=0)).forgot == 1
+    await store.set_active(BOB, True, NOW)
+    await store.forget_everywhere(BOB, None, NOW)  # nothing to forget but turns: it counts too
+    assert (await store.turn_context(BOB, events=0)).forgot == 1
+    await store.forget_everywhere(ALICE, None, NOW)
+    view = await store.turn_context(ALICE, events=0)
+    assert (view.forgot, view.conversation) == (2, '{"turn":2}')
+    unseen = Scope(999)
+    await store.forget_everywhere(unseen, None, NOW)
+    assert unseen not in await store.scopes() and (await store.turn_context(unseen, events=0)).forgot == 0
+
+
 async def test_the_turns_a_memory_came_from_are_read_and_written_with_it(store: MemoryStore) -> None:
     [a, b] = await store.apply_changes(ALICE, NOW, inserts=[draft("甲"), draft("乙")], sources=["k1", "k2"])
     [c] = await store.apply_changes(BOB, NOW, inserts=[draft("丙")], sources=["k9"])

@@ -223,11 +223,13 @@ class ChatService:
         if self.modes.observe(scope, view.active, mark):
             return None
         session.steer.editing = view.editing
-        if not restoring and stored_turn(view.conversation) > session.turn:
-            # Another process (the one that writes first) added to this conversation: read it again.
+        if not restoring and (stored_turn(view.conversation) > session.turn or view.forgot > session.forgot_seen):
+            # Another process added to this conversation (the one that writes first), or forgot something in it
+            # (a worker, the operator, the Dida365 sync), which its turns here may still hold: read it again.
             session.history.clear()
             session.restored = False
             return await self._open(scope, session)
+        session.forgot_seen = view.forgot
         if restoring:
             session.resume(view.conversation)
         if restoring and not session.history:

@@ -82,6 +82,7 @@ class Session:
     message: tuple[int | None, int | None] = (None, None)  # (chat id, message id) of the turn being answered
     summarised_turn: int = 0
     restored: bool = False  # the persisted short-term turns were loaded into ``history``
+    forgot_seen: int = 0  # ``TurnView.forgot`` as of the last read: a newer forget means the turns are read again
     answering: str | None = None  # the key of the turn being answered
     # Keys of turns forgotten while they were being answered (a tool's save and forget in one reply, or
     # "forget everything" pressed meanwhile): they are neither kept nor queued when the answer comes.

@@ -67,6 +67,7 @@ class InMemoryStore(InMemoryThreads):
         self._editing: dict[Scope, int] = {}  # scope -> the memory an "edit" press waits on
         self._conversations: dict[Scope, str] = {}  # scope -> its host's conversation state
         self._hinted: dict[Scope, datetime] = {}  # scope -> when its last hint went out
+        self._forgets: dict[Scope, int] = {}  # scope -> forgets so far (``TurnView.forgot``)
         self._dida_links: dict[int, str] = {}
         self._dida_cards: dict[int, dict[int, str]] = {}
 
@@ -234,6 +235,8 @@ class InMemoryStore(InMemoryThreads):
         self._journal(scope, [(mid, forget_op(reason)) for mid in wanted], now)
         if stones or ids is None:
             self._profiles.pop(scope, None)
+        if scope in self._scopes:
+            self._forgets[scope] = self._forgets.get(scope, 0) + 1
         return keys
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
@@ -349,6 +352,7 @@ class InMemoryStore(InMemoryThreads):
             turns=await self.short_items(scope, ShortKind.TURN, turns),
             memories=await self.fetch_memories(scope) if memories else None, editing=self._editing.get(scope),
             conversation=self._conversations.get(scope), hinted_at=self._hinted.get(scope),
+            forgot=self._forgets.get(scope, 0),
             **setting_fields([None if owner is None else self._settings.get((name, owner))
                               for name, owner in setting_keys(scope)]),
         )

@@ -36,6 +36,9 @@ TURN_STATE = MigrationSet("turn_state", (
     # When the user last said something (``TurnRecord.said_at``): the follow-up round reads it for every
     # user at once.
     Migration("0003_said_at", "ALTER TABLE turn_state ADD COLUMN said_at TEXT"),
+    # How many forgets the scope has had (``TurnView.forgot``): a conversation another process holds reads
+    # its turns again when it moved.
+    Migration("0004_forgets", "ALTER TABLE turn_state ADD COLUMN forgets INTEGER NOT NULL DEFAULT 0"),
 ))
 register(TURN_STATE)
 
@@ -46,7 +49,10 @@ SET_CONVERSATION = ("INSERT INTO turn_state (scope_key, conversation, said_at) V
                     "said_at = coalesce(excluded.said_at, turn_state.said_at)")
 SET_HINTED = ("INSERT INTO turn_state (scope_key, hinted_at) VALUES (?, ?) "
               "ON CONFLICT(scope_key) DO UPDATE SET hinted_at = excluded.hinted_at")
-STATE = "SELECT editing, conversation, hinted_at FROM turn_state WHERE scope_key = ?"
+STATE = "SELECT editing, conversation, hinted_at, forgets FROM turn_state WHERE scope_key = ?"
+# In a forget's transaction; a scope never seen gets no row.
+COUNT_FORGET = ("INSERT INTO turn_state (scope_key, forgets) SELECT ?, 1 WHERE EXISTS (SELECT 1 FROM scopes WHERE "
+                "key = ?) ON CONFLICT(scope_key) DO UPDATE SET forgets = turn_state.forgets + 1")
 # The three settings ``TurnView`` carries, in one statement (each pair a primary-key lookup).
 SETTINGS = ("SELECT name, value FROM settings WHERE (name = ? AND owner = ?) OR (name = ? AND owner = ?) "
             "OR (name = ? AND owner = ?)")
@@ -99,6 +105,7 @@ def read_turn(
         editing=None if state is None or state[0] is None else int(state[0]),
         conversation=None if state is None or not state[1] else str(state[1]),
         hinted_at=None if state is None or state[2] is None else from_db(state[2]),
+        forgot=0 if state is None else int(state[3]),
         **setting_fields([None if found.get(name) is None else str(found[name]) for name, _ in named]),
     )
 

@@ -34,6 +34,9 @@ class TurnView:
     # here: every worker process continues the conversation where the last one left it.
     conversation: str | None = None
     hinted_at: datetime | None = None  # when a "how to start" hint last went out to the scope (``set_hinted``)
+    # How many forgets the scope has had: a conversation held in one process reads its turns again when
+    # another process forgot something since (a memory, or everything, turns only included).
+    forgot: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,7 @@ TURN_STATE = MigrationSet("turn_state", (
     ALTER TABLE turn_state ADD COLUMN hinted_at timestamptz
     """),
     Migration("0002_said_at", "ALTER TABLE turn_state ADD COLUMN said_at timestamptz"),
+    Migration("0003_forgets", "ALTER TABLE turn_state ADD COLUMN forgets bigint NOT NULL DEFAULT 0"),
 ))
 
 # The follow-up threads (``followups.FollowUpTables``; SQLite's in ``storage/followups.py``).

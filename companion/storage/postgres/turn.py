@@ -34,7 +34,7 @@ _ITEMS = (f"SELECT {SHORT_COLUMNS} FROM short_term WHERE {_SCOPED} AND kind = '{
 READ = f"""
 SELECT
     coalesce(({NEWEST}), 0), s.active,
-    p.core, p.dynamic, p.built_at, p.dirty, t.editing, t.conversation, t.hinted_at,
+    p.core, p.dynamic, p.built_at, p.dirty, t.editing, t.conversation, t.hinted_at, coalesce(t.forgets, 0),
     (SELECT value FROM settings WHERE name = $5 AND owner = $6),
     (SELECT value FROM settings WHERE name = $7 AND owner = $8),
     (SELECT value FROM settings WHERE name = $9 AND owner = $10),
@@ -69,15 +69,15 @@ async def read_turn(conn: Conn, scope: Scope, events: int, turns: int, memories:
         row = await conn.fetchrow(READ, *key(scope), max(events, 0), max(turns, 0), *named)
         rows = None
     assert row is not None  # one row, whatever the joins find
-    (change, active, core, dynamic, built_at, dirty, editing, conversation, hinted_at, review, group, share, told,
-     said) = row
+    (change, active, core, dynamic, built_at, dirty, editing, conversation, hinted_at, forgot, review, group, share,
+     told, said) = row
     return TurnView(
         change=int(change), active=bool(active),
         profile=None if core is None else row_to_profile((core, dynamic, built_at, dirty)),
         events=[row_to_short(r) for r in reversed(told)], turns=[row_to_short(r) for r in reversed(said)],
         memories=None if rows is None else [row_to_memory(r) for r in rows],
         editing=None if editing is None else int(editing),
-        conversation=str(conversation) if conversation else None, hinted_at=hinted_at,
+        conversation=str(conversation) if conversation else None, hinted_at=hinted_at, forgot=int(forgot),
         **setting_fields([None if v is None else str(v) for v in (review, group, share)]),
     )
 

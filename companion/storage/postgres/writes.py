@@ -124,7 +124,14 @@ async def forget_everywhere(conn: Conn, scope: Scope, ids: Sequence[int] | None,
         await conn.execute("DELETE FROM profiles WHERE user_id = $1 AND chat_id = $2", *scoped)
     await conn.execute("DELETE FROM memory_vectors WHERE user_id = $1 AND chat_id = $2 AND handle = ANY($3::bigint[])",
                        *scoped, wanted)
+    await conn.execute(COUNT_FORGET, *scoped)
     return keys
+
+
+# A conversation another process holds reads its turns again when this moved (``TurnView.forgot``).
+COUNT_FORGET = ("INSERT INTO turn_state (user_id, chat_id, forgets) SELECT $1, $2, 1 WHERE EXISTS (SELECT 1 FROM "
+                "scopes WHERE user_id = $1 AND chat_id = $2) ON CONFLICT (user_id, chat_id) DO UPDATE SET "
+                "forgets = turn_state.forgets + 1")
 
 
 async def move_scope(conn: Conn, old: Scope, new: Scope, now: datetime) -> None:
