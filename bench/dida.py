@@ -49,6 +49,7 @@ class DidaBenchConfig:
     latency_ms: float = 150.0  # the real service's assumed round trip per request
     concurrency: int = 8  # users synced at once by the worker
     saves: int = 50  # replies' saves timed with and without a sync running beside them
+    bulk_cards: int = 300  # cards a user adds at once, read in by one round
 
 
 @contextmanager
@@ -149,6 +150,7 @@ async def _measure(config: DidaBenchConfig, rng: random.Random, now: datetime, e
     await asyncio.gather(*(one(u) for u in users))
     poll_round = time.perf_counter() - round_started
     reply = await reply_latency(config, engine, sync, fake, rng, now)
+    pulled = await bulk_pull(config, engine, sync, fake, now)
     return {
         "users": config.users, "memories_per_user": config.memories,
         "first_push_requests_per_user": statistics.median(n for n, _ in first),
@@ -160,7 +162,33 @@ async def _measure(config: DidaBenchConfig, rng: random.Random, now: datetime, e
         "poll_round_s_here": round(poll_round, 3),
         "cards_per_account": statistics.median(len(fake.cards(f"a{u}")) for u in users),
         "reply_save_ms": reply,
+        "bulk_pull": pulled,
     }
+
+
+async def bulk_pull(config: DidaBenchConfig, engine: MemoryEngine, sync: KanbanSync, fake: FakeDida,
+                    now: datetime) -> dict[str, float]:
+    """A user adds ``bulk_cards`` cards on the board at once (the adversarial run's 300): the round that reads
+    them in, and that same user's saves (a reply's write, which takes the scope's lock too) while it runs."""
+    user = 6000
+    await sync.link(user, fake.grant_code("bulk"), now)
+    for i in range(config.bulk_cards):
+        fake.user_create("bulk", "长期记忆", f"看板上一次加的第{i}张卡片：{TOPICS[i % len(TOPICS)]}的第{i}个计划")
+    later = now + timedelta(minutes=11)
+    started = time.perf_counter()
+    pulling = asyncio.create_task(sync.sync(user, later))
+    waits: list[float] = []
+    while not pulling.done():
+        began = time.perf_counter()
+        await engine.save(Scope(user), MemoryDraft(event=f"聊天里记下的第{len(waits)}件事", keywords=["聊天"],
+                                                   importance=50, type=MemoryType.FACT), later)
+        waits.append(1000 * (time.perf_counter() - began))
+        await asyncio.sleep(0.05)
+    await pulling
+    return {"cards": config.bulk_cards, "round_s": round(time.perf_counter() - started, 2),
+            "memories_after": len(await engine.memories(Scope(user))),
+            "save_p50_ms": round(statistics.median(waits), 2) if waits else 0.0,
+            "save_max_ms": round(max(waits), 2) if waits else 0.0, "saves": len(waits)}
 
 
 async def reply_latency(config: DidaBenchConfig, engine: MemoryEngine, sync: KanbanSync, fake: FakeDida,
@@ -225,6 +253,10 @@ def format_dida(report: dict[str, Any]) -> str:
         f"{report['user_drag_requests']} requests",
         f"  a save's latency: {report['reply_save_ms']['alone_p50']} ms alone, "
         f"{report['reply_save_ms']['beside_push_p50']} ms beside a 200-card push (p50)",
+        f"  {report['bulk_pull']['cards']} cards added at once: read in by one round of "
+        f"{report['bulk_pull']['round_s']} s ({report['bulk_pull']['memories_after']} memories after it, the capacity); "
+        f"that user's saves meanwhile {report['bulk_pull']['save_p50_ms']} ms p50, "
+        f"{report['bulk_pull']['save_max_ms']} ms max ({report['bulk_pull']['saves']} saves)",
         f"projection, {p['users']} users:",
         f"  first push: {p['first_push_requests']} requests, {p['first_push_minutes_per_user']} min per user "
         f"paced to {PACED_PER_MINUTE}/min, {p['first_push_hours_all_users']} h for all",

@@ -4,6 +4,7 @@ syncs, and the commands when the operator did not configure the integration."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -222,3 +223,29 @@ async def test_the_loop_syncs_who_changed_or_is_due_and_leaves_the_waiting(
     rig.clock.advance(minutes=11)
     assert await worker.tick() == 0  # broken: only a relink helps
     assert await kanban.sync_now(USER) == texts.SYNC_BROKEN
+
+
+async def test_a_long_sync_answers_at_once_and_says_its_result_later(
+    service: tuple[KanbanService, FakeDida], rig: Rig
+) -> None:
+    """/dida_sync is answered in the user's order: a round that takes long (hundreds of new cards) must not
+    hold the user's next messages, so past a few seconds it goes on in the background and says its result."""
+    kanban, fake = service
+    told: list[str] = []
+
+    async def notify(user_id: int, text: str) -> None:
+        told.append(text)
+
+    kanban.notify = notify
+    kanban.link_text(USER)
+    await kanban.code(USER, fake.grant_code("u"))
+    fake.user_create("u", "中期记忆", "喜欢看展")
+    rig.clock.advance(minutes=11)
+    assert await kanban.sync_now(USER, wait=0) == texts.SYNC_LONG
+    for _ in range(200):
+        if told:
+            break
+        await asyncio.sleep(0.05)
+    assert len(told) == 1 and told[0].startswith(texts.SYNCED[:4])
+    assert [m.event for m in await rig.engine.memories(Scope(USER))] == ["喜欢看展"]
+    assert (await kanban.sync_now(USER)).startswith(texts.SYNCED[:4]), "a quick one answers itself"

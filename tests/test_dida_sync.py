@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
@@ -13,13 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.core.text import MAX_MEMORY_CHARS
 from companion.core.timeutil import utcnow
 from companion.kanban.client import DidaClient
 from companion.kanban.pull import Puller
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from companion.kanban.sync import DidaConfig, KanbanSync, Round
+from tests.fakes import FakeLLM
 from tests.fakes.dida import CLIENT_ID, CLIENT_SECRET, FakeDida
-from tests.support import Rig
+from tests.support import Rig, close_rig, make_settings, open_rig
 
 ALICE = 5101
 
@@ -320,3 +323,69 @@ async def test_a_list_emptied_at_once_forgets_nothing_until_the_user_confirms(ki
 def test_the_bulk_rule(gone: int, linked_cards: int, held: bool) -> None:
     link = Link(ALICE, "", utcnow(), utcnow())
     assert (Puller._bulk(link, {f"t{i}" for i in range(gone)}, linked_cards) == "held") is held
+
+
+async def test_a_memory_forgotten_while_the_link_is_broken_loses_its_card_on_relink(kit: Kit) -> None:
+    await kit.save("喜欢猫", Tier.LONG)
+    secret = await kit.save("在准备跳槽", Tier.MEDIUM)
+    await linked(kit)
+    assert sorted(t["title"] for t in kit.fake.cards("alice")) == ["喜欢猫", "在准备跳槽"]
+    kit.fake.revoke("alice")
+    assert (await kit.round()).notices == ["broken"]
+    assert await kit.rig.chat.forget(Scope(ALICE), [secret]) == 1
+    assert (await kit.round()).skipped == "broken"
+    await linked(kit)  # the same account and project: the forgotten memory's card goes
+    assert [t["title"] for t in kit.fake.cards("alice")] == ["喜欢猫"]
+
+
+async def test_a_card_is_capped_like_any_memory(kit: Kit) -> None:
+    await linked(kit)
+    kit.fake.user_create("alice", "中期记忆", "很长的卡片" * 2000)
+    kit.rig.clock.advance(minutes=1)
+    await kit.round()
+    [memory] = await kit.rig.engine.memories(Scope(ALICE))
+    assert len(memory.event) == MAX_MEMORY_CHARS
+
+
+FACTS = ["喜欢猫", "养了一条金鱼", "在学吉他", "住在杭州", "爱吃火锅", "对花生过敏", "周末常去爬山", "在读研究生",
+         "每天早上跑步", "不喝咖啡"]
+
+
+@pytest.fixture
+async def small(tmp_path: Path) -> AsyncIterator[Kit]:
+    """A scope that holds 10 memories (``MEMORY_CAPACITY=10``, the least allowed); the sync reads the journal."""
+    async with FakeLLM() as llm, FakeDida() as fake:
+        rig = await open_rig(llm, make_settings(tmp_path, memory_capacity=len(FACTS)))
+        client = DidaClient(fake.base_url, fake.base_url)
+        config = DidaConfig(CLIENT_ID, CLIENT_SECRET, "http://127.0.0.1/cb", rig.settings.tz)
+        sync = KanbanSync(client, rig.store, rig.engine, rig.store, TokenBox(Fernet.generate_key().decode()), config,
+                          rig.chat.forget)
+        try:
+            yield Kit(fake, sync, rig)
+        finally:
+            await client.close()
+            await close_rig(rig)
+
+
+async def test_new_cards_count_toward_the_capacity_and_wait_for_room(small: Kit) -> None:
+    """Long-term memories are never evicted; a card past the capacity is not imported (it used to be: 300 cards
+    made 300 memories) but waits on the board, the user told once, until there is room."""
+    scope = Scope(ALICE)
+    for fact in FACTS[:-2]:
+        await small.save(fact, Tier.LONG)
+    await linked(small)
+    for card in ("下周三去上海出差", "妈妈的生日是五月三号", "想换一台新电脑", "最近在减肥"):
+        small.fake.user_create("alice", "长期记忆", card)
+    small.rig.clock.advance(minutes=1)
+    assert (await small.round()).notices == ["full"]
+    assert len(await small.rig.engine.memories(scope)) == len(FACTS)
+    small.rig.clock.advance(minutes=11)
+    assert (await small.round()).notices == [], "told once"
+    assert len(await small.rig.engine.memories(scope)) == len(FACTS)
+    for memory in (await small.rig.engine.memories(scope))[:2]:
+        await small.rig.engine.archive(scope, memory.id, small.rig.clock())
+    small.rig.clock.advance(minutes=11)
+    await small.round()
+    events = [m.event for m in await small.rig.engine.memories(scope)]
+    assert len(events) == len(FACTS)
+    assert sum(any(card in e for e in events) for card in ("上海出差", "妈妈的生日", "新电脑", "减肥")) == 4

@@ -6,6 +6,9 @@ import re
 import unicodedata
 
 MAX_KEYWORD_CHARS = 20
+# A memory's words at most, however they come (a save, an edit, a tool, a Dida365 card): a memory is a
+# sentence to recall, not a document; a backup cell (4,096) would cut a longer one on restore.
+MAX_MEMORY_CHARS = 200
 _SEPARATORS = re.compile(r"[,，、;；\s]+")
 _SPACES = re.compile(r"\s+")
 _DROPPED = frozenset({"Cc", "Cf", "Cs", "Co"})

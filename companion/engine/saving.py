@@ -10,9 +10,9 @@ from datetime import date
 from companion.core import dates, rules, tiers
 from companion.core.extraction import clean_keywords
 from companion.core.models import MemoryDraft, MemoryType, Origin
-from companion.core.text import normalize_text
+from companion.core.text import MAX_MEMORY_CHARS, normalize_text
 
-MAX_SAVED_CHARS = 200
+MAX_SAVED_CHARS = MAX_MEMORY_CHARS
 _INSTRUCTION = re.compile(r"(别|不要|不用|请|以后).{0,12}(回复|回我|叫我|称呼|表情|打扰|提|说|发)|^叫我")
 _PREFERENCE = re.compile(r"喜欢|爱吃|爱喝|讨厌|不喜欢|最爱|偏好|习惯")
 _CORE = re.compile(r"叫我|名字|生日|过敏|每周|每天|永远|一直")

@@ -25,7 +25,7 @@ from companion.core.extraction import (
     same_event,
 )
 from companion.core.models import Memory, MemoryDraft, Scope, Status, StatusReason, Turn
-from companion.core.text import normalize_text
+from companion.core.text import MAX_MEMORY_CHARS, normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
 from companion.engine.locks import LocalScopeLocks, ScopeLocks
@@ -72,8 +72,9 @@ class MemoryWriter:
         return self.locks.hold(scope)
 
     def prepare(self, draft: MemoryDraft) -> MemoryDraft:
-        """Normalised text, cleaned keywords (from the text when none were given) and index terms."""
-        draft.event = normalize_text(draft.event)
+        """Normalised text (at most ``MAX_MEMORY_CHARS``), cleaned keywords (from the text when none were given)
+        and index terms."""
+        draft.event = normalize_text(draft.event)[:MAX_MEMORY_CHARS]
         draft.keywords = clean_keywords(draft.keywords) or self._keywords.keywords(draft.event, limit=8)
         draft.terms = self._keywords.keywords(draft.event, limit=MAX_TERMS)
         return draft

@@ -54,6 +54,7 @@ class Puller:
         self._state = state
         self._engine = engine
         self._forget = forget
+        self.waiting = 0  # new cards the last pull left on the board: the scope had no room (``MEMORY_CAPACITY``)
 
     async def pull(self, link: Link, token: str, data: ProjectData, now: datetime) -> int:
         """Apply what the user did since the last poll; returns how many memories it changed."""
@@ -85,9 +86,18 @@ class Puller:
                 continue
             changed += await self._edited(link, scope, handle, state, task, now)
             rows[handle] = state.encode()
-        for task_id, task in by_task.items():
-            if task_id not in known and task_id not in link.ignored:
-                changed += await self._new(link, scope, task, states, rows, now)
+        fresh = [task for task_id, task in by_task.items() if task_id not in known and task_id not in link.ignored]
+        # Cards count toward the scope's capacity like any memory, but never push one out: past it a new card
+        # stays on the board, unread, until archiving or forgetting makes room.
+        room = self._engine.config.capacity - len(await self._engine.memories(scope)) if fresh else 0
+        self.waiting = 0
+        for task in fresh:
+            if room <= 0 and cards.handle_in(str(task.get("content") or "")) is None:
+                self.waiting += 1
+                continue
+            added = await self._new(link, scope, task, states, rows, now)
+            changed += added
+            room -= added
         await self._state.put_dida_cards(link.user_id, rows)
         link.completed_since = now  # only once every completion read was applied
         return changed

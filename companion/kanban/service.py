@@ -5,10 +5,12 @@ background loop (``KanbanWorker``) that pushes after each change and polls every
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from companion.core.errors import DidaAuthError, DidaError, DidaLinkError
@@ -17,13 +19,14 @@ from companion.core.timeutil import utcnow
 from companion.kanban import texts
 from companion.kanban.client import authorize_url
 from companion.kanban.oauth import OAuthStates
-from companion.kanban.records import LinkState
+from companion.kanban.records import Link, LinkState
 from companion.kanban.sync import KanbanSync, Outbox, Round
 from companion.storage.base import KanbanState
 
 log = logging.getLogger(__name__)
 
 Notify = Callable[[int, str], Awaitable[None]]
+SYNC_ANSWER_SECONDS = 3.0  # /dida_sync answers with the result within this, else goes on in the background
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class KanbanService:
         self._clock = clock
         self._tokens_ready = tokens_ready
         self.notify: Notify | None = None  # set once the Telegram client exists
+        self._running: set[asyncio.Task[Any]] = set()  # syncs answered later, and their answers
 
     def link_text(self, user_id: int) -> str:
         if not self._tokens_ready:
@@ -91,14 +95,38 @@ class KanbanService:
         return texts.status(link.linked_at, await self.sync.card_count(user_id), link.last_sync,
                             await self.sync.pending(user_id), link.state.value, link.last_error, self._config.tz)
 
-    async def sync_now(self, user_id: int, *, confirm: bool = False) -> str:
+    async def sync_now(self, user_id: int, *, confirm: bool = False, wait: float = SYNC_ANSWER_SECONDS) -> str:
         """``/dida_sync``; ``confirm`` (``/dida_sync 删除``): the cards that vanished at once were deleted on
-        purpose, so their memories go too."""
+        purpose, so their memories go too. A round longer than ``wait`` seconds (hundreds of new cards, a slow
+        service) goes on in the background and says its result when done: the user's next messages, which are
+        answered in order after this command, never wait for it."""
         link = await self.sync.load(user_id)
         if link is None:
             return texts.NOT_LINKED
         if link.state is LinkState.BROKEN:
             return texts.SYNC_BROKEN
+        task = asyncio.create_task(self._sync_round(user_id, link, confirm), name=f"dida-sync-{user_id}")
+        finished, _ = await asyncio.wait({task}, timeout=wait)
+        if task in finished:
+            return task.result()
+        self._running.add(task)
+        task.add_done_callback(functools.partial(self._said_later, user_id))
+        return texts.SYNC_LONG
+
+    def _said_later(self, user_id: int, task: asyncio.Task[str]) -> None:
+        self._running.discard(task)
+        if task.cancelled():
+            return
+        if task.exception() is not None:  # a task's edge: logged once, the user told to try again
+            log.error("dida: background sync of user %s failed", user_id, exc_info=task.exception())
+            said = texts.SYNC_WAIT
+        else:
+            said = task.result()
+        told = asyncio.create_task(self._tell(user_id, said), name=f"dida-said-{user_id}")
+        self._running.add(told)
+        told.add_done_callback(self._running.discard)
+
+    async def _sync_round(self, user_id: int, link: Link, confirm: bool) -> str:
         done = await self.sync.sync(user_id, self._clock(), rebuild=link.state is LinkState.PAUSED, confirm=confirm)
         await self._notices(user_id, done)
         fresh = await self.sync.load(user_id)

@@ -116,7 +116,9 @@ class KanbanSync:
                     completed_since=now)
         if old is not None and old.project_id:
             link.project_id, link.columns = old.project_id, old.columns
-        await self._state.put_dida_link(user_id, None)  # a relink starts from a clean card map
+        # The card map stays: relinked to the same project (the same account), every card is compared again,
+        # so one whose memory was forgotten while the link was broken is deleted now; in another project
+        # (another account) ``_setup`` drops it.
         await self._setup(link, grant.access_token)
         link.cursor = await self._counter(user_id)
         await self._save(link)
@@ -215,6 +217,11 @@ class KanbanSync:
             done.pulled = await self._puller.pull(link, token, data, now)
             if link.held and link.held != held:
                 done.notices.append("bulk")
+            if self._puller.waiting and link.told != "full":
+                link.told = "full"
+                done.notices.append("full")
+            elif not self._puller.waiting and link.told == "full":
+                link.told = ""  # room again: a later overflow is told again
             done.pushed = await self._push(link, token, data, now, full=full)
             link.last_sync, link.last_error, link.failures, link.retry_at, link.rate_until = now, "", 0, None, None
             if link.columns_ignored and link.told != "columns":
