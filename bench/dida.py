@@ -243,6 +243,7 @@ def project(config: DidaBenchConfig, measured: dict[str, Any]) -> dict[str, Any]
 
 def format_dida(report: dict[str, Any]) -> str:
     p = report["projection"]
+    bulk = report["bulk_pull"]
     lines = [
         f"{report['users']} users x {report['memories_per_user']} memories, measured against the fake:",
         f"  first push: {report['first_push_requests_per_user']} requests/user "
@@ -253,10 +254,9 @@ def format_dida(report: dict[str, Any]) -> str:
         f"{report['user_drag_requests']} requests",
         f"  a save's latency: {report['reply_save_ms']['alone_p50']} ms alone, "
         f"{report['reply_save_ms']['beside_push_p50']} ms beside a 200-card push (p50)",
-        f"  {report['bulk_pull']['cards']} cards added at once: read in by one round of "
-        f"{report['bulk_pull']['round_s']} s ({report['bulk_pull']['memories_after']} memories after it, the capacity); "
-        f"that user's saves meanwhile {report['bulk_pull']['save_p50_ms']} ms p50, "
-        f"{report['bulk_pull']['save_max_ms']} ms max ({report['bulk_pull']['saves']} saves)",
+        f"  {bulk['cards']} cards added at once: read in by one round of {bulk['round_s']} s "
+        f"({bulk['memories_after']} memories after it, the capacity); that user's saves meanwhile "
+        f"{bulk['save_p50_ms']} ms p50, {bulk['save_max_ms']} ms max ({bulk['saves']} saves)",
         f"projection, {p['users']} users:",
         f"  first push: {p['first_push_requests']} requests, {p['first_push_minutes_per_user']} min per user "
         f"paced to {PACED_PER_MINUTE}/min, {p['first_push_hours_all_users']} h for all",
