@@ -40,6 +40,7 @@ from companion.ops.preflight import StartupError, preflight
 
 if TYPE_CHECKING:
     from aiogram import Bot, Dispatcher
+    from aiohttp import web
 
     from companion.chat.buffer import MessageBuffer
     from companion.chat.pipeline import ChatService
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from companion.core.models import Scope
     from companion.ops.workers import Shared
     from handlers.queue import Consumer
+    from handlers.webhook import Routes
 
 log = logging.getLogger("bot")
 
@@ -128,6 +130,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     from companion.ops.staging import remove_staging
     from companion.ops.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
+    from handlers.board import start_board
     from handlers.commands import bot_commands
     from handlers.delivery import switch_off_blocked
     from handlers.dida import start_kanban
@@ -156,12 +159,18 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
         kanban = None
+        board_server: web.AppRunner | None = None
         consumer: Consumer | None = None
         try:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
             settle_heap()  # what start-up built stays out of the garbage collector's way
             if receiving:  # one process polls the kanbans and serves the OAuth callback, never every worker
                 kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
+            # The memory board (WEBAPP_URL): served where updates are received, on the webhook's server or its own.
+            board = await start_board(settings, bot, chat, dispatcher["rooms"]) if receiving else None
+            if board is not None and not settings.webhook_url:
+                board_server = await board.listen(settings.webhook_listen, settings.webapp_port)
+            routes = board.install if board is not None else None
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
             # new supergroup's first message finds its members under the new id.
             groups = dispatcher["groups"]
@@ -176,13 +185,15 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
             upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
             background.append(upgrading)
             if shared is None:
-                await receive(dispatcher, bot, settings)
+                await receive(dispatcher, bot, settings, routes=routes)
             else:
                 from handlers.queue import Consumer
 
                 consumer = Consumer(dispatcher, bot, buffer, shared.worker)
-                await consume(consumer, shared, dispatcher, bot, settings, receiving=receiving)
+                await consume(consumer, shared, dispatcher, bot, settings, receiving=receiving, routes=routes)
         finally:
+            if board_server is not None:
+                await board_server.cleanup()
             if upgrading is not None:
                 upgrading.cancel()  # the table upgrade resumes at the next start
             if kanban is not None:
@@ -214,7 +225,7 @@ async def queue_parts(settings: Settings) -> AsyncIterator[Shared | None]:
 
 
 async def consume(consumer: Consumer, shared: Shared, dispatcher: Dispatcher, bot: Bot, settings: Settings, *,
-                  receiving: bool) -> None:
+                  receiving: bool, routes: Routes | None = None) -> None:
     """Handle the queue's updates until told to stop; the receiving process also takes them from Telegram."""
     from handlers.queue import intake
     from handlers.webhook import receive, stop_signal
@@ -224,7 +235,8 @@ async def consume(consumer: Consumer, shared: Shared, dispatcher: Dispatcher, bo
     try:
         if receiving:
             # Polling waits for a queue that is down; a webhook answers an error and Telegram sends again.
-            await receive(intake(shared.queue, wait=not settings.webhook_url), bot, settings, queued_for=dispatcher)
+            await receive(intake(shared.queue, wait=not settings.webhook_url), bot, settings, queued_for=dispatcher,
+                          routes=routes)
         else:
             log.info("worker started; handling the queue's updates")
             await stop_signal().wait()

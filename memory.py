@@ -255,6 +255,14 @@ class MemoryEngine(SteeringAPI):
         the queue and the persisted short-term context), so the chat layer drops them from its own."""
         return await self._writer.forget(scope, ids, reason)
 
+    async def version(self, scope: Scope) -> int:
+        """A number that moves whenever any of the scope's memories changes, whoever changed it (a page polls it)."""
+        return await self._store.change_counter(scope)
+
+    async def scopes_of(self, user_id: int) -> list[Scope]:
+        """The user's scopes the store knows: their private chat and each group they have memories in."""
+        return [scope for scope in await self._store.scopes() if scope.user_id == user_id]
+
     async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
         """The scope's memories in these statuses (active by default), oldest first."""
         return await self._store.fetch_memories(scope, statuses)

@@ -6,11 +6,24 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import Buffering
+from companion.chat.commands import BOARD, offer
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.ops.admin import AdminService
-from handlers import admin, chat, commands, dida, errors, forgetting, groups, memory_list, reviews, user_commands
+from handlers import (
+    admin,
+    board,
+    chat,
+    commands,
+    dida,
+    errors,
+    forgetting,
+    groups,
+    memory_list,
+    reviews,
+    user_commands,
+)
 from handlers.cleaning import KnownUpdates, SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.dispatch import tune_routing
@@ -24,7 +37,8 @@ def build_router() -> Router:
     root.message.outer_middleware(SendableText())
     # Private talk first (most updates; it can be neither a command nor a group's message), then the groups:
     # group commands and addressed messages; private chats fall through to the rest.
-    root.include_routers(chat.build_conversation(), groups.build(), commands.build(), admin.build(), dida.build(),
+    root.include_routers(chat.build_conversation(), board.build(), groups.build(), commands.build(), admin.build(),
+                         dida.build(),
                          memory_list.build(), forgetting.build(), reviews.build(), user_commands.build(), chat.build(),
                          errors.build())
     tune_routing(root)
@@ -52,6 +66,9 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
                             groups=groups, rooms=Rooms(), disable_fsm=True)
     if admin is not None:
         dispatcher["admin"] = admin
+    if settings.webapp_url:  # the memory board: /board and the button on /memories open it
+        offer(BOARD)
+        dispatcher["board_url"] = settings.webapp_url
     dispatcher.update.outer_middleware(KnownUpdates())
     dispatcher.include_router(build_router())
     return dispatcher

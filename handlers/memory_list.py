@@ -19,6 +19,7 @@ from companion.core.models import Scope, Status
 from companion.core.tiers import Action
 from companion.core.timeutil import utcnow
 from handlers import keyboards
+from handlers.board import with_board_button
 from handlers.commands import command
 from handlers.delivery import deliver, edit_shown
 from handlers.forgetting import forget_here
@@ -36,11 +37,12 @@ async def _page(engine: MemoryEngine, scope: Scope, page: int, query: str, archi
     return found.text, keyboards.memory_page(list(found.shown), found.page, found.pages, query, archived)
 
 
-async def list_memories(message: Message, command: CommandObject, engine: MemoryEngine) -> None:
+async def list_memories(message: Message, command: CommandObject, engine: MemoryEngine, board_url: str = "") -> None:
     scope = scope_of(message)
     if scope is None:
         return
     text, markup = await _page(engine, scope, 0, (command.args or "").strip()[:QUERY_CHARS], False, utcnow())
+    markup = with_board_button(markup, board_url, scope)
     if message.bot is None:  # a message not from an update (never in the bot): answer as it can
         await message.answer(text, reply_markup=markup)
     else:  # whatever the list holds, split under Telegram's limit

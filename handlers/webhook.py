@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
@@ -23,19 +24,24 @@ from handlers.serving import guarded_runner
 
 log = logging.getLogger(__name__)
 
+Routes = Callable[[web.Application], None]
+
 
 async def receive(
-    dispatcher: Dispatcher, bot: Bot, settings: Settings, *, queued_for: Dispatcher | None = None
+    dispatcher: Dispatcher, bot: Bot, settings: Settings, *, queued_for: Dispatcher | None = None,
+    routes: Routes | None = None,
 ) -> None:
     """Take updates until the process is told to stop (SIGTERM or Ctrl-C), by webhook or by polling.
 
     With ``queued_for``, ``dispatcher`` only queues updates (``handlers.queue.intake``) for the workers'
     dispatcher: Telegram is asked for the update types that one handles, and each update is queued before
-    Telegram learns it arrived (the webhook answers after it, polling confirms it with the next request)."""
+    Telegram learns it arrived (the webhook answers after it, polling confirms it with the next request).
+    ``routes``: more of the bot's pages (the memory board), served by the webhook's server."""
     handling = queued_for or dispatcher
     allowed = handling.resolve_used_update_types()
     if settings.webhook_url:
-        await serve_webhook(dispatcher, bot, settings, stop_signal(), allowed, background=queued_for is None)
+        await serve_webhook(dispatcher, bot, settings, stop_signal(), allowed, background=queued_for is None,
+                            routes=routes)
         return
     # A webhook left by an earlier run in webhook mode would refuse every getUpdates (409 Conflict);
     # removing it keeps the updates Telegram holds, which polling then takes.
@@ -55,7 +61,7 @@ def stop_signal() -> asyncio.Event:
 
 
 async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, stop: asyncio.Event,
-                        allowed: list[str], *, background: bool = True) -> None:
+                        allowed: list[str], *, background: bool = True, routes: Routes | None = None) -> None:
     """Serve the webhook until ``stop`` is set, then stop taking requests. The webhook stays registered with
     Telegram, which keeps new updates until this bot (or another process of it) answers again. Without
     ``background`` each request is answered once ``dispatcher`` is done with its update."""
@@ -63,6 +69,8 @@ async def serve_webhook(dispatcher: Dispatcher, bot: Bot, settings: Settings, st
     handler = SimpleRequestHandler(dispatcher, bot, handle_in_background=background,
                                    secret_token=settings.webhook_token())
     app.router.add_route("POST", settings.webhook_path, handler.handle)  # not ``register``: it closes the bot's session
+    if routes is not None:
+        routes(app)
     setup_application(app, dispatcher, bot=bot)
     runner = guarded_runner(app)
     await runner.setup()

@@ -46,6 +46,7 @@ class CommandRow:
 _P, _G, _GA, _OP, _C = Place.PRIVATE, Place.GROUP, Place.GROUP_ADMIN, Place.OPERATOR, Place.CONSOLE
 _MEM = Topic.MEMORY
 DIDA = "dida"  # the Dida365 kanban (companion/kanban), offered when the operator configured it
+BOARD = "board"  # the memory board Mini App (handlers/board.py), offered when WEBAPP_URL is set
 
 TABLE: tuple[CommandRow, ...] = (
     # Private chats, in menu order.
@@ -55,6 +56,7 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("forget", _P, "忘掉某些记忆", "让我忘掉某些事或全部", "关键词 | all", _MEM),
     CommandRow("why", _P, "这条记忆从哪来", "这条记忆是怎么来的", "关键词", _MEM),
     CommandRow("stats", _P, "记忆统计", "记忆统计", topic=_MEM),
+    CommandRow("board", _P, "记忆面板", "打开记忆面板：按短期、中期、长期看和整理记忆", topic=_MEM, feature=BOARD),
     CommandRow("reset", _P, "重新开始对话", "结束这段对话，重新开始"),
     CommandRow("weekly", _P, "每周记忆小结 on/off", "每周记忆小结", "on|off", _MEM),
     CommandRow("followup", _P, "主动问候 on/off", "你说过的事过后，我是否主动发消息问候（默认开启）", "on|off", _MEM),
@@ -79,6 +81,8 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("forget", _G, "忘掉本群关于你的事（私信确认）", "忘掉你在这个群里说过的事（私信里确认）", "关键词",
                _MEM),
     CommandRow("why", _G, "我为什么记得这件事（私信）", "我为什么记得这件事（私信发给你）", "关键词", _MEM),
+    CommandRow("board", _G, "记忆面板（私聊打开）", "在私聊里打开记忆面板，可切换到本群的记忆", topic=_MEM,
+               feature=BOARD),
     CommandRow("help", _G, "查看帮助"),
     CommandRow("start", _G),
     CommandRow("group_memory", _GA, "本群记忆 on/off（管理员）", "打开或关闭本群的记忆", "on|off"),

@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8080, ge=1, le=65535)
+    # The memory board (a Telegram Mini App, docs/usage.md): the public HTTPS address its page is reached at
+    # (empty: no board); the bot serves it on WEBHOOK_LISTEN, beside the webhook or on WEBAPP_PORT when polling.
+    webapp_url: str = ""
+    webapp_port: int = Field(default=8081, ge=1, le=65535)
     # Several worker processes (docs/operator.md, "Workers"): updates go through Redis Streams at REDIS_URL.
     # Empty: the process that receives an update handles it. WORKERS > 1 needs REDIS_URL and a shared database.
     redis_url: str = ""
@@ -237,6 +241,15 @@ class Settings(BaseSettings):
             raise ValueError(f"must be an http(s) URL Telegram can reach, not {value!r}")
         return value
 
+    @field_validator("webapp_url")
+    @classmethod
+    def _webapp_url(cls, value: str) -> str:
+        # Telegram opens a Mini App only over HTTPS.
+        value = value.strip()
+        if value and (urlsplit(value).scheme != "https" or not urlsplit(value).hostname):
+            raise ValueError(f"must be the board's public https:// address (Telegram opens no other), not {value!r}")
+        return value
+
     @field_validator("webhook_secret")
     @classmethod
     def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
@@ -267,6 +280,11 @@ class Settings(BaseSettings):
     def webhook_path(self) -> str:
         """The path of WEBHOOK_URL, which the bot serves (the proxy forwards it unchanged)."""
         return urlsplit(self.webhook_url).path or "/"
+
+    @property
+    def webapp_path(self) -> str:
+        """Where the board's page is served: WEBAPP_URL's path (``/board`` when it names none)."""
+        return urlsplit(self.webapp_url).path.rstrip("/") or "/board"
 
     def webhook_token(self) -> str:
         """The secret Telegram sends with every update: WEBHOOK_SECRET, or one derived from the bot token, so
