@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 # the modules with the most tests first; tests/conftest.py orders them by how long they take instead.
 TEST_WORKERS ?= 4
 # What `make check` leaves out: the kinds that start processes, build virtualenvs or need the servers.
-FAST := not process and not astrbot and not packaging and not postgresql and not redis
+FAST := not process and not astrbot and not packaging and not postgresql and not redis and not browser
 # pytest keeps its assertion-rewritten test modules as bytecode beside them unless PYTHONDONTWRITEBYTECODE is set,
 # as it is in some shells and CI images: each worker would then rewrite every test module again (~3 s of CPU).
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest

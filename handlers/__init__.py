@@ -6,7 +6,6 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import Buffering
-from companion.chat.commands import BOARD, offer
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
@@ -67,7 +66,6 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
     if admin is not None:
         dispatcher["admin"] = admin
     if settings.webapp_url:  # the memory board: /board and the button on /memories open it
-        offer(BOARD)
         dispatcher["board_url"] = settings.webapp_url
     dispatcher.update.outer_middleware(KnownUpdates())
     dispatcher.include_router(build_router())

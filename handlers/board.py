@@ -29,7 +29,7 @@ from aiogram.utils.web_app import safe_parse_webapp_init_data
 from aiohttp import web
 
 from companion.chat import board, texts
-from companion.chat.commands import Place
+from companion.chat.commands import BOARD, Place, offer
 from companion.chat.group import Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
@@ -238,6 +238,7 @@ async def start_board(settings: Settings, bot: Bot, chat: ChatService, rooms: Ro
     or it listens on its own (``listen``) when the bot polls."""
     if not settings.webapp_url:
         return None
+    offer(BOARD)  # /board in the menus and help from now on
     return Board(settings, bot.token, chat, rooms, notifier(bot))
 
 

@@ -46,8 +46,9 @@ KINDS: dict[str, frozenset[str]] = {
         "test_fuzz_recovery", "test_graceful_stop", "test_merge_process", "test_migrate", "test_resilience",
         "test_semantic_process", "test_startup", "test_webhook", "test_workers_process", "test_crash",
         "test_group_move_crash", "test_load", "test_outage", "test_telegram_faults", "test_queue_intake",
-        "test_e2e_followups", "test_e2e_followups_workers",
+        "test_e2e_followups", "test_e2e_followups_workers", "test_board_browser",
     }),
+    "browser": frozenset({"test_board_browser"}),
     "redis": frozenset({"test_workqueue", "test_workers_process", "test_e2e_followups_workers"}),
     "packaging": frozenset({"test_packaging", "test_makefile", "test_layers"}),
 }
@@ -57,6 +58,7 @@ MARKERS = {
     "process": "runs python bot.py (or another of the project's commands) as a process",
     "astrbot": "runs real AstrBot in its own virtualenv (tests/astrbot/venvs.py)",
     "packaging": "builds a wheel or a virtualenv, or reads the source tree as a whole",
+    "browser": "drives Debian's headless Chromium through its chromedriver (tests/test_board_browser.py)",
 }
 
 

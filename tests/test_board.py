@@ -19,8 +19,9 @@ from companion.chat import texts
 from companion.chat.group import Rooms
 from companion.core.models import MemoryDraft, MemoryType, Scope, Status, Tier, Validity, When
 from handlers import build_client
-from handlers.board import Board, Budget, notifier
+from handlers.board import NO_BOARD, Board, Budget, notifier
 from tests.fakes import FakeLLM, FakeTelegram
+from tests.groupkit import BOT, group_bot
 from tests.miniapp import signed_init_data
 from tests.servers import free_port
 from tests.support import Rig, close_rig, make_settings, open_rig
@@ -187,3 +188,35 @@ async def test_the_page_is_served_small(site: Site) -> None:
     for name in ("board.js", "board.css"):
         async with site.http.get(f"{site.base}/{name}") as response:
             assert response.status == 200 and len(await response.read()) < 30_000
+
+
+async def test_board_opens_from_private_from_a_group_and_from_memories(tmp_path: Path) -> None:
+    async with group_bot(tmp_path, webapp_url="https://board.example/board") as g:
+        await g.seed(Scope(ALICE), "养了一只叫团子的猫", ["猫"])
+        await g.private(ALICE, "/board")
+        [opened] = g.tg.sent_messages(ALICE)
+        assert web_apps(opened) == ["https://board.example/board"]
+        # From a group: Telegram opens Mini Apps from private chats only; a link there names the group.
+        await g.group(ALICE, GROUP, f"/board@{BOT}")
+        [hint] = g.tg.sent_messages(GROUP)
+        [[link]] = hint["reply_markup"]["inline_keyboard"]
+        assert link["url"] == f"https://t.me/{BOT}?start=board_{GROUP}"
+        await g.private(ALICE, f"/start board_{GROUP}")
+        assert web_apps(g.tg.sent_messages(ALICE)[-1]) == [f"https://board.example/board?scope={GROUP}"]
+        await g.private(ALICE, "/memories")
+        listed = g.tg.sent_messages(ALICE)[-1]
+        assert web_apps(listed) == ["https://board.example/board"] and "团子" in listed["text"]
+
+
+async def test_without_webapp_url_there_is_no_board(tmp_path: Path) -> None:
+    async with group_bot(tmp_path) as g:
+        assert "board" not in [c["command"] for c in g.tg.commands_for({"type": "all_private_chats"}) or []]
+        await g.private(ALICE, "/memories")
+        assert web_apps(g.tg.sent_messages(ALICE)[-1]) == []
+        await g.private(ALICE, "/board")
+        assert g.tg.sent_messages(ALICE)[-1]["text"] == NO_BOARD
+
+
+def web_apps(message: dict[str, Any]) -> list[str]:
+    markup = message.get("reply_markup") or {}
+    return [b["web_app"]["url"] for row in markup.get("inline_keyboard", []) for b in row if "web_app" in b]

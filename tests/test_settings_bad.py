@@ -29,7 +29,7 @@ NAMED = {
     "dida_auth_base": "ftp://dida365.com", "dida_api_base": "https://", "webhook_url": "example.com/hook",
     "webhook_secret": "has spaces", "redis_url": "localhost:6379", "timezone": "Mars/Phobos", "admin_ids": "1,abc",
     "review_hours": "21,9", "log_level": "LOUD", "webhook_listen": "8.8.8.8", "data_dir": "/etc/passwd",
-    "backup_dir": "/etc/passwd",
+    "backup_dir": "/etc/passwd", "webapp_url": "http://board.example/board",
 }
 
 
