@@ -1,5 +1,6 @@
 """Every list fits Telegram: /memories and /forget over 60 long memories (a memory is at most 200 characters
-when it is written today, but a restored backup cell may hold 4,096) through the fake Bot API server, which refuses a message over 4,096 characters as Telegram does.
+when it is written today, but a restored backup cell may hold 4,096) through the fake Bot API server, which
+refuses a message over 4,096 characters as Telegram does.
 Before, the answer failed and the user could not forget at all."""
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ async def test_a_long_list_is_answered_within_telegrams_limit_and_forgetting_wor
     await live.say("/start_aiGF", 1)
     now = live.rig.clock()
     # Written as a restore writes a backup's rows (the store's import), the way such long ones still arrive.
-    await live.rig.store.import_rows(scope, [restored(f"第{n}条很长的备忘：" + "今天的天气非常好我们一起去公园散步" * 60,
-                                                      n, now) for n in range(60)], now, keep_ids=False)
+    walk = "今天的天气非常好我们一起去公园散步" * 60
+    long_ones = [restored(f"第{n}条很长的备忘：{walk}", n, now) for n in range(60)]
+    await live.rig.store.import_rows(scope, long_ones, now, keep_ids=False)
     listed = await live.say("/memories", 2)
     assert "第59条很长的备忘" in listed and "…" in listed and len(listed) <= LIMIT
     await live.say("/forget 备忘", 3)
