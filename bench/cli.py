@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     dida.add_argument("--latency-ms", type=float, default=150.0, help="the real service's round trip, assumed")
     dida.add_argument("--concurrency", type=_positive, default=8, help="users synced at once")
     dida.add_argument("--json", type=Path, help="also write the results here")
+    board = commands.add_parser("board", help="the memory board: server time and bytes of a board of 200 memories "
+                                              "beside a plain JSON dump")
+    board.add_argument("--memories", type=_positive, default=200)
+    board.add_argument("--other-users", type=_positive, default=1000)
+    board.add_argument("--rounds", type=_positive, default=60)
+    board.add_argument("--json", type=Path, help="also write the results here")
     followups = commands.add_parser("followups", help="the follow-up round over many users: its one read of "
                                                       "what is due beside a scan per user")
     followups.add_argument("--users", type=_positive, default=10_000)
@@ -443,6 +449,16 @@ def run_dida_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_board_command(args: argparse.Namespace) -> int:
+    from bench.board import BoardBenchConfig, format_board, run_board
+
+    report = asyncio.run(run_board(BoardBenchConfig(args.memories, args.other_users, args.rounds)))
+    print(format_board(report))
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
 def run_followups_command(args: argparse.Namespace) -> int:
     from bench.followups import FollowUpBenchConfig, format_followups, run_followups
 
@@ -478,6 +494,7 @@ COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_com
             "dense-loo": _dense_loo,
             "vector-search": run_vector_search_command,
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "dida": run_dida_command,
+            "board": run_board_command,
             "followups": run_followups_command,
             "plots": run_plots, "astrbot": run_astrbot_command, **SERVER_COMMANDS}
 
