@@ -23,15 +23,18 @@ from handlers.board import NO_BOARD, Board, Budget, notifier
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.groupkit import BOT, group_bot
 from tests.miniapp import signed_init_data
+from tests.pgtest import pg_schema
 from tests.servers import free_port
 from tests.support import Rig, close_rig, make_settings, open_rig
 
 ALICE, BOB, GROUP = 7101, 7102, -100777
+WEBAPP = "https://board.example/board"
 
 
 @dataclass
-class Site:
-    rig: Rig
+class Client:
+    """A Mini App's requests as Telegram's web view sends them, signed for a user."""
+
     tg: FakeTelegram
     base: str
     http: aiohttp.ClientSession
@@ -48,6 +51,12 @@ class Site:
         async with self.http.post(f"{self.base}/api/{path}", json=body, headers=headers) as response:
             return response.status, await response.json()
 
+
+
+@dataclass
+class Site(Client):
+    rig: Rig
+
     async def save(self, scope: Scope, text: str, tier: Tier = Tier.MEDIUM, importance: float = 60.0,
                    happens: When | None = None) -> int:
         draft = MemoryDraft(event=text, keywords=[], importance=importance, tier=tier, type=MemoryType.FACT,
@@ -58,13 +67,13 @@ class Site:
 @pytest.fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
     async with FakeTelegram() as tg, FakeLLM() as llm, aiohttp.ClientSession() as http:
-        rig = await open_rig(llm, make_settings(tmp_path, webapp_url="https://board.example/board"))
+        rig = await open_rig(llm, make_settings(tmp_path, webapp_url=WEBAPP))
         bot: Bot = build_client(tg.token, tg.base_url)
         board = Board(rig.settings, tg.token, rig.chat, Rooms(), notifier(bot), budget=Budget(limit=40))
         port = free_port()
         runner = await board.listen("127.0.0.1", port)
         try:
-            yield Site(rig, tg, f"http://127.0.0.1:{port}/board", http)
+            yield Site(tg, f"http://127.0.0.1:{port}/board", http, rig)
         finally:
             await runner.cleanup()
             await bot.session.close()
@@ -220,3 +229,28 @@ async def test_without_webapp_url_there_is_no_board(tmp_path: Path) -> None:
 def web_apps(message: dict[str, Any]) -> list[str]:
     markup = message.get("reply_markup") or {}
     return [b["web_app"]["url"] for row in markup.get("inline_keyboard", []) for b in row if "web_app" in b]
+
+
+@pytest.mark.postgresql
+async def test_the_board_on_postgresql(tmp_path: Path) -> None:
+    """The board is the engine's: on a server database (several workers' store) it reads and changes the same."""
+    async with pg_schema() as url, group_bot(tmp_path, database_url=url, webapp_url=WEBAPP) as g, \
+            aiohttp.ClientSession() as http:
+        cat = await g.seed(Scope(ALICE), "养了一只叫团子的猫", ["猫"])
+        job = await g.seed(Scope(ALICE), "在准备跳槽", ["跳槽"])
+        await g.seed(Scope(BOB), "鲍勃的秘密", ["秘密"])
+        board = Board(g.settings, g.tg.token, g.chat, Rooms(), notifier(g.bot))
+        port = free_port()
+        runner = await board.listen("127.0.0.1", port)
+        try:
+            site = Client(g.tg, f"http://127.0.0.1:{port}/board", http)
+            status, found = await site.read(ALICE)
+            assert status == 200 and sorted(c["id"] for c in found["cards"]) == sorted([cat, job])
+            me = site.auth(ALICE)
+            assert (await site.post("change", {"id": cat, "action": "move", "value": "long"}, me))[0] == 200
+            assert (await site.post("forget", {"id": job}, me))[0] == 200
+            assert (await site.post("forget", {"id": cat}, site.auth(BOB)))[0] == 403
+        finally:
+            await runner.cleanup()
+        assert (await g.engine.get(Scope(ALICE), cat)).tier is Tier.LONG
+        assert (await g.engine.get(Scope(ALICE), job)).status is Status.FORGOTTEN
