@@ -4,7 +4,6 @@ data only, their own scopes only), what each change does to the memories, and wh
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,7 +54,13 @@ class Client:
 
 @dataclass
 class Site(Client):
+    """The board on the rig's engine and clock: init data is signed at the rig's "now"."""
+
     rig: Rig
+
+    def auth(self, user: int, **kw: Any) -> dict[str, str]:
+        kw.setdefault("auth_date", self.rig.clock().timestamp())
+        return super().auth(user, **kw)
 
     async def save(self, scope: Scope, text: str, tier: Tier = Tier.MEDIUM, importance: float = 60.0,
                    happens: When | None = None) -> int:
@@ -69,7 +74,8 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     async with FakeTelegram() as tg, FakeLLM() as llm, aiohttp.ClientSession() as http:
         rig = await open_rig(llm, make_settings(tmp_path, webapp_url=WEBAPP))
         bot: Bot = build_client(tg.token, tg.base_url)
-        board = Board(rig.settings, tg.token, rig.chat, Rooms(), notifier(bot), budget=Budget(limit=40))
+        board = Board(rig.settings, tg.token, rig.chat, Rooms(), notifier(bot), clock=rig.clock,
+                      budget=Budget(limit=40))
         port = free_port()
         runner = await board.listen("127.0.0.1", port)
         try:
@@ -136,12 +142,13 @@ async def test_each_change_goes_through_the_engine_with_its_receipt(site: Site) 
 async def test_a_request_telegram_did_not_sign_now_is_refused_and_changes_nothing(site: Site, how: str) -> None:
     scope = Scope(ALICE)
     cat = await site.save(scope, "养了一只叫团子的猫")
-    valid = signed_init_data(site.tg.token, ALICE)
+    now = site.rig.clock().timestamp()
+    valid = signed_init_data(site.tg.token, ALICE, auth_date=now)
     headers = {
         "unsigned": {},
         "forged": {"Authorization": "tma " + valid.replace("%22id%22%3A7101", "%22id%22%3A7102")},
-        "expired": site.auth(ALICE, auth_date=time.time() - 25 * 3600),
-        "another bot": {"Authorization": "tma " + signed_init_data("123:another-bots-token", ALICE)},
+        "expired": site.auth(ALICE, auth_date=now - 25 * 3600),
+        "another bot": {"Authorization": "tma " + signed_init_data("123:another-bots-token", ALICE, auth_date=now)},
         "not tma": {"Authorization": "Bearer " + valid},
     }[how]
     for path, body in (("forget", {"id": cat}), ("change", {"id": cat, "action": "edit", "value": "改掉"})):
@@ -254,3 +261,16 @@ async def test_the_board_on_postgresql(tmp_path: Path) -> None:
             await runner.cleanup()
         assert (await g.engine.get(Scope(ALICE), cat)).tier is Tier.LONG
         assert (await g.engine.get(Scope(ALICE), job)).status is Status.FORGOTTEN
+
+
+async def test_a_follow_up_is_marked_and_quieted_from_the_board(site: Site) -> None:
+    """An event that ended and was not talked about since is what the companion will ask about (待问候);
+    "别再提" on its card stops that, as the chat's button does."""
+    today = site.rig.clock().astimezone(site.rig.settings.tz).date()
+    trip = await site.save(Scope(ALICE), "去杭州出差", Tier.SHORT, 70,
+                           When(today - timedelta(days=3), today - timedelta(days=1)))
+    found = {c["id"]: c for c in (await site.read(ALICE))[1]["cards"]}
+    assert found[trip]["followup"]
+    assert (await site.post("change", {"id": trip, "action": "quiet"}, site.auth(ALICE)))[0] == 200
+    assert not {c["id"]: c for c in (await site.read(ALICE))[1]["cards"]}[trip]["followup"]
+    assert (await site.rig.engine.followups.threads(Scope(ALICE)))[0].stopped
