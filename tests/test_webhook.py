@@ -42,7 +42,7 @@ async def test_webhook_mode_answers_checks_the_secret_and_hands_back_to_polling(
     llm.set_chat_reply("嗯嗯，我在呢。")
     port = free_port()
     url = f"http://127.0.0.1:{port}/telegram/hook"
-    env = bot_env(tg, llm, tmp_path, WEBHOOK_URL=url, WEBHOOK_PORT=str(port))
+    env = bot_env(tg, llm, tmp_path, WEBHOOK_URL=url, WEBHOOK_PORT=str(port), WEBAPP_URL="https://b.example/board")
     proc = await start_bot(env, tmp_path)
     try:
         registered = await tg.wait_for_call("setWebhook", timeout=90)
@@ -65,6 +65,11 @@ async def test_webhook_mode_answers_checks_the_secret_and_hands_back_to_polling(
             async with session.post(url, json=update_from(STRANGER, "/start_aiGF", 9002),
                                     headers={SECRET_HEADER: secret}) as response:
                 assert response.status == 200  # the control: the same request with the secret is taken
+            # The memory board shares the webhook's server: its page, and its API only for Telegram's signature.
+            async with session.get(f"http://127.0.0.1:{port}/board/") as response:
+                assert response.status == 200 and "记忆面板" in await response.text()
+            async with session.get(f"http://127.0.0.1:{port}/board/api/board") as response:
+                assert response.status == 401
         assert (await tg.wait_for_messages(STRANGER, 1, timeout=20))[0]["text"] == texts.GREETING_NEW
     finally:
         output = await stop_bot(proc)
