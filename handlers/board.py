@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 FRESH = timedelta(hours=24)  # init data older than this is refused: a leaked one does not work for ever
 AHEAD = timedelta(minutes=5)  # a clock a little ahead of ours
 RATE = (120, 60.0)  # requests per user per window (seconds): the page polls every few seconds
+PRUNE_EVERY = 512  # requests between two sweeps of the users whose window is empty
 PAGE_FILES = {"": ("index.html", "text/html"), "board.css": ("board.css", "text/css"),
               "board.js": ("board.js", "application/javascript")}
 OPEN_BOARD = "📋 打开记忆面板"
@@ -86,9 +87,20 @@ class Budget:
                  ) -> None:
         self._limit, self._window, self._clock = limit, window, clock
         self._seen: defaultdict[int, deque[float]] = defaultdict(deque)
+        self._takes = 0
+
+    @property
+    def tracked(self) -> int:
+        """Users with requests remembered (the rest were swept)."""
+        return len(self._seen)
 
     def take(self, user_id: int) -> bool:
         now = self._clock()
+        self._takes += 1
+        if self._takes % PRUNE_EVERY == 0:  # users gone quiet leave nothing behind
+            for user, times in list(self._seen.items()):
+                if not times or now - times[-1] > self._window:
+                    del self._seen[user]
         seen = self._seen[user_id]
         while seen and now - seen[0] > self._window:
             seen.popleft()
@@ -170,10 +182,9 @@ class Board:
         if chosen in (None, "", "private"):
             return Scope(user)
         try:
-            chat = int(str(chosen))
-        except ValueError:
+            wanted = Scope(user, int(str(chosen)))
+        except ValueError:  # not a number, or no chat id (InvalidScopeError)
             raise Refused(400, "bad scope") from None
-        wanted = Scope(user, chat)
         if wanted not in await self._chat.engine.scopes_of(user):
             raise Refused(403, "not your scope")
         return wanted
@@ -195,9 +206,10 @@ class Board:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
             raise Refused(400, "not JSON") from None
-        if not isinstance(body, dict) or not isinstance(body.get("id"), int) or isinstance(body.get("id"), bool):
+        handle = body.get("id") if isinstance(body, dict) else None
+        if not isinstance(handle, int) or isinstance(handle, bool) or not 0 < handle < 2**63:
             raise Refused(400, "no memory id")
-        return body
+        return dict(body)
 
     async def _change(self, request: web.Request, user: int) -> dict[str, Any]:
         body = await self._body(request)

@@ -188,10 +188,12 @@ async def test_bad_bodies_are_400_and_a_flood_is_429(site: Site) -> None:
     me = site.auth(ALICE)
     async with site.http.post(f"{site.base}/api/forget", data=b"{not json", headers=me) as response:
         assert response.status == 400
-    bodies: list[object] = [{}, {"id": "7"}, {"id": True}, []]
+    bodies: list[object] = [{}, {"id": "7"}, {"id": True}, [], {"id": 2**70}, {"id": -3}, {"id": 0}]
     for body in bodies:
         async with site.http.post(f"{site.base}/api/forget", json=body, headers=me) as response:
             assert response.status == 400
+    for scope in ("0", "x", "99999999999999999999999999"):
+        assert (await site.read(ALICE, scope=scope))[0] in (400, 403)
     statuses = [(await site.read(ALICE))[0] for _ in range(45)]
     assert statuses.count(429) >= 5 and statuses[0] == 200, "the budget is 40 a minute here"
     assert (await site.read(BOB))[0] == 200, "one user's flood does not cost another"
@@ -274,3 +276,16 @@ async def test_a_follow_up_is_marked_and_quieted_from_the_board(site: Site) -> N
     assert (await site.post("change", {"id": trip, "action": "quiet"}, site.auth(ALICE)))[0] == 200
     assert not {c["id"]: c for c in (await site.read(ALICE))[1]["cards"]}[trip]["followup"]
     assert (await site.rig.engine.followups.threads(Scope(ALICE)))[0].stopped
+
+
+def test_the_budget_is_per_user_sliding_and_forgets_quiet_users() -> None:
+    now = [0.0]
+    budget = Budget(limit=3, window=10.0, clock=lambda: now[0])
+    assert [budget.take(1) for _ in range(4)] == [True, True, True, False]
+    assert budget.take(2)
+    now[0] = 10.5
+    assert budget.take(1), "the window slid past the first three"
+    for n in range(600):  # many users once each, a tenth of a second apart: those quiet for 10 s are swept
+        now[0] = 100.0 + n / 10
+        budget.take(1000 + n)
+    assert 0 < budget.tracked < 300
