@@ -4,6 +4,7 @@ data only, their own scopes only), what each change does to the memories, and wh
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +29,7 @@ from tests.support import Rig, close_rig, make_settings, open_rig
 
 ALICE, BOB, GROUP = 7101, 7102, -100777
 WEBAPP = "https://board.example/board"
+BUDGET = 250  # requests a user a minute here (120 in production): room for the fuzz, a flood still finds it
 
 
 @dataclass
@@ -75,7 +77,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
         rig = await open_rig(llm, make_settings(tmp_path, webapp_url=WEBAPP))
         bot: Bot = build_client(tg.token, tg.base_url)
         board = Board(rig.settings, tg.token, rig.chat, Rooms(), notifier(bot), clock=rig.clock,
-                      budget=Budget(limit=40))
+                      budget=Budget(limit=BUDGET))
         port = free_port()
         runner = await board.listen("127.0.0.1", port)
         try:
@@ -194,8 +196,8 @@ async def test_bad_bodies_are_400_and_a_flood_is_429(site: Site) -> None:
             assert response.status == 400
     for scope in ("0", "x", "99999999999999999999999999"):
         assert (await site.read(ALICE, scope=scope))[0] in (400, 403)
-    statuses = [(await site.read(ALICE))[0] for _ in range(45)]
-    assert statuses.count(429) >= 5 and statuses[0] == 200, "the budget is 40 a minute here"
+    statuses = [(await site.read(ALICE))[0] for _ in range(BUDGET + 5)]
+    assert statuses.count(429) >= 5 and statuses[0] == 200, "the budget runs out"
     assert (await site.read(BOB))[0] == 200, "one user's flood does not cost another"
 
 
@@ -289,3 +291,35 @@ def test_the_budget_is_per_user_sliding_and_forgets_quiet_users() -> None:
         now[0] = 100.0 + n / 10
         budget.take(1000 + n)
     assert 0 < budget.tracked < 300
+
+
+async def test_any_body_or_query_is_answered_without_a_crash_and_touches_nobody_else(site: Site) -> None:
+    """Bad input gets a clear refusal, never a 500 and never a change outside the caller's own memories."""
+    mine = await site.save(Scope(ALICE), "养了一只叫团子的猫")
+    bobs = await site.save(Scope(BOB), "鲍勃的秘密")
+    rng = random.Random(5)
+    values: list[Any] = [None, True, 0, -1, 2**64, 3.5, "", " ", "long", "archived", "x" * 5000, "\x00", "\ud800",
+                         [], {}, {"a": 1}, [mine], str(mine), mine, bobs, "private", str(GROUP), "NaN"]
+    me = site.auth(ALICE)
+    for _ in range(150):
+        body = {key: rng.choice(values) for key in rng.sample(["id", "action", "value", "scope", "extra"],
+                                                                  rng.randint(0, 5))}
+        if rng.random() < 0.5:
+            body["action"] = rng.choice(["move", "edit", "pin", "quiet", "restore", "explode", None])
+        path = rng.choice(["change", "forget"])
+        status, _ = await site.post(path, body, me)
+        assert status in (200, 400, 403, 404), (path, body, status)
+    for query in ({"q": "\x00" * 50}, {"scope": "\ud800"}, {"since": "-1"}, {"q": "猫" * 500}, {"scope": "[]"}):
+        async with site.http.get(f"{site.base}/api/board", params=query, headers=me) as response:
+            assert response.status in (200, 400, 403), query
+    bob = await site.rig.engine.get(Scope(BOB), bobs)
+    assert (bob.status, bob.event) == (Status.ACTIVE, "鲍勃的秘密")
+
+
+@pytest.mark.parametrize("words", ["\ud800坏", "有\x00空字符", "x" * 5000])
+async def test_an_edit_with_words_no_one_types_is_stored_as_text_enters(site: Site, words: str) -> None:
+    cat = await site.save(Scope(ALICE), "养了一只叫团子的猫")
+    status, _ = await site.post("change", {"id": cat, "action": "edit", "value": words}, site.auth(ALICE))
+    assert status == 200
+    stored = (await site.rig.engine.get(Scope(ALICE), cat)).event
+    assert "\x00" not in stored and "\ud800" not in stored and len(stored) <= 200
