@@ -48,6 +48,10 @@ RATE = (120, 60.0)  # requests per user per window (seconds): the page polls eve
 PRUNE_EVERY = 512  # requests between two sweeps of the users whose window is empty
 PAGE_FILES = {"": ("index.html", "text/html"), "board.css": ("board.css", "text/css"),
               "board.js": ("board.js", "application/javascript")}
+# The page runs its own script and Telegram's, talks to its own API and nothing else: a memory's words that
+# looked like markup could not run even if the script ever put them in as HTML (it never does).
+PAGE_POLICY = ("default-src 'none'; script-src 'self' https://telegram.org; style-src 'self'; img-src 'self' data:; "
+               "connect-src 'self'; base-uri 'none'; form-action 'none'")
 OPEN_BOARD = "📋 打开记忆面板"
 GROUP_HINT = "记忆面板在私聊里打开：点下面的按钮到私聊，发 /board，面板上可以切换到这个群里关于你的记忆。"
 NO_BOARD = "这个机器人没有开启记忆面板。"
@@ -148,7 +152,8 @@ class Board:
     async def _page(self, request: web.Request) -> web.StreamResponse:
         body, kind = self._files[request.path.removeprefix(f"{self.path}/")]
         response = web.Response(body=body, content_type=kind, charset="utf-8",
-                                headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+                                headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+                                         "Content-Security-Policy": PAGE_POLICY, "Referrer-Policy": "no-referrer"})
         response.enable_compression()
         return response
 
@@ -171,7 +176,7 @@ class Board:
             except StorageError as exc:
                 log.warning("board request failed: %s", exc)
                 return web.json_response({"error": "memory unavailable"}, status=503)
-            response = web.json_response(answer, dumps=_dumps)
+            response = web.json_response(answer, dumps=_dumps, headers={"Cache-Control": "no-store"})
             response.enable_compression()
             return response
 

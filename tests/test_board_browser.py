@@ -54,6 +54,7 @@ def browser() -> Iterator[Any]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=412,860",
                  "--host-resolver-rules=MAP telegram.org ~NOTFOUND, MAP *.telegram.org ~NOTFOUND", "--lang=zh-CN"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, read at the end
     driver = webdriver.Chrome(options=options, service=Service(DRIVER))
     try:
         yield driver
@@ -186,6 +187,8 @@ async def test_a_user_drags_edits_and_forgets_on_the_board(browser: Any, tmp_pat
             await asyncio.sleep(0.3)
             await asyncio.to_thread(shot, browser, "6-wide")
 
+            console = [str(e.get("message", "")) for e in await asyncio.to_thread(browser.get_log, "browser")]
+            assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
             said = [m["text"] for m in tg.sent_messages(USER)]
             assert "已在记忆面板上改好：对花生和芒果过敏" in said and texts.forgotten(1) in said
         finally:

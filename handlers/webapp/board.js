@@ -74,8 +74,9 @@ function cardOf(c, columns) {
   const meta = el("div", { class: "meta" }, el("span", {}, c.learned + "记下"), el("span", {}, c.source),
     el("span", {}, "重要 " + c.importance), c.fades ? el("span", {}, c.fades + "后淡忘") : null);
   const node = el("article", { class: "card" + (state.open === c.id ? " open" : ""), tabindex: "0",
-    "data-id": String(c.id), "aria-label": c.text, style: "--strength:" + c.strength },
+    "data-id": String(c.id), "aria-label": c.text },
     el("p", { class: "words" }, ...badges, c.text), meta, actionsOf(c, columns));
+  node.style.setProperty("--strength", String(c.strength));  // CSSOM: the page's CSP allows no inline styles
   node.addEventListener("click", (event) => {
     if (event.target.closest("button") || node.dataset.dragged) return;
     state.open = state.open === c.id ? null : c.id;
