@@ -49,7 +49,6 @@ from companion.engine.types import (
     Provenance,
     Saved,
     ShortStats,
-    ShortTerm,
     Standing,
 )
 from companion.engine.upkeep import Upkeep
@@ -81,7 +80,6 @@ __all__ = [
     "Provenance",
     "Saved",
     "ShortStats",
-    "ShortTerm",
     "Standing",
 ]
 
@@ -400,10 +398,6 @@ class MemoryEngine(SteeringAPI):
 
     async def clear_short_term(self, scope: Scope, kind: ShortKind | None = None) -> None:
         await self._short.clear(scope, kind)
-
-    async def short_term(self, scope: Scope, now: datetime, turns: int = 10) -> ShortTerm:
-        """The reply call's short-term half: the last turns and today's events."""
-        return await self._short.short_term(scope, now, turns)
 
     async def short_stats(self, scope: Scope) -> ShortStats:
         """Counts per kind, the share of kept turns that carried a recalled memory, the last extraction."""

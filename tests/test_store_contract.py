@@ -1,5 +1,6 @@
-"""The ``MemoryStore`` contract, run against both implementations (SQLite on a real file, and the
-in-memory fake), plus a property test that the set-based SQL decay equals the pure rules row by row."""
+"""The ``MemoryStore`` contract, run against every backend (SQLite on a real file, the in-memory store and
+PostgreSQL in a schema of its own), plus a property test that the set-based SQL decay equals the pure rules
+row by row."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ from datetime import datetime, tzinfo
 from companion.core.extraction import tells
 from companion.core.models import Memory, Scope, ShortItem, ShortKind
 from companion.core.timeutil import local_date
-from companion.engine.types import ShortTerm
 from companion.storage.base import MemoryStore
 
 SHORT_TURNS_KEPT = 200
@@ -68,9 +67,6 @@ class ShortTermBook:
         """What the user reported today (local day), oldest first."""
         today = local_date(now, self._tz)
         return [i.user for i in await self.events(scope, checked=checked) if local_date(i.at, self._tz) == today]
-
-    async def short_term(self, scope: Scope, now: datetime, turns: int) -> ShortTerm:
-        return ShortTerm(await self.turns(scope, turns), await self.today_events(scope, now))
 
     async def clear(self, scope: Scope, kind: ShortKind | None = None) -> None:
         self._events.pop(scope, None)

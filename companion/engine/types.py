@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
 from zoneinfo import ZoneInfo
 
-from companion.core.models import Memory, MemoryType, Recalled, ShortItem, Tier
+from companion.core.models import Memory, MemoryType, Recalled, Tier
 from companion.engine.profile import ProfilePolicy
 from companion.engine.retrievers import DensePolicy
 
@@ -59,11 +59,6 @@ class Standing:
         """The lasting facts a profile core built at ``built_at`` (None: no core) does not know yet."""
         return [m.event for m in self.lasting if built_at is None or m.created_at > built_at]
 
-
-@dataclass(frozen=True, slots=True)
-class ShortTerm:
-    turns: list[ShortItem]
-    events: list[str]
 
 
 @dataclass(frozen=True, slots=True)

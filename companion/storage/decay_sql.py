@@ -1,6 +1,6 @@
 """Daily decay and cleanup of one memory table as set-based SQL: the rules of ``core.rules`` (``decay``,
 ``removal_reason``, ``decays``) written as expressions, so a million rows cost a few statements per table
-instead of a Python call per row. ``tests/test_decay_sql.py`` checks the SQL against the Python rules.
+instead of a Python call per row. ``tests/test_store_contract.py`` checks the SQL against the Python rules, row by row.
 
 Times are stored as fixed-width UTC text; ``unixepoch()`` turns them into whole seconds, so whole days
 and the mention window are computed exactly as the Python rules compute them.
