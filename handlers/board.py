@@ -182,27 +182,31 @@ class Board:
 
         return handle
 
-    async def _scope(self, user: int, chosen: object) -> Scope:
-        """The caller's scope the request chose: their private chat, or a group they have memories in."""
+    async def _scope(self, user: int, chosen: object, owned: list[Scope] | None = None) -> Scope:
+        """The caller's scope the request chose: their private chat, or a group they have memories in
+        (``owned``: the user's scopes when the caller has read them already)."""
         if chosen in (None, "", "private"):
             return Scope(user)
         try:
             wanted = Scope(user, int(str(chosen)))
         except ValueError:  # not a number, or no chat id (InvalidScopeError)
             raise Refused(400, "bad scope") from None
-        if wanted not in await self._chat.engine.scopes_of(user):
+        if wanted not in (owned if owned is not None else await self._chat.engine.scopes_of(user)):
             raise Refused(403, "not your scope")
         return wanted
 
     async def _read(self, request: web.Request, user: int) -> dict[str, Any]:
-        scope = await self._scope(user, request.query.get("scope"))
+        engine = self._chat.engine
+        chosen = request.query.get("scope")
+        # A group's board checks its scope against the user's scopes, which its answer lists too: read once.
+        owned = None if chosen in (None, "", "private") else await engine.scopes_of(user)
+        scope = await self._scope(user, chosen, owned)
         query = request.query.get("q", "").strip()[:40]
         version = request.query.get("since")
-        engine = self._chat.engine
         if version is not None and not query and version == str(await engine.version(scope)):
             return {"unchanged": True}
         found = await board.board(engine, scope, self._clock(), self._tz, query)
-        choices = board.scope_choices(await engine.scopes_of(user), user)
+        choices = board.scope_choices(owned if owned is not None else await engine.scopes_of(user), user)
         return {**found, "scope": "private" if scope.chat_id is None else str(scope.chat_id),
                 "scopes": [{"key": c.key(), "name": c.name} for c in choices]}
 

@@ -118,7 +118,7 @@ async def change(engine: MemoryEngine, scope: Scope, handle: int, action: str, n
     if action == "pin":
         return await engine.pin(scope, handle, bool(value), now)
     if action == "quiet":
-        memory = await engine.get(scope, handle)
+        memory = await engine.get(scope, handle)  # the owner check (403), which marking a thread does not make
         await engine.followups.stop(scope, handle, now)
         return memory
     raise BoardError(f"no action {action!r}")
