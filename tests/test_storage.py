@@ -217,7 +217,7 @@ async def test_text_round_trips_exactly(storage: SQLiteStore, text: str) -> None
     # The text never reached the schema: exactly the shared tables, the one scope table and spares exist.
     assert {n for n in table_names(storage.path) if not re.fullmatch(r"mem_t[1-9][0-9]*", n)} == {
         "scopes", "profiles", "pending_turns", "meta", "sqlite_sequence", "migrations", "memory_handles", "short_term",
-        "memory_vectors", "llm_usage", "spare_tables", "memory_sources", "chat_moves", "settings",
+        "memory_vectors", "vector_versions", "llm_usage", "spare_tables", "memory_sources", "chat_moves", "settings",
         "memory_changes", "turn_state", "dida_links", "dida_cards", "followup_threads", "followup_scopes", ALICE.table,
     }
     assert [s.key for s in await storage.scopes()] == [ALICE.key]

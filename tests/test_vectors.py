@@ -11,10 +11,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.vectors import VectorRow, VectorStore, pack, unpack
+from companion.storage.vectors import VectorRow, VectorStore, _Matrix, pack, top_k, unpack
 from tests.fakes.embeddings import ngram_vector
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
@@ -170,3 +172,53 @@ async def test_an_extension_driver_scores_on_its_own_read_only_connection(store:
         assert [h for h, _ in hits] == [handle]
     finally:
         await opened.close()
+
+
+async def test_a_scope_is_read_again_only_after_its_vectors_changed_in_any_connection(
+        store: SQLiteStore, tmp_path: Path) -> None:
+    """The numpy search keeps a scope's matrix while the scope's version stands: a second search reads one
+    row, not every vector; a vector added or deleted by another connection (another process) is seen by the
+    next search."""
+    vectors = await VectorStore.open(store, try_sqlite_vec=False)
+    a, b = await write(store, ALICE, "我家小狗叫豆豆", "下周三要去面试")
+    await vectors.put(ALICE, MODEL, [row(a, "我家小狗叫豆豆"), row(b, "下周三要去面试")], NOW)
+    reads: list[str] = []
+    async with store.transaction(write=False) as conn:
+        await conn.set_trace_callback(lambda sql: reads.append(sql) if "SELECT handle, vector" in sql else None)
+    query = ngram_vector("小狗豆豆怎么样了")
+    assert [h for h, _ in await vectors.nearest(ALICE, MODEL, query, 5)] == [a, b]
+    assert [h for h, _ in await vectors.nearest(ALICE, MODEL, query, 5)] == [a, b]
+    assert len(reads) == 1, "an unchanged scope was read again"
+
+    [c] = await write(store, ALICE, "小狗豆豆今天打了疫苗")
+    other = sqlite3.connect(store.path)  # as another process writes: the triggers bump the version there too
+    try:
+        with other:
+            other.execute(
+                "INSERT INTO memory_vectors (handle, scope_key, model, dim, text_hash, vector, updated_at) "
+                "VALUES (?, ?, ?, ?, 'h', ?, '2025-12-23')",
+                (c, ALICE.key, MODEL, len(query), pack(ngram_vector("小狗豆豆今天打了疫苗"))))
+        assert c in {h for h, _ in await vectors.nearest(ALICE, MODEL, query, 5)}
+        with other:
+            other.execute("DELETE FROM memory_vectors WHERE handle = ?", (a,))
+        assert a not in {h for h, _ in await vectors.nearest(ALICE, MODEL, query, 5)}
+    finally:
+        other.close()
+    assert len(reads) == 3
+    await vectors.delete([b])  # deleted here: no copy of the scope's vectors is kept in memory
+    assert [h for h, _ in await vectors.nearest(ALICE, MODEL, query, 5)] == [c]
+
+
+@settings(max_examples=200, deadline=None)
+@given(scores=st.lists(st.sampled_from([0.1, 0.25, 0.5, 0.75, 0.9]), max_size=30), k=st.integers(0, 35))
+def test_top_k_equals_a_full_sort_ties_and_all(scores: list[float], k: int) -> None:
+    import numpy as np
+
+    handles = list(range(100, 100 + len(scores)))
+    rng = np.random.default_rng(len(scores))
+    handles = [int(h) for h in rng.permutation(handles)] if handles else []
+    # One-dimensional vectors: each row's similarity to the query (1.0) is its score.
+    matrix = _Matrix(0, np.asarray(handles, dtype=np.int64), np.asarray(scores, dtype=np.float32).reshape(-1, 1))
+    expected = sorted(((h, float(np.float32(s))) for h, s in zip(handles, scores, strict=True)),
+                      key=lambda item: (-item[1], item[0]))[:k]
+    assert top_k(matrix, [1.0], k) == expected

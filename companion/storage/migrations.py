@@ -45,10 +45,17 @@ class MigrationSet:
 
 
 async def run_script(conn: aiosqlite.Connection, script: str) -> None:
-    # executescript would COMMIT the caller's open transaction; run statement by statement instead.
-    for statement in script.split(";"):
-        if statement.strip():
-            await conn.execute(statement)
+    # executescript would COMMIT the caller's open transaction; run statement by statement instead. A
+    # trigger's body holds semicolons of its own: pieces are joined until SQLite calls the statement complete.
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                await conn.execute(pending)
+            pending = ""
+    if pending.strip(" \n;"):
+        await conn.execute(pending)
 
 
 # ---- database-wide -------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Rows are keyed by the memory handle and tagged with the scope and the embedding 
 never sees another scope's vectors and vectors of a replaced model are never compared with new ones. The
 vectors are L2-normalised float32 BLOBs; scoring is cosine similarity, by sqlite-vec's
 ``vec_distance_cosine`` where the extension loads, otherwise by one numpy matrix product over the scope's
-vectors (a scope holds hundreds of memories, not millions). Both read the same table.
+vectors, kept in memory per scope while the scope's version (``vector_versions``, bumped by triggers in every
+transaction that changes the scope's vectors, in any process) stands. Both read the same table.
 
 Where sqlite-vec loads: CPython's own ``sqlite3`` is often built without extension loading (this project's
 Python 3.11 has no ``enable_load_extension``). Then, if the optional ``sqlean.py`` or ``pysqlite3-binary``
@@ -24,9 +25,12 @@ import importlib
 import logging
 import sqlite3
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
@@ -74,6 +78,43 @@ ON CONFLICT(handle) DO UPDATE SET scope_key = excluded.scope_key, model = exclud
 # Drivers with extension loading, tried in this order when the standard one has none.
 EXTENSION_DRIVERS = ("sqlean", "pysqlite3.dbapi2")
 
+# The scopes' matrices kept for the numpy search, least recently searched dropped first: a scope of 10,000
+# memories is 15 MB of 384-dimensional vectors, a typical one of 100 memories 150 KB. Reading every BLOB
+# again was most of a search's time at 10,000 memories (BENCHMARKS.md, semantic recall).
+MATRIX_CACHE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Matrix:
+    """A scope's vectors of one model as read at ``version`` (``vector_versions``): handles and rows."""
+
+    version: int
+    handles: Any  # numpy int64 array
+    vectors: Any  # numpy float32 array, one row a handle
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.handles.nbytes + self.vectors.nbytes)
+
+
+def top_k(matrix: _Matrix, query: Sequence[float], k: int) -> list[tuple[int, float]]:
+    """The ``k`` rows most similar to ``query``: (handle, similarity), most similar first, ties by handle
+    (as a full sort would give them: every row tied with the k-th is kept until the sort)."""
+    import numpy as np
+
+    count = len(matrix.handles)
+    if count == 0 or k <= 0:
+        return []
+    scores = matrix.vectors @ np.asarray(query, dtype=np.float32)
+    if k < count:
+        threshold = scores[np.argpartition(-scores, k - 1)[:k]].min()
+        chosen = np.flatnonzero(scores >= threshold)
+    else:
+        chosen = np.arange(count)
+    pairs = sorted(zip(matrix.handles[chosen].tolist(), scores[chosen].tolist(), strict=True),
+                   key=lambda item: (-item[1], item[0]))
+    return [(int(h), float(v)) for h, v in pairs[:k]]
+
 
 class VectorStore:
     def __init__(self, store: SQLiteStore, *, sqlite_vec: bool = False,
@@ -87,6 +128,7 @@ class VectorStore:
         self._scorer_lock = asyncio.Lock()
         self._scorer_error = scorer_error
         self.driver = "sqlite3" if scorer is None else scorer_driver_name(scorer_error)
+        self._matrices: OrderedDict[tuple[str, str, int], _Matrix] = OrderedDict()
 
     @property
     def backend(self) -> str:
@@ -145,9 +187,9 @@ class VectorStore:
         ]
         try:
             async with self._store.transaction() as conn:
-                before = conn.total_changes
-                await conn.executemany(_UPSERT.format(table=self._store.memory_table(scope)), params)
-                return conn.total_changes - before
+                # The cursor's count, not the connection's: that one counts the version triggers' rows too.
+                cursor = await conn.executemany(_UPSERT.format(table=self._store.memory_table(scope)), params)
+                return max(cursor.rowcount, 0)
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
 
@@ -160,13 +202,15 @@ class VectorStore:
                     f"DELETE FROM memory_vectors WHERE handle IN ({', '.join('?' for _ in handles)})",
                     tuple(int(h) for h in handles),
                 )
-                return max(cursor.rowcount, 0)
         except sqlite3.Error as exc:
             raise storage_error(exc) from exc
+        self._drop_matrices()
+        return max(cursor.rowcount, 0)
 
     async def prune(self, scope: Scope | None = None) -> int:
         """Drop vectors whose memory is gone or forgotten, of one scope or of every scope that has vectors.
         One short transaction per scope."""
+        self._drop_matrices()
         removed = 0
         # Only scopes holding vectors: they have a memory table (a scope never written has none).
         for key in await self._scope_keys(scope):
@@ -185,6 +229,7 @@ class VectorStore:
 
     async def drop_other_models(self, model: str) -> int:
         """Vectors of any other model can never be compared with this one's: remove them (reindex)."""
+        self._drop_matrices()
         try:
             async with self._store.transaction() as conn:
                 cursor = await conn.execute("DELETE FROM memory_vectors WHERE model != ?", (model,))
@@ -235,13 +280,49 @@ class VectorStore:
             if self._scorer is not None:
                 return await self._score(sql, params)
             return [(int(h), float(s)) for h, s in await self._read(sql, params)]
-        rows = await self._read(
-            "SELECT handle, vector FROM memory_vectors WHERE scope_key = ? AND model = ? AND dim = ?",
-            (scope.key, model, len(query)),
-        )
-        scored = list(zip((int(h) for h, _ in rows), similarities([bytes(b) for _, b in rows], query), strict=True))
-        scored.sort(key=lambda item: (-item[1], item[0]))
-        return scored[:k]
+        return top_k(await self._matrix(scope, model, len(query)), query, k)
+
+    async def _matrix(self, scope: Scope, model: str, dim: int) -> _Matrix:
+        """The scope's vectors of ``model``: from memory while the scope's version stands, else read again.
+        The version is read first: rows read after it are at least as new, so a stale matrix is never kept
+        under a current version."""
+        import numpy as np
+
+        key = (scope.key, model, dim)
+        try:
+            async with self._store.transaction(write=False) as conn:
+                cursor = await conn.execute(
+                    "SELECT version FROM vector_versions WHERE scope_key = ? AND model = ?", (scope.key, model))
+                found = await cursor.fetchone()
+                version = int(found[0]) if found else 0
+                cached = self._matrices.get(key)
+                if cached is not None and cached.version == version:
+                    self._matrices.move_to_end(key)
+                    return cached
+                cursor = await conn.execute(
+                    "SELECT handle, vector FROM memory_vectors WHERE scope_key = ? AND model = ? AND dim = ?",
+                    (scope.key, model, dim))
+                rows = list(await cursor.fetchall())
+        except sqlite3.Error as exc:
+            raise storage_error(exc) from exc
+        matrix = _Matrix(version, np.fromiter((int(h) for h, _ in rows), dtype=np.int64, count=len(rows)),
+                         np.frombuffer(b"".join(bytes(b) for _, b in rows), dtype=np.float32).reshape(len(rows), dim))
+        self._keep(key, matrix)
+        return matrix
+
+    def _keep(self, key: tuple[str, str, int], matrix: _Matrix) -> None:
+        self._matrices.pop(key, None)
+        if matrix.nbytes > MATRIX_CACHE_BYTES:
+            return
+        self._matrices[key] = matrix
+        total = sum(m.nbytes for m in self._matrices.values())
+        while total > MATRIX_CACHE_BYTES:
+            _, dropped = self._matrices.popitem(last=False)
+            total -= dropped.nbytes
+
+    def _drop_matrices(self) -> None:
+        """Vectors were deleted here: no copy of them stays in memory until the next search notices."""
+        self._matrices.clear()
 
 
     async def _score(self, sql: str, params: tuple[object, ...]) -> list[tuple[int, float]]:
