@@ -149,10 +149,10 @@ def test_the_engine_knows_no_bot_settings(path: Path) -> None:
 def test_the_seam_guard_catches_a_backend_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from companion.storage.sqlite import SQLiteStore\nfrom companion.storage import inmemory\n"
-                   "import companion.storage.vectors\nfrom companion.storage.base import MemoryStore\n"
+                   "import companion.storage.sqlite.vectors\nfrom companion.storage.base import MemoryStore\n"
                    "from companion.storage.factory import open_store\n", encoding="utf-8")
     assert seam_breaches(bad) == ["line 1: companion.storage.sqlite", "line 2: companion.storage.inmemory",
-                                  "line 3: companion.storage.vectors"]
+                                  "line 3: companion.storage.sqlite.vectors"]
 
 
 def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.vectors import VectorRow, VectorStore, pack, unpack
+from companion.storage.sqlite.vectors import VectorRow, VectorStore
+from companion.storage.vectormath import pack, unpack
 from tests.fakes.embeddings import ngram_vector
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)

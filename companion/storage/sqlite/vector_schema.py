@@ -9,7 +9,8 @@ sqlite-vec, where it loads, only scores the BLOBs (``vec_distance_cosine``).
 
 from __future__ import annotations
 
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite.migrations import register
 
 VECTORS = MigrationSet("vectors", (
     Migration("0001_memory_vectors", """
