@@ -121,7 +121,7 @@ class Connection:
                     if table_id is not None:
                         self._table_ids[str(key)] = int(table_id)
                 self._spares, self._next_spare = await spares.listed(conn)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:  # callers above storage know only StorageError
             raise storage_error(exc) from exc
 
     async def close(self) -> None:
