@@ -21,8 +21,8 @@ from pathlib import Path
 from companion.core import rules
 from companion.core.models import Scope
 from companion.core.timeutil import to_db
-from companion.storage import spares
-from companion.storage.decay_sql import DECAY
+from companion.storage.sqlite import spares
+from companion.storage.sqlite.decay import DECAY
 
 # The engine's own decay statement is already the plain one (one inline UPDATE per table); what the
 # engine adds is the cleanup statement, the slices and the event loop.

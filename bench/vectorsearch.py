@@ -1,6 +1,6 @@
 """``python -m bench vector-search``: one nearest-neighbour search over a scope of N stored vectors, by each
 scorer this machine has: the numpy fallback, and sqlite-vec when it loads (on the store's connection or
-through an optional extension-loading driver, see ``companion.storage.vectors``). Random unit vectors;
+through an optional extension-loading driver, see ``companion.storage.sqlite.vectors``). Random unit vectors;
 wall and CPU time per search, since the machine may be shared."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from bench.timing import latency_summary, machine
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.vectors import VectorRow, VectorStore
+from companion.storage.sqlite.vectors import VectorRow, VectorStore
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 MODEL = "bench-random"

@@ -22,8 +22,7 @@ from companion.config.settings import Settings
 from companion.llm.client import LLMClient
 from companion.ops.assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
-from companion.storage import spares
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite import SQLiteStore, spares
 from memory import MemoryEngine
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.telegram import JSONDict

@@ -40,7 +40,7 @@ from companion.ops.export import SCOPE_HEADER
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS, UsageCell
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.usage import SQLiteUsageLog
+from companion.storage.sqlite.usage import SQLiteUsageLog
 from handlers import build_dispatcher
 from handlers.admin import register_admin_commands
 from handlers.commands import bot_commands

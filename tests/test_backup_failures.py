@@ -20,8 +20,8 @@ from companion.core.models import MemoryDraft, Scope
 from companion.ops import backup
 from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, make_backup
 from companion.ops.restore import restore
-from companion.storage.snapshot import make_standalone
 from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite.snapshot import make_standalone
 from tests.process import clean_env, run_cli
 from tests.test_backup_scopes import REPORT, SUPERGROUP, fill, read_every
 

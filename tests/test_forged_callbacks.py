@@ -18,7 +18,7 @@ KNOWN = -1001001
 
 def counts(db: Path) -> tuple[int, int]:
     """Registered scopes, and tables in the file that are not spares: the pool of spare memory tables
-    refills in the background after a new scope takes one (companion/storage/spares.py), at its own pace,
+    refills in the background after a new scope takes one (companion/storage/sqlite/spares.py), at its own pace,
     and a spare is made with its ``spare_tables`` row in one transaction."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:

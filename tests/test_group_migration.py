@@ -15,8 +15,8 @@ from companion.chat import group_texts as gt
 from companion.core.errors import StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
-from companion.storage import chatmove
 from companion.storage.base import WEEKLY
+from companion.storage.sqlite import chatmove
 from handlers.groups import resume_moves
 from tests.fakes.llm import request_text
 from tests.groupkit import BOT, GroupBot, group_bot

@@ -1,6 +1,7 @@
 """Imports point down only: each module may import its own package and the layers below it.
 
-The layer map is docs/architecture.md ("Layers") in code; a new package must be placed here.
+The layer map is docs/architecture.md ("Layers") in code; a new package must be placed here. Database
+drivers stay in companion/storage, and its PostgreSQL backend loads nothing of SQLite's.
 """
 
 from __future__ import annotations
@@ -135,6 +136,84 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
                           + "\n".join(breaches))
 
 
+
+# Database drivers: only companion/storage imports them, so what fails in a database reaches the layers above
+# as the project's own errors (core.errors.StorageError and its subclasses), whatever the backend.
+DRIVERS = frozenset({"sqlite3", "aiosqlite", "asyncpg"})
+SQLITE_DRIVERS = frozenset({"sqlite3", "aiosqlite"})
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) != "companion.storage"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_storage_imports_a_database_driver(path: Path) -> None:
+    found = [f"line {line}: {target}" for line, target in imports_of(path) if target.split(".")[0] in DRIVERS]
+    assert not found, (f"{path.relative_to(ROOT)} imports a database driver; call companion.storage and catch "
+                       "core.errors.StorageError:\n" + "\n".join(found))
+
+
+def source_of(module: str) -> Path | None:
+    base = ROOT / Path(*module.split("."))
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+
+
+def storage_modules_loaded(path: Path) -> dict[str, Path]:
+    """Every ``companion.storage`` module that importing ``path`` loads: its imports, theirs, and the packages
+    around each (a package's ``__init__`` runs before its modules)."""
+    loaded: dict[str, Path] = {}
+    todo = [path]
+    while todo:
+        tree = ast.parse(todo.pop().read_text(encoding="utf-8"))
+        names: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.append(node.module)
+                names.extend(f"{node.module}.{alias.name}" for alias in node.names
+                             if source_of(f"{node.module}.{alias.name}") is not None)
+        for name in names:
+            parts = name.split(".")
+            for end in range(2, len(parts) + 1):
+                module = ".".join(parts[:end])
+                found = source_of(module) if module.startswith("companion.storage") else None
+                if found is not None and module not in loaded:
+                    loaded[module] = found
+                    todo.append(found)
+    return loaded
+
+
+def sqlite_reached(path: Path) -> list[str]:
+    """What of SQLite importing ``path`` loads: SQLite's package, or a module importing its drivers."""
+    reached = [f"line {line}: {target}" for line, target in imports_of(path) if target.split(".")[0] in SQLITE_DRIVERS]
+    for module, source in sorted(storage_modules_loaded(path).items()):
+        if module == "companion.storage.sqlite" or module.startswith("companion.storage.sqlite."):
+            reached.append(module)
+        else:
+            reached.extend(f"{module} imports {target}" for _, target in imports_of(source)
+                           if target.split(".")[0] in SQLITE_DRIVERS)
+    return reached
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "companion" / "storage" / "postgres").glob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_postgres_loads_nothing_of_sqlite(path: Path) -> None:
+    """PostgreSQL's backend shares only backend-neutral modules with SQLite's (migration_sets, vectormath,
+    rows...), so a PostgreSQL deployment loads neither SQLite's modules nor its drivers."""
+    reached = sqlite_reached(path)
+    assert not reached, f"{path.relative_to(ROOT)} loads SQLite's backend:\n" + "\n".join(reached)
+
+
+def test_the_driver_guards_catch_a_direct_and_an_indirect_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sqlite3\nfrom companion.storage.migration_sets import Migration\n"
+                   "from companion.storage import maintenance\n", encoding="utf-8")
+    assert [t for _, t in imports_of(bad) if t.split(".")[0] in DRIVERS] == ["sqlite3"]
+    reached = sqlite_reached(bad)
+    assert reached[0] == "line 1: sqlite3"
+    # maintenance is neutral in name only: it loads SQLite's snapshot reader, and with it the package.
+    assert {"companion.storage.sqlite", "companion.storage.sqlite.snapshot"} <= set(reached)
+    assert not any(r.startswith("companion.storage.migration_sets") for r in reached)
+
 ENGINE = ("companion.engine", "memory")
 
 
@@ -149,10 +228,10 @@ def test_the_engine_knows_no_bot_settings(path: Path) -> None:
 def test_the_seam_guard_catches_a_backend_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from companion.storage.sqlite import SQLiteStore\nfrom companion.storage import inmemory\n"
-                   "import companion.storage.vectors\nfrom companion.storage.base import MemoryStore\n"
+                   "import companion.storage.sqlite.vectors\nfrom companion.storage.base import MemoryStore\n"
                    "from companion.storage.factory import open_store\n", encoding="utf-8")
     assert seam_breaches(bad) == ["line 1: companion.storage.sqlite", "line 2: companion.storage.inmemory",
-                                  "line 3: companion.storage.vectors"]
+                                  "line 3: companion.storage.sqlite.vectors"]
 
 
 def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import aiosqlite
 import pytest
 
 from companion.core.models import Origin, Scope, Status, Tier, Validity
-from companion.storage import migrations
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
@@ -23,8 +22,9 @@ from companion.storage.base import (
     WEEKLY,
     WEEKLY_SENT,
 )
-from companion.storage.migrations import CORE, MEMORIES, Migration, MigrationSet
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite import SQLiteStore, migrations
+from companion.storage.sqlite.migrations import CORE, MEMORIES
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 ALICE, BOB = Scope(101), Scope(202)

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-import companion.storage.connection as connection_module
+import companion.storage.sqlite.connection as connection_module
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops import jobs

@@ -21,8 +21,8 @@ from companion.ops.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import REVIEW_SENT, WEEKLY, MemoryStore
 from companion.storage.inmemory import InMemoryStore
-from companion.storage.migrations import MEMORIES
 from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite.migrations import MEMORIES
 from memory import EngineConfig, MemoryEngine
 from tests.support import make_settings
 

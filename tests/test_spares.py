@@ -17,9 +17,8 @@ from companion.core.cells import CellColumn, CellKind
 from companion.core.errors import StorageError
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops.backup import make_backup
-from companion.storage import migrations, spares
-from companion.storage.snapshot import open_snapshot
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite import SQLiteStore, migrations, spares
+from companion.storage.sqlite.snapshot import open_snapshot
 from tests.support import table_of
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from typing import cast
 
 import pytest
 
-import companion.storage.connection as connection_module
+import companion.storage.sqlite.connection as connection_module
 from companion.core import rules
 from companion.core.errors import DatabaseBusyError, InvalidScopeError, StorageError
 from companion.core.models import (
@@ -32,8 +32,7 @@ from companion.core.models import (
     Turn,
     Validity,
 )
-from companion.storage import decay_sql
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite import SQLiteStore, decay
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -496,15 +495,15 @@ async def test_a_failing_decay_slice_changes_nothing_and_the_store_goes_on(stora
 @pytest.mark.parametrize("key", ["u1'; DROP TABLE scopes; --", "x1", "u", "cn5_", "u1 "])
 def test_a_decay_script_takes_only_scope_keys(key: str) -> None:
     with pytest.raises(ValueError, match="scope key"):
-        decay_sql.slice_script(0, [(key, "mem_u1")], NOW)
+        decay.slice_script(0, [(key, "mem_u1")], NOW)
 
 
 def test_a_decay_script_inlines_only_numbers_and_stored_times() -> None:
-    script = decay_sql.slice_script(3, [("u1", "mem_u1"), ("cn100_u2", "mem_cn100_u2")], NOW)
+    script = decay.slice_script(3, [("u1", "mem_u1"), ("cn100_u2", "mem_cn100_u2")], NOW)
     assert not re.search(r":(now|day_ago|stamp|week_ago)\b", script)  # every parameter inlined
     assert script.startswith("BEGIN IMMEDIATE;") and script.endswith("COMMIT;")
     with pytest.raises(ValueError, match="stored time"):
-        decay_sql._literal("2025-01-01'); DROP TABLE scopes; --")
+        decay._literal("2025-01-01'); DROP TABLE scopes; --")
 
 
 # ---- a locked database -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import companion.ops.backup as backup_module
-import companion.storage.sqlite as storage_module
+import companion.storage.sqlite.store as storage_module
 from companion.core.extraction import plan_merge
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Validity
 from companion.core.rules import new_memory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from companion.storage.turnfirst import TurnFirstLock
+from companion.storage.sqlite.turnfirst import TurnFirstLock
 
 
 async def _take(lock: TurnFirstLock, name: str, order: list[str], *, first: bool = False, hold: float = 0.0) -> None:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.vectors import VectorRow, VectorStore, _Matrix, pack, top_k, unpack
+from companion.storage.sqlite.vectors import VectorRow, VectorStore, _Matrix, top_k
+from companion.storage.vectormath import pack, unpack
 from tests.fakes.embeddings import ngram_vector
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)

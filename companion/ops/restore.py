@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -221,7 +220,7 @@ async def restore(
     except StorageError as exc:
         remove_staging(db_path)
         raise RestoreError(f"restore failed, nothing changed: {exc}") from None
-    except (sqlite3.Error, OverflowError) as exc:  # not wrapped by the store: a row it could not take
+    except OverflowError as exc:  # a number the driver cannot bind, raised before the database sees the row
         remove_staging(db_path)
         raise RestoreError(f"restore failed, nothing changed: {type(exc).__name__}: {str(exc)[:200]}") from None
     except BaseException:

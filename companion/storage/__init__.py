@@ -1,6 +1,10 @@
 """Storage: the store protocols by concern (``base``, with the typed settings and change-journal records of
 ``records`` and the optional ``capabilities``), one way to open a store (``factory.open_store(url)``),
-SQLite's maintenance capability (``maintenance``) and the backends behind them (``SQLiteStore``: every
-byte that reaches the database; ``InMemoryStore``; ``postgres.store.PostgresStore``, loaded only for a
-``postgresql://`` URL). Layers above import only ``base``, ``factory`` and
+SQLite's maintenance capability (``maintenance``) and the backends behind them, one package each: ``sqlite``
+(``SQLiteStore``), ``postgres`` (``PostgresStore``, loaded only for a ``postgresql://`` URL) and
+``inmemory``. At this top level only what more than one backend uses, none of it importing a database
+driver but the turn spool (``spool``, a local SQLite file whatever the database): row codecs (``rows``),
+turn records (``turns``), cell SQL per dialect (``cellsql``), migration sets (``migration_sets``) and vector
+packing and scoring (``vectormath``). Only this package imports ``sqlite3``, ``aiosqlite`` or ``asyncpg``;
+``postgres`` imports nothing of ``sqlite``. Layers above import only ``base``, ``factory`` and
 ``maintenance``. May import ``companion.core`` only."""

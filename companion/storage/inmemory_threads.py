@@ -1,4 +1,4 @@
-"""The ``FollowUpState`` methods of ``InMemoryStore``, in dicts: the contract of ``storage/followups.py``."""
+"""The ``FollowUpState`` methods of ``InMemoryStore``, in dicts: the contract of ``storage/sqlite/followups.py``."""
 
 from __future__ import annotations
 

@@ -5,6 +5,6 @@ before it is swapped. Backup and restore work on database files through it; a st
 
 from __future__ import annotations
 
-from companion.storage.snapshot import SnapshotReader, checkpoint, make_standalone, open_snapshot
+from companion.storage.sqlite.snapshot import SnapshotReader, checkpoint, make_standalone, open_snapshot
 
 __all__ = ["SnapshotReader", "checkpoint", "make_standalone", "open_snapshot"]

@@ -107,7 +107,7 @@ MEMORY_CODECS: Mapping[str, Codec] = {
 MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_CODECS)
 SELECT_MEMORY = ", ".join(MEMORY_COLUMNS)
 INSERT_MEMORY = f"({SELECT_MEMORY}) VALUES ({', '.join('?' for _ in MEMORY_COLUMNS)})"
-# Written only by their own increments (an access, a mention: ``turn_sql``), never by a whole-row update: a
+# Written only by their own increments (an access, a mention: ``sqlite.turn``), never by a whole-row update: a
 # merge or an edit writes a row read earlier, often from a cached index that never sees the increments, and
 # would put back the counts of then (a retold memory lost every recall it had had).
 USAGE_COLUMNS = frozenset({"last_mentioned_at", "mention_count", "last_accessed_at", "access_count"})

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import sqlite3
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -108,7 +107,7 @@ async def send_to(context: Context, address: str, chain: object) -> bool:
 def cause(exc: BaseException) -> str:
     """What failed, for a log line above DEBUG: the exception's type, and the words of a file or database
     error ("file is not a database", a path). Other errors may carry what a user said, so not theirs."""
-    if isinstance(exc, OSError | sqlite3.Error | StorageError):
+    if isinstance(exc, OSError | StorageError):  # the store raises its database's errors as StorageError
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     return type(exc).__name__
 

@@ -1,5 +1,5 @@
 """Daily decay and cleanup as set-based SQL over a batch of scopes: the rules of ``core.rules`` (``decay``,
-``removal_reason``, ``decays``) written as expressions, as ``storage.decay_sql`` writes them for SQLite.
+``removal_reason``, ``decays``) written as expressions, as ``storage.sqlite.decay`` writes them for SQLite.
 ``tests/test_store_contract.py`` checks both against the Python rules row by row.
 
 Times are whole seconds (``rows.second``), so whole days and the mention window come out exactly as the

@@ -13,7 +13,7 @@ from companion.core.models import Scope
 from companion.core.usage import UsageRecord
 from companion.storage.base import UsageCell, VectorRow
 from companion.storage.postgres.rows import key, second
-from companion.storage.vectors import pack, similarities
+from companion.storage.vectormath import pack, similarities
 
 if TYPE_CHECKING:  # a run-time import would be circular: store -> extras
     from companion.storage.postgres.store import PostgresStore

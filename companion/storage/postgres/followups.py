@@ -1,5 +1,5 @@
 """The follow-up threads' table on PostgreSQL (its migration set ``followups`` is in ``schema``, as
-``storage/followups.py`` has SQLite's): dates and flags per told event, never words; a forgotten memory's row
+``storage/sqlite/followups.py`` has SQLite's): dates and flags per told event, never words; a forgotten memory's row
 goes in the forget's own transaction (``journal.record``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Dida365 kanban's own tables on PostgreSQL (their migration set ``dida`` is in ``schema``, as
-``storage/kanban.py`` has SQLite's): one link row per linked user and one card row per synced memory, opaque
+``storage/sqlite/kanban.py`` has SQLite's): one link row per linked user and one card row per synced memory, opaque
 text the kanban package encodes."""
 
 from __future__ import annotations

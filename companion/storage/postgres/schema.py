@@ -1,5 +1,5 @@
-"""PostgreSQL's schema: named, append-only migration sets per owner of tables (``migrations.Migration``'s
-pattern), tracked by name in the ``migrations`` table and run when a store opens, under an advisory lock so
+"""PostgreSQL's schema: named, append-only migration sets per owner of tables (``migration_sets``,
+as SQLite's), tracked by name in the ``migrations`` table and run when a store opens, under an advisory lock so
 two workers starting together apply each step once. Never edit a step that has shipped: add one.
 
 Made for a server database: every memory in one table keyed by its scope (``user_id``, ``chat_id``; 0 for a
@@ -19,7 +19,7 @@ from typing import TypeAlias
 from asyncpg import Record
 from asyncpg.pool import PoolConnectionProxy
 
-from companion.storage.migrations import Migration, MigrationSet
+from companion.storage.migration_sets import Migration, MigrationSet
 
 # A pooled connection: what every statement of this package runs on.
 Conn: TypeAlias = "PoolConnectionProxy[Record]"
@@ -200,7 +200,7 @@ DIDA = MigrationSet("dida", (
 ))
 
 # The conversation's small state and the last hint's time beside the pending edit (SQLite's
-# ``turn_sql.TURN_STATE``, step 0002).
+# ``sqlite/turn.py``'s ``TURN_STATE``, step 0002).
 TURN_STATE = MigrationSet("turn_state", (
     Migration("0001_conversation", """
     ALTER TABLE turn_state ADD COLUMN conversation text;
@@ -210,7 +210,7 @@ TURN_STATE = MigrationSet("turn_state", (
     Migration("0003_forgets", "ALTER TABLE turn_state ADD COLUMN forgets bigint NOT NULL DEFAULT 0"),
 ))
 
-# The follow-up threads (``followups.FollowUpTables``; SQLite's in ``storage/followups.py``).
+# The follow-up threads (``followups.FollowUpTables``; SQLite's in ``storage/sqlite/followups.py``).
 FOLLOWUPS = MigrationSet("followups", (
     Migration("0001_threads", """
     CREATE TABLE followup_threads (

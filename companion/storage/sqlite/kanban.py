@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from companion.storage.connection import Connection
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite.connection import Connection
+from companion.storage.sqlite.migrations import register
 
 DIDA = MigrationSet("dida", (
     Migration("0001_links_and_cards", """

@@ -16,9 +16,10 @@ import aiosqlite
 
 from companion.core.models import Scope
 from companion.core.timeutil import from_db, to_db
-from companion.storage.connection import Connection
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
 from companion.storage.records import FollowUpScope, Thread
+from companion.storage.sqlite.connection import Connection
+from companion.storage.sqlite.migrations import register
 
 FOLLOWUPS = MigrationSet("followups", (
     Migration("0001_threads", """

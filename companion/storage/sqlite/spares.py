@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import aiosqlite
 
-from companion.storage.migrations import CURRENT_TABLE, CURRENT_TABLE_VERSION, Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite.migrations import CURRENT_TABLE, CURRENT_TABLE_VERSION, register
 
 SPARES = MigrationSet("spares", (
     # AUTOINCREMENT: an id handed out is never reused, so a new spare never takes a used table's name.

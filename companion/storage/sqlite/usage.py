@@ -20,11 +20,12 @@ from companion.core.errors import StorageError
 from companion.core.timeutil import from_db, to_db
 from companion.core.usage import UsageRecord
 from companion.storage.base import UsageCell
-from companion.storage.connection import storage_error
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite.connection import storage_error
+from companion.storage.sqlite.migrations import register
 
-if TYPE_CHECKING:  # a run-time import would be circular: sqlite -> migrations -> usage
-    from companion.storage.sqlite import SQLiteStore
+if TYPE_CHECKING:  # a run-time import would be circular: store -> usage
+    from companion.storage.sqlite.store import SQLiteStore
 
 USAGE = MigrationSet("usage", (
     Migration("0001_llm_usage", """

@@ -12,8 +12,9 @@ import aiosqlite
 
 from companion.core.models import ShortItem, ShortKind
 from companion.core.timeutil import from_db, to_db
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
 from companion.storage.rows import dump_keys, load_keys
+from companion.storage.sqlite.migrations import register
 
 SHORT_TERM = MigrationSet("short_term", (
     Migration("0001_short_term", """

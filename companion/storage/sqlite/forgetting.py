@@ -18,9 +18,9 @@ import aiosqlite
 from companion.core.extraction import fingerprint
 from companion.core.models import Status
 from companion.core.timeutil import to_db
-from companion.storage import journal, shortterm, turn_sql
 from companion.storage.records import ChangeOp, forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
+from companion.storage.sqlite import journal, shortterm, turn
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ async def forget_everywhere(
         await conn.execute("DELETE FROM profiles WHERE scope_key = ?", (scope_key,))
     await conn.executemany("DELETE FROM memory_vectors WHERE scope_key = ? AND handle = ?",
                            [(scope_key, mid) for mid in wanted])
-    await conn.execute(turn_sql.COUNT_FORGET, (scope_key, scope_key))
+    await conn.execute(turn.COUNT_FORGET, (scope_key, scope_key))
     return keys
 
 

@@ -24,7 +24,6 @@ import asyncio
 import importlib
 import logging
 import sqlite3
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,34 +34,13 @@ from typing import Any
 from companion.core.models import Scope, Status
 from companion.core.timeutil import to_db
 from companion.storage.base import VectorRow, text_hash
-from companion.storage.connection import storage_error
-from companion.storage.sqlite import SQLiteStore
+from companion.storage.sqlite.connection import storage_error
+from companion.storage.sqlite.store import SQLiteStore
+from companion.storage.vectormath import pack
 
 __all__ = ["VectorRow", "VectorStore", "text_hash"]
 
 log = logging.getLogger(__name__)
-
-
-def pack(vector: Sequence[float]) -> bytes:
-    return array("f", vector).tobytes()
-
-
-def unpack(blob: bytes) -> array[float]:
-    values = array("f")
-    values.frombytes(blob)
-    return values
-
-
-def similarities(blobs: Sequence[bytes], query: Sequence[float]) -> list[float]:
-    """Dot products of stored float32 vectors (all of the query's length) with the query, as one matrix
-    product: numpy comes with pandas, and at 10,000 vectors of 1,024 dimensions a Python loop takes a
-    quarter of a second. Imported here, not at start-up: only semantic recall needs it."""
-    import numpy as np
-
-    if not blobs:
-        return []
-    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
-    return [float(x) for x in matrix @ np.asarray(query, dtype=np.float32)]
 
 
 # Written only while the memory is still active: an embedding computed outside the lock must not

@@ -9,7 +9,8 @@ sqlite-vec, where it loads, only scores the BLOBs (``vec_distance_cosine``).
 
 from __future__ import annotations
 
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
+from companion.storage.sqlite.migrations import register
 
 # One trigger statement: the version of the scope and model of the ``row`` (OLD or NEW) goes up by one.
 _BUMP = """INSERT INTO vector_versions (scope_key, model, version) VALUES ({row}.scope_key, {row}.model, 1)

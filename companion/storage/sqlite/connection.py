@@ -22,8 +22,8 @@ import aiosqlite
 from companion.core.errors import DatabaseBusyError, RefusedDataError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import decay_sql, migrations, spares
-from companion.storage.turnfirst import TurnFirstLock
+from companion.storage.sqlite import decay, migrations, spares
+from companion.storage.sqlite.turnfirst import TurnFirstLock
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Connection:
             # Deleted and overwritten text is zeroed in the file, not left in free space: forgetting reaches the disk.
             await self._conn.execute("PRAGMA secure_delete = ON")
             await self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-            await decay_sql.ensure_math(self._conn)
+            await decay.ensure_math(self._conn)
             async with self.transaction() as conn:
                 await migrations.migrate_shared(conn, to_db(utcnow()))
                 cursor = await conn.execute("SELECT key, table_version, table_id FROM scopes")
@@ -121,7 +121,7 @@ class Connection:
                     if table_id is not None:
                         self._table_ids[str(key)] = int(table_id)
                 self._spares, self._next_spare = await spares.listed(conn)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:  # callers above storage know only StorageError
             raise storage_error(exc) from exc
 
     async def close(self) -> None:

@@ -16,8 +16,8 @@ from companion.core.cells import CellColumn
 from companion.core.errors import InvalidScopeError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import from_db
-from companion.storage import migrations, spares
 from companion.storage.cellsql import finisher, select_cells
+from companion.storage.sqlite import migrations, spares
 
 
 class SnapshotReader:

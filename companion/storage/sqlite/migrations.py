@@ -1,4 +1,5 @@
-"""Named, append-only migration sets, one per owner of tables. Never edit a step that has shipped: add one.
+"""SQLite's named, append-only migration sets (``migration_sets.MigrationSet``), one per owner of tables, and
+their runner. Never edit a step that has shipped: add one.
 
 Database-wide sets (``CORE``) are tracked by name in the ``migrations`` table and run when the database
 opens. The per-scope set (``MEMORIES``) runs on one memory table at a time: when its scope is first opened
@@ -11,37 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import aiosqlite
 
+from companion.storage.migration_sets import Migration, MigrationSet
+
 log = logging.getLogger(__name__)
-
-Runner = Callable[[aiosqlite.Connection, str, str], Awaitable[None]]  # (connection, scope key, table)
-# (connection, tables): one call for many tables, for a step whose cost is per call, not per table.
-ManyRunner = Callable[[aiosqlite.Connection, Sequence[str]], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """A step: an SQL script (``{table}`` stands for a memory table's name) or a coroutine, for one table
-    at a time, or ``run_many`` for any number of tables in one call."""
-
-    name: str
-    script: str = ""
-    run: Runner | None = None
-    run_many: ManyRunner | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationSet:
-    owner: str
-    steps: tuple[Migration, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(step.name for step in self.steps)
 
 
 async def run_script(conn: aiosqlite.Connection, script: str) -> None:
@@ -372,7 +349,7 @@ MEMORIES = MigrationSet("memories", (
     Migration("0003_handles_and_lifecycle", run=_handles_and_lifecycle),
     # One schema entry per user instead of two: SQLite reads its whole schema at start-up and scans it on
     # every CREATE TABLE, so each entry per user costs every start and every new user. The index served
-    # only cleanup's duplicate check, which now finds duplicates by grouping (``decay_sql.CLEAN``).
+    # only cleanup's duplicate check, which now finds duplicates by grouping (``decay.CLEAN``).
     Migration("0004_drop_event_index", """
     DROP INDEX IF EXISTS "{table}_event"
     """),

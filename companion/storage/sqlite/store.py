@@ -6,9 +6,9 @@ ids come from the database-wide ``memory_handles`` table, so a handle names one 
 Shared tables hold the scope registry, profiles, the turns waiting for extraction and small state. Schema
 changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
 by ``upgrade_stale`` in the background, never all at start-up.
-Decay and cleanup are set-based SQL per table (``decay_sql.py``), the same rules as ``core.rules``;
+Decay and cleanup are set-based SQL per table (``decay.py``), the same rules as ``core.rules``;
 writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
-a new chat id ``chatmove.py``, a reply's one read and one write and the pending edit ``turn_sql.py``.
+a new chat id ``chatmove.py``, a reply's one read and one write and the pending edit ``turn.py``.
 """
 
 from __future__ import annotations
@@ -30,22 +30,8 @@ import aiosqlite
 from companion.core.cells import CellColumn
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.timeutil import to_db, utcnow
-from companion.storage import (  # noqa: F401 - usage and vector_schema register their migration sets
-    chatmove,
-    decay_sql,
-    forgetting,
-    journal,
-    migrations,
-    shortterm,
-    usage,
-    vector_schema,
-    writes,
-)
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
 from companion.storage.cellsql import csv_of
-from companion.storage.connection import storage_error
-from companion.storage.followups import FollowUpTables
-from companion.storage.kanban import KanbanTables
 from companion.storage.records import (
     CHAT_SETTINGS_THAT_MOVE,
     SCOPE_SETTINGS,
@@ -68,12 +54,26 @@ from companion.storage.rows import (
     row_to_profile,
     row_to_turn,
 )
-from companion.storage.snapshot import STANDALONE
-from companion.storage.turn_sql import QUEUE_TURN, TurnCalls, mention_sql, queue_params, touch_sql
-from companion.storage.usage import SQLiteUsageLog
+from companion.storage.sqlite import (  # noqa: F401 - usage and vector_schema register their migration sets
+    chatmove,
+    decay,
+    forgetting,
+    journal,
+    migrations,
+    shortterm,
+    usage,
+    vector_schema,
+    writes,
+)
+from companion.storage.sqlite.connection import storage_error
+from companion.storage.sqlite.followups import FollowUpTables
+from companion.storage.sqlite.kanban import KanbanTables
+from companion.storage.sqlite.snapshot import STANDALONE
+from companion.storage.sqlite.turn import QUEUE_TURN, TurnCalls, mention_sql, queue_params, touch_sql
+from companion.storage.sqlite.usage import SQLiteUsageLog
 
-if TYPE_CHECKING:  # a run-time import would be circular: vectors -> sqlite
-    from companion.storage.vectors import VectorStore
+if TYPE_CHECKING:  # a run-time import would be circular: vectors -> store
+    from companion.storage.sqlite.vectors import VectorStore
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -249,7 +249,7 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
     # ---- decay and cleanup -----------------------------------------------------------------------
 
     async def decay_and_clean(self, scopes: Sequence[Scope], now: datetime) -> tuple[int, int]:
-        """Slices of tables, each one short transaction sent as one script (``decay_sql.slice_script``)
+        """Slices of tables, each one short transaction sent as one script (``decay.slice_script``)
         and sized to take about ``DECAY_SLICE_S``, the lock and the event loop free between them so chats
         go on. Each slice is durable on its own and every row decays by whole days since its own anchor: a
         run cut short and run again redoes nothing and misses nothing."""
@@ -257,19 +257,19 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
         size = 1
         number = 0
         async with self._lock:
-            await self._script(decay_sql.START)
+            await self._script(decay.START)
         while todo:
             part = [todo.popleft() for _ in range(min(size, len(todo)))]
             for scope in part:
                 await self.ensure_scope(scope, now)  # an old table is upgraded first (a no-op when current)
             started = time.perf_counter()
             async with self._lock:
-                await self._script(decay_sql.slice_script(number, [(s.key, self.memory_table(s)) for s in part], now))
+                await self._script(decay.slice_script(number, [(s.key, self.memory_table(s)) for s in part], now))
             took = time.perf_counter() - started
             number += 1
             size = max(1, min(MAX_DECAY_SLICE, int(len(part) * DECAY_SLICE_S / max(took, 1e-4))))
             await asyncio.sleep(0)
-        rows = await self._select(decay_sql.TOTALS)
+        rows = await self._select(decay.TOTALS)
         return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
     # ---- typed settings and the change journal ---------------------------------------------------
@@ -444,7 +444,7 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
     # ---- capabilities ----------------------------------------------------------------------------
 
     async def open_vectors(self) -> VectorStore:
-        from companion.storage.vectors import VectorStore  # vectors imports this module
+        from companion.storage.sqlite.vectors import VectorStore  # vectors imports this module
 
         return await VectorStore.open(self)
 

@@ -12,10 +12,11 @@ from datetime import datetime
 
 from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import from_db, to_db
-from companion.storage import journal, migrations, shortterm
-from companion.storage.connection import Connection
-from companion.storage.migrations import Migration, MigrationSet, register
+from companion.storage.migration_sets import Migration, MigrationSet
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
+from companion.storage.sqlite import journal, migrations, shortterm
+from companion.storage.sqlite.connection import Connection
+from companion.storage.sqlite.migrations import register
 from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
 
 TURN_STATE = MigrationSet("turn_state", (

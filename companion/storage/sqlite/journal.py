@@ -1,6 +1,6 @@
 """SQLite statements of the change journal (``memory_changes``) and of typed settings (``settings``), the
 journal's inside the caller's transaction: every memory write in ``sqlite.py``, ``forgetting.py``,
-``decay_sql.py`` and ``chatmove.py`` records its entries here before it commits, so a change and its entry
+``decay.py`` and ``chatmove.py`` records its entries here before it commits, so a change and its entry
 are kept or lost together. ``SQLiteStore`` decides what is written and when."""
 
 from __future__ import annotations
