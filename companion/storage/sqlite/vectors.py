@@ -83,7 +83,9 @@ def top_k(matrix: _Matrix, query: Sequence[float], k: int) -> list[tuple[int, fl
     count = len(matrix.handles)
     if count == 0 or k <= 0:
         return []
-    scores = matrix.vectors @ np.asarray(query, dtype=np.float32)
+    # einsum, not ``@``: a matrix-vector product goes to OpenBLAS, whose threads spin on every core after it
+    # (2.4 ms of CPU at 10,000 x 384 on 2 cores, 0.9 ms this way, on the thread that asked).
+    scores = np.einsum("ij,j->i", matrix.vectors, np.asarray(query, dtype=np.float32))
     if k < count:
         threshold = scores[np.argpartition(-scores, k - 1)[:k]].min()
         chosen = np.flatnonzero(scores >= threshold)
