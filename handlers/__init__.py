@@ -25,7 +25,6 @@ from handlers import (
 )
 from handlers.cleaning import KnownUpdates, SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
-from handlers.dispatch import tune_routing
 from handlers.order import PerUserOrder
 from handlers.session import POLL_PACE_SECONDS, JsonSession, PacedPolling
 
@@ -40,7 +39,6 @@ def build_router() -> Router:
                          dida.build(),
                          memory_list.build(), forgetting.build(), reviews.build(), user_commands.build(), chat.build(),
                          errors.build())
-    tune_routing(root)
     return root
 
 
