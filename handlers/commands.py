@@ -1,4 +1,5 @@
-"""/start_aiGF, /stop_aiGF and /help, and how every router registers a row of the command table."""
+"""/start_aiGF, /stop_aiGF and /help, how every router registers a row of the command table, and the gate of a
+router that answers only commands."""
 
 from __future__ import annotations
 
