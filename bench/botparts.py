@@ -30,6 +30,7 @@ from companion.llm.client import LLMClient, Message
 from companion.ops.assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from handlers import build_router
+from handlers.order import NoState, UserOrder
 
 HISTORY_TURNS = (0, 5, 10)  # the bot sends up to HISTORY_TURNS=10 past exchanges with every reply call
 
@@ -92,7 +93,7 @@ class _Held:
 
 async def _dispatch_ms(bot: Bot, samples: int) -> float:
     """aiogram's dispatch of a private text through the bot's routers and middlewares to ``on_text``."""
-    dispatcher = Dispatcher(chat=_Active(), buffer=_Held())
+    dispatcher = Dispatcher(chat=_Active(), buffer=_Held(), storage=NoState(), events_isolation=UserOrder())
     dispatcher.include_router(build_router())
     updates = iter(Update.model_validate(
         {"update_id": n, "message": {"message_id": n, "date": 1_700_000_000, "text": TURNS[n % len(TURNS)],

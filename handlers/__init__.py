@@ -25,14 +25,12 @@ from handlers import (
 )
 from handlers.cleaning import KnownUpdates, SendableText
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
-from handlers.dispatch import tune_routing
-from handlers.order import PerUserOrder
+from handlers.order import NoState, UserOrder
 from handlers.session import POLL_PACE_SECONDS, JsonSession, PacedPolling
 
 
 def build_router() -> Router:
     root = Router(name="root")
-    root.message.outer_middleware(PerUserOrder())
     root.message.outer_middleware(SendableText())
     # Private talk first (most updates; it can be neither a command nor a group's message), then the groups:
     # group commands and addressed messages; private chats fall through to the rest.
@@ -40,7 +38,6 @@ def build_router() -> Router:
                          dida.build(),
                          memory_list.build(), forgetting.build(), reviews.build(), user_commands.build(), chat.build(),
                          errors.build())
-    tune_routing(root)
     return root
 
 
@@ -59,10 +56,10 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
                      admin: AdminService | None = None) -> Dispatcher:
     """The dispatcher with every router and what the handlers take by name. Without ``admin`` the
     operators' commands have no service to call (tests that do not exercise them)."""
-    # No handler keeps aiogram FSM state (conversation state lives in the session and the store), so its
-    # middleware, a storage lookup per update, is left out.
+    # aiogram's FSM middleware runs for its events isolation alone: one user's updates in a chat in the order
+    # sent (handlers/order.py); no handler keeps FSM state.
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            groups=groups, rooms=Rooms(), disable_fsm=True)
+                            groups=groups, rooms=Rooms(), storage=NoState(), events_isolation=UserOrder())
     if admin is not None:
         dispatcher["admin"] = admin
     if settings.webapp_url:  # the memory board: /board and the button on /memories open it

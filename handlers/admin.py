@@ -19,7 +19,7 @@ from companion.config.settings import Settings
 from companion.core.errors import ChartUnavailableError, MemoryNotFoundError, NotYourMemoryError
 from companion.ops import admin_texts as texts
 from companion.ops.admin import AdminService, usage_chart
-from handlers.commands import as_menu, bot_commands, command
+from handlers.commands import as_menu, bot_commands, command, commands_router
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ async def mem_user(message: Message, command: CommandObject, settings: Settings,
 
 
 def build() -> Router:
-    router = Router(name="admin")
+    router = commands_router("admin")
     for name, handler in (("mem_add", mem_add), ("mem_del", mem_del), ("mem_edit", mem_edit),
                           ("mem_export", mem_export), ("mem_stats", mem_stats), ("mem_user", mem_user)):
         router.message.register(handler, command(Place.OPERATOR, name))

@@ -36,7 +36,8 @@ from companion.config.settings import Settings
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
-from handlers.commands import command
+from handlers.commands import command, commands_router
+from handlers.filters import IN_PRIVATE
 from handlers.forgetting import forget_here
 from handlers.serving import guarded_runner
 
@@ -311,8 +312,8 @@ async def open_group_board(message: Message, command: CommandObject, board_url: 
 def build() -> Router:
     """Before the groups' and the private commands' routers: ``/board`` in a group, and the deep link's
     ``/start``, are the board's."""
-    router = Router(name="board")
-    router.message.register(open_group_board, F.chat.type == "private",
+    router = commands_router("board")
+    router.message.register(open_group_board, IN_PRIVATE,
                             CommandStart(deep_link=True, magic=F.args.regexp(rf"^{GROUP_START}-\d+$")))
     router.message.register(open_board, command((Place.PRIVATE, Place.GROUP), "board"))
     return router

@@ -16,6 +16,7 @@ from companion.core.errors import CompanionError
 from companion.core.models import Scope
 from handlers import keyboards
 from handlers.delivery import deliver, kept_if_abandoned, switch_off_blocked, typing
+from handlers.filters import CAPTION, IN_PRIVATE, PREFIX, TEXT, Inline
 from handlers.group_private import titled, to_private
 from handlers.scope import scope_of
 
@@ -87,9 +88,9 @@ async def on_other(message: Message) -> None:
 
 def conversation(message: Message) -> bool:
     """A text or caption no command can take: aiogram's ``Command`` splits the text on whitespace and reads
-    the first character as the prefix, and every command here has the prefix "/"."""
+    the first character as the prefix, and every command here has the prefix ``PREFIX``."""
     said = message.text or message.caption
-    return said is not None and said != "" and said.lstrip()[:1] != "/"
+    return said is not None and said != "" and said.lstrip()[:1] != PREFIX
 
 
 def build_conversation() -> Router:
@@ -97,8 +98,8 @@ def build_conversation() -> Router:
     routers could take it (``tests/test_handlers.py`` holds every one of their filters to that), so it skips
     their checks."""
     router = Router(name="conversation")
-    router.message.filter(F.chat.type == "private")
-    router.message.register(on_text, conversation)
+    router.message.filter(IN_PRIVATE)
+    router.message.register(on_text, Inline(conversation))
     return router
 
 
@@ -106,9 +107,9 @@ def build() -> Router:
     """The last private router: talk the conversation router did not take (a text with a leading space
     before its "/"), unknown commands, and everything that is not text."""
     router = Router(name="chat")
-    router.message.filter(F.chat.type == "private")
-    router.message.register(on_text, F.text & ~F.text.startswith("/"))
-    router.message.register(on_text, F.caption & ~F.caption.startswith("/"))
-    router.message.register(on_unknown_command, F.text.startswith("/"))
+    router.message.filter(IN_PRIVATE)
+    router.message.register(on_text, TEXT)
+    router.message.register(on_text, CAPTION)
+    router.message.register(on_unknown_command, Inline(F.text.startswith(PREFIX)))
     router.message.register(on_other)
     return router

@@ -1,8 +1,9 @@
-"""/start_aiGF, /stop_aiGF and /help, and how every router registers a row of the command table."""
+"""/start_aiGF, /stop_aiGF and /help, how every router registers a row of the command table, and the gate of a
+router that answers only commands."""
 
 from __future__ import annotations
 
-from aiogram import F, Router
+from aiogram import Router
 from aiogram.filters import Command
 from aiogram.types import BotCommand, Message
 
@@ -10,6 +11,7 @@ from companion.chat import texts
 from companion.chat.buffer import Buffering
 from companion.chat.commands import Place, menu, row
 from companion.chat.pipeline import ChatService
+from handlers.filters import IN_PRIVATE, PREFIX
 from handlers.scope import scope_of
 
 
@@ -28,7 +30,29 @@ def command(place: Place | tuple[Place, ...], *names: str) -> Command:
     is in the menus and help the table drives."""
     places = place if isinstance(place, tuple) else (place,)
     found = [row(at, name) for at in places for name in names]
-    return Command(*names, ignore_case=any(r.ignore_case for r in found))
+    return Command(*names, prefix=PREFIX, ignore_case=any(r.ignore_case for r in found))
+
+
+def could_be_command(message: Message) -> bool:
+    """What a ``Command`` asks first: its text (or caption) starts, after leading whitespace, with the prefix.
+    ``Command`` splits the text and raises and catches an exception to refuse one; a plain text would meet
+    twenty of them."""
+    said = message.text or message.caption
+    return said is not None and said.lstrip()[:1] == PREFIX
+
+
+async def may_be_command(message: Message, /) -> bool:
+    # A coroutine, so aiogram awaits it on the event loop (handlers.filters).
+    return could_be_command(message)
+
+
+def commands_router(name: str) -> Router:
+    """A router whose every message handler needs a command: a message that cannot be one skips it at its
+    first filter. A router that also takes other messages must not be made here: the gate would hide them
+    (``tests/test_filters.py`` holds every router to that)."""
+    router = Router(name=name)
+    router.message.filter(may_be_command)
+    return router
 
 
 async def respond(message: Message, text: str) -> None:
@@ -59,9 +83,9 @@ async def show_help(message: Message) -> None:
 
 def build() -> Router:
     """A fresh router each call: aiogram attaches a router to one dispatcher only."""
-    router = Router(name="commands")
+    router = commands_router("commands")
     # Private chats only: groups answer these commands in handlers/groups.py, whose router comes first.
-    router.message.filter(F.chat.type == "private")
+    router.message.filter(IN_PRIVATE)
     router.message.register(start_companion, command(Place.PRIVATE, "start_aiGF"))
     router.message.register(stop_companion, command(Place.PRIVATE, "stop_aiGF"))
     router.message.register(show_help, command(Place.PRIVATE, "help"))

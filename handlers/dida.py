@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from aiogram import Bot, Dispatcher, F, Router
+from aiogram import Bot, Dispatcher, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import CommandObject
 from aiogram.types import LinkPreviewOptions, Message
@@ -19,7 +19,8 @@ from companion.kanban.assembly import Kanban, open_kanban
 from companion.kanban.service import KanbanService
 from companion.kanban.sync import Outbox
 from companion.storage.base import MemoryStore
-from handlers.commands import command
+from handlers.commands import command, commands_router
+from handlers.filters import IN_PRIVATE
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ async def dida_unlink(message: Message, command: CommandObject, kanban: KanbanSe
 
 
 def build() -> Router:
-    router = Router(name="dida")
-    router.message.filter(F.chat.type == "private")
+    router = commands_router("dida")
+    router.message.filter(IN_PRIVATE)
     router.message.register(dida_link, command(Place.PRIVATE, "dida_link"))
     router.message.register(dida_code, command(Place.PRIVATE, "dida_code"))
     router.message.register(dida_status, command(Place.PRIVATE, "dida_status"))

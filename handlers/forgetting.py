@@ -19,7 +19,7 @@ from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, Scope
 from companion.core.timeutil import utcnow
 from handlers import keyboards
-from handlers.commands import command
+from handlers.commands import command, commands_router
 from handlers.delivery import deliver, edit_shown
 from handlers.keyboards import ForgetAction, ForgetCB, GroupForgetCB, GroupReviewCB, ReviewCB
 from handlers.scope import refuse, scope_of, scope_of_callback
@@ -92,7 +92,7 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
 
 
 def build() -> Router:
-    router = Router(name="forgetting")
+    router = commands_router("forgetting")
     router.message.register(forget_command, command(Place.PRIVATE, "forget"))
     router.callback_query.register(on_forget, ForgetCB.filter())
     router.callback_query.register(on_forget, GroupForgetCB.filter())

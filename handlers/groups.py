@@ -33,7 +33,8 @@ from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
 from handlers.chat import answer_turn
-from handlers.commands import as_menu, bot_commands, command, start_companion, stop_companion
+from handlers.commands import as_menu, bot_commands, command, commands_router, start_companion, stop_companion
+from handlers.filters import CAPTION, TEXT, Inline
 from handlers.group_private import forget_in_group, memories_in_group, why_in_group
 from handlers.scope import scope_of
 from memory import MemoryEngine
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 GROUP_TYPES = frozenset({"group", "supergroup"})
 ADMIN_STATUSES = frozenset({"creator", "administrator"})
-IN_GROUP = F.chat.type.in_(GROUP_TYPES)
+IN_GROUP = Inline(F.chat.type.in_(GROUP_TYPES))
 ON_WORDS = frozenset({"on", "开", "打开", "1", "yes"})
 OFF_WORDS = frozenset({"off", "关", "关闭", "0", "no"})
 
@@ -290,17 +291,17 @@ def build() -> Router:
     in_group.message.register(help_in_group, command(Place.GROUP, "help", "start"))
     in_group.message.register(group_memory, command(Place.GROUP_ADMIN, "group_memory"))
     in_group.message.register(forget_group, command(Place.GROUP_ADMIN, "forget_group"))
-    in_group.message.register(on_migration, F.migrate_to_chat_id | F.migrate_from_chat_id)
-    in_group.message.register(not_a_person, F.sender_chat)
+    in_group.message.register(on_migration, Inline(F.migrate_to_chat_id | F.migrate_from_chat_id))
+    in_group.message.register(not_a_person, Inline(F.sender_chat))
     in_group.message.register(share_private, command(Place.GROUP, "share_private"))
     in_group.message.register(start_companion, command(Place.GROUP, "start_aiGF"))
     in_group.message.register(stop_companion, command(Place.GROUP, "stop_aiGF"))
     in_group.message.register(memories_in_group, command(Place.GROUP, "memories"))
     in_group.message.register(forget_in_group, command(Place.GROUP, "forget"))
     in_group.message.register(why_in_group, command(Place.GROUP, "why"))
-    in_group.message.register(on_group_text, F.text & ~F.text.startswith("/"))
-    in_group.message.register(on_group_text, F.caption & ~F.caption.startswith("/"))
-    private = Router(name="groups_private")
+    in_group.message.register(on_group_text, TEXT)
+    in_group.message.register(on_group_text, CAPTION)
+    private = commands_router("groups_private")
     private.message.register(share_private, command(Place.PRIVATE, "share_private"))
     router.include_routers(in_group, private)
     router.callback_query.register(on_forget_group, ForgetGroupCB.filter())

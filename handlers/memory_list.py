@@ -20,7 +20,7 @@ from companion.core.tiers import Action
 from companion.core.timeutil import utcnow
 from handlers import keyboards
 from handlers.board import with_board_button
-from handlers.commands import command
+from handlers.commands import command, commands_router
 from handlers.delivery import deliver, edit_shown
 from handlers.forgetting import forget_here
 from handlers.keyboards import ALERT_CHARS, QUERY_CHARS, MemoryAction, MemoryCB, PageCB, UndoCB
@@ -123,7 +123,7 @@ async def on_undo(query: CallbackQuery, callback_data: UndoCB, engine: MemoryEng
 
 
 def build() -> Router:
-    router = Router(name="memory_list")
+    router = commands_router("memory_list")
     router.message.register(list_memories, command(Place.PRIVATE, "memories"))
     router.callback_query.register(on_memory_button, MemoryCB.filter())
     router.callback_query.register(on_undo, UndoCB.filter())

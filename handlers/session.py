@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import cast
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -37,19 +37,17 @@ class JsonSession(AiohttpSession):
         self, bot: Bot, method: TelegramMethod[TelegramType], timeout: int | None = None
     ) -> TelegramType:
         files: dict[str, InputFile] = {}
-        fields: dict[str, Any] = {}
-        for key, value in method.model_dump(warnings=False).items():
-            # Nested objects stay objects (``_dumps_json=False``): the body is one JSON document, not fields
-            # each holding JSON text. What a form would leave out (None, "") is left out here too.
-            prepared = self.prepare_value(value, bot=bot, files=files, _dumps_json=False)
-            if prepared is not None and prepared != "":
-                fields[key] = prepared
+        # What a form would leave out (None, "") is left out here too. aiogram prepares a dict's items as
+        # objects and dumps the dict once: the body is one JSON document, not fields each holding JSON text.
+        fields = {key: value for key, value in method.model_dump(warnings=False).items()
+                  if value is not None and value != ""}
+        body: str = self.prepare_value(fields, bot=bot, files=files)
         if files:
             return await super().make_request(bot, method, timeout)
         session = await self.create_session()
         url = self.api.api_url(token=bot.token, method=method.__api_method__)
         try:
-            async with session.post(url, data=self.json_dumps(fields), headers=JSON_HEADERS,
+            async with session.post(url, data=body, headers=JSON_HEADERS,
                                     timeout=ClientTimeout(total=self.timeout if timeout is None else timeout)) as resp:
                 raw_result = await resp.text()
         except TimeoutError as e:

@@ -18,7 +18,7 @@ from companion.core.models import Memory, Scope
 from companion.core.timeutil import utcnow
 from companion.ops.reviews import set_weekly
 from handlers import keyboards
-from handlers.commands import command
+from handlers.commands import command, commands_router
 from handlers.keyboards import QUERY_CHARS, FollowUpCB, StartAction, StartCB
 from handlers.scope import scope_of, scope_of_callback
 from memory import MemoryEngine
@@ -113,7 +113,7 @@ async def on_start_button(query: CallbackQuery, chat: ChatService) -> None:
 
 
 def build() -> Router:
-    router = Router(name="user_commands")
+    router = commands_router("user_commands")
     router.message.register(why_command, command(Place.PRIVATE, "why"))
     router.message.register(stats_command, command(Place.PRIVATE, "stats"))
     router.message.register(reset_command, command(Place.PRIVATE, "reset"))

@@ -185,20 +185,6 @@ async def test_a_send_that_keeps_failing_is_caught_and_the_bot_keeps_working(liv
     assert await live.say("/help", 2) == texts.HELP
 
 
-def test_every_filter_runs_on_the_event_loop() -> None:
-    """aiogram sends each synchronous filter (every ``F.…``) to a thread per check; build_router makes them
-    coroutines (handlers.dispatch), and the routing tests above show they still route the same."""
-    root = build_router()
-    checked = 0
-    for router in root.chain_tail:
-        for observer in router.observers.values():
-            for handler in [observer._handler, *observer.handlers]:
-                for filter_ in handler.filters or ():
-                    assert filter_.awaitable, f"{router.name}.{observer.event_name}: {filter_.callback!r}"
-                    checked += 1
-    assert checked > 20
-
-
 SPACES = st.text(alphabet=" \t\n\u3000\u00a0\u2003", max_size=3)
 
 
@@ -207,32 +193,6 @@ def built_router() -> Router:
     """The bot's routers, built once for the property tests below: they read its filters and never attach it
     to a dispatcher, and each build costs ~25 ms, a few hundred times per test."""
     return build_router()
-
-
-@settings(max_examples=300, deadline=None)
-@given(text=st.one_of(st.text(), st.builds(lambda ws, rest: f"{ws}/{rest}", SPACES, st.text())),
-       as_caption=st.booleans())
-async def test_the_command_gate_never_refuses_a_command(text: str, as_caption: bool) -> None:
-    """A command-only router is skipped for a message its ``Command`` filters would all refuse anyway: one
-    whose text (or caption) does not start, after whitespace, with a prefix (handlers.dispatch)."""
-    fields = {"caption": text, "photo": []} if as_caption else {"text": text}
-    message = Message.model_validate({"message_id": 1, "date": 0, "chat": {"id": USER, "type": "private"},
-                                      **fields})
-    gated = [observer for router in built_router().chain_tail for name, observer in router.observers.items()
-             if name == "message" and observer.handlers
-             and all(any(isinstance(f.callback, Command) for f in h.filters or ()) for h in observer.handlers)]
-    assert len(gated) >= 5
-    for observer in gated:
-        gate = (observer._handler.filters or [])[0].callback
-        if await gate(message):
-            continue
-        for handler in observer.handlers:
-            for command in (f.callback for f in handler.filters or () if isinstance(f.callback, Command)):
-                try:
-                    found = command.extract_command(text)
-                except CommandException:
-                    continue
-                assert not text or found.prefix not in command.prefix, text
 
 
 def _commands(router: Router) -> list[Command]:
