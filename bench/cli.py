@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     vectors.add_argument("--dim", type=_positive, default=1024)
     vectors.add_argument("--searches", type=_positive, default=20)
     vectors.add_argument("--seed", type=int, default=7)
+    vectors.add_argument("--encode", type=int, default=0, metavar="N",
+                         help="also time the in-process model encoding N synthetic memories")
     vectors.add_argument("--json", type=Path, help="also write the results here")
     scale = commands.add_parser("scale", help="database size, recall/write latency, decay and backup at scale")
     scale.add_argument("--users", type=_positive, default=10_000)
@@ -342,13 +344,21 @@ def run_latency_command(args: argparse.Namespace) -> int:
 
 
 def run_vector_search_command(args: argparse.Namespace) -> int:
-    from bench.vectorsearch import run_vector_search
+    from bench.vectorsearch import run_encode, run_vector_search
 
     report = asyncio.run(run_vector_search(args.sizes, args.dim, args.searches, 20, args.seed))
-    for size, scorers in report["sizes"].items():
-        for name, figures in scorers.items():
+    for size, measured in report["sizes"].items():
+        print(f"{size:>6} vectors: {measured['bytes_per_vector']} bytes on disk a vector")
+        for name, figures in measured["scorers"].items():
             print(f"{size:>6} vectors, {name}: p50 {figures['p50']:.2f} ms, p95 {figures['p95']:.2f} ms "
                   f"(CPU p50 {figures['cpu']['p50']:.2f}, p95 {figures['cpu']['p95']:.2f} ms)")
+    if args.encode > 0:
+        encoded = asyncio.run(run_encode(args.encode, args.seed))
+        report["encode"] = encoded
+        print("encoding: the in-process model is not installed here" if encoded is None else
+              f"encoding {encoded['memories']} memories ({encoded['mean_chars']} characters on average): "
+              f"{encoded['wall_ms_per_memory']} ms a memory ({encoded['cpu_ms_per_memory']} ms of CPU); "
+              f"1,000,000 memories: {encoded['hours_per_million_one_core']} hours on one core")
     print(f"load average (1 min) at the end: {report['machine']['loadavg_1m_at_end']}")
     if args.json:
         write_json(args.json, report)

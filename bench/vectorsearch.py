@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import sqlite3
 import tempfile
 import time
 from collections.abc import Sequence
@@ -45,8 +46,9 @@ async def run_vector_search(sizes: Sequence[int], dim: int, searches: int, k: in
                                           validity=Validity.PERMANENT) for i in range(start, min(size, start + BATCH))]
                     handles += await store.apply_changes(scope, NOW, inserts=drafts)
                 rows = [VectorRow(h, "x", unit_vector(rng, dim)) for h in handles]
+                before = _file_bytes(Path(tmp))
                 await scorers[0].put(scope, MODEL, rows, NOW)
-                figures: dict[str, Any] = {}
+                figures: dict[str, Any] = {"bytes_per_vector": round((_file_bytes(Path(tmp)) - before) / size)}
                 for scorer in scorers:
                     name = "numpy" if scorer.backend == "python" else f"sqlite-vec ({scorer.driver})"
                     if name in figures:
@@ -60,9 +62,42 @@ async def run_vector_search(sizes: Sequence[int], dim: int, searches: int, k: in
                         wall.append((time.perf_counter() - started) * 1000)
                         cpu.append((time.process_time() - cpu_started) * 1000)
                     figures[name] = {**latency_summary(wall), "cpu": latency_summary(cpu)}
-                out[str(size)] = figures
+                out[str(size)] = {"bytes_per_vector": figures.pop("bytes_per_vector"), "scorers": figures}
             finally:
                 for scorer in scorers:
                     await scorer.close()
                 await store.close()
     return {"dim": dim, "k": k, "sizes": out, "machine": machine()}
+
+
+def _file_bytes(folder: Path) -> int:
+    """The database file in ``folder`` once its write-ahead log is folded into it (the store is idle)."""
+    [path] = folder.rglob("memory.sqlite3")
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return path.stat().st_size
+
+
+async def run_encode(count: int, seed: int) -> dict[str, Any] | None:
+    """The in-process model (multilingual-e5-small) encoding ``count`` synthetic Chinese memories as a write
+    does, in batches of the writer's size: milliseconds per memory (wall and CPU) and the hours 1,000,000
+    would take on one core. None where the model's wheel is not installed."""
+    from bench import synth
+    from companion.llm.embeddings import E5Embedder
+
+    if not E5Embedder.installed():
+        return None
+    embedder = E5Embedder()
+    await embedder.load()
+    texts = [draft.event for draft in synth.memories(random.Random(seed), count, NOW)]
+    cpu, started = time.process_time(), time.perf_counter()
+    await embedder.embed(texts)
+    wall_ms = (time.perf_counter() - started) * 1000 / count
+    cpu_ms = (time.process_time() - cpu) * 1000 / count
+    await embedder.close()
+    return {"memories": count, "mean_chars": round(sum(map(len, texts)) / count, 1), "wall_ms_per_memory":
+            round(wall_ms, 2), "cpu_ms_per_memory": round(cpu_ms, 2),
+            "hours_per_million_one_core": round(cpu_ms * 1_000_000 / 3_600_000, 2)}

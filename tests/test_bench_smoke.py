@@ -215,10 +215,16 @@ def test_recall_latency_command_runs_tiny(tmp_path: Path, capsys: pytest.Capture
 
 def test_vector_search_command_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "vectors.json"
-    assert cli.main(["vector-search", "--sizes", "3,30", "--dim", "8", "--searches", "3", "--json", str(out)]) == 0
+    assert cli.main(["vector-search", "--sizes", "3,300", "--dim", "8", "--searches", "3", "--encode", "4",
+                     "--json", str(out)]) == 0
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert set(report["sizes"]) == {"3", "30"} and report["sizes"]["30"]["numpy"]["n"] == 3
-    assert "30 vectors, numpy" in capsys.readouterr().out
+    assert set(report["sizes"]) == {"3", "300"} and report["sizes"]["300"]["scorers"]["numpy"]["n"] == 3
+    assert report["sizes"]["300"]["bytes_per_vector"] >= 8 * 4  # eight float32 and the row around them
+    shown = capsys.readouterr().out
+    assert "300 vectors, numpy" in shown
+    if report["encode"] is not None:  # the in-process model where its wheel installs
+        assert report["encode"]["memories"] == 4 and report["encode"]["cpu_ms_per_memory"] > 0
+        assert "hours on one core" in shown
 
 
 def test_dida_bench_counts_requests_and_projects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
