@@ -16,6 +16,8 @@ FAST := not process and not astrbot and not packaging and not postgresql and not
 # pytest keeps its assertion-rewritten test modules as bytecode beside them unless PYTHONDONTWRITEBYTECODE is set,
 # as it is in some shells and CI images: each worker would then rewrite every test module again (~3 s of CPU).
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+# The bot too: the virtualenv is installed without bytecode (below), written as modules are first imported.
+RUN := PYTHONDONTWRITEBYTECODE= $(PY)
 
 # requirements.txt is everything the bot runs with (the wheel's dependencies and all its extras);
 # requirements-dev.txt adds the test, lint and type tools.
@@ -52,13 +54,13 @@ $(VENV)/.dev: $(RUNTIME) requirements-dev.txt
 	touch $(VENV)/.runtime $@
 
 run: $(VENV)/.runtime
-	$(PY) bot.py
+	$(RUN) bot.py
 
 console: $(VENV)/.runtime
-	$(PY) bot.py console
+	$(RUN) bot.py console
 
 backup: $(VENV)/.runtime
-	$(PY) bot.py backup
+	$(RUN) bot.py backup
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .

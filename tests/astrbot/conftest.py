@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -25,6 +26,7 @@ from companion.hosts.astrbot.build import NAME, build
 from tests.astrbot.model import script
 from tests.astrbot.venvs import Venv, newest, pinned, python_of
 from tests.fakes import FakeLLM
+from tests.process import without_bytecode_ban
 
 HARNESS = Path(__file__).with_name("harness.py")
 REPLY_TIMEOUT = 90
@@ -129,6 +131,7 @@ async def start_astrbot(python: Path, root: Path, llm: FakeLLM, *, plugin: bool 
     process = await asyncio.create_subprocess_exec(
         str(python), str(HARNESS), str(root), f"{llm.base_url}/v1", *flags,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=root, limit=2**22,
+        env=without_bytecode_ban(os.environ),
     )
     log.close()
     assert process.stdout is not None
