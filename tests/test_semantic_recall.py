@@ -18,6 +18,7 @@ from companion.config.settings import Settings
 from companion.core.errors import ConfigError
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.engine.retrievers import DenseRetriever, document
+from companion.engine.writer import BACKLOG_PER_WRITE
 from companion.llm.embeddings import EmbeddingError
 from companion.ops import commands
 from companion.ops.assembly import open_engine
@@ -335,3 +336,15 @@ async def test_a_store_without_vectors_keeps_keyword_recall(
         assert await recalled_events(engine, "我的小狗呢") != []
     finally:
         await engine.close()
+
+
+async def test_a_save_encodes_what_it_wrote_and_a_small_backlog_reindex_the_rest(setup: Setup) -> None:
+    """A database written before semantic recall: the next save waits for its own memory and at most
+    BACKLOG_PER_WRITE old ones, never for the whole scope (reindex encodes the rest)."""
+    old = [MemoryDraft(f"以前记下的第{n}件事", [f"事{n}"], 60) for n in range(20)]
+    await setup.engine.remember(ME, old, NOW, embed=False)
+    [new] = await setup.engine.remember(ME, [dog()], NOW + timedelta(minutes=1))
+    encoded = await setup.dense.vectors.hashes(ME, setup.dense.model)
+    assert new in encoded and len(encoded) == 1 + BACKLOG_PER_WRITE
+    assert await setup.dense.reindex() == 20 - BACKLOG_PER_WRITE
+    assert len(await setup.dense.vectors.hashes(ME, setup.dense.model)) == 21

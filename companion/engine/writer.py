@@ -37,6 +37,9 @@ from companion.storage.base import EVERY_STATUS, MemoryStore
 
 log = logging.getLogger(__name__)
 
+# Older memories without a vector that a waited-for write encodes beside its own (one batch of the model).
+BACKLOG_PER_WRITE = 8
+
 MAX_TERMS = 64
 
 
@@ -97,9 +100,10 @@ class MemoryWriter:
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        touched = [*ids, *(m.id for m in plan.updates)]
         if embed:
-            await self.embed(scope, now)
-        return Written([*ids, *(m.id for m in plan.updates)], earlier)
+            await self.embed(scope, now, written=len(touched))
+        return Written(touched, earlier)
 
     async def absorb(
         self, scope: Scope, turns: Sequence[Turn], drafts: Sequence[MemoryDraft], now: datetime,
@@ -145,10 +149,14 @@ class MemoryWriter:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
         return plan
 
-    async def embed(self, scope: Scope, now: datetime) -> None:
-        # After the lock: an embedding call never holds up the scope's other writes.
+    async def embed(self, scope: Scope, now: datetime, *, written: int | None = None) -> None:
+        """Encode what the write left without a vector: after the lock, so an embedding call never holds up
+        the scope's other writes. ``written``: a write someone waits for (a save, an edit, an undo) encodes
+        what it wrote and at most ``BACKLOG_PER_WRITE`` older memories; a background write (extraction),
+        the policy's whole batch. A database from before semantic recall is ``reindex``'s work: a first save
+        used to wait for 100-256 old memories to be encoded (1.4 s p50 at 100, BENCHMARKS.md)."""
         if self._dense is not None:
-            await self._dense.sync(scope, now)
+            await self._dense.sync(scope, now, limit=None if written is None else written + BACKLOG_PER_WRITE)
 
     async def _plan(self, scope: Scope, drafts: Sequence[MemoryDraft], now: datetime) -> tuple[MergePlan, int]:
         """Dedup each draft against only the rows that could match it (same event text or two shared
@@ -216,7 +224,7 @@ class MemoryWriter:
             self._cache.remove(scope, handle)
             await self._cache.add(scope, [handle])
         self._profiles.invalidate(scope)
-        await self.embed(scope, now)
+        await self.embed(scope, now, written=1)
         return restored
 
     async def _enforce_capacity(self, scope: Scope, at_most: int, now: datetime) -> int:
@@ -245,7 +253,7 @@ class MemoryWriter:
             if memory.is_active:
                 await self._cache.add(scope, [memory.id])
         self._profiles.invalidate(scope)
-        await self.embed(scope, memory.updated_at)  # an edit changes what the vector must say
+        await self.embed(scope, memory.updated_at, written=1)  # an edit changes what the vector must say
         return memory
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None, reason: str) -> Forgetting:
