@@ -127,6 +127,7 @@ async def _run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[s
                           "big_user": config.big_user, "tables": report["build"]["tables"]}
         report["rss_mb_imports"] = _load_bot_modules()
         report["startup"], store, engine = await _startup(settings)
+        report["semantic"] = engine.dense.model if engine.dense is not None else None
         try:
             await _measure(engine, store, settings, config, root, report)
         finally:
@@ -160,7 +161,9 @@ def _build_in_child(root: Path, config: ScaleConfig) -> dict[str, Any]:
 
 
 async def _build_db(root: Path, config: ScaleConfig) -> dict[str, Any]:
-    settings = _settings(root, config)
+    # Loaded as keywords only, as a database written before semantic recall (``reindex`` encodes it): with the
+    # in-process model, a million memories would take hours to encode. The measured process uses the default.
+    settings = _settings(root, config).model_copy(update={"embeddings": "off"})
     store = await open_store(settings.database)
     try:
         engine = await engine_on(store, settings, KeywordExtractor())
@@ -490,6 +493,6 @@ def format_scale(report: dict[str, Any]) -> str:
             ", streamed from the store" if backup["plain"] is None else f"; snapshot alone {backup['snapshot_s']} s"
             f" + csv module alone {backup['plain']['seconds']} s (ratio {backup['plain_ratio']})"),
         f"peak memory: {report['rss_mb_peak']} MB (the bot's modules loaded: {report['rss_mb_imports']} MB; "
-        f"loader process {build['rss_mb_loader']} MB)",
+        f"loader process {build['rss_mb_loader']} MB; semantic recall: {report.get('semantic') or 'off'})",
     ]
     return "\n".join(lines)
