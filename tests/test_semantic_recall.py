@@ -19,8 +19,8 @@ from companion.core.errors import ConfigError
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.engine.retrievers import DenseRetriever, document
 from companion.llm.embeddings import EmbeddingError
-from companion.ops import commands
-from companion.ops.assembly import open_engine
+from companion.ops import operator_commands as commands
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine
