@@ -1,5 +1,5 @@
 """The engine assembled from settings: the store, the engine on it and the LLM client, opened and closed
-together; the bot (``bot.py``) and the operator commands (``commands``) share it. The one place the bot's
+together; the bot (``bot.py``) and the operator commands (``operator_commands``) share it. The one place the bot's
 ``Settings`` become the engine's parts (``engine_config``, ``build_embedder``): the engine itself knows
 no settings."""
 
