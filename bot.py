@@ -127,8 +127,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     from companion.chat.stopping import wind_down
     from companion.config.runtime import settle_heap
     from companion.ops.backup.staging import remove_staging
-    from companion.ops.jobs import proactive as reviews
-    from companion.ops.jobs import scheduled as jobs
+    from companion.ops.jobs import proactive, scheduled
     from companion.ops.jobs.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.board import start_board
@@ -144,19 +143,19 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     async with companion(settings) as (chat, parts), queue_parts(settings) as shared:
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
         leader = shared.leader if shared is not None else ALONE
-        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings, leader)
+        scheduler = scheduled.build_scheduler(parts.engine, parts.store, settings, leader)
 
         async def blocked(scope: Scope) -> None:
             await switch_off_blocked(chat, buffer, scope)
 
-        reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
-                         *proactive_senders(bot, blocked), leader=leader)
+        proactive.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
+                           *proactive_senders(bot, blocked), leader=leader)
         if settings.followups:
             followup_round = FollowUpRound(chat, settings.followup_hours)
             send_followup = followup_sender(bot, blocked)
-            reviews.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
-                                       settings.followup_check_minutes, leader)
-        jobs.schedule_spool_replay(scheduler, chat.replay_spools)
+            proactive.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
+                                         settings.followup_check_minutes, leader)
+        scheduled.schedule_spool_replay(scheduler, chat.replay_spools)
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
         kanban = None
@@ -175,13 +174,13 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
             # new supergroup's first message finds its members under the new id.
             groups = dispatcher["groups"]
-            await jobs.led(leader, "unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
+            await scheduled.led(leader, "unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
             if receiving:
                 await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
             scheduler.start()
             # Decay and a missed backup run beside polling: users are answered while they run.
-            background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings, leader)))
+            background.append(asyncio.create_task(scheduled.catch_up(parts.engine, parts.store, settings, leader)))
             # Memory tables left at an old version are upgraded in small batches, never at start-up.
             upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
             background.append(upgrading)

@@ -174,12 +174,12 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
     from companion.ops.backup import dblock
-    from companion.ops.jobs import scheduled as jobs
+    from companion.ops.jobs import scheduled
 
     require_database(settings)
     with dblock.hold(settings.db_path, "decay"):
         async with services(settings, need_llm=False) as parts:
-            report = await jobs.run_decay(parts.engine)
+            report = await scheduled.run_decay(parts.engine)
     print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
     return 0
 
