@@ -30,7 +30,7 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.kanban.client import DidaClient
 from companion.kanban.records import TokenBox
 from companion.kanban.sync import DidaConfig, KanbanSync
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine

@@ -24,7 +24,7 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
 from companion.llm.tools import Tool, ToolFactory
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store
 from handlers import build_dispatcher

@@ -11,7 +11,7 @@ from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Validity
 from companion.core.timeutil import utcnow
-from companion.ops import reviews
+from companion.ops.jobs import proactive as reviews
 from companion.storage.base import WEEKLY
 from handlers.reviews import proactive_senders
 from tests.fakes.telegram import JSONDict

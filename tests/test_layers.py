@@ -17,8 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Lower number = lower layer. Packages on the same layer may not import each other.
-LAYERS: dict[str, int] = {
+# Lower number = lower layer. Packages on the same layer may not import each other. The fractions order the
+# parts of companion/ops between the engine API and the layers above it.
+LAYERS: dict[str, float] = {
     "companion.core": 0,
     "companion.config": 1,
     "companion.storage": 1,
@@ -28,7 +29,12 @@ LAYERS: dict[str, int] = {
     "companion.engine": 2,
     "memory": 3,
     "companion.chat": 4,
-    "companion.ops": 4,
+    "companion.ops": 4,  # the composition helpers: engine_assembly, operator_commands
+    "companion.ops.preflight": 3.3,  # start-up checks; the workers raise its StartupError
+    "companion.ops.backup": 3.3,
+    "companion.ops.admin": 3.6,
+    "companion.ops.jobs": 3.6,
+    "companion.ops.workers": 3.6,
     "companion.kanban": 4,  # the Dida365 kanban: HTTP client, cards, sync rules over the engine API
     "companion.console": 5,
     "companion.hosts": 4,

@@ -12,7 +12,7 @@ import pytest
 
 from companion.chat.followups import FollowUpRound
 from companion.core.models import MemoryDraft, Scope, Validity, When
-from companion.ops import reviews
+from companion.ops.jobs import proactive as reviews
 from companion.storage.base import WEEKLY
 from handlers.delivery import switch_off_blocked
 from handlers.reviews import followup_sender, proactive_senders

@@ -17,7 +17,7 @@ import pytest
 from companion.core.cells import memory_cells
 from companion.core.errors import StorageError
 from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
-from companion.ops.csvformat import CELLS, fixed_offset
+from companion.ops.backup.csvformat import CELLS, fixed_offset
 from companion.storage.base import (
     GROUP_MEMORY,
     LAST_DECAY_AT,

@@ -17,7 +17,7 @@ from companion.chat.group import GroupTurn
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import GROUP_MEMORY, SHARE_PRIVATE, MemoryStore
 from companion.storage.sqlite import SQLiteStore

@@ -264,7 +264,7 @@ class ChatService:
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
         """The first turn of a conversation in this process raises reviews the user left unanswered for
-        days (``REVIEW_SENT``, which companion.ops.reviews writes, read with the turn)."""
+        days (``REVIEW_SENT``, which companion.ops.jobs.proactive writes, read with the turn)."""
         if session.reviews_looked:
             return None
         session.reviews_looked = True

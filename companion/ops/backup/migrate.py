@@ -27,7 +27,7 @@ from companion.core.errors import RestoreError, StorageError
 from companion.core.models import DynamicTrait, Memory, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.text import sendable
 from companion.core.usage import UsageRecord
-from companion.ops.restore import LiveTombstones, RestoreResult, Tombstone, restore
+from companion.ops.backup.restore import LiveTombstones, RestoreResult, Tombstone, restore
 from companion.storage.base import EVERY_STATUS, MIGRATING, SETTINGS, Keyed, MemoryStore, Setting, UsageLog
 from companion.storage.factory import open_store, sqlite_url
 

@@ -20,8 +20,8 @@ from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.core.week import WEEK, summarise_week
 from companion.core.week import WeekSummary as WeekSummary  # the senders' type, where it always was
-from companion.ops.jobs import led
-from companion.ops.leader import ALONE, Leader
+from companion.ops.jobs.leader import ALONE, Leader
+from companion.ops.jobs.scheduled import led
 from companion.storage.base import REVIEW_SENT, WEEKLY, WEEKLY_SENT
 from memory import MemoryEngine
 

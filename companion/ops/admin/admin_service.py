@@ -17,8 +17,8 @@ from companion.core import dates
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.timeutil import utcnow
-from companion.ops.chart import usage_png
-from companion.ops.export import export_csv_bytes
+from companion.ops.admin.chart import usage_png
+from companion.ops.admin.export import export_csv_bytes
 from companion.storage.base import MemoryStore, TurnSpools, UsageCell, UsageLog
 from memory import MemoryEngine
 
