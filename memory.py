@@ -27,7 +27,9 @@ from companion.core.models import (
     Status,
     Turn,
 )
+from companion.core.setting import LAST_DECAY_AT, LAST_EXTRACTION, Setting
 from companion.core.timeutil import utcnow
+from companion.core.turnview import TurnView
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
@@ -57,14 +59,7 @@ from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import (
-    ACTIVE_ONLY,
-    LAST_DECAY_AT,
-    LAST_EXTRACTION,
-    MemoryStore,
-    Setting,
-    TurnView,
-)
+from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store
 
 V = TypeVar("V")

@@ -9,9 +9,9 @@ import pytest
 
 from companion.chat.group import GroupSettings
 from companion.core.models import MemoryDraft, Scope, StatusReason, Switch
+from companion.core.setting import WEEKLY
 from companion.core.timeutil import utcnow
 from companion.ops.reviews import set_weekly
-from companion.storage.base import WEEKLY
 from handlers.groups import Confirm, ForgetGroupCB
 from handlers.keyboards import (
     REVIEW_UNDO,

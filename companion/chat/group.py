@@ -26,7 +26,9 @@ from typing import Protocol
 from companion.chat.persona import quote
 from companion.core.extraction import tells
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
-from companion.storage.base import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE, ScopeRegistry, SettingStore, TurnView
+from companion.core.setting import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE
+from companion.core.turnview import TurnView
+from companion.storage.base import ScopeRegistry, SettingStore
 from memory import MemoryContext, MemoryEngine
 
 ROOM_LINES = 20

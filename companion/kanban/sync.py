@@ -26,12 +26,13 @@ from companion.core.errors import (
     DidaRateLimitedError,
     DidaUnavailableError,
 )
+from companion.core.journal import SCOPE_WIDE
 from companion.core.models import Memory, Scope, Status
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.pull import ABSENT_TIME, Puller, memory_of
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
-from companion.storage.base import SCOPE_WIDE, KanbanState
+from companion.storage.base import KanbanState
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,9 @@ from datetime import date, datetime, timedelta, tzinfo
 from typing import Protocol, TypeVar
 
 from companion.core.cells import CellColumn
+from companion.core.journal import Change
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.setting import Setting
 from companion.storage.capabilities import (
     Maintenance,
     UsageCell,
@@ -32,44 +34,16 @@ from companion.storage.capabilities import (
     VectorRow,
     text_hash,
 )
-from companion.storage.records import (
-    EXACT_EXPIRY,
-    FOLLOWUP_CUES,
-    FOLLOWUP_SEQ,
-    GROUP_MEMORY,
-    HOST_ADDRESS,
-    HOST_LABEL,
-    IMPORTED,
-    JOURNAL_KEEP,
-    LAST_DECAY_AT,
-    LAST_EXTRACTION,
-    MIGRATING,
-    MOVED_TO,
-    REVIEW_SENT,
-    SCOPE_WIDE,
-    SETTINGS,
-    SHARE_PRIVATE,
-    WEEKLY,
-    WEEKLY_SENT,
-    Change,
-    ChangeOp,
-    FollowUpScope,
-    Keyed,
-    Setting,
-    SettingName,
-    Thread,
-)
-from companion.storage.turns import TurnBatch, TurnRecord, TurnView
+from companion.storage.records import JOURNAL_KEEP, FollowUpScope, Thread
+from companion.storage.turns import TurnBatch, TurnRecord
 
+# The typed settings, the journal's entries and ``TurnView`` are data the layers above share with the store:
+# they live in ``companion.core`` (``setting``, ``journal``, ``turnview``) and are imported from there.
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_CUES", "FOLLOWUP_SEQ", "GROUP_MEMORY",
-    "HOST_ADDRESS", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MIGRATING",
-    "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
-    "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
-    "ChatMoves", "FollowUpScope", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords",
-    "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems",
-    "Thread", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex",
-    "VectorRow", "text_hash",
+    "ACTIVE_ONLY", "EVERY_STATUS", "JOURNAL_KEEP", "STREAM_BATCH", "Capabilities", "ChangeJournal", "ChatMoves",
+    "FollowUpScope", "FollowUpState", "KanbanState", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore",
+    "ScopeRegistry", "SettingStore", "ShortTermItems", "Thread", "TurnBatch", "TurnQueue", "TurnRecord", "UsageCell",
+    "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -254,7 +228,7 @@ class ProfileStore(Protocol):
 
 
 class SettingStore(Protocol):
-    """Typed settings (``records.SETTINGS``), each value keyed by a scope, a chat, a user or nothing."""
+    """Typed settings (``core.setting.SETTINGS``), each value keyed by a scope, a chat, a user or nothing."""
 
     async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
         """The stored value, or None when it was never set."""
