@@ -14,7 +14,8 @@ from pathlib import Path
 
 from companion.core.errors import ConfigError, UnfinishedMigrationError
 from companion.core.setting import MIGRATING
-from companion.storage.base import MemoryStore, TurnSpools
+from companion.core.spools import TurnSpools
+from companion.storage.base import MemoryStore
 
 # Takes what follows ``scheme://``; returns an open store.
 Opener = Callable[[str], Awaitable[MemoryStore]]
