@@ -89,7 +89,7 @@ def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[B
     assert settings.telegram_bot_token is not None
     buffer = MessageBuffer(settings.quiet_seconds)
     bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
-    dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(parts.store),
+    dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(parts.engine),
                                   admin_service(settings, parts, chat.forget))
     return bot, dispatcher, buffer
 
@@ -165,7 +165,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
             settle_heap()  # what start-up built stays out of the garbage collector's way
             if receiving:  # one process polls the kanbans and serves the OAuth callback, never every worker
-                kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
+                kanban = await start_kanban(settings, chat, bot, dispatcher)  # None unless DIDA_* set
             # The memory board (WEBAPP_URL): served where updates are received, on the webhook's server or its own.
             board = await start_board(settings, bot, chat, dispatcher["rooms"]) if receiving else None
             if board is not None and not settings.webhook_url:

@@ -102,7 +102,7 @@ async def run_dida(config: DidaBenchConfig) -> dict[str, Any]:
         engine = await engine_on(store, settings, keywords)
         with fake_in_thread() as fake:
             client = DidaClient(fake.base_url, fake.base_url, per_minute=10**9)
-            sync = KanbanSync(client, store, engine, store, TokenBox(Fernet.generate_key().decode()),
+            sync = KanbanSync(client, engine.kanban, engine, engine.kanban, TokenBox(Fernet.generate_key().decode()),
                               DidaConfig(CLIENT_ID, CLIENT_SECRET, "https://x/cb", settings.tz),
                               lambda scope, ids: engine.forget(scope, ids))
             try:

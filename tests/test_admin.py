@@ -89,7 +89,7 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
         admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dp = build_dispatcher(chat, buffer, settings, GroupSettings(store), admin)
+        dp = build_dispatcher(chat, buffer, settings, GroupSettings(engine), admin)
         await bot.set_my_commands(bot_commands())
         await register_admin_commands(bot, settings.admin_ids)
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))

@@ -143,6 +143,28 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
 
 
 
+# One front door: these layers reach memory only through the engine (``memory.MemoryEngine`` and its narrow
+# ports: ``settings``, ``kanban``, ``scopes``, ``clear_turns``) and the data types of ``companion.core``; the
+# composition root (bot.py) builds the store aside. companion.ops and companion.hosts are next.
+ENGINE_ONLY = ("companion.chat", "companion.kanban", "handlers")
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) in ENGINE_ONLY],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_is_the_only_door_to_memory(path: Path) -> None:
+    found = [f"line {line}: {target}" for line, target in storage_modules_imported(path)]
+    assert not found, (f"{path.relative_to(ROOT)} imports companion.storage; ask the engine (memory.MemoryEngine) "
+                       "and import data types from companion.core:\n" + "\n".join(found))
+
+
+def test_the_door_guard_catches_even_the_seam(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from companion.storage.base import MemoryStore\nfrom companion import storage\n"
+                   "import companion.storage.factory\n", encoding="utf-8")
+    assert [t for _, t in storage_modules_imported(bad)] == ["companion.storage.base", "companion.storage",
+                                                             "companion.storage.factory"]
+
+
 # Database drivers: only companion/storage imports them, so what fails in a database reaches the layers above
 # as the project's own errors (core.errors.StorageError and its subclasses), whatever the backend.
 DRIVERS = frozenset({"sqlite3", "aiosqlite", "asyncpg"})

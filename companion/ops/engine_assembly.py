@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from companion.config.settings import Settings
+    from companion.core.spools import TurnSpools
     from companion.llm.client import LLMClient
     from companion.llm.embeddings import Embedder
     from companion.ops.admin.admin_service import AdminService, Forget
     from companion.recall.keywords import KeywordExtractor
-    from companion.storage.base import MemoryStore, TurnSpools
+    from companion.storage.base import MemoryStore
     from memory import EngineConfig, MemoryEngine
 
 # A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
