@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 # Only what every command needs is imported here; aiogram, openai, jieba and pandas take seconds to
 # import, so each command imports its own parts inside its function (``--help`` answers at once).
 from companion.core.errors import CompanionError, ConfigError
-from companion.ops.assembly import Services, admin_service, services
-from companion.ops.commands import OPERATOR_COMMANDS, Command
-from companion.ops.dblock import DatabaseInUseError
-from companion.ops.leader import ALONE
+from companion.ops.backup.dblock import DatabaseInUseError
+from companion.ops.engine_assembly import Services, admin_service, services
+from companion.ops.jobs.leader import ALONE
+from companion.ops.operator_commands import OPERATOR_COMMANDS, Command
 from companion.ops.preflight import StartupError, preflight
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from companion.chat.pipeline import ChatService
     from companion.config.settings import Settings
     from companion.core.models import Scope
-    from companion.ops.workers import Shared
+    from companion.ops.workers.processes import Shared
     from handlers.queue import Consumer
     from handlers.webhook import Routes
 
@@ -89,7 +89,7 @@ def build_bot(settings: Settings, chat: ChatService, parts: Services) -> tuple[B
     assert settings.telegram_bot_token is not None
     buffer = MessageBuffer(settings.quiet_seconds)
     bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
-    dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(parts.store),
+    dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(parts.engine),
                                   admin_service(settings, parts, chat.forget))
     return bot, dispatcher, buffer
 
@@ -99,14 +99,14 @@ async def run_bot(settings: Settings, args: argparse.Namespace) -> int:
     # aiogram and the chat's libraries are imported: they cost seconds of CPU, the checks a fraction of one.
     settings.require_for_chat(telegram=True)
     settings.require_for_workers(worker=False)
-    from companion.ops import dblock  # fcntl only: a database in use is refused before Telegram is asked
+    from companion.ops.backup import dblock  # fcntl only: a database in use is refused before Telegram is asked
 
     # SQLite is one process's file; a server database is shared by every worker and needs no file lock.
     with contextlib.nullcontext() if settings.shared_database else dblock.hold(settings.db_path, "the bot"):
         await preflight(settings, telegram=True)
         if settings.workers == 1:
             return await serve(settings)
-        from companion.ops.workers import worker_command, worker_processes
+        from companion.ops.workers.processes import worker_command, worker_processes
 
         async with worker_processes(settings.workers - 1, worker_command(Path(__file__).resolve()), PROJECT_DIR,
                                     settings.stop_timeout_seconds):
@@ -126,9 +126,9 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     from companion.chat.followups import FollowUpRound
     from companion.chat.stopping import wind_down
     from companion.config.runtime import settle_heap
-    from companion.ops import jobs, reviews
-    from companion.ops.staging import remove_staging
-    from companion.ops.upgrade import upgrade_tables
+    from companion.ops.backup.staging import remove_staging
+    from companion.ops.jobs import proactive, scheduled
+    from companion.ops.jobs.upgrade import upgrade_tables
     from handlers.admin import register_admin_commands
     from handlers.board import start_board
     from handlers.commands import bot_commands
@@ -143,19 +143,19 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     async with companion(settings) as (chat, parts), queue_parts(settings) as shared:
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
         leader = shared.leader if shared is not None else ALONE
-        scheduler = jobs.build_scheduler(parts.engine, parts.store, settings, leader)
+        scheduler = scheduled.build_scheduler(parts.engine, parts.store, settings, leader)
 
         async def blocked(scope: Scope) -> None:
             await switch_off_blocked(chat, buffer, scope)
 
-        reviews.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
-                         *proactive_senders(bot, blocked), leader=leader)
+        proactive.schedule(scheduler, parts.engine, settings.tz, settings.review_hours,
+                           *proactive_senders(bot, blocked), leader=leader)
         if settings.followups:
             followup_round = FollowUpRound(chat, settings.followup_hours)
             send_followup = followup_sender(bot, blocked)
-            reviews.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
-                                       settings.followup_check_minutes, leader)
-        jobs.schedule_spool_replay(scheduler, chat.replay_spools)
+            proactive.schedule_followups(scheduler, lambda now: followup_round(now, send_followup),
+                                         settings.followup_check_minutes, leader)
+        scheduled.schedule_spool_replay(scheduler, chat.replay_spools)
         background: list[asyncio.Task[Any]] = []
         upgrading: asyncio.Task[int] | None = None
         kanban = None
@@ -165,7 +165,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
             await parts.engine.ready()  # the dictionaries, loading since the engine opened
             settle_heap()  # what start-up built stays out of the garbage collector's way
             if receiving:  # one process polls the kanbans and serves the OAuth callback, never every worker
-                kanban = await start_kanban(settings, parts.store, chat, bot, dispatcher)  # None unless DIDA_* set
+                kanban = await start_kanban(settings, chat, bot, dispatcher)  # None unless DIDA_* set
             # The memory board (WEBAPP_URL): served where updates are received, on the webhook's server or its own.
             board = await start_board(settings, bot, chat, dispatcher["rooms"]) if receiving else None
             if board is not None and not settings.webhook_url:
@@ -174,13 +174,13 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
             # Before polling: a group move a crash cut short is finished (its marker says so), so the
             # new supergroup's first message finds its members under the new id.
             groups = dispatcher["groups"]
-            await jobs.led(leader, "unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
+            await scheduled.led(leader, "unfinished group moves", lambda: resume_moves(chat.engine, chat, groups))
             if receiving:
                 await set_menus(bot, bot_commands())
                 await register_admin_commands(bot, settings.admin_ids)
             scheduler.start()
             # Decay and a missed backup run beside polling: users are answered while they run.
-            background.append(asyncio.create_task(jobs.catch_up(parts.engine, parts.store, settings, leader)))
+            background.append(asyncio.create_task(scheduled.catch_up(parts.engine, parts.store, settings, leader)))
             # Memory tables left at an old version are upgraded in small batches, never at start-up.
             upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
             background.append(upgrading)
@@ -218,7 +218,7 @@ async def queue_parts(settings: Settings) -> AsyncIterator[Shared | None]:
     if not settings.redis_url:
         yield None
         return
-    from companion.ops.workers import shared
+    from companion.ops.workers.processes import shared
 
     async with shared(settings) as parts:
         yield parts
@@ -247,7 +247,7 @@ async def consume(consumer: Consumer, shared: Shared, dispatcher: Dispatcher, bo
 
 async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
     settings.require_for_chat(telegram=False)  # no Telegram token: the console talks to the model only
-    from companion.ops import dblock
+    from companion.ops.backup import dblock
 
     with dblock.hold(settings.db_path, "the console"), ExitStack() as logs:
         await preflight(settings, telegram=False)

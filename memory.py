@@ -27,13 +27,16 @@ from companion.core.models import (
     Status,
     Turn,
 )
+from companion.core.setting import LAST_DECAY_AT, LAST_EXTRACTION, Setting
 from companion.core.timeutil import utcnow
+from companion.core.turnview import TurnView
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
 from companion.engine.followups import FollowUps
 from companion.engine.learning import Learner
 from companion.engine.locks import ScopeLocks
+from companion.engine.ports import KanbanPort, TypedSettings
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
@@ -57,14 +60,7 @@ from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import (
-    ACTIVE_ONLY,
-    LAST_DECAY_AT,
-    LAST_EXTRACTION,
-    MemoryStore,
-    Setting,
-    TurnView,
-)
+from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store
 
 V = TypeVar("V")
@@ -104,6 +100,9 @@ class MemoryEngine(SteeringAPI):
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense, config.tz)
         self.followups = FollowUps(store, config.tz, self._writer)  # threads to follow up, written first by hosts
+        # The doors for hosts' own state beside the memories: they hold these, never the store.
+        self.settings = TypedSettings(store)  # typed settings by any key (a group's switches, a user's opt-ins)
+        self.kanban = KanbanPort(store)  # the Dida365 kanban's rows and the journal it reads as its outbox
         self._context = ContextBuilder(store, keywords, self._cache, self.profiles, self._short, config,
                                        lambda: self.dense, self.followups)
         self._consolidator = Consolidator(store, self._writer, self._learner, self._short, self.recall,
@@ -260,6 +259,14 @@ class MemoryEngine(SteeringAPI):
     async def scopes_of(self, user_id: int) -> list[Scope]:
         """The user's scopes the store knows: their private chat and each group they have memories in."""
         return [scope for scope in await self._store.scopes() if scope.user_id == user_id]
+
+    async def scopes(self) -> list[Scope]:
+        """Every scope the store knows (ever written)."""
+        return await self._store.scopes()
+
+    async def clear_turns(self, scope: Scope) -> None:
+        """Drop the scope's turns waiting for extraction (they would teach again what was forgotten)."""
+        await self._store.clear_turns(scope)
 
     async def memories(self, scope: Scope, statuses: Collection[Status] = ACTIVE_ONLY) -> list[Memory]:
         """The scope's memories in these statuses (active by default), oldest first."""

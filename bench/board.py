@@ -26,7 +26,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity, When
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store, sqlite_url
 from handlers.board import Board, Budget

@@ -154,7 +154,7 @@ async def _serve_plain(conn: Connection, driver: multiprocessing.process.BasePro
 
     from companion.chat.persona import render_system_prompt
     from companion.llm.client import Message as Said
-    from companion.ops.assembly import build_llm
+    from companion.ops.engine_assembly import build_llm
     from handlers import build_client
     from handlers.delivery import deliver, typing
 

@@ -27,7 +27,7 @@ from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient, Message
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from handlers import build_router
 from handlers.order import NoState, UserOrder

@@ -33,7 +33,7 @@ from companion.config.settings import Settings
 from companion.core.models import Scope
 from companion.engine.tools import memory_tools
 from companion.llm.client import LLMClient
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 from tests.fakes import FakeLLM

@@ -40,7 +40,7 @@ from bench.timing import latency_summary, write_json
 from companion.config.settings import Settings, load_settings
 from companion.core.models import Scope
 from companion.engine.retrievers import DensePolicy, DenseRetriever, standout
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine

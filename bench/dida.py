@@ -30,7 +30,7 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.kanban.client import DidaClient
 from companion.kanban.records import TokenBox
 from companion.kanban.sync import DidaConfig, KanbanSync
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
@@ -102,7 +102,7 @@ async def run_dida(config: DidaBenchConfig) -> dict[str, Any]:
         engine = await engine_on(store, settings, keywords)
         with fake_in_thread() as fake:
             client = DidaClient(fake.base_url, fake.base_url, per_minute=10**9)
-            sync = KanbanSync(client, store, engine, store, TokenBox(Fernet.generate_key().decode()),
+            sync = KanbanSync(client, engine.kanban, engine, engine.kanban, TokenBox(Fernet.generate_key().decode()),
                               DidaConfig(CLIENT_ID, CLIENT_SECRET, "https://x/cb", settings.tz),
                               lambda scope, ids: engine.forget(scope, ids))
             try:

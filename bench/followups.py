@@ -28,7 +28,7 @@ from bench.timing import machine, peak_rss_mb, progress
 from companion.config.settings import Settings
 from companion.core import followups
 from companion.core.models import MemoryDraft, Scope, When
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store
 from memory import MemoryEngine

@@ -28,7 +28,7 @@ from bench.metrics import hit_at_k, recall_at_k
 from bench.recall import _RowMap, certified_negative, draft_for, partners
 from companion.config.settings import Settings
 from companion.core.models import Scope
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.chars import Evidence
 from companion.recall.index import GATE_DEPTH, MIN_CLAUSE_COVERAGE
 from companion.recall.keywords import KeywordExtractor

@@ -1,4 +1,4 @@
-"""The update queue alone (``companion.ops.workqueue`` on a real Redis): how many updates a second one
+"""The update queue alone (``companion.ops.workers.workqueue`` on a real Redis): how many updates a second one
 receiving side can add and ``--workers`` workers can read and acknowledge, without the bot's work, so the
 deployment plan knows how far one Redis carries (docs/deployment.md).
 
@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from companion.ops.workqueue import ShardWorker, UpdateQueue, connect
+from companion.ops.workers.workqueue import ShardWorker, UpdateQueue, connect
 
 
 async def measure(url: str, updates: int, chats: int, workers: int) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from bench.dataset import DatasetLine, MemoryLine, QueryLine
 from bench.metrics import CHAT_CLEAN, OTHER_APART, OTHER_CLEAN, InjectionCounts, MetricsAccumulator, Summary
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.chars import units
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine

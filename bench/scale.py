@@ -35,8 +35,8 @@ from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
 from companion.engine.types import MemoryContext
-from companion.ops.assembly import engine_on
-from companion.ops.backup import SNAPSHOT_NAME, make_backup
+from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
+from companion.ops.engine_assembly import engine_on
 from companion.recall.index import RecallFilter
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import Maintenance, MemoryStore
@@ -140,7 +140,8 @@ async def _run_scale(config: ScaleConfig, workdir: Path | None = None) -> dict[s
 BOT_MODULES = ("aiogram", "aiogram.client.session.aiohttp", "handlers", "handlers.admin", "handlers.commands",
                "handlers.delivery", "handlers.groups", "handlers.memory_list", "handlers.forgetting",
                "handlers.reviews", "handlers.user_commands", "companion.chat.pipeline", "companion.engine.tools",
-               "companion.ops.jobs", "companion.ops.reviews", "companion.ops.upgrade", "companion.llm.client")
+               "companion.ops.jobs.scheduled", "companion.ops.jobs.proactive", "companion.ops.jobs.upgrade",
+               "companion.llm.client")
 
 
 def _load_bot_modules() -> float:

@@ -9,7 +9,7 @@ from companion.chat.buffer import Buffering
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
-from companion.ops.admin import AdminService
+from companion.ops.admin.admin_service import AdminService
 from handlers import (
     admin,
     board,

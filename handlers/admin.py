@@ -1,7 +1,7 @@
 """Admin commands: /mem_add, /mem_del, /mem_edit, /mem_export, /mem_stats, /mem_user. Only ``ADMIN_IDS``
 may use them, and only in their private chat with the bot; anyone else gets "没有权限", and a group
 gets a one-line hint; either way nothing is read or changed. The work is
-``companion.ops.admin.AdminService``'s; this router parses, checks and sends."""
+``companion.ops.admin.admin_service.AdminService``'s; this router parses, checks and sends."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from aiogram.types import BotCommand, BotCommandScopeChat, BufferedInputFile, Me
 from companion.chat.commands import Place, menu
 from companion.config.settings import Settings
 from companion.core.errors import ChartUnavailableError, MemoryNotFoundError, NotYourMemoryError
-from companion.ops import admin_texts as texts
-from companion.ops.admin import AdminService, usage_chart
+from companion.ops.admin import admin_texts as texts
+from companion.ops.admin.admin_service import AdminService, usage_chart
 from handlers.commands import as_menu, bot_commands, command, commands_router
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,6 @@ from companion.config.settings import Settings
 from companion.kanban import texts
 from companion.kanban.assembly import Kanban, open_kanban
 from companion.kanban.service import KanbanService
-from companion.kanban.sync import Outbox
-from companion.storage.base import MemoryStore
 from handlers.commands import command, commands_router
 from handlers.filters import IN_PRIVATE
 
@@ -26,12 +24,6 @@ log = logging.getLogger(__name__)
 
 
 CONFIRM_WORDS = ("删除", "delete")  # /dida_sync 删除: the cards that vanished at once go with their memories
-
-
-def store_outbox(store: MemoryStore) -> Outbox | None:
-    """The store's change journal as the kanban's outbox (None for a store without one: every round then
-    compares all of a user's memories with their cards)."""
-    return store if isinstance(store, Outbox) else None
 
 
 async def dida_link(message: Message, kanban: KanbanService | None = None) -> None:
@@ -76,11 +68,10 @@ def build() -> Router:
     return router
 
 
-async def start_kanban(settings: Settings, store: MemoryStore, chat: ChatService, bot: Bot,
-                       dispatcher: Dispatcher) -> Kanban | None:
+async def start_kanban(settings: Settings, chat: ChatService, bot: Bot, dispatcher: Dispatcher) -> Kanban | None:
     """The kanban when configured: its commands offered in menus and help, its service given to the
     handlers, its notices sent as messages, its loop and callback started. None when not configured."""
-    kanban = open_kanban(settings, store, chat.engine, chat.forget, store_outbox(store))
+    kanban = open_kanban(settings, chat.engine, chat.forget)
     if kanban is None:
         return None
     offer(DIDA)

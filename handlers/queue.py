@@ -1,4 +1,4 @@
-"""Updates through the shared queue (``REDIS_URL``): Telegram's side of ``companion.ops.workqueue``.
+"""Updates through the shared queue (``REDIS_URL``): Telegram's side of ``companion.ops.workers.workqueue``.
 
 The receiving process (polling, or the webhook) does not handle an update: ``intake`` is a dispatcher whose
 only work is to add each update to its chat's shard, before Telegram is told it arrived (the webhook answers
@@ -22,7 +22,7 @@ from aiogram.types import Update
 
 from companion.chat.buffer import Buffering
 from companion.chat.pipeline import ChatService
-from companion.ops.workqueue import Entry, QueueError, ShardWorker, UpdateQueue, shard_of
+from companion.ops.workers.workqueue import Entry, QueueError, ShardWorker, UpdateQueue, shard_of
 from handlers.cleaning import KnownUpdates
 from handlers.scope import scope_of
 

@@ -21,7 +21,7 @@ from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYo
 from companion.core.models import Memory, Scope, Tier
 from companion.core.tiers import Action, Suggestion
 from companion.core.timeutil import utcnow
-from companion.ops.reviews import ReviewSender, WeeklySender, WeekSummary
+from companion.ops.jobs.proactive import ReviewSender, WeeklySender, WeekSummary
 from handlers import keyboards
 from handlers.delivery import edit_shown
 from handlers.forgetting import forget_here, pressed_scope

@@ -16,7 +16,7 @@ from companion.chat.commands import Place
 from companion.chat.pipeline import ChatService
 from companion.core.models import Memory, Scope
 from companion.core.timeutil import utcnow
-from companion.ops.reviews import set_weekly
+from companion.ops.jobs.proactive import set_weekly
 from handlers import keyboards
 from handlers.commands import command, commands_router
 from handlers.keyboards import QUERY_CHARS, FollowUpCB, StartAction, StartCB

@@ -189,7 +189,7 @@ async def live(tmp_path: Path) -> AsyncIterator[Live]:
         rig = await open_rig(llm, make_settings(tmp_path, quiet_seconds=0.3))
         buffer = MessageBuffer(rig.settings.quiet_seconds)
         bot = build_client(tg.token, tg.base_url)  # built as bot.build_bot builds them
-        dp = build_dispatcher(rig.chat, buffer, rig.settings, GroupSettings(rig.store))
+        dp = build_dispatcher(rig.chat, buffer, rig.settings, GroupSettings(rig.engine))
         await bot.set_my_commands(bot_commands())
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:

@@ -24,7 +24,7 @@ from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
 from companion.llm.tools import Tool, ToolFactory
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store
 from handlers import build_dispatcher
@@ -111,7 +111,7 @@ async def group_bot(tmp: Path, *, tools: bool = False, memory_tools_on: bool = F
         await chat.load()
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(store))
+        dispatcher = build_dispatcher(chat, buffer, settings, GroupSettings(engine))
         await set_menus(bot, bot_commands())
         try:
             yield GroupBot(tg, llm, bot, dispatcher, chat, engine, buffer, settings)

@@ -20,7 +20,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.llm.client import LLMClient
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore, spares
 from memory import MemoryEngine

@@ -31,12 +31,12 @@ from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.usage import UsageRecord
 from companion.llm.client import LLMClient
-from companion.ops.admin import AdminService, usage_chart
-from companion.ops.admin_texts import NO_CHART, PRIVATE_ONLY
-from companion.ops.assembly import engine_on
-from companion.ops.chart import CHINESE, ENGLISH, Labels, pick_labels
-from companion.ops.csvformat import HEADERS
-from companion.ops.export import SCOPE_HEADER
+from companion.ops.admin.admin_service import AdminService, usage_chart
+from companion.ops.admin.admin_texts import NO_CHART, PRIVATE_ONLY
+from companion.ops.admin.chart import CHINESE, ENGLISH, Labels, pick_labels
+from companion.ops.admin.export import SCOPE_HEADER
+from companion.ops.backup.csvformat import HEADERS
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS, UsageCell
 from companion.storage.sqlite import SQLiteStore
@@ -89,7 +89,7 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
         admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
-        dp = build_dispatcher(chat, buffer, settings, GroupSettings(store), admin)
+        dp = build_dispatcher(chat, buffer, settings, GroupSettings(engine), admin)
         await bot.set_my_commands(bot_commands())
         await register_admin_commands(bot, settings.admin_ids)
         polling = asyncio.create_task(dp.start_polling(bot, handle_signals=False, close_bot_session=False))
@@ -321,7 +321,7 @@ async def test_mem_stats_without_matplotlib_says_how_to_get_the_chart(admin_rig:
 
 def test_the_bot_process_imports_no_plotting_library() -> None:
     """matplotlib is imported when an admin asks for the chart, never by loading the bot and its handlers."""
-    code = ("import sys, bot, handlers, handlers.admin, companion.ops.admin, companion.ops.chart; "
+    code = ("import sys, bot, handlers, handlers.admin, companion.ops.admin.admin_service, companion.ops.admin.chart; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in {'matplotlib', 'PIL'}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True,
                           text=True, timeout=60, check=True)

@@ -15,7 +15,7 @@ from tests.affected import affected, changed_files
     # a rule at the bottom: its own tests, and a test that reaches it only through the engine
     ("companion/core/followups.py", ["tests/test_followups.py", "tests/test_engine_lifecycle.py"], []),
     # an operator view: its tests, not the recall's
-    ("companion/ops/chart.py", ["tests/test_admin.py", "tests/test_logs.py"], ["tests/test_dates.py"]),
+    ("companion/ops/admin/chart.py", ["tests/test_admin.py", "tests/test_logs.py"], ["tests/test_dates.py"]),
     # a test module itself
     ("tests/test_dates.py", ["tests/test_dates.py"], ["tests/test_admin.py"]),
 ])

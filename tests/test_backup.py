@@ -14,10 +14,10 @@ import pytest
 
 from companion.core.errors import RestoreError
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Turn, Validity
-from companion.ops.backup import SNAPSHOT_NAME, make_backup, prune_backups
-from companion.ops.csvformat import HEADERS as CSV_HEADERS
-from companion.ops.csvformat import LEGACY_HEADERS, neutralise, unneutralise
-from companion.ops.restore import read_backup_csv, restore
+from companion.ops.backup.csvformat import HEADERS as CSV_HEADERS
+from companion.ops.backup.csvformat import LEGACY_HEADERS, neutralise, unneutralise
+from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup, prune_backups
+from companion.ops.backup.restore import read_backup_csv, restore
 from companion.storage.sqlite import SQLiteStore
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -445,7 +445,7 @@ async def test_a_backup_from_the_first_release_restores_with_fresh_handles(tmp_p
 
 async def test_an_interrupted_backup_is_never_restored(backup_folder: Path, db_path: Path) -> None:
     """A run cut short leaves its in-progress marker; a finished one does not."""
-    from companion.ops.backup import IN_PROGRESS
+    from companion.ops.backup.nightly import IN_PROGRESS
 
     assert not (backup_folder / IN_PROGRESS).exists()
     (backup_folder / IN_PROGRESS).write_text("started", encoding="utf-8")

@@ -17,9 +17,9 @@ import pytest
 
 from companion.core.errors import BackupError
 from companion.core.models import MemoryDraft, Scope
-from companion.ops import backup
-from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, make_backup
-from companion.ops.restore import restore
+from companion.ops.backup import nightly as backup
+from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, make_backup
+from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore
 from companion.storage.sqlite.snapshot import make_standalone
 from tests.process import clean_env, run_cli

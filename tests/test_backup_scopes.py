@@ -33,9 +33,9 @@ from companion.core.models import (
     Tier,
     Validity,
 )
-from companion.ops.backup import SNAPSHOT_NAME, make_backup
-from companion.ops.csvformat import HEADERS, LEGACY_HEADERS
-from companion.ops.restore import LiveTombstones, Tombstone, read_backup_csv, restore
+from companion.ops.backup.csvformat import HEADERS, LEGACY_HEADERS
+from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
+from companion.ops.backup.restore import LiveTombstones, Tombstone, read_backup_csv, restore
 from companion.storage.sqlite import SQLiteStore
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))  # as tests/test_fuzz_inputs.py: raised by make stress

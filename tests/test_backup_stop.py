@@ -17,10 +17,11 @@ import pytest
 
 from companion.core.errors import BackupError, RestoreError
 from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
-from companion.ops import backup, jobs
-from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME
-from companion.ops.restore import restore
-from companion.ops.stoppable import stoppable_backup
+from companion.ops.backup import nightly as backup
+from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME
+from companion.ops.backup.restore import restore
+from companion.ops.backup.stoppable import stoppable_backup
+from companion.ops.jobs import scheduled as jobs
 from companion.storage.sqlite import SQLiteStore
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

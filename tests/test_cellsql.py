@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
-from companion.ops.backup import make_backup
-from companion.ops.csvformat import CELLS, backup_row, fixed_offset, zone_name
+from companion.ops.backup.csvformat import CELLS, backup_row, fixed_offset, zone_name
+from companion.ops.backup.nightly import make_backup
 from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store
 from companion.storage.inmemory import InMemoryStore

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from companion.core.errors import ConfigError
-from companion.ops import dblock
+from companion.ops.backup import dblock
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import bot_env, run_cli, start_bot
 
@@ -43,7 +43,7 @@ def test_second_holder_is_refused_with_who_holds_it(tmp_path: Path) -> None:
 async def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     db = tmp_path / "memory.sqlite3"
     code = (
-        "import sys, time; from pathlib import Path; from companion.ops import dblock\n"
+        "import sys, time; from pathlib import Path; from companion.ops.backup import dblock\n"
         f"with dblock.hold(Path({str(db)!r}), 'decay'):\n    print('held', flush=True); time.sleep(60)\n"
     )
     proc = await asyncio.create_subprocess_exec(

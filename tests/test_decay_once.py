@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from companion.ops.jobs import run_decay_once
+from companion.ops.jobs.scheduled import run_decay_once
 from memory import DecayReport
 from tests.support import Rig
 

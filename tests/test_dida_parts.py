@@ -118,7 +118,8 @@ async def test_the_commands_say_so_when_the_integration_is_off(live: Live) -> No
 async def service(rig: Rig) -> AsyncIterator[tuple[KanbanService, FakeDida]]:
     async with FakeDida() as fake:
         client = DidaClient(fake.base_url, fake.base_url)
-        sync = KanbanSync(client, rig.store, rig.engine, rig.store, TokenBox(Fernet.generate_key().decode()),
+        port = rig.engine.kanban
+        sync = KanbanSync(client, port, rig.engine, port, TokenBox(Fernet.generate_key().decode()),
                           DidaConfig(CLIENT_ID, CLIENT_SECRET, "https://x/cb", TZ), rig.chat.forget)
         kanban = KanbanService(sync, LinkConfig(fake.base_url, CLIENT_ID, "https://x/cb", True, TZ), clock=rig.clock)
         try:
@@ -204,7 +205,7 @@ async def test_the_loop_syncs_who_changed_or_is_due_and_leaves_the_waiting(
     service: tuple[KanbanService, FakeDida], rig: Rig
 ) -> None:
     kanban, fake = service
-    worker = KanbanWorker(kanban, rig.store, rig.store, timedelta(minutes=10), clock=rig.clock)
+    worker = KanbanWorker(kanban, rig.engine.kanban, rig.engine.kanban, timedelta(minutes=10), clock=rig.clock)
     kanban.link_text(USER)
     await kanban.code(USER, fake.grant_code("u"))
     assert await worker.tick() == 1  # first pass: everyone

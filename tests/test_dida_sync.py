@@ -48,8 +48,9 @@ async def kit(rig: Rig, request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
     async with FakeDida() as fake:
         client = DidaClient(fake.base_url, fake.base_url)
         config = DidaConfig(CLIENT_ID, CLIENT_SECRET, "http://127.0.0.1/cb", rig.settings.tz)
-        outbox = rig.store if request.param == "journal" else None
-        sync = KanbanSync(client, rig.store, rig.engine, outbox, TokenBox(Fernet.generate_key().decode()), config,
+        port = rig.engine.kanban
+        outbox = port if request.param == "journal" else None
+        sync = KanbanSync(client, port, rig.engine, outbox, TokenBox(Fernet.generate_key().decode()), config,
                           rig.chat.forget)
         try:
             yield Kit(fake, sync, rig)
@@ -358,7 +359,8 @@ async def small(tmp_path: Path) -> AsyncIterator[Kit]:
         rig = await open_rig(llm, make_settings(tmp_path, memory_capacity=len(FACTS)))
         client = DidaClient(fake.base_url, fake.base_url)
         config = DidaConfig(CLIENT_ID, CLIENT_SECRET, "http://127.0.0.1/cb", rig.settings.tz)
-        sync = KanbanSync(client, rig.store, rig.engine, rig.store, TokenBox(Fernet.generate_key().decode()), config,
+        port = rig.engine.kanban
+        sync = KanbanSync(client, port, rig.engine, port, TokenBox(Fernet.generate_key().decode()), config,
                           rig.chat.forget)
         try:
             yield Kit(fake, sync, rig)

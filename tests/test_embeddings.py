@@ -25,7 +25,7 @@ from companion.llm.embeddings import (
     batches,
     normalized,
 )
-from companion.ops.assembly import build_embedder, engine_config
+from companion.ops.engine_assembly import build_embedder, engine_config
 from tests.fakes.embeddings import FakeEmbeddings, cosine
 
 

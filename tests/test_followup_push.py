@@ -18,8 +18,8 @@ from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
 from companion.console import run_console
 from companion.core.models import MemoryDraft, Scope, Status, StatusReason, Validity, When
-from companion.ops.admin import AdminService
-from companion.ops.admin_texts import admin_stats
+from companion.ops.admin.admin_service import AdminService
+from companion.ops.admin.admin_texts import admin_stats
 from tests.scripted import ScriptedBrain
 from tests.support import Clock, Rig
 

@@ -71,7 +71,7 @@ from pathlib import Path
 from companion.core.models import Scope
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from tests.support import make_settings
 
 async def main() -> None:

@@ -16,7 +16,8 @@ from companion.chat import texts
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, MemoryType, Scope, ShortKind, Status, Turn
-from companion.storage.base import EVERY_STATUS, REVIEW_SENT
+from companion.core.setting import REVIEW_SENT
+from companion.storage.base import EVERY_STATUS
 from tests.fakes import FakeLLM
 from tests.fakes.llm import JSONDict, request_text
 from tests.support import USER, Live, Rig, close_rig, open_rig

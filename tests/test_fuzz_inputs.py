@@ -20,8 +20,8 @@ from companion.core.extraction import parse_extraction
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.llm.client import ToolCall
 from companion.llm.tools import Tool, Toolset
-from companion.ops.csvformat import HEADERS
-from companion.ops.restore import read_backup_csv
+from companion.ops.backup.csvformat import HEADERS
+from companion.ops.backup.restore import read_backup_csv
 from tests.fakes.base import WAIT_SCALE
 from tests.support import USER, Live, Rig
 

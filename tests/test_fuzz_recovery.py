@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
-from companion.ops.backup import make_backup
-from companion.ops.restore import restore
+from companion.ops.backup.nightly import make_backup
+from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore
 from tests.process import ROOT, clean_env
 from tests.test_backup_scopes import read_every

@@ -14,8 +14,8 @@ import pytest
 from companion.chat import group_texts as gt
 from companion.core.errors import StorageError
 from companion.core.models import Scope
+from companion.core.setting import WEEKLY
 from companion.core.timeutil import utcnow
-from companion.storage.base import WEEKLY
 from companion.storage.sqlite import chatmove
 from handlers.groups import resume_moves
 from tests.fakes.llm import request_text

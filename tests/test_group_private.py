@@ -10,9 +10,9 @@ from pathlib import Path
 from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Status, Validity
+from companion.core.setting import WEEKLY
 from companion.core.timeutil import utcnow
-from companion.ops import reviews
-from companion.storage.base import WEEKLY
+from companion.ops.jobs import proactive as reviews
 from handlers.reviews import proactive_senders
 from tests.fakes.telegram import JSONDict
 from tests.groupkit import BOT, GroupBot, group_bot

@@ -17,8 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Lower number = lower layer. Packages on the same layer may not import each other.
-LAYERS: dict[str, int] = {
+# Lower number = lower layer. Packages on the same layer may not import each other. The fractions order the
+# parts of companion/ops between the engine API and the layers above it.
+LAYERS: dict[str, float] = {
     "companion.core": 0,
     "companion.config": 1,
     "companion.storage": 1,
@@ -28,7 +29,12 @@ LAYERS: dict[str, int] = {
     "companion.engine": 2,
     "memory": 3,
     "companion.chat": 4,
-    "companion.ops": 4,
+    "companion.ops": 4,  # the composition helpers: engine_assembly, operator_commands
+    "companion.ops.preflight": 3.3,  # start-up checks; the workers raise its StartupError
+    "companion.ops.backup": 3.3,
+    "companion.ops.admin": 3.6,
+    "companion.ops.jobs": 3.6,
+    "companion.ops.workers": 3.6,
     "companion.kanban": 4,  # the Dida365 kanban: HTTP client, cards, sync rules over the engine API
     "companion.console": 5,
     "companion.hosts": 4,
@@ -135,6 +141,28 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
                           "companion.storage.factory.open_store and the protocols of companion.storage.base:\n"
                           + "\n".join(breaches))
 
+
+
+# One front door: these layers reach memory only through the engine (``memory.MemoryEngine`` and its narrow
+# ports: ``settings``, ``kanban``, ``scopes``, ``clear_turns``) and the data types of ``companion.core``; the
+# composition root (bot.py) builds the store aside. companion.ops and companion.hosts are next.
+ENGINE_ONLY = ("companion.chat", "companion.kanban", "handlers")
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) in ENGINE_ONLY],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_is_the_only_door_to_memory(path: Path) -> None:
+    found = [f"line {line}: {target}" for line, target in storage_modules_imported(path)]
+    assert not found, (f"{path.relative_to(ROOT)} imports companion.storage; ask the engine (memory.MemoryEngine) "
+                       "and import data types from companion.core:\n" + "\n".join(found))
+
+
+def test_the_door_guard_catches_even_the_seam(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from companion.storage.base import MemoryStore\nfrom companion import storage\n"
+                   "import companion.storage.factory\n", encoding="utf-8")
+    assert [t for _, t in storage_modules_imported(bad)] == ["companion.storage.base", "companion.storage",
+                                                             "companion.storage.factory"]
 
 
 # Database drivers: only companion/storage imports them, so what fails in a database reaches the layers above

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from companion.config.logs import setup_logging
-from companion.ops.chart import usage_png
+from companion.ops.admin.chart import usage_png
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,12 @@ import pytest
 
 from companion.core.errors import RestoreError, StorageError, UnfinishedMigrationError
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
+from companion.core.setting import GROUP_MEMORY, LAST_DECAY_AT, MIGRATING, WEEKLY
 from companion.core.usage import UsageRecord
-from companion.ops.backup import make_backup
-from companion.ops.commands import run_memories, run_migrate, run_restore
-from companion.ops.migrate import Copied, MigrationMismatchError, migrate, read_scope
-from companion.storage.base import GROUP_MEMORY, LAST_DECAY_AT, MIGRATING, WEEKLY, MemoryStore
+from companion.ops.backup.migrate import Copied, MigrationMismatchError, migrate, read_scope
+from companion.ops.backup.nightly import make_backup
+from companion.ops.operator_commands import run_memories, run_migrate, run_restore
+from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from tests.pgtest import pg_schema
 from tests.support import make_settings

@@ -12,7 +12,7 @@ import aiosqlite
 import pytest
 
 from companion.core.models import Origin, Scope, Status, Tier, Validity
-from companion.storage.base import (
+from companion.core.setting import (
     GROUP_MEMORY,
     LAST_DECAY_AT,
     LAST_EXTRACTION,

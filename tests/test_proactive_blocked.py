@@ -12,8 +12,8 @@ import pytest
 
 from companion.chat.followups import FollowUpRound
 from companion.core.models import MemoryDraft, Scope, Validity, When
-from companion.ops import reviews
-from companion.storage.base import WEEKLY
+from companion.core.setting import WEEKLY
+from companion.ops.jobs import proactive as reviews
 from handlers.delivery import switch_off_blocked
 from handlers.reviews import followup_sender, proactive_senders
 from tests.scripted import ScriptedBrain

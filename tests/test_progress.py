@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from companion.ops.commands import ProgressLine
+from companion.ops.operator_commands import ProgressLine
 
 
 class Terminal(io.StringIO):

@@ -9,9 +9,9 @@ import pytest
 
 from companion.chat.group import GroupSettings
 from companion.core.models import MemoryDraft, Scope, StatusReason, Switch
+from companion.core.setting import WEEKLY
 from companion.core.timeutil import utcnow
-from companion.ops.reviews import set_weekly
-from companion.storage.base import WEEKLY
+from companion.ops.jobs.proactive import set_weekly
 from handlers.groups import Confirm, ForgetGroupCB
 from handlers.keyboards import (
     REVIEW_UNDO,
@@ -63,7 +63,7 @@ async def test_stored_values_are_the_plain_strings(rig: Rig) -> None:
     ids = await rig.engine.remember(ME, [MemoryDraft("喜欢爬山", ["爬山"], 60.0)], now)
     await rig.engine.forget(ME, ids, reason=StatusReason.USER)
     await set_weekly(rig.engine, ME, True)
-    await GroupSettings(rig.store).set_memory(-100123, False)
+    await GroupSettings(rig.engine).set_memory(-100123, False)
     with sqlite3.connect(rig.settings.db_path) as conn:
         reasons = [r for (r,) in conn.execute(f'SELECT status_reason FROM "{ME.table}"')]
         rows = conn.execute("SELECT name, owner, value FROM settings")
@@ -71,4 +71,4 @@ async def test_stored_values_are_the_plain_strings(rig: Rig) -> None:
     assert reasons == ["user"]
     assert stored[("group_memory", "-100123")] == "off" and stored[("weekly", ME.key)] == "on"
     assert await rig.engine.setting(WEEKLY, ME) is True
-    assert not await GroupSettings(rig.store).memory_on(-100123)
+    assert not await GroupSettings(rig.engine).memory_on(-100123)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from companion.ops.workqueue import UpdateQueue, connect
+from companion.ops.workers.workqueue import UpdateQueue, connect
 from handlers import queue as intake_module
 from handlers.queue import put_until_queued
 from tests.servers import free_port

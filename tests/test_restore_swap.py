@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Validity
-from companion.ops.restore import before_restore_copies, prune_before_restore, restore
-from companion.ops.staging import staging_path
+from companion.ops.backup.restore import before_restore_copies, prune_before_restore, restore
+from companion.ops.backup.staging import staging_path
 from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.stress.harness import BotProcess, bot_env, db_path, integrity, memory_tables, started

@@ -14,12 +14,14 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from companion.core import followups
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
+from companion.core.setting import REVIEW_SENT, WEEKLY
 from companion.core.tiers import Suggestion
-from companion.ops import jobs, reviews
-from companion.ops.leader import ALONE
-from companion.ops.upgrade import upgrade_tables
+from companion.ops.jobs import proactive as reviews
+from companion.ops.jobs import scheduled as jobs
+from companion.ops.jobs.leader import ALONE
+from companion.ops.jobs.upgrade import upgrade_tables
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import REVIEW_SENT, WEEKLY, MemoryStore
+from companion.storage.base import MemoryStore
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.sqlite import SQLiteStore
 from companion.storage.sqlite.migrations import MEMORIES

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from companion.core.errors import CompanionError, InvalidScopeError
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.timeutil import utcnow
-from companion.ops.backup import make_backup
-from companion.ops.restore import restore
+from companion.ops.backup.nightly import make_backup
+from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore
 from tests.support import USER, Live, Rig
 

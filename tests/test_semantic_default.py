@@ -18,7 +18,7 @@ from bench.cost import memory_parts
 from companion.core.models import MemoryDraft, MemoryType, Scope, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.embeddings import E5Embedder
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.process import ROOT, bot_env, clean_env, run_cli

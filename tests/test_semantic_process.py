@@ -15,7 +15,7 @@ import pytest
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.timeutil import utcnow
-from companion.ops.assembly import open_engine
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.embeddings import FakeEmbeddings

@@ -20,8 +20,8 @@ from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Tier, 
 from companion.engine.retrievers import DenseRetriever, document
 from companion.engine.writer import BACKLOG_PER_WRITE
 from companion.llm.embeddings import EmbeddingError
-from companion.ops import commands
-from companion.ops.assembly import open_engine
+from companion.ops import operator_commands as commands
+from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore
 from memory import MemoryEngine

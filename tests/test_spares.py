@@ -16,7 +16,7 @@ import pytest
 from companion.core.cells import CellColumn, CellKind
 from companion.core.errors import StorageError
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.ops.backup import make_backup
+from companion.ops.backup.nightly import make_backup
 from companion.storage.sqlite import SQLiteStore, migrations, spares
 from companion.storage.sqlite.snapshot import open_snapshot
 from tests.support import table_of

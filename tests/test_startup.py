@@ -137,7 +137,7 @@ async def test_memories_imports_no_telegram_llm_or_jieba(tmp_path: Path) -> None
     await storage.close()
     env = clean_env() | {"DATA_DIR": str(tmp_path / "data")}
     found = heavy_imports(await imported_modules(tmp_path, env, "memories", "1"))
-    # pandas still comes with the table formatter (companion/ops/table.py).
+    # pandas still comes with the table formatter (companion/ops/admin/table.py).
     assert found <= {"pandas"}
 
 

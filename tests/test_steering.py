@@ -12,9 +12,9 @@ from companion.chat import texts
 from companion.chat.intents import Intent, Kind, read_intent, read_review_answer
 from companion.core.errors import NothingToUndoError, NotYourMemoryError
 from companion.core.models import MemoryDraft, Scope, Status, Tier, Validity
+from companion.core.setting import REVIEW_SENT
 from companion.core.tiers import Action
 from companion.engine.steering import REVIEW_UNDO_WINDOW
-from companion.storage.base import REVIEW_SENT
 from tests.support import Rig
 
 ME = Scope(4242)

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-import companion.ops.backup as backup_module
+import companion.ops.backup.nightly as backup_module
 import companion.storage.sqlite.store as storage_module
 from companion.core.extraction import plan_merge
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Validity
 from companion.core.rules import new_memory
-from companion.ops.backup import Exported, export_csv
-from companion.storage.base import EVERY_STATUS, LAST_DECAY_AT
+from companion.core.setting import LAST_DECAY_AT
+from companion.ops.backup.nightly import Exported, export_csv
+from companion.storage.base import EVERY_STATUS
 from companion.storage.rows import HANDLES_PER_STATEMENT, memory_to_row, row_to_memory
 from companion.storage.sqlite import SQLiteStore
 

@@ -32,18 +32,9 @@ from companion.core.models import (
     Validity,
     When,
 )
+from companion.core.setting import GROUP_MEMORY, MOVED_TO, REVIEW_SENT, SHARE_PRIVATE, WEEKLY
 from companion.core.usage import UsageRecord
-from companion.storage.base import (
-    EVERY_STATUS,
-    GROUP_MEMORY,
-    MOVED_TO,
-    REVIEW_SENT,
-    SHARE_PRIVATE,
-    WEEKLY,
-    MemoryStore,
-    TurnRecord,
-    VectorRow,
-)
+from companion.storage.base import EVERY_STATUS, MemoryStore, TurnRecord, VectorRow
 from companion.storage.factory import backends, open_store, sqlite_url
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.rows import MEMORY_CODECS, memory_to_row, row_to_memory

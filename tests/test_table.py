@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Validity
-from companion.ops.table import clip, memories_table, width
+from companion.ops.admin.table import clip, memories_table, width
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 

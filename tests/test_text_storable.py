@@ -15,7 +15,7 @@ from companion.chat.types import ChatConfig
 from companion.core.models import Scope, Turn
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
-from companion.ops.assembly import engine_on
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store
 from companion.storage.spool import SET_ASIDE, Spools

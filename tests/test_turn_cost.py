@@ -17,9 +17,10 @@ from companion.chat.group import GroupTurn
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.ops.assembly import engine_on
+from companion.core.setting import GROUP_MEMORY, SHARE_PRIVATE
+from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import GROUP_MEMORY, SHARE_PRIVATE, MemoryStore
+from companion.storage.base import MemoryStore
 from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM
 from tests.support import Clock, Rig, make_settings

@@ -15,7 +15,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
-from companion.ops.admin import AdminService
+from companion.ops.admin.admin_service import AdminService
 from companion.storage.spool import Spools, TurnSpool
 from tests.support import Rig
 

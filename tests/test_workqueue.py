@@ -1,4 +1,4 @@
-"""The shard queue against a real Redis (companion/ops/workqueue.py): order per shard, acknowledgement and
+"""The shard queue against a real Redis (companion/ops/workers/workqueue.py): order per shard, acknowledgement and
 the cursor, a takeover after a worker dies replays only what was not acknowledged, a fair share among 2-3
 workers as they join and leave, the scheduled jobs' lead. Short leases keep the takeovers quick."""
 
@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from redis.asyncio import Redis
 
-from companion.ops.redisleader import RedisLeader
-from companion.ops.workqueue import LEASE_MS as DEFAULT_LEASE_MS
-from companion.ops.workqueue import RENEW_SECONDS as DEFAULT_RENEW
-from companion.ops.workqueue import (
+from companion.ops.workers.redisleader import RedisLeader
+from companion.ops.workers.workqueue import LEASE_MS as DEFAULT_LEASE_MS
+from companion.ops.workers.workqueue import RENEW_SECONDS as DEFAULT_RENEW
+from companion.ops.workers.workqueue import (
     SHARDS,
     Entry,
     LeaseLost,

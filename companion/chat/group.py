@@ -10,9 +10,10 @@ only: they are quoted into this turn's reference block between marks that call t
 system note saying so just before the message (``GroupTurn.note``), and never queued for extraction, so
 extraction only ever sees the speaker's own turns.
 
-Settings are the store's typed settings: the group's memory switch (``GROUP_MEMORY`` by chat id) and a
-user's private-sharing opt-in (``SHARE_PRIVATE`` by user id); a group upgraded to a supergroup leaves
-``MOVED_TO`` = its new id under its old id.
+Settings are typed settings (``core.setting``), reached through the engine (``MemoryEngine.settings``):
+the group's memory switch (``GROUP_MEMORY`` by chat id) and a user's private-sharing opt-in
+(``SHARE_PRIVATE`` by user id); a group upgraded to a supergroup leaves ``MOVED_TO`` = its new id under
+its old id.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
 
 from companion.chat.persona import quote
 from companion.core.extraction import tells
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
-from companion.storage.base import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE, ScopeRegistry, SettingStore, TurnView
+from companion.core.setting import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE
+from companion.core.turnview import TurnView
 from memory import MemoryContext, MemoryEngine
 
 ROOM_LINES = 20
@@ -54,46 +55,41 @@ def pick_group_memories(candidates: Sequence[Memory], limit: int) -> list[Memory
     return ordered[: max(limit, 0)]
 
 
-class GroupStore(SettingStore, ScopeRegistry, Protocol):
-    """What group settings need from the store: its settings, the scopes, the queue."""
-
-    async def clear_turns(self, scope: Scope) -> None: ...
-
-
 class GroupSettings:
     """Per-group and per-user switches, and the group-wide operations an admin may ask for."""
 
-    def __init__(self, store: GroupStore) -> None:
-        self._store = store
+    def __init__(self, engine: MemoryEngine) -> None:
+        self._engine = engine
+        self._settings = engine.settings
 
     async def scopes_of(self, chat_id: int) -> list[Scope]:
         """Every (group, user) scope of this group that was ever written."""
-        return [scope for scope in await self._store.scopes() if scope.chat_id == chat_id]
+        return [scope for scope in await self._engine.scopes() if scope.chat_id == chat_id]
 
     async def clear_queued(self, scope: Scope) -> None:
         """Drop the turns waiting for extraction (the group asked to forget everything)."""
-        await self._store.clear_turns(scope)
+        await self._engine.clear_turns(scope)
 
     async def record_move(self, old_chat_id: int, new_chat_id: int) -> None:
         """Remember that a group got a new id, for buttons sent before the move that still name the old."""
-        await self._store.set_setting(MOVED_TO, old_chat_id, new_chat_id)
+        await self._settings.set(MOVED_TO, old_chat_id, new_chat_id)
 
     async def current_id(self, chat_id: int) -> int:
         """The id a group has now (a group becomes a supergroup once; supergroups keep their id)."""
-        moved = await self._store.get_setting(MOVED_TO, chat_id)
+        moved = await self._settings.get(MOVED_TO, chat_id)
         return chat_id if moved is None else moved
 
     async def memory_on(self, chat_id: int) -> bool:
-        return await self._store.get_setting(GROUP_MEMORY, chat_id) is not False
+        return await self._settings.get(GROUP_MEMORY, chat_id) is not False
 
     async def set_memory(self, chat_id: int, on: bool) -> None:
-        await self._store.set_setting(GROUP_MEMORY, chat_id, on)
+        await self._settings.set(GROUP_MEMORY, chat_id, on)
 
     async def shares_private(self, user_id: int) -> bool:
-        return await self._store.get_setting(SHARE_PRIVATE, user_id) is True
+        return await self._settings.get(SHARE_PRIVATE, user_id) is True
 
     async def set_share_private(self, user_id: int, on: bool) -> None:
-        await self._store.set_setting(SHARE_PRIVATE, user_id, on)
+        await self._settings.set(SHARE_PRIVATE, user_id, on)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 from companion.chat.session import Session
 from companion.core.errors import CompanionError, LLMError, RefusedDataError, StorageError
 from companion.core.models import Recalled, Scope, Turn
-from companion.storage.base import SpooledTurns, TurnSpools
+from companion.core.spools import SpooledTurns, TurnSpools
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)

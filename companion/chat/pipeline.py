@@ -43,13 +43,13 @@ from companion.chat.types import ChatConfig, Reply
 from companion.core import rules
 from companion.core.errors import LLMError, StorageError
 from companion.core.models import Scope, ShortKind, Turn
+from companion.core.spools import TurnSpools
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
 from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
-from companion.storage.base import TurnSpools
 from memory import Forgetting, MemoryContext, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,8 @@ class ChatService:
         clock: Callable[[], datetime] = utcnow, rng: random.Random | None = None,
         tools: ToolFactory | None = None, spools: TurnSpools | None = None,
     ) -> None:
-        """``spools``: where turns the database cannot take wait on disk (``companion.storage.spool``)."""
+        """``spools``: where turns the database cannot take wait on disk (``core.spools``,
+        opened by the composition root)."""
         self.engine = engine
         self.llm = llm
         self.config = config
@@ -264,7 +265,7 @@ class ChatService:
 
     async def _opening(self, scope: Scope, session: Session) -> str | None:
         """The first turn of a conversation in this process raises reviews the user left unanswered for
-        days (``REVIEW_SENT``, which companion.ops.reviews writes, read with the turn)."""
+        days (``REVIEW_SENT``, which companion.ops.jobs.proactive writes, read with the turn)."""
         if session.reviews_looked:
             return None
         session.reviews_looked = True

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from companion.chat.steering import SteeringState, scrub
 from companion.core.extraction import tells
 from companion.core.models import Memory, Turn
-from companion.storage.base import TurnView
+from companion.core.turnview import TurnView
 
 log = logging.getLogger(__name__)
 

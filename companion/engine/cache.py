@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from companion.core import tiers
+from companion.core.journal import SCOPE_WIDE
 from companion.core.models import Memory, MemoryType, Scope, Tier, Validity
 from companion.engine.types import Standing
 from companion.recall.index import ScopeIndex, Tokenize
-from companion.storage.base import SCOPE_WIDE, MemoryStore
+from companion.storage.base import MemoryStore
 
 # What one cached memory costs (its Memory object, word and character postings), measured with
 # tracemalloc on the scale bench's users: 4.0 KB per memory at 100 memories a user, 4.2 KB at 1,835

@@ -18,13 +18,14 @@ from datetime import datetime
 from typing import Protocol
 
 from companion.core.models import Memory, Recalled, Scope, Turn
+from companion.core.setting import LAST_EXTRACTION
 from companion.engine.learning import MAX_RELATED, Learner, related
 from companion.engine.locks import KeyedLocks
 from companion.engine.profile import ProfileService
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import Consolidation
 from companion.engine.writer import MemoryWriter
-from companion.storage.base import LAST_EXTRACTION, MemoryStore
+from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)
 

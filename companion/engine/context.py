@@ -11,6 +11,7 @@ from datetime import date, datetime
 
 from companion.core import dates
 from companion.core.models import Memory, Profile, Recalled, Scope, Turn
+from companion.core.turnview import TurnView
 from companion.engine.cache import IndexCache
 from companion.engine.followups import FollowUps
 from companion.engine.profile import ProfileService, matching_traits
@@ -20,7 +21,7 @@ from companion.engine.types import EngineConfig, MemoryContext
 from companion.recall.index import RecallFilter, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
-from companion.storage.base import MemoryStore, TurnRecord, TurnView
+from companion.storage.base import MemoryStore, TurnRecord
 
 MAX_SCHEDULED = 8  # dated memories a question about time is told
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.

@@ -18,16 +18,12 @@ from datetime import date, datetime, time, timedelta, tzinfo
 
 import prompts
 from companion.core import followups
+from companion.core.journal import ChangeOp
 from companion.core.models import Memory, Scope, Status, StatusReason
+from companion.core.setting import FOLLOWUP_SEQ
 from companion.core.timeutil import show
 from companion.engine.writer import MemoryWriter
-from companion.storage.base import (
-    EVERY_STATUS,
-    FOLLOWUP_SEQ,
-    ChangeOp,
-    FollowUpScope,
-    MemoryStore,
-)
+from companion.storage.base import EVERY_STATUS, FollowUpScope, MemoryStore
 from companion.storage.base import Thread as Thread  # the hosts' type of a thread
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The engine's value types: its configuration, the memory context it hands the chat layer as data, and
 the reports its operations return. No behaviour; a host builds the config from its own settings
-(the bot: ``companion.ops.assembly.engine_config``)."""
+(the bot: ``companion.ops.engine_assembly.engine_config``)."""
 
 from __future__ import annotations
 

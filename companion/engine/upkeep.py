@@ -10,13 +10,14 @@ import contextlib
 from datetime import datetime
 
 from companion.core.models import Scope
+from companion.core.setting import LAST_DECAY_AT
 from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.types import DecayReport
 from companion.engine.writer import MemoryWriter
-from companion.storage.base import JOURNAL_KEEP, LAST_DECAY_AT, MemoryStore
+from companion.storage.base import JOURNAL_KEEP, MemoryStore
 
 
 class Upkeep:

@@ -1,6 +1,7 @@
-"""The kanban built from the settings, on the bot's store and engine: ``open_kanban`` returns None when the
-operator did not configure it (``Settings.dida_enabled``). ``Kanban.start`` runs the background loop and,
-with ``DIDA_CALLBACK_PORT``, the OAuth callback server; ``stop`` ends both and closes the HTTP session."""
+"""The kanban built from the settings, on the bot's engine (its kanban port, ``MemoryEngine.kanban``, is the
+kanban's only way to the database): ``open_kanban`` returns None when the operator did not configure it
+(``Settings.dida_enabled``). ``Kanban.start`` runs the background loop and, with ``DIDA_CALLBACK_PORT``, the
+OAuth callback server; ``stop`` ends both and closes the HTTP session."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from companion.kanban.client import DidaClient
 from companion.kanban.oauth import CallbackServer
 from companion.kanban.records import TokenBox
 from companion.kanban.service import KanbanService, KanbanWorker, LinkConfig
-from companion.kanban.sync import DidaConfig, Forget, KanbanSync, Outbox
-from companion.storage.base import MemoryStore
+from companion.kanban.sync import DidaConfig, Forget, KanbanSync
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,8 @@ class Kanban:
         await self._client.close()
 
 
-def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, forget: Forget,
-                outbox: Outbox | None = None, *, clock: Callable[[], datetime] = utcnow) -> Kanban | None:
+def open_kanban(settings: Settings, engine: MemoryEngine, forget: Forget, *,
+                clock: Callable[[], datetime] = utcnow) -> Kanban | None:
     if not settings.dida_enabled:
         return None
     assert settings.dida_client_secret is not None
@@ -63,13 +63,14 @@ def open_kanban(settings: Settings, store: MemoryStore, engine: MemoryEngine, fo
     config = DidaConfig(settings.dida_client_id, settings.dida_client_secret.get_secret_value(),
                         settings.dida_redirect_uri, settings.tz, reminder_hour=settings.review_hours[0],
                         tier_tags=settings.dida_tier_tags, absent_after=timedelta(minutes=settings.dida_poll_minutes))
-    sync = KanbanSync(client, store, engine, outbox, tokens, config, forget)
+    port = engine.kanban  # its rows, and the journal as its outbox
+    sync = KanbanSync(client, port, engine, port, tokens, config, forget)
     link = LinkConfig(settings.dida_auth_base, settings.dida_client_id, settings.dida_redirect_uri,
                       settings.dida_callback_port is not None, settings.tz)
     service = KanbanService(sync, link, clock=clock, tokens_ready=tokens.ready)
     # A change is pushed within a tick; a poll interval shorter than two ticks (a test's) shortens the tick.
     tick = min(15.0, settings.dida_poll_minutes * 30)
-    worker = KanbanWorker(service, store, outbox, timedelta(minutes=settings.dida_poll_minutes), tick=tick,
+    worker = KanbanWorker(service, port, port, timedelta(minutes=settings.dida_poll_minutes), tick=tick,
                           clock=clock)
     callback = None
     if settings.dida_callback_port is not None:

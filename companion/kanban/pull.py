@@ -22,10 +22,10 @@ from companion.core import dates, tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, When
 from companion.core.timeutil import from_db, to_db
+from companion.engine.ports import KanbanPort
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.records import CardState, Link
-from companion.storage.base import KanbanState
 from memory import MemoryEngine
 
 # A card missing from a poll and still missing a poll interval later was deleted (the default interval; a
@@ -47,7 +47,7 @@ def dida_time(moment: datetime) -> str:
 
 
 class Puller:
-    def __init__(self, client: DidaClient, state: KanbanState, engine: MemoryEngine, forget: Forget, *,
+    def __init__(self, client: DidaClient, state: KanbanPort, engine: MemoryEngine, forget: Forget, *,
                  absent_after: timedelta = ABSENT_TIME) -> None:
         self._absent_after = absent_after
         self._client = client

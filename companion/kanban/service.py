@@ -16,12 +16,12 @@ from zoneinfo import ZoneInfo
 from companion.core.errors import DidaAuthError, DidaError, DidaLinkError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
+from companion.engine.ports import KanbanPort
 from companion.kanban import texts
 from companion.kanban.client import authorize_url
 from companion.kanban.oauth import OAuthStates
 from companion.kanban.records import Link, LinkState
 from companion.kanban.sync import KanbanSync, Outbox, Round
-from companion.storage.base import KanbanState
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class KanbanWorker:
     """Every ``tick`` seconds: each linked user whose journal moved, or whose poll is due, syncs; a user
     waiting out a rate limit or a backoff is left alone. A few users at a time; a reply never waits on it."""
 
-    def __init__(self, service: KanbanService, state: KanbanState, outbox: Outbox | None, poll: timedelta, *,
+    def __init__(self, service: KanbanService, state: KanbanPort, outbox: Outbox | None, poll: timedelta, *,
                  tick: float = 15.0, concurrency: int = 8, clock: Callable[[], datetime] = utcnow) -> None:
         self._service, self._state, self._outbox = service, state, outbox
         self._poll, self._tick, self._clock = poll, tick, clock

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from companion.core.errors import (
@@ -26,12 +26,13 @@ from companion.core.errors import (
     DidaRateLimitedError,
     DidaUnavailableError,
 )
+from companion.core.journal import SCOPE_WIDE
 from companion.core.models import Memory, Scope, Status
+from companion.engine.ports import KanbanPort
 from companion.kanban import cards
 from companion.kanban.client import DidaClient, ProjectData
 from companion.kanban.pull import ABSENT_TIME, Puller, memory_of
 from companion.kanban.records import CardState, Link, LinkState, TokenBox
-from companion.storage.base import SCOPE_WIDE, KanbanState
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,6 @@ class Entry(Protocol):
     def op(self) -> str: ...
 
 
-@runtime_checkable
 class Outbox(Protocol):
     """The store's change journal, read as the kanban's outbox."""
 
@@ -92,7 +92,7 @@ class Round:
 
 
 class KanbanSync:
-    def __init__(self, client: DidaClient, state: KanbanState, engine: MemoryEngine, outbox: Outbox | None,
+    def __init__(self, client: DidaClient, state: KanbanPort, engine: MemoryEngine, outbox: Outbox | None,
                  tokens: TokenBox, config: DidaConfig, forget: Forget) -> None:
         self.client = client
         self._state = state

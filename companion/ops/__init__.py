@@ -1,4 +1,12 @@
-"""Operator work above the engine: scheduled jobs (run where the ``Leader`` says), backups, restore,
-tables for the command line, the workers' shared queue and lead (Redis; ``workqueue``, ``redisleader``,
-``workers``). May import ``memory`` and everything below it; never ``chat``, ``handlers``
-or ``bot``."""
+"""Operator work above the engine, split by concern into subpackages, with the composition helpers on top.
+
+Subpackages: ``backup`` (backups, restore, migration between stores, the CSV form, the one-writer lock),
+``admin`` (what operators do to any user's memories: the service, its Telegram texts, the command line,
+charts, tables, exports), ``jobs`` (scheduled maintenance, reviews and weekly summaries, background table
+upgrades, the lead), ``workers`` (several processes on one Redis: the update queue, the Redis lead, the
+worker processes). On top, where a newcomer looks first: ``engine_assembly`` (the engine assembled from
+settings), ``operator_commands`` (the command table of ``python bot.py``) and ``preflight`` (start-up checks,
+below the subpackages: ``workers`` raises its ``StartupError``).
+
+The modules here may import the subpackages, ``memory`` and everything below it; nothing in ``companion.ops``
+imports ``chat``, ``kanban``, ``console``, ``handlers`` or ``bot``."""

@@ -1,6 +1,9 @@
 """Start-up checks that need no heavy library: the bot token's shape, then one call to Telegram (getMe) and
 one to the LLM (list the models), side by side. aiogram and openai take seconds of CPU to import; these
-checks use the standard library, so a wrong token or key, or no route, is one line within a second."""
+checks use the standard library, so a wrong token or key, or no route, is one line within a second.
+
+Imports only ``core`` and ``config``: it sits below the subpackages of ``companion.ops``, whose ``workers``
+raise its ``StartupError``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Storage: the store protocols by concern (``base``, with the typed settings and change-journal records of
-``records`` and the optional ``capabilities``), one way to open a store (``factory.open_store(url)``),
+"""Storage: the store protocols by concern (``base``, with the follow-up and journal policy of ``records`` and
+the optional ``capabilities``; the typed settings, journal entries and ``TurnView`` they carry are data of
+``companion.core``), one way to open a store (``factory.open_store(url)``),
 SQLite's maintenance capability (``maintenance``) and the backends behind them, one package each: ``sqlite``
 (``SQLiteStore``), ``postgres`` (``PostgresStore``, loaded only for a ``postgresql://`` URL) and
 ``inmemory``. At this top level only what more than one backend uses, none of it importing a database

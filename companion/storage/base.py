@@ -17,13 +17,14 @@ scope's call can never reach another's rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Protocol, TypeVar
 
 from companion.core.cells import CellColumn
+from companion.core.journal import Change
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.setting import Setting
 from companion.storage.capabilities import (
     Maintenance,
     UsageCell,
@@ -32,44 +33,16 @@ from companion.storage.capabilities import (
     VectorRow,
     text_hash,
 )
-from companion.storage.records import (
-    EXACT_EXPIRY,
-    FOLLOWUP_CUES,
-    FOLLOWUP_SEQ,
-    GROUP_MEMORY,
-    HOST_ADDRESS,
-    HOST_LABEL,
-    IMPORTED,
-    JOURNAL_KEEP,
-    LAST_DECAY_AT,
-    LAST_EXTRACTION,
-    MIGRATING,
-    MOVED_TO,
-    REVIEW_SENT,
-    SCOPE_WIDE,
-    SETTINGS,
-    SHARE_PRIVATE,
-    WEEKLY,
-    WEEKLY_SENT,
-    Change,
-    ChangeOp,
-    FollowUpScope,
-    Keyed,
-    Setting,
-    SettingName,
-    Thread,
-)
-from companion.storage.turns import TurnBatch, TurnRecord, TurnView
+from companion.storage.records import JOURNAL_KEEP, FollowUpScope, Thread
+from companion.storage.turns import TurnBatch, TurnRecord
 
+# The typed settings, the journal's entries and ``TurnView`` are data the layers above share with the store:
+# they live in ``companion.core`` (``setting``, ``journal``, ``turnview``) and are imported from there.
 __all__ = [
-    "ACTIVE_ONLY", "EVERY_STATUS", "EXACT_EXPIRY", "FOLLOWUP_CUES", "FOLLOWUP_SEQ", "GROUP_MEMORY",
-    "HOST_ADDRESS", "HOST_LABEL", "IMPORTED", "JOURNAL_KEEP", "LAST_DECAY_AT", "LAST_EXTRACTION", "MIGRATING",
-    "MOVED_TO", "REVIEW_SENT", "SCOPE_WIDE", "SETTINGS",
-    "SHARE_PRIVATE", "STREAM_BATCH", "WEEKLY", "WEEKLY_SENT", "Capabilities", "Change", "ChangeJournal", "ChangeOp",
-    "ChatMoves", "FollowUpScope", "FollowUpState", "KanbanState", "Keyed", "Maintenance", "MemoryRecords",
-    "MemoryStore", "ProfileStore", "ScopeRegistry", "Setting", "SettingName", "SettingStore", "ShortTermItems",
-    "Thread", "TurnBatch", "TurnQueue", "TurnRecord", "TurnView", "UsageCell", "UsageLog", "VectorIndex",
-    "VectorRow", "text_hash",
+    "ACTIVE_ONLY", "EVERY_STATUS", "JOURNAL_KEEP", "STREAM_BATCH", "Capabilities", "ChangeJournal", "ChatMoves",
+    "FollowUpScope", "FollowUpState", "KanbanState", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore",
+    "ScopeRegistry", "SettingStore", "ShortTermItems", "Thread", "TurnBatch", "TurnQueue", "TurnRecord", "UsageCell",
+    "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
 ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
@@ -254,7 +227,7 @@ class ProfileStore(Protocol):
 
 
 class SettingStore(Protocol):
-    """Typed settings (``records.SETTINGS``), each value keyed by a scope, a chat, a user or nothing."""
+    """Typed settings (``core.setting.SETTINGS``), each value keyed by a scope, a chat, a user or nothing."""
 
     async def get_setting(self, setting: Setting[K, V], key: K) -> V | None:
         """The stored value, or None when it was never set."""
@@ -352,46 +325,6 @@ class Capabilities(Protocol):
     def maintenance(self) -> Maintenance | None:
         """File-level upkeep of a database file: snapshot, background table upgrade."""
         ...
-
-
-class SpooledTurns(Protocol):
-    """One process's file of turns the database could not take (``companion.storage.spool``)."""
-
-    async def keep(self, scope: Scope, turns: Sequence[Turn]) -> None:
-        """The scope's waiting turns are now exactly ``turns`` (none: its rows go)."""
-        ...
-
-    async def load(self, scope: Scope) -> list[Turn]: ...
-
-    async def scopes(self) -> list[Scope]: ...
-
-
-class TurnSpools(Protocol):
-    """The spool files beside a process: its own, and those of processes gone, to replay."""
-
-    def own(self) -> SpooledTurns: ...
-
-    def orphans(self) -> AbstractContextManager[list[SpooledTurns]]:
-        """The files of processes gone, each held while the caller replays it."""
-        ...
-
-    def remove(self, spool: SpooledTurns) -> None:
-        """An emptied file of a process gone."""
-        ...
-
-    async def set_aside(self, scope: Scope, turns: Sequence[Turn]) -> None:
-        """Keep turns the database refuses in the set-aside file: never replayed, reached by forgetting."""
-        ...
-
-    async def drop_user(self, user_id: int) -> int:
-        """Every spooled turn of the user, in every file (the operator's ``forget USER``)."""
-        ...
-
-    async def scrub(self, scope: Scope, keep: Callable[[Turn], bool]) -> None:
-        """In every file, the scope's spooled turns are only those ``keep`` keeps (a forget)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class MemoryStore(

@@ -13,7 +13,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from companion.core.errors import ConfigError, UnfinishedMigrationError
-from companion.storage.base import MIGRATING, MemoryStore, TurnSpools
+from companion.core.setting import MIGRATING
+from companion.core.spools import TurnSpools
+from companion.storage.base import MemoryStore
 
 # Takes what follows ``scheme://``; returns an open store.
 Opener = Callable[[str], Awaitable[MemoryStore]]

@@ -12,6 +12,7 @@ from companion.core import rules
 from companion.core.cells import CellColumn
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
+from companion.core.journal import Change, ChangeOp
 from companion.core.models import (
     Memory,
     MemoryDraft,
@@ -23,22 +24,15 @@ from companion.core.models import (
     StatusReason,
     Turn,
 )
+from companion.core.setting import Setting
 from companion.core.timeutil import utcnow
+from companion.core.turnview import TurnView
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH, Maintenance, UsageLog, VectorIndex
 from companion.storage.cellsql import csv_of
 from companion.storage.inmemory_threads import InMemoryThreads
-from companion.storage.records import (
-    CHAT_SETTINGS_THAT_MOVE,
-    SCOPE_SETTINGS,
-    Change,
-    ChangeOp,
-    Setting,
-    change_op,
-    drops_events,
-    forget_op,
-)
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, change_op, drops_events, forget_op
 from companion.storage.rows import renumbered
-from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
+from companion.storage.turns import TurnRecord, setting_fields, setting_keys
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import date, datetime
 
+from companion.core.journal import ChangeOp
 from companion.core.models import Scope
-from companion.storage.records import ENDS_THREAD, ChangeOp, FollowUpScope, Thread
+from companion.storage.records import ENDS_THREAD, FollowUpScope, Thread
 
 
 class InMemoryThreads:

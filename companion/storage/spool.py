@@ -34,8 +34,8 @@ from typing import TypeVar
 
 from companion.core.errors import StorageError
 from companion.core.models import Scope, Turn
+from companion.core.spools import SpooledTurns
 from companion.core.timeutil import from_db, to_db
-from companion.storage.base import SpooledTurns
 
 SPOOL_DIR = "spool"
 SET_ASIDE = "turns-set-aside.sqlite3"  # named like the others so forgetting and ``forget USER`` reach it

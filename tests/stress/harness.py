@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from companion.ops.backup import IN_PROGRESS
+from companion.ops.backup.nightly import IN_PROGRESS
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import Answer, request_text
 from tests.scripted import EXTRACT_MARK, PROFILE_MARK

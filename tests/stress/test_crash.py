@@ -13,8 +13,8 @@ import random
 import shutil
 from pathlib import Path
 
-from companion.ops.restore import before_restore_copies
-from companion.ops.staging import staging_path
+from companion.ops.backup.restore import before_restore_copies
+from companion.ops.backup.staging import staging_path
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.llm import is_json_mode
 from tests.stress.harness import (

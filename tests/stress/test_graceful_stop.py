@@ -12,7 +12,7 @@ import pytest
 from bench.botdriver import CountingTelegram
 from companion.core.models import MemoryDraft, Scope
 from companion.core.timeutil import utcnow
-from companion.ops.backup import IN_PROGRESS
+from companion.ops.backup.nightly import IN_PROGRESS
 from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM
 from tests.fakes.llm import is_json_mode

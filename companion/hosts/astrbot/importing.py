@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
+from companion.core.setting import EXACT_EXPIRY, HOST_LABEL, IMPORTED
 from companion.hosts.astrbot.arguments import validity_for
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import Imported, MemoryService
-from companion.storage.base import EXACT_EXPIRY, HOST_LABEL, IMPORTED
 
 
 @dataclass(frozen=True, slots=True)

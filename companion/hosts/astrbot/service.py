@@ -20,6 +20,7 @@ from typing import Any
 from companion.core import dates, followups
 from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
+from companion.core.setting import EXACT_EXPIRY, FOLLOWUP_CUES, HOST_ADDRESS, HOST_LABEL, WEEKLY
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
 from companion.engine.profile import matching_traits
@@ -39,7 +40,7 @@ from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.weekly import next_at
 from companion.llm.base import JsonModel
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import EXACT_EXPIRY, FOLLOWUP_CUES, HOST_ADDRESS, HOST_LABEL, WEEKLY, MemoryStore
+from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
 

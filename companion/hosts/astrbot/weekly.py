@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from companion.core.errors import LLMError
 from companion.core.models import Status
+from companion.core.setting import HOST_ADDRESS, WEEKLY, WEEKLY_SENT
 from companion.core.week import WEEK, summarise_week
 from companion.hosts.astrbot import texts
-from companion.storage.base import HOST_ADDRESS, WEEKLY, WEEKLY_SENT
 
 if TYPE_CHECKING:
     from companion.hosts.astrbot.service import MemoryService

@@ -9,8 +9,8 @@ Python rules compute them. ``$1``/``$2`` are the batch's user and chat ids (arra
 from __future__ import annotations
 
 from companion.core import rules
+from companion.core.journal import ChangeOp
 from companion.core.models import StatusReason
-from companion.storage.records import ChangeOp
 
 DAY_S = 86_400
 WINDOW_S = int(rules.MENTION_WINDOW.total_seconds())

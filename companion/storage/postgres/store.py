@@ -16,8 +16,11 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TypeVar
 
 from companion.core.cells import CellColumn
+from companion.core.journal import Change, ChangeOp
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.setting import Setting
 from companion.core.timeutil import utcnow
+from companion.core.turnview import TurnView
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
 from companion.storage.postgres import cells, decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
@@ -38,9 +41,9 @@ from companion.storage.postgres.rows import (
     second,
     turn_to_row,
 )
-from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, Change, ChangeOp, Setting, drops_events
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, drops_events
 from companion.storage.rows import renumbered
-from companion.storage.turns import TurnRecord, TurnView
+from companion.storage.turns import TurnRecord
 
 K = TypeVar("K")
 V = TypeVar("V")

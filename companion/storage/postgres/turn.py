@@ -6,6 +6,7 @@ shares with them: queueing a turn, an access, a mention."""
 from __future__ import annotations
 
 from companion.core.models import Scope, ShortKind, Turn
+from companion.core.turnview import TurnView
 from companion.storage.postgres.journal import NEWEST
 from companion.storage.postgres.rows import (
     SELECT_MEMORY,
@@ -19,7 +20,7 @@ from companion.storage.postgres.rows import (
 )
 from companion.storage.postgres.schema import Conn
 from companion.storage.postgres.writes import add_short
-from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
+from companion.storage.turns import TurnRecord, setting_fields, setting_keys
 
 _SCOPED = "user_id = $1 AND chat_id = $2"
 QUEUE_TURN = ("INSERT INTO pending_turns (user_id, chat_id, user_text, reply_text, created_at, message_chat_id, "

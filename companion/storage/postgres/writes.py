@@ -13,6 +13,7 @@ from datetime import datetime
 
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
+from companion.core.journal import ChangeOp
 from companion.core.models import Memory, MemoryDraft, Scope, ShortKind
 from companion.core.rules import new_memory
 from companion.storage.postgres import journal
@@ -25,7 +26,7 @@ from companion.storage.postgres.rows import (
     second,
 )
 from companion.storage.postgres.schema import Conn
-from companion.storage.records import SCOPE_SETTINGS, ChangeOp, forget_op
+from companion.storage.records import SCOPE_SETTINGS, forget_op
 from companion.storage.rows import source_rows
 
 SCOPED_TABLES = ("memories", "pending_turns", "short_term", "memory_vectors")

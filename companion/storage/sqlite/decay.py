@@ -17,9 +17,9 @@ from datetime import datetime
 import aiosqlite
 
 from companion.core import rules
+from companion.core.journal import ChangeOp
 from companion.core.models import StatusReason
 from companion.core.timeutil import to_db
-from companion.storage.records import ChangeOp
 
 DAY_S = 86_400
 _KEY = re.compile(r"(c[np][0-9]+_)?u[0-9]+")  # ``Scope.key``: u<user>, or c<n|p><chat>_u<user> in a group

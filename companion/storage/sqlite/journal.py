@@ -13,9 +13,10 @@ from typing import Any
 
 import aiosqlite
 
+from companion.core.journal import Change, ChangeOp
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db, to_db
-from companion.storage.records import ENDS_THREAD, Change, ChangeOp, change_op
+from companion.storage.records import ENDS_THREAD, change_op
 from companion.storage.rows import marks
 
 Entry = tuple[int | None, ChangeOp]  # (handle, or None for the whole scope; what happened)

@@ -104,7 +104,7 @@ CORE = MigrationSet("core", (
         started_at TEXT NOT NULL
     )
     """),
-    # Typed settings (``records.SETTINGS``) in a table of their own, keyed by (name, owner: a scope key, a
+    # Typed settings (``core.setting.SETTINGS``) in a table of their own, keyed by (name, owner: a scope key, a
     # chat or user id, '' for the database); the values the ``meta`` keys held move over unchanged.
     Migration("0007_settings", """
     CREATE TABLE settings (

@@ -28,18 +28,13 @@ from typing import TYPE_CHECKING, TypeVar
 import aiosqlite
 
 from companion.core.cells import CellColumn
+from companion.core.journal import Change, ChangeOp
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.setting import Setting
 from companion.core.timeutil import to_db, utcnow
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
 from companion.storage.cellsql import csv_of
-from companion.storage.records import (
-    CHAT_SETTINGS_THAT_MOVE,
-    SCOPE_SETTINGS,
-    Change,
-    ChangeOp,
-    Setting,
-    drops_events,
-)
+from companion.storage.records import CHAT_SETTINGS_THAT_MOVE, SCOPE_SETTINGS, drops_events
 from companion.storage.rows import (
     HANDLES_PER_STATEMENT,
     INSERT_MEMORY,

@@ -12,12 +12,13 @@ from datetime import datetime
 
 from companion.core.models import Scope, ShortKind, Status, Turn
 from companion.core.timeutil import from_db, to_db
+from companion.core.turnview import TurnView
 from companion.storage.migration_sets import Migration, MigrationSet
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
 from companion.storage.sqlite import journal, migrations, shortterm
 from companion.storage.sqlite.connection import Connection
 from companion.storage.sqlite.migrations import register
-from companion.storage.turns import TurnRecord, TurnView, setting_fields, setting_keys
+from companion.storage.turns import TurnRecord, setting_fields, setting_keys
 
 TURN_STATE = MigrationSet("turn_state", (
     # Per-scope conversation state every worker process must see: the memory an "edit" press waits on.

@@ -10,8 +10,8 @@ from datetime import tzinfo
 
 from companion.core.models import Memory, MemoryType, Status, Tier, Validity
 from companion.core.timeutil import show
-from companion.ops.admin import HISTOGRAM, AdminStats, UserSummary
-from companion.ops.csvformat import LABELS
+from companion.ops.admin.admin_service import HISTOGRAM, AdminStats, UserSummary
+from companion.ops.backup.csvformat import LABELS
 from companion.storage.base import UsageCell
 
 NO_PERMISSION = "没有权限"

@@ -1,7 +1,7 @@
 """Daily maintenance inside the bot process: decay and cleanup, then the nightly backup.
 
 Each job runs through ``guarded``: a failure is logged with its traceback and the bot carries on; a
-scheduled one through ``led``, only in the process that leads (``companion.ops.leader``).
+scheduled one through ``led``, only in the process that leads (``companion.ops.jobs.leader``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
-from companion.ops.backup import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
-from companion.ops.leader import ALONE, Leader
-from companion.ops.stoppable import stoppable_backup
+from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
+from companion.ops.backup.stoppable import stoppable_backup
+from companion.ops.jobs.leader import ALONE, Leader
 from companion.storage.base import MemoryStore
 from memory import DecayReport, MemoryEngine
 

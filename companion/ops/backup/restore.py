@@ -27,9 +27,9 @@ import pandas as pd
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, Scope, Status, StatusReason
-from companion.ops.backup import IN_PROGRESS, fsync
-from companion.ops.csvformat import LEGACY_HEADERS, parse_row
-from companion.ops.staging import remove_staging, staging_path
+from companion.ops.backup.csvformat import LEGACY_HEADERS, parse_row
+from companion.ops.backup.nightly import IN_PROGRESS, fsync
+from companion.ops.backup.staging import remove_staging, staging_path
 from companion.storage.factory import open_store, sqlite_url
 from companion.storage.maintenance import checkpoint, open_snapshot
 
@@ -185,7 +185,7 @@ async def restore(
     source: Path, db_path: Path, now: datetime, *, force: bool = False, progress: Progress | None = None,
     keep: int = 3, tz: tzinfo | None = None, forgotten: LiveTombstones | None = None,
 ) -> RestoreResult:
-    """Replace the database at ``db_path`` (the caller holds its lock, companion.ops.dblock) with the
+    """Replace the database at ``db_path`` (the caller holds its lock, companion.ops.backup.dblock) with the
     backup at ``source``; the newest ``keep`` before-restore copies are kept. ``tz``: the zone of CSV
     times that carry no offset and whose row names none (the configured ``TIMEZONE``). ``forgotten``: the
     forgets of a database this restore replaces that is not the file at ``db_path`` (a server database)."""

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from companion.core.models import MemoryType, Status, Tier
 from companion.core.timeutil import show
-from companion.ops.admin import HISTOGRAM, AdminService, Progress
+from companion.ops.admin.admin_service import HISTOGRAM, AdminService, Progress
 from companion.storage.base import UsageCell
 
 

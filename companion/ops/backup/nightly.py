@@ -34,7 +34,7 @@ from pathlib import Path
 from companion.core.errors import BackupError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import local_date
-from companion.ops.csvformat import CELLS, HEADERS, fixed_offset, zone_name
+from companion.ops.backup.csvformat import CELLS, HEADERS, fixed_offset, zone_name
 from companion.storage.base import Maintenance, MemoryStore
 from companion.storage.maintenance import make_standalone, open_snapshot
 

@@ -1,6 +1,6 @@
 """A backup that stops when it is told to: the nightly job, the start-up catch-up and ``bot.py backup``.
 
-Kept apart from the scheduler (companion.ops.jobs) so the command line imports no scheduler or engine.
+Kept apart from the scheduler (companion.ops.jobs.scheduled) so the command line imports no scheduler or engine.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 from datetime import datetime, tzinfo
 from pathlib import Path
 
-from companion.ops.backup import BackupResult, BackupStopped, Progress, make_backup
+from companion.ops.backup.nightly import BackupResult, BackupStopped, Progress, make_backup
 from companion.storage.base import MemoryStore
 
 __all__ = ["BackupStopped", "stoppable_backup"]

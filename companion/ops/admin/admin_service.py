@@ -16,10 +16,11 @@ from datetime import datetime, timedelta, tzinfo
 from companion.core import dates
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.core.spools import TurnSpools
 from companion.core.timeutil import utcnow
-from companion.ops.chart import usage_png
-from companion.ops.export import export_csv_bytes
-from companion.storage.base import MemoryStore, TurnSpools, UsageCell, UsageLog
+from companion.ops.admin.chart import usage_png
+from companion.ops.admin.export import export_csv_bytes
+from companion.storage.base import MemoryStore, UsageCell, UsageLog
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]

@@ -14,7 +14,7 @@ import logging
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from companion.ops.workqueue import LEASE_MS, RENEW_SECONDS, QueueKeys, stopped_within
+from companion.ops.workers.workqueue import LEASE_MS, RENEW_SECONDS, QueueKeys, stopped_within
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL
 
 
 class RedisLeader:
-    """Implements ``companion.ops.leader.Leader``."""
+    """Implements ``companion.ops.jobs.leader.Leader``."""
 
     def __init__(self, redis: Redis, prefix: str, holder: str, *, lease_ms: int = LEASE_MS,
                  renew_seconds: float = RENEW_SECONDS) -> None:

@@ -17,12 +17,12 @@ from apscheduler.triggers.interval import IntervalTrigger
 from companion.core import tiers
 from companion.core.followups import within_hours
 from companion.core.models import Memory, Scope, Status
+from companion.core.setting import REVIEW_SENT, WEEKLY, WEEKLY_SENT
 from companion.core.timeutil import utcnow
 from companion.core.week import WEEK, summarise_week
 from companion.core.week import WeekSummary as WeekSummary  # the senders' type, where it always was
-from companion.ops.jobs import led
-from companion.ops.leader import ALONE, Leader
-from companion.storage.base import REVIEW_SENT, WEEKLY, WEEKLY_SENT
+from companion.ops.jobs.leader import ALONE, Leader
+from companion.ops.jobs.scheduled import led
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TextIO
 
 from companion.core.errors import ConfigError
-from companion.ops.assembly import admin_service, services
+from companion.ops.engine_assembly import admin_service, services
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -71,7 +71,7 @@ class ProgressLine:
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.errors import BackupError
     from companion.core.timeutil import utcnow
-    from companion.ops.stoppable import stoppable_backup
+    from companion.ops.backup.stoppable import stoppable_backup
     from companion.storage.factory import open_store
 
     require_database(settings)
@@ -97,13 +97,13 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
-    from companion.ops import dblock
-    from companion.ops.restore import restore
+    from companion.ops.backup import dblock
+    from companion.ops.backup.restore import restore
     from companion.storage.factory import sqlite_path
 
     if sqlite_path(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
         from companion.core.errors import RestoreError
-        from companion.ops.migrate import restore_into
+        from companion.ops.backup.migrate import restore_into
 
         replacing = args.replacing
         if replacing is None:
@@ -146,7 +146,7 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.models import Scope
-    from companion.ops.table import memories_table
+    from companion.ops.admin.table import memories_table
     from companion.storage.factory import open_store
 
     require_database(settings)
@@ -173,12 +173,13 @@ async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_decay(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import dblock, jobs
+    from companion.ops.backup import dblock
+    from companion.ops.jobs import scheduled
 
     require_database(settings)
     with dblock.hold(settings.db_path, "decay"):
         async with services(settings, need_llm=False) as parts:
-            report = await jobs.run_decay(parts.engine)
+            report = await scheduled.run_decay(parts.engine)
     print(f"decay done: {report.scopes} users, {report.decayed} memories decayed, {report.removed} removed")
     return 0
 
@@ -200,7 +201,7 @@ async def run_reindex(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _reindex(settings: Settings, *, force: bool) -> tuple[int, str, str] | None:
     """(vectors written, model, scorer); None when semantic recall is off or could not start."""
-    from companion.ops import dblock
+    from companion.ops.backup import dblock
 
     with dblock.hold(settings.db_path, "reindex"):
         async with services(settings, need_llm=False) as parts:
@@ -213,7 +214,7 @@ async def _reindex(settings: Settings, *, force: bool) -> tuple[int, str, str] |
 
 
 async def run_users(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli
+    from companion.ops.admin import admin_cli
 
     require_database(settings)
     async with services(settings, need_llm=False) as parts:
@@ -222,7 +223,8 @@ async def run_users(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_forget(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli, dblock
+    from companion.ops.admin import admin_cli
+    from companion.ops.backup import dblock
 
     require_database(settings)
     with dblock.hold(settings.db_path, "forget"):
@@ -234,7 +236,7 @@ async def run_forget(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_export(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
-    from companion.ops import admin_cli
+    from companion.ops.admin import admin_cli
 
     require_database(settings)
     out = args.out or settings.backup_dir / f"export_{utcnow().astimezone(settings.tz):%Y%m%d_%H%M%S}.csv"
@@ -244,7 +246,7 @@ async def run_export(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def run_stats(settings: Settings, args: argparse.Namespace) -> int:
-    from companion.ops import admin_cli
+    from companion.ops.admin import admin_cli
 
     require_database(settings)
     async with services(settings, need_llm=False) as parts:
@@ -258,8 +260,8 @@ async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
 
     from companion.core.timeutil import utcnow
-    from companion.ops import dblock
-    from companion.ops.migrate import migrate
+    from companion.ops.backup import dblock
+    from companion.ops.backup.migrate import migrate
     from companion.storage.factory import open_store, sqlite_path
 
     source_url = args.source or settings.database

@@ -1,5 +1,5 @@
 """The engine assembled from settings: the store, the engine on it and the LLM client, opened and closed
-together; the bot (``bot.py``) and the operator commands (``commands``) share it. The one place the bot's
+together; the bot (``bot.py``) and the operator commands (``operator_commands``) share it. The one place the bot's
 ``Settings`` become the engine's parts (``engine_config``, ``build_embedder``): the engine itself knows
 no settings."""
 
@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from companion.config.settings import Settings
+    from companion.core.spools import TurnSpools
     from companion.llm.client import LLMClient
     from companion.llm.embeddings import Embedder
-    from companion.ops.admin import AdminService, Forget
+    from companion.ops.admin.admin_service import AdminService, Forget
     from companion.recall.keywords import KeywordExtractor
-    from companion.storage.base import MemoryStore, TurnSpools
+    from companion.storage.base import MemoryStore
     from memory import EngineConfig, MemoryEngine
 
 # A write may wait on its embedding call (a saved or edited memory): one retry, not the SDK's default two.
@@ -140,7 +141,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 
 def admin_service(settings: Settings, parts: Services, forget: Forget | None = None) -> AdminService:
     """``forget``: the chat's forgetting (it also clears the short-term context), when a chat runs."""
-    from companion.ops.admin import AdminService
+    from companion.ops.admin.admin_service import AdminService
 
     return AdminService(parts.engine, parts.store, parts.store.usage_log(), settings.tz, forget=forget,
                         spools=parts.spools)

@@ -11,7 +11,7 @@ from datetime import tzinfo
 
 from companion.core import cells
 from companion.core.models import Memory, Scope
-from companion.ops.csvformat import CELLS, HEADERS, zone_name
+from companion.ops.backup.csvformat import CELLS, HEADERS, zone_name
 
 SCOPE_HEADER = "范围"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from companion.config.settings import Settings
 from companion.ops.preflight import StartupError
-from companion.ops.redisleader import RedisLeader
-from companion.ops.workqueue import ShardWorker, UpdateQueue, connect
+from companion.ops.workers.redisleader import RedisLeader
+from companion.ops.workers.workqueue import ShardWorker, UpdateQueue, connect
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,11 @@ from typing import Any
 
 from companion.core.errors import RestoreError, StorageError
 from companion.core.models import DynamicTrait, Memory, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.setting import MIGRATING, SETTINGS, Keyed, Setting
 from companion.core.text import sendable
 from companion.core.usage import UsageRecord
-from companion.ops.restore import LiveTombstones, RestoreResult, Tombstone, restore
-from companion.storage.base import EVERY_STATUS, MIGRATING, SETTINGS, Keyed, MemoryStore, Setting, UsageLog
+from companion.ops.backup.restore import LiveTombstones, RestoreResult, Tombstone, restore
+from companion.storage.base import EVERY_STATUS, MemoryStore, UsageLog
 from companion.storage.factory import open_store, sqlite_url
 
 # Far above what a scope holds (the short-term buffer keeps 200 turns, the queue drains every few turns).

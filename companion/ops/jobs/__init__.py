@@ -1,0 +1,6 @@
+"""Scheduled work inside the bot process: daily maintenance and the nightly backup (``scheduled``), reviews
+and weekly summaries (``proactive``), the background upgrade of old tables (``upgrade``) and which process
+runs them (``leader``).
+
+May import ``companion.ops.backup``, ``companion.ops.preflight``, ``memory`` and everything below; never
+``admin`` or ``workers`` (same layer), ``chat``, ``handlers`` or ``bot``."""
