@@ -68,7 +68,7 @@ class DensePolicy:
     # on one half of LoCoMo's conversations and reported on the other, both ways, with a real model (§7).
     weight: float = 0.75
     fusion_k: float = 1.0
-    sync_limit: int = 256  # memories one write embeds at most (the rest: the next write, or reindex)
+    sync_limit: int = 256  # memories a background write (extraction) embeds at most, and reindex's batch
 
 
 def document(memory: Memory) -> str:

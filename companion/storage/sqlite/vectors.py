@@ -3,7 +3,7 @@
 Rows are keyed by the memory handle and tagged with the scope and the embedding model, so a scope's search
 never sees another scope's vectors and vectors of a replaced model are never compared with new ones. The
 vectors are L2-normalised float32 BLOBs; scoring is cosine similarity, by sqlite-vec's
-``vec_distance_cosine`` where the extension loads, otherwise by one numpy matrix product over the scope's
+``vec_distance_cosine`` where the extension loads, otherwise by one numpy product (einsum) over the scope's
 vectors, kept in memory per scope while the scope's version (``vector_versions``, bumped by triggers in every
 transaction that changes the scope's vectors, in any process) stands. Both read the same table.
 
