@@ -3,9 +3,9 @@
 It composes the library parts (storage, keyword index, extraction, profile) and knows nothing about
 Telegram or the bot's settings: a host builds it from an ``EngineConfig``, a store (``open_store(url)``),
 a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock
-(``ScopeLocks``); neither a lock nor a transaction spans an LLM call. A reply's turn costs two store calls
-(``open_turn``, ``finish_turn``). The user's steering (save, edit, archive, search, reviews...) is
-inherited from ``companion.engine.steering_api``.
+(``ScopeLocks``); neither a lock nor a transaction spans an LLM call. A reply's turn is an object
+(``open_turn`` returns a ``MemoryTurn``) that costs two store calls: its read and its ``finish``. The
+user's steering (save, edit, archive, search, reviews...) is inherited from ``companion.engine.steering_api``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from companion.core.models import (
 )
 from companion.core.setting import LAST_DECAY_AT, LAST_EXTRACTION, Setting
 from companion.core.timeutil import utcnow
-from companion.core.turnview import TurnView
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
@@ -43,6 +42,7 @@ from companion.engine.shortterm import ShortTermBook
 from companion.engine.steering import Curator
 from companion.engine.steering_api import SteeringAPI
 from companion.engine.tools import Forget, memory_tools
+from companion.engine.turn import MemoryTurn
 from companion.engine.types import (
     Consolidation,
     DecayReport,
@@ -73,6 +73,7 @@ __all__ = [
     "MemoryContext",
     "MemoryEngine",
     "MemoryStats",
+    "MemoryTurn",
     "Provenance",
     "Saved",
     "ShortStats",
@@ -293,54 +294,48 @@ class MemoryEngine(SteeringAPI):
                                           reply=reply, min_match=min_match, allowed=allowed,
                                           earlier_since=earlier_since)
 
-    async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
-        """A turn's one read of the store: companion mode, the profile, today's events, the change counter
-        (and the memories when the scope's index is not loaded; its newest ``turns`` short-term turns when
-        asked). A turn that opens here builds its context ``opened`` and ends with ``finish_turn``."""
-        return await self._context.open_turn(scope, turns=turns)
+    async def open_turn(self, scope: Scope, *, turns: int = 0) -> MemoryTurn:
+        """A reply's turn, opened by its one read of the store: companion mode, the profile, today's events,
+        the change counter (and the memories when the scope's index is not loaded; its newest ``turns``
+        short-term turns when asked), as ``MemoryTurn.view``. The turn's calls need no other store call and
+        ``MemoryTurn.finish`` is its one write. Raises StorageError when the store cannot be read."""
+        return MemoryTurn(scope, await self._context.open_turn(scope, turns=turns), self._context)
+
+    def unread_turn(self, scope: Scope) -> MemoryTurn:
+        """A turn whose read failed (``open_turn`` raised): the same calls, each reading for itself."""
+        return MemoryTurn(scope, None, self._context)
 
     async def build_context(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None, opened: bool = False,
+        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
         earlier_since: datetime | None = None, follow_up: Mapping[int, int] | None = None,
     ) -> MemoryContext:
-        """``opened``: after ``open_turn``, with no store call of its own (the accesses wait for
-        ``finish_turn``); ``earlier`` and ``earlier_since`` as for ``recall``; ``follow_up``: how often each
-        memory was cued already, to pick one told event to follow up (``core.followups``; None: none, as in a
-        group or past a conversation's first reply)."""
-        return await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                          earlier=earlier, reply=reply, opened=opened, earlier_since=earlier_since,
-                                          follow_up=follow_up)
-
-    async def known_words(self, scope: Scope, words: Iterable[str], *, opened: bool = False) -> set[str]:
-        """Those of ``words`` an active memory of the scope already holds (from the cached recall index);
-        ``opened``: after ``open_turn``, with no store call."""
-        index = await self._cache.index(scope, checked=opened)
-        return {word for word in words if index.holds(word)}
-
-    async def indexed_memories(self, scope: Scope, *, opened: bool = False) -> list[Memory]:
-        """The scope's active memories, from the cached recall index (``memories`` reads the store);
-        ``opened``: after ``open_turn``, with no store call."""
-        return list((await self._cache.index(scope, checked=opened)).memories.values())
+        """A reply's context outside a turn, reading what it needs and recording the recalled memories'
+        accesses at once (a turn's ``MemoryTurn.context`` leaves them to its write). ``earlier`` and
+        ``earlier_since`` as for ``recall``; ``follow_up``: how often each memory was cued already, to pick
+        one told event to follow up (``core.followups``; None: none, as in a group or past a conversation's
+        first reply)."""
+        context = await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
+                                            earlier=earlier, reply=reply, earlier_since=earlier_since,
+                                            follow_up=follow_up)
+        if context.recalled:
+            await self._store.touch(scope, [r.memory.id for r in context.recalled], now)
+        return context
 
     def tools(self, *, forget: Forget | None = None) -> ToolFactory:
         """The memory tools a model may call, built per call for the caller's scope
         (``companion.engine.tools``); ``forget``: the host's, when it keeps its own copies to scrub."""
         return memory_tools(self, forget=forget, clock=self._clock)
 
-    async def finish_turn(
+    async def write_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None = None, queued: Sequence[Turn] = (),
-        shown: Sequence[Recalled] = (), reply: str | None = None, opened: bool = False,
         conversation: str | None = None, said: bool | None = None,
-    ) -> list[int]:
-        """A turn's one write, all or nothing: ``short`` kept as short-term memory, ``queued`` for the next
-        extraction (oldest first), an access for each ``shown`` memory (when ``opened``), a mention for
-        each the ``reply`` mentions, whose ids it returns, and the host's ``conversation`` state, which the
-        next ``open_turn`` in any process reads back (None: as it is; "": none). ``said``: the user said
-        something this turn (None: whether ``short`` has their words), kept with the conversation state."""
+    ) -> None:
+        """What happened outside a reply's turn, in one write (a message written first, a conversation
+        ended, turns queued late): as ``MemoryTurn.finish``, with no context shown."""
         said = bool(short is not None and short.user) if said is None else said
-        return await self._context.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=reply,
-                                               touched=opened, conversation=conversation, said=said)
+        await self._context.finish_turn(scope, now, short=short, queued=queued, shown=(), reply=None,
+                                        conversation=conversation, said=said)
 
     async def warm_reply(self, text: str) -> None:
         """Semantic recall reads the companion's last reply with the next turn: encode it now, after the turn,

@@ -34,7 +34,6 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
-from companion.engine.types import MemoryContext
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
 from companion.ops.engine_assembly import engine_on
 from companion.recall.index import RecallFilter
@@ -71,7 +70,7 @@ class ScaleConfig:
 class _Turns:
     """One simulated session per user: turn counter and recall cooldown, as ChatService keeps them; each
     turn makes the chat pipeline's two store calls, ``open_turn`` before the context (one read) and
-    ``finish_turn`` after the reply (one write: the accesses of what was shown)."""
+    ``MemoryTurn.finish`` after the reply (one write: the accesses of what was shown)."""
 
     def __init__(self, engine: MemoryEngine) -> None:
         self.engine = engine
@@ -84,20 +83,14 @@ class _Turns:
         turn = self.turn[scope] = self.turn.get(scope, 0) + 1
         cooldown = self.cooldown.setdefault(scope, {})
         with watch:
-            context = await _context(self.engine, scope, text, now, turn=turn, cooldown=cooldown)
+            memory = await self.engine.open_turn(scope)  # one read, then no store call
+            context = await memory.context(text, now, turn=turn, cooldown=cooldown)
             render_reference(context, now, self.engine.config.tz)
         for recalled in context.recalled:
             cooldown[recalled.memory.id] = turn
         with self.finish:
-            await self.engine.finish_turn(scope, now, shown=context.recalled, opened=True)
+            await memory.finish(now, shown=context.recalled)
         return len(context.recalled)
-
-
-async def _context(engine: MemoryEngine, scope: Scope, text: str, now: datetime, *, turn: int,
-                   cooldown: dict[int, int]) -> MemoryContext:
-    """A reply's memory context as the chat pipeline builds it: one read (``open_turn``), then no store call."""
-    await engine.open_turn(scope)
-    return await engine.build_context(scope, text, now, turn=turn, cooldown=cooldown, opened=True)
 
 
 def _settings(root: Path, config: ScaleConfig) -> Settings:
@@ -222,7 +215,7 @@ async def _startup(settings: Settings) -> tuple[dict[str, Any], MemoryStore, Mem
     active = await engine.active_scopes()
     parts["active_scopes_s"] = time.perf_counter() - started - sum(parts.values())
     first = min(active, key=lambda s: s.key) if active else Scope(1)
-    await _context(engine, first, "最近又感冒了，好难受", NOW, turn=1, cooldown={})
+    await (await engine.open_turn(first)).context("最近又感冒了，好难受", NOW, turn=1, cooldown={})
     parts["first_context_s"] = time.perf_counter() - started - sum(parts.values())
     total = time.perf_counter() - started
     cpu = time.process_time() - cpu

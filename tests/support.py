@@ -3,13 +3,16 @@ FakeLLM, and the chat service on top. The fixtures built from them live in ``con
 
 from __future__ import annotations
 
+import inspect
 import random
 import sqlite3
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -28,6 +31,25 @@ from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.telegram import JSONDict
 
 _EXTRACTOR = KeywordExtractor()
+
+
+class CountingStore:
+    """Every awaited call of the store it wraps, by name."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return await cast(Callable[..., Awaitable[Any]], attr)(*args, **kwargs)
+
+        return counted
 
 
 def table_of(conn: sqlite3.Connection, key: str) -> str | None:

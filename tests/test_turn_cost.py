@@ -4,12 +4,11 @@ trip. Counted on the real pipeline and the real SQLite store, wrapped to count e
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 
@@ -23,30 +22,11 @@ from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import MemoryStore
 from companion.storage.sqlite import SQLiteStore
 from tests.fakes import FakeLLM
-from tests.support import Clock, Rig, make_settings
+from tests.support import Clock, CountingStore, Rig, make_settings
 
 ME = Scope(777)
 IN_GROUP = Scope(777, -100123)
 COLD = "2025-12-22 感冒发烧，身体不舒服"
-
-
-class CountingStore:
-    """Every awaited call of the store it wraps, by name."""
-
-    def __init__(self, inner: SQLiteStore) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return await cast(Callable[..., Awaitable[Any]], attr)(*args, **kwargs)
-
-        return counted
 
 
 @pytest.fixture

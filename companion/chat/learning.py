@@ -18,7 +18,7 @@ from companion.chat.session import Session
 from companion.core.errors import CompanionError, LLMError, RefusedDataError, StorageError
 from companion.core.models import Recalled, Scope, Turn
 from companion.core.spools import SpooledTurns, TurnSpools
-from memory import MemoryEngine
+from memory import MemoryEngine, MemoryTurn
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +45,23 @@ class Learning:
         return self._rng.randint(*self._every)
 
     async def finish_turn(
-        self, scope: Scope, session: Session, turn: Turn | None, shown: Sequence[Recalled], answer: str | None,
-        now: datetime, *, opened: bool, conversation: str | None = None,
+        self, memory: MemoryTurn, session: Session, turn: Turn | None, shown: Sequence[Recalled],
+        answer: str | None, now: datetime, *, conversation: str | None = None,
     ) -> list[int]:
-        """Record the turn in one write (``MemoryEngine.finish_turn``): ``turn`` (None: nothing to keep)
+        """Record the turn in one write (``MemoryTurn.finish``): ``turn`` (None: nothing to keep)
         as short-term context and queued for learning, behind any turns still waiting, and the shown
         memories' accesses and mentions. A turn the database cannot take (a full disk) waits in the session
         and is queued, in order, with the next turn it can take; ``conversation``: the session's state to keep
 (``Session.state``). Returns the mentioned memories' ids."""
+        scope = memory.scope
         if turn is not None:
             if len(session.unqueued) == session.unqueued.maxlen:
                 log.warning("a turn of %s waited too long to be queued for learning and is dropped", scope.key)
             session.unqueued.append(turn)
 
         async def write(short: Turn | None, queued: list[Turn]) -> list[int]:
-            return await self.engine.finish_turn(scope, now, short=short, queued=queued, shown=shown, reply=answer,
-                                                 opened=opened, conversation=conversation)
+            return await memory.finish(now, short=short, queued=queued, shown=shown, reply=answer,
+                                       conversation=conversation)
 
         try:
             try:
@@ -183,7 +184,7 @@ class Learning:
         if not turns:
             return 0
         try:
-            await self.engine.finish_turn(scope, self.clock(), queued=turns)
+            await self.engine.write_turn(scope, self.clock(), queued=turns)
         except RefusedDataError as exc:
             waiting = deque(turns)
             try:
@@ -194,12 +195,12 @@ class Learning:
         await spool.keep(scope, [])
         return len(turns)
 
-    async def count_turn(self, scope: Scope, session: Session, text: str, *, opened: bool = False) -> bool:
+    async def count_turn(self, memory: MemoryTurn, session: Session, text: str) -> bool:
         """Count an answered turn toward the next extraction, before the turn is recorded (the countdown
         is kept with it: ``Session.state``); True when an extraction is due, which ``after_turn`` starts
-        once the turn is queued. ``opened``: after ``MemoryEngine.open_turn`` (no store call)."""
+        once the turn is queued."""
         session.since_extraction += 1
-        session.news_waiting |= await self._is_news(scope, session, text, opened)
+        session.news_waiting |= await self._is_news(memory, session, text)
         # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
         last = session.last_extraction_turn
         news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
@@ -226,7 +227,7 @@ class Learning:
         # No profile rebuild on a turn of its own: this turn waits in the queue, and the extraction that
         # reads it rebuilds a due profile in its own call, with what the turns tell.
 
-    async def _is_news(self, scope: Scope, session: Session, text: str, opened: bool) -> bool:
+    async def _is_news(self, memory: MemoryTurn, session: Session, text: str) -> bool:
         """A turn on a life topic (an important word) extracts at once when it tells something new: the
         topic itself the first time, or a detail of it no memory of the scope holds yet ("对了我对虾也过敏"
         after "我对花生过敏", a second pet, a new job). Retelling what is known ("我对花生过敏你知道的") and
@@ -249,9 +250,9 @@ class Learning:
         for word in said:
             session.news_turns[word] = session.turn
         try:
-            known = await self.engine.known_words(scope, said, opened=opened)
+            known = await memory.known_words(said)
         except StorageError as exc:
-            log.warning("could not read what %s already knows; treating the turn as news: %s", scope.key, exc)
+            log.warning("could not read what %s already knows; treating the turn as news: %s", memory.scope.key, exc)
             known = set()
         return bool(set(said) - known)
 

@@ -50,7 +50,7 @@ from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
-from memory import Forgetting, MemoryContext, MemoryEngine
+from memory import Forgetting, MemoryContext, MemoryEngine, MemoryTurn
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +182,12 @@ class ChatService:
         text = sendable(text)  # a lone surrogate would fail every model call and write of this turn
         session = self.session(scope)
         async with session.lock:
-            opened = await self._open(scope, session)
-            if group is None and opened is None:  # another process stopped companion mode meanwhile
-                self._sessions.pop(scope, None)
-                return Reply(texts.NOT_STARTED, ok=False)
+            memory = await self._open(scope, session)
+            if memory is None:  # another process stopped companion mode meanwhile
+                if group is None:
+                    self._sessions.pop(scope, None)
+                    return Reply(texts.NOT_STARTED, ok=False)
+                memory = self.engine.unread_turn(scope)
             if group is not None:  # the group's switches, as this turn's read found them
                 group = group.settled(session.view)
             remember = group is None or bool(group.remember)
@@ -197,7 +199,7 @@ class ChatService:
                     return steered
                 # Review lists are private matters: raised in private chats only.
                 opening = await self._opening(scope, session) if group is None else None
-                answer = await self._reply(scope, session, text, group, bool(opened))
+                answer = await self._reply(memory, session, text, group)
             finally:
                 session.answering = None
         if remember:
@@ -205,20 +207,22 @@ class ChatService:
         text = texts.plain(answer.text)
         return replace(answer, text=f"{opening}\n\n{text}" if opening and answer.ok else text)
 
-    async def _open(self, scope: Scope, session: Session) -> bool | None:
-        """The turn's one read of the store (``MemoryEngine.open_turn``), kept as ``session.view``; the
-        first message after a restart, or on another worker process, finds the last turns and the
-        conversation's state there, not an empty session. False when the store cannot be read, None when
-        it says another process stopped companion mode."""
+    async def _open(self, scope: Scope, session: Session) -> MemoryTurn | None:
+        """The turn, opened by its one read of the store (``MemoryEngine.open_turn``), whose view is kept as
+        ``session.view``; the first message after a restart, or on another worker process, finds the last
+        turns and the conversation's state there, not an empty session. An unread turn when the store cannot
+        be read, None when it says another process stopped companion mode."""
         restoring = not session.restored
         session.restored = True
         session.view = None
         mark = self.modes.mark()
         try:
-            view = await self.engine.open_turn(scope, turns=self.config.history_turns if restoring else 0)
+            memory = await self.engine.open_turn(scope, turns=self.config.history_turns if restoring else 0)
         except StorageError as exc:
             log.warning("short-term context of %s unavailable: %s", scope.key, exc)
-            return False
+            return self.engine.unread_turn(scope)
+        view = memory.view
+        assert view is not None  # an opened turn carries its read
         # Kept for this turn's decisions; the memories and turns read with it have their own homes.
         session.view = view if view.memories is None and not view.turns else replace(view, memories=None, turns=[])
         if self.modes.observe(scope, view.active, mark):
@@ -237,7 +241,7 @@ class ChatService:
             session.history.extend(Told(item.user, item.reply, item.keys[0] if item.keys else None, item.at)
                                    for item in view.turns)
             session.summarised_turn = len(session.history)
-        return True
+        return memory
 
     async def _steer(self, scope: Scope, session: Session, text: str) -> Reply | None:
         previous = session.history[-1] if session.history else None
@@ -284,7 +288,8 @@ class ChatService:
         becomes the conversation's latest turn, so the user's answer is read with it, in any process."""
         session = self.session(scope)
         async with session.lock:
-            if await self._open(scope, session) is not True:
+            memory = await self._open(scope, session)
+            if memory is None or memory.view is None:
                 return False
             now = self.clock()
             text = await compose(current_turns(session.history, now))
@@ -293,8 +298,8 @@ class ChatService:
             session.turn += 1
             session.written_first = handle
             self._record(session, "", text)
-            await self.engine.finish_turn(scope, now, short=Turn(user="", reply=text, at=now),
-                                          conversation=session.state(self.engine.config.recall_cooldown_turns))
+            await memory.finish(now, short=Turn(user="", reply=text, at=now),
+                                conversation=session.state(self.engine.config.recall_cooldown_turns))
         return True
 
     # ---- the user steers memory through buttons and commands ------------------------------------
@@ -335,21 +340,19 @@ class ChatService:
         """The short-term turns go, and the conversation's state with them: the next conversation, in any
         process, starts afresh (its cooldowns, countdown and first-turn reviews)."""
         await self.engine.clear_short_term(scope, ShortKind.TURN)
-        await self.engine.finish_turn(scope, now, conversation="")
+        await self.engine.write_turn(scope, now, conversation="")
 
-    async def _reply(
-        self, scope: Scope, session: Session, text: str, group: GroupTurn | None = None, opened: bool = False
-    ) -> Reply:
-        now = self.clock()
+    async def _reply(self, memory: MemoryTurn, session: Session, text: str, group: GroupTurn | None = None) -> Reply:
+        scope, now = memory.scope, self.clock()
         session.turn += 1
         allow = rules.recall_allowed(list(session.injections), self.config.recall_max_rate, INJECTION_WINDOW)
         current = current_turns(session.history, now)
         try:
-            context = await (group.context(self.engine, scope, text, now, opened=opened) if group is not None else
-                             self.engine.build_context(
-                                 scope, text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
+            context = await (group.context(memory, text, now) if group is not None else
+                             memory.context(
+                                 text, now, turn=session.turn, cooldown=session.cooldown, allow_recall=allow,
                                  earlier=[user for user, _ in current],
-                                 reply=current[-1][1] if current else None, opened=opened,
+                                 reply=current[-1][1] if current else None,
                                  earlier_since=said_since(session.history, now),
                                  # A conversation's first reply (nothing said lately) may follow something up.
                                  follow_up=None if current else session.followups,
@@ -398,10 +401,10 @@ class ChatService:
         # Counted before the write, which keeps the countdown with the turn; a group that keeps nothing
         # keeps no conversation state either.
         learn = answer is not None and remember
-        extract = await self._learning.count_turn(scope, session, text, opened=opened) if learn else False
+        extract = await self._learning.count_turn(memory, session, text) if learn else False
         state = session.state(self.engine.config.recall_cooldown_turns) if remember else None
-        mentioned = await self._learning.finish_turn(scope, session, turn, context.recalled, answer, now,
-                                                     opened=opened and group is None, conversation=state)
+        mentioned = await self._learning.finish_turn(memory, session, turn, context.recalled, answer, now,
+                                                     conversation=state)
         if answered is not None:  # after the reply, which saw the memory: an event over and answered is done
             await self.engine.followups.answered(scope, answered, now)
         if answer is None:

@@ -106,12 +106,17 @@ class IndexCache:
         no store call when nothing changed."""
         await self._sync(scope, counter=counter)
 
-    async def index(self, scope: Scope, *, checked: bool = False) -> ScopeIndex:
-        """``checked``: the caller brought the scope up to date this turn (``observe``, ``load``)."""
+    async def index(self, scope: Scope) -> ScopeIndex:
+        """The scope's index, brought up to its change counter first (one counter read when loaded)."""
         index = self._indexes.get(scope)
-        if index is not None and not checked:
+        if index is not None:
             await self._sync(scope)
-            index = self._indexes.get(scope)  # dropped when too much changed
+        return await self.observed(scope)
+
+    async def observed(self, scope: Scope) -> ScopeIndex:
+        """The scope's index as the last ``observe`` or ``load`` left it: no store call while it stays
+        loaded (a turn's read brought it up to date); loaded from the store when it is not."""
+        index = self._indexes.get(scope)  # dropped by a sync when too much changed
         if index is not None:
             self._indexes.move_to_end(scope)
             return index
@@ -178,11 +183,14 @@ class IndexCache:
         self._standing.clear()
         self._seen.clear()
 
-    async def standing(self, scope: Scope, now: datetime, *, checked: bool = False) -> Standing:
+    async def standing(self, scope: Scope, now: datetime) -> Standing:
+        """``standing_of`` the scope's index brought up to date."""
+        return self.standing_of(scope, await self.index(scope), now)
+
+    def standing_of(self, scope: Scope, index: ScopeIndex, now: datetime) -> Standing:
         """Per reply: the instructions that always apply, the core facts learned in the last day, and the
-        newest lasting facts (for what the profile may not carry yet). Recall is not limited here: every
-        active memory may be recalled."""
-        index = await self.index(scope, checked=checked)  # brought up to date first: a change drops the candidates
+        newest lasting facts (for what the profile may not carry yet), from the scope's current ``index``.
+        Recall is not limited here: every active memory may be recalled."""
         cached = self._standing.get(scope)
         if cached is None:
             # From the cached index, not the database: a user with 10,000 memories must not pay a full

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime
+from enum import Enum
 
 from companion.core import dates
-from companion.core.models import Memory, Profile, Recalled, Scope, Turn
+from companion.core.models import Memory, Profile, Recalled, Scope, ShortItem, Turn
 from companion.core.turnview import TurnView
 from companion.engine.cache import IndexCache
 from companion.engine.followups import FollowUps
@@ -18,7 +19,7 @@ from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import SHORT_TURNS_KEPT, TODAY_EVENTS_KEPT, ShortTermBook
 from companion.engine.types import EngineConfig, MemoryContext
-from companion.recall.index import RecallFilter, mentions
+from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
 from companion.storage.base import MemoryStore, TurnRecord
@@ -26,6 +27,13 @@ from companion.storage.base import MemoryStore, TurnRecord
 MAX_SCHEDULED = 8  # dated memories a question about time is told
 # A long message often gets to the point at the end ("...对了，小王生日是哪天？"): read all of it.
 MAX_QUERY_TERMS = 48
+
+
+class Reads(Enum):
+    """Where a context's cached state comes from: brought up to the store first, or as observed."""
+
+    LIVE = "live"  # each cache reads the scope's change counter first (a context on its own)
+    OBSERVED = "observed"  # as this turn's read left the caches (``open_turn``): no store call
 
 
 class ContextBuilder:
@@ -49,9 +57,9 @@ class ContextBuilder:
         cooldown: Mapping[int, int] | None = None, limit: int | bool | None = True,
         min_importance: float | None = None, keywords: Sequence[str] | None = None,
         earlier: Sequence[str] = (), reply: str | None = None, min_match: float | None = None,
-        allowed: Collection[int] | None = None, checked: bool = False, earlier_since: datetime | None = None,
+        allowed: Collection[int] | None = None, reads: Reads = Reads.LIVE, earlier_since: datetime | None = None,
     ) -> list[Recalled]:
-        """``MemoryEngine.recall``; ``checked``: the change counter was read this turn (``open_turn``)."""
+        """``MemoryEngine.recall``, from the recall index as ``reads`` finds it."""
         words = self.query_words
         given = {text: list(keywords)} if keywords is not None else {}
         # Given keywords stand for the current turn only; earlier turns and the reply are segmented here.
@@ -59,7 +67,7 @@ class ContextBuilder:
                             distinctive=self._keywords.distinctive)
         if not query:
             return []
-        index = await self._cache.index(scope, checked=checked)
+        index = await self.index(scope, reads)
         config = self._config
         rules = RecallFilter(
             limit=config.recall_max if limit is True else (None if limit is None else int(limit)),
@@ -77,6 +85,12 @@ class ContextBuilder:
             return ranked
         return await dense.fuse(scope, text, now, rules, ranked, earlier=earlier, reply=reply)
 
+    async def index(self, scope: Scope, reads: Reads) -> ScopeIndex:
+        return await (self._cache.index(scope) if reads is Reads.LIVE else self._cache.observed(scope))
+
+    async def events(self, scope: Scope, reads: Reads) -> list[ShortItem]:
+        return await (self._short.events(scope) if reads is Reads.LIVE else self._short.observed(scope))
+
     async def open_turn(self, scope: Scope, *, turns: int = 0) -> TurnView:
         """One read for the reply: the caches take the change counter, the profile, today's events and, when
         the scope's index is not loaded, its memories."""
@@ -92,17 +106,19 @@ class ContextBuilder:
 
     async def build(
         self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool, earlier: Sequence[str], reply: str | None, opened: bool = False,
+        allow_recall: bool, earlier: Sequence[str], reply: str | None, reads: Reads = Reads.LIVE,
         earlier_since: datetime | None = None, follow_up: Mapping[int, int] | None = None,
     ) -> MemoryContext:
-        """``opened``: ``open_turn`` read this turn's state, and ``finish_turn`` records the accesses."""
+        """The context of one reply; no write (the caller records the recalled memories' accesses)."""
         keywords = self.query_words(text)
-        standing = await self._cache.standing(scope, now, checked=opened)
+        index = await self.index(scope, reads)  # brought up to date first: a change drops the candidates
+        standing = self._cache.standing_of(scope, index, now)
         # Every active memory may be recalled, whatever its tier (tiers decide reviews, decay, eviction and
         # what the profile is built from first); the gate weighs the best few, as measured in BENCHMARKS.md.
         recalled = (
             await self.recall(scope, text, now, turn=turn, cooldown=cooldown, keywords=keywords,
-                              earlier=earlier, reply=reply, checked=opened, earlier_since=earlier_since)
+                              # the index was just brought up to date
+                              earlier=earlier, reply=reply, reads=Reads.OBSERVED, earlier_since=earlier_since)
             if allow_recall else []
         )
         current = await self._profiles.current(scope)
@@ -127,17 +143,14 @@ class ContextBuilder:
         recalled = [r for r in recalled if not _said_in(core, r.memory.event)]
         shown = {r.memory.event for r in recalled}
         recent = [e for e in dict.fromkeys(standing.recent) if e not in shown and not _said_in(core, e)]
-        today = [e for e in dict.fromkeys(await self._short.today_events(scope, now, checked=opened))
+        today = [e for e in dict.fromkeys(self._short.today(await self.events(scope, reads), now))
                  if e not in shown and e not in recent]
-        if recalled and not opened:
-            await self._store.touch(scope, [r.memory.id for r in recalled], now)
         local_today = now.astimezone(self._config.tz).date()
         asked = dates.question_range(text, local_today)
         scheduled = [] if asked is None else [
-            m.shown for m in await self.scheduled(scope, asked, local_today, checked=opened) if m.event not in shown]
+            m.shown for m in scheduled_on(index, asked, local_today) if m.event not in shown]
         followup = None
         if follow_up is not None and scope.chat_id is None:  # a group's memories are not followed up in public
-            index = await self._cache.index(scope, checked=opened)
             followup = await self._followups.cue(scope, index.memories.values(), now, follow_up)
         return MemoryContext(
             core=core, dynamic=matching_traits(profile, keywords), recalled=recalled, keywords=keywords,
@@ -145,35 +158,34 @@ class ContextBuilder:
             followup=followup,
         )
 
-    async def scheduled(self, scope: Scope, days: tuple[date, date], today: date, *, checked: bool = False,
-                        limit: int = MAX_SCHEDULED) -> list[Memory]:
-        """The scope's active memories that happen on ``days`` (inclusive), in date order (past ranges
-        newest first), from the cached recall index: a question about time costs no store call."""
-        start, end = days
-        index = await self._cache.index(scope, checked=checked)
-        found = [m for m in index.memories.values()
-                 if m.is_active and m.happens is not None and dates.overlaps(m.happens, start, end, today)]
-        past = end <= today
-        found.sort(key=lambda m: dates.next_occurrence(m.happens, start) if m.happens else start, reverse=past)
-        return found[:limit]
-
     async def finish_turn(
         self, scope: Scope, now: datetime, *, short: Turn | None, queued: Sequence[Turn],
-        shown: Sequence[Recalled], reply: str | None, touched: bool, conversation: str | None = None,
+        shown: Sequence[Recalled], reply: str | None, accessed: Sequence[int] = (), conversation: str | None = None,
         said: bool = False,
     ) -> list[int]:
-        """One write: the short-term turn, the queued turns, the accesses (``touched``: the context was
-        built ``opened``), the mentions and the host's ``conversation`` state (``TurnRecord``). Returns the
-        ids of the shown memories the reply mentions."""
+        """One write: the short-term turn, the queued turns, an access for each of ``accessed``, a mention for
+        each ``shown`` memory the ``reply`` mentions (whose ids it returns) and the host's ``conversation``
+        state (``TurnRecord``)."""
         mentioned = [r.memory.id for r in shown if reply and mentions(reply, r.memory)]
         record = TurnRecord(at=now, short=short, keep=SHORT_TURNS_KEPT, recalled=bool(shown), queued=queued,
-                            touched=[r.memory.id for r in shown] if touched else [], mentioned=mentioned,
+                            touched=list(accessed), mentioned=mentioned,
                             conversation=conversation, said_at=now if said else None)
         if (record.short is not None or record.queued or record.touched or record.mentioned
                 or conversation is not None):
             await self._store.record_turn(scope, record)
         self._cache.mentioned(scope, mentioned, now)
         return mentioned
+
+
+def scheduled_on(index: ScopeIndex, days: tuple[date, date], today: date, limit: int = MAX_SCHEDULED) -> list[Memory]:
+    """The index's active memories that happen on ``days`` (inclusive), in date order (past ranges newest
+    first): a question about time costs no store call."""
+    start, end = days
+    found = [m for m in index.memories.values()
+             if m.is_active and m.happens is not None and dates.overlaps(m.happens, start, end, today)]
+    past = end <= today
+    found.sort(key=lambda m: dates.next_occurrence(m.happens, start) if m.happens else start, reverse=past)
+    return found[:limit]
 
 
 UNPROFILED_BOUND = 3  # times the profile's budget: what the facts beside it may take while it cannot be rebuilt

@@ -48,12 +48,9 @@ class ShortTermBook:
         if len(self._events) > EVENT_CACHE_SCOPES:
             self._events.popitem(last=False)
 
-    async def events(self, scope: Scope, *, checked: bool = False) -> list[ShortItem]:
-        """``checked``: read with this turn's context (``prime``): no store call."""
+    async def events(self, scope: Scope) -> list[ShortItem]:
+        """The scope's newest events, read again when its change counter moved (one counter read)."""
         cached = self._events.get(scope)
-        if checked and cached is not None:
-            self._events.move_to_end(scope)
-            return cached[1]
         counter = await self._store.change_counter(scope)
         if cached is None or cached[0] != counter:
             cached = self._events[scope] = (
@@ -63,10 +60,21 @@ class ShortTermBook:
         self._events.move_to_end(scope)
         return cached[1]
 
-    async def today_events(self, scope: Scope, now: datetime, *, checked: bool = False) -> list[str]:
-        """What the user reported today (local day), oldest first."""
-        today = local_date(now, self._tz)
-        return [i.user for i in await self.events(scope, checked=checked) if local_date(i.at, self._tz) == today]
+    async def observed(self, scope: Scope) -> list[ShortItem]:
+        """The events as the turn's read left them (``prime``): no store call while they stay cached."""
+        cached = self._events.get(scope)
+        if cached is None:
+            return await self.events(scope)
+        self._events.move_to_end(scope)
+        return cached[1]
+
+    def today(self, events: Sequence[ShortItem], now: datetime) -> list[str]:
+        """Of ``events``, what the user reported today (local day), oldest first."""
+        day = local_date(now, self._tz)
+        return [i.user for i in events if local_date(i.at, self._tz) == day]
+
+    async def today_events(self, scope: Scope, now: datetime) -> list[str]:
+        return self.today(await self.events(scope), now)
 
     async def clear(self, scope: Scope, kind: ShortKind | None = None) -> None:
         self._events.pop(scope, None)

@@ -191,7 +191,7 @@ class MemoryService:
         """The speaker said something: kept, so a follow-up is not written first on a day they wrote and the
         next conversation's start is known; a private chat's ``address`` is where follow-ups go."""
         scope, now = speaker.scope, self._clock()
-        await self.engine.finish_turn(scope, now, conversation="", said=True)
+        await self.engine.write_turn(scope, now, conversation="", said=True)
         if not speaker.in_group and address and self._addressed.get(scope) != address:
             # Every private speaker is in "companion mode" here: the follow-up round's read looks for those.
             await self.engine.set_active(scope, True, now)
