@@ -27,7 +27,7 @@ from bench.convert.memdaily import find_dulemon
 from bench.dataset import DatasetError, read_dataset
 from bench.metrics import DEFAULT_KS, InjectionCounts, Summary
 from bench.recall import breakdown, run_bm25, run_chars, run_engine
-from bench.servercli import SERVER_COMMANDS, add_server_commands
+from bench.servercli import SERVER_COMMANDS, add_server_commands, lazy
 from bench.timing import write_json
 from companion.recall.keywords import KeywordExtractor
 
@@ -170,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     plots = commands.add_parser("plots", help="draw the PNG charts from the JSON results")
     plots.add_argument("--results", type=Path, default=Path("bench/results"))
     add_server_commands(commands)
+    path = commands.add_parser("path", help="one private message through the bot: the project files it passes "
+                                            "and its returns to a higher layer")
+    path.add_argument("--embeddings", choices=("auto", "off"), default="off",
+                      help="semantic recall as EMBEDDINGS sets it (default off: the path, not the model)")
+    path.add_argument("--json", type=Path, help="also write the full report here")
+    path.add_argument("--list", action="store_true", help="print the files by layer and every call down the layers")
     return parser
 
 
@@ -506,7 +512,7 @@ COMMANDS = {"convert": run_convert, "recall": run_recall, "merge": run_merge_com
             "scale": run_scale_command, "bot": run_bot_command, "cost": run_cost_command, "dida": run_dida_command,
             "board": run_board_command,
             "followups": run_followups_command,
-            "plots": run_plots, "astrbot": run_astrbot_command, **SERVER_COMMANDS}
+            "plots": run_plots, "astrbot": run_astrbot_command, "path": lazy("bench.path"), **SERVER_COMMANDS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,9 @@ from pathlib import Path
 Command = Callable[[argparse.Namespace], int]
 
 
-def _lazy(module: str) -> Command:
+def lazy(module: str) -> Command:
+    """The ``run_command`` of ``module``, imported when the command runs."""
+
     def run(args: argparse.Namespace) -> int:
         command: Command = importlib.import_module(module).run_command
         return command(args)
@@ -20,7 +22,7 @@ def _lazy(module: str) -> Command:
     return run
 
 
-SERVER_COMMANDS: dict[str, Command] = {name: _lazy(f"bench.{name}") for name in ("queue", "workers", "pgbulk")}
+SERVER_COMMANDS: dict[str, Command] = {name: lazy(f"bench.{name}") for name in ("queue", "workers", "pgbulk")}
 
 
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
