@@ -1,7 +1,8 @@
 """``python bot.py console``: the same conversation pipeline in a terminal, for one local user.
 
 In a terminal, prompt_toolkit reads the lines: arrow keys, history and editing work, and Ctrl-C or Ctrl-D
-leave at once. Piped input (tests, ``bot.py console < script.txt``) is read line by line instead. The
+leave at once, without waiting for another line; what was said is learned before the process exits
+(``learn_what_was_told``). Piped input (tests, ``bot.py console < script.txt``) is read line by line instead. The
 commands are handled here, with the engine calls the Telegram handlers make, and never reach the model.
 Where Telegram shows buttons (receipts, forget lists, ``/memories`` pages) the console numbers the
 choices and reads the answer from the next line (``companion.chat.choices``).
@@ -10,6 +11,7 @@ choices and reads the answer from the next line (``companion.chat.choices``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -22,11 +24,15 @@ from companion.chat.choices import TypedChoices
 from companion.chat.commands import Place
 from companion.chat.followups import FollowUpRound
 from companion.chat.pipeline import ChatService
+from companion.core.errors import CompanionError
 from companion.core.models import Scope
+
+log = logging.getLogger(__name__)
 
 PROMPT = "你> "
 SPEAKER = "小伴> "
 INTRO = "（控制台模式：输入文字聊天，/help 查看命令，/quit、Ctrl-D 或 Ctrl-C 退出）"
+LEARNING = "（正在记下刚才聊的内容……）"
 
 
 def help_text() -> str:
@@ -128,7 +134,27 @@ async def run_console(
             say(SPEAKER + texts.NOT_STARTED)
         else:
             say(SPEAKER + choices.after_reply(await chat.reply(scope, text)))
+    await learn_what_was_told(chat, scope, say)
+
+
+async def learn_what_was_told(chat: ChatService, scope: Scope, say: Callable[[str], None]) -> None:
+    """The input has ended: the turns still queued are extracted now, before the process exits.
+
+    Extraction runs every few turns (or at once on news), so what was said since the last one waits in the
+    queue. The Telegram bot leaves it there at a stop, for its nightly decay to extract; a console has no
+    nightly job and may never run again, so it extracts them itself, as ``/stop_aiGF`` does. Extractions in
+    flight finish first, so no turn is read twice. A failure leaves the turns queued for the next run."""
     await chat.drain()
+    engine = chat.engine
+    try:
+        if not engine.can_extract or not await engine.pending_count(scope):
+            return
+        say(LEARNING)
+        while (await engine.consolidate(scope, chat.clock())).turns >= engine.extract_batch:
+            pass  # a full batch: more turns may be waiting
+        await engine.refresh_profile(scope, chat.clock())
+    except CompanionError as exc:  # the model or the database is down: the exit stays clean
+        log.warning("could not learn the console's last turns; they stay queued: %s", exc)
 
 
 async def _command(chat: ChatService, scope: Scope, choices: TypedChoices, command: str | None, args: str) -> str:

@@ -18,11 +18,11 @@ import pytest
 from companion.chat import commands, texts
 from companion.chat.choices import number
 from companion.chat.commands import Place
-from companion.console import HELP, Read, run_console
+from companion.console import HELP, LEARNING, Read, run_console
 from companion.core.models import Scope, Status
 from tests.fakes import FakeLLM
-from tests.process import ROOT, clean_env, console_terminal
-from tests.scripted import user_words
+from tests.process import ROOT, clean_env, console_terminal, run_cli
+from tests.scripted import ScriptedBrain, user_words
 from tests.support import Rig
 
 ME = Scope(77)
@@ -121,6 +121,30 @@ async def test_terminal_console_forgets_by_number_and_by_receipt(fake_llm: FakeL
     assert fake_llm.chat_requests() == []
 
 
+@pytest.mark.parametrize("last", ["", "/quit"], ids=["end-of-input", "quit"])
+async def test_piped_console_learns_what_was_told_in_passing_before_it_exits(
+    fake_llm: FakeLLM, tmp_path: Path, last: str,
+) -> None:
+    """``bot.py console < chat.txt``: a fact told between small talk, far from the next regular extraction
+    and with no news word to extract it at once, is learned by the time the process has exited."""
+    brain = ScriptedBrain(facts={"豆豆": {"event": "家里有一只叫豆豆的柯基", "keywords": ["豆豆", "柯基", "狗"],
+                                         "importance": 80, "validity": "permanent", "type": "fact"}})
+    brain.install(fake_llm)
+    env = env_for(fake_llm, tmp_path) | {"EXTRACT_EVERY_MIN": "50", "EXTRACT_EVERY_MAX": "50"}
+    script = ["今天天气还不错", "我家有只柯基叫豆豆，特别调皮", "中午随便吃了点面条", "晚上想早点睡", last]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "console", cwd=tmp_path, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    # The input is closed right after its last line, as a file given with ``<`` is.
+    _, err = await asyncio.wait_for(proc.communicate(("\n".join(script) + "\n").encode()), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert "Traceback" not in err.decode(), err.decode()[-2000:]
+    assert len(fake_llm.chat_requests()) == 4  # every line was chat, answered before the input ended
+    code, listing, err_listing = await run_cli(env, tmp_path, "memories", "1")
+    assert code == 0, err_listing
+    assert "家里有一只叫豆豆的柯基" in listing
+
+
 # ---- in-process: the finer cases ---------------------------------------------------------------------
 
 async def test_a_stale_number_is_chat_once_something_else_was_said(rig: Rig) -> None:
@@ -185,6 +209,17 @@ async def test_forget_command_lists_numbered_matches(rig: Rig) -> None:
     assert "用法：/forget" in after(shown, "/forget")
     assert texts.nothing_found("篮球") in after(shown, "/forget 篮球")
     assert "用法：/why" in after(shown, "/why")
+    assert await events(rig) == []
+
+
+async def test_a_model_down_at_the_end_leaves_the_turns_queued_and_the_console_ends(
+    rig: Rig, caplog: pytest.LogCaptureFixture,
+) -> None:
+    rig.llm.set_chat_reply("嗯")
+    shown = await console(rig, "我家有只柯基叫豆豆", "今天好累", lambda: rig.llm.fail_next(5, status=503))
+    assert shown.rstrip().endswith(LEARNING)
+    assert await rig.engine.pending_count(ME) == 2  # the next run, or the bot's nightly decay, extracts them
+    assert "could not learn the console's last turns" in caplog.text
     assert await events(rig) == []
 
 

@@ -18,7 +18,7 @@ from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.ops.jobs import scheduled as jobs
 from tests.fakes import FakeLLM
-from tests.scripted import user_words
+from tests.scripted import is_extraction, user_words
 from tests.support import Rig, close_rig, make_settings, open_rig
 
 ME = Scope(31)
@@ -111,9 +111,11 @@ async def test_console_mode_runs_the_same_pipeline(fake_llm: FakeLLM, tmp_path: 
     text = out.decode()
     assert texts.GREETING_NEW in text and "控制台里也能聊" in text
     assert [user_words(r["messages"][-1]["content"]) for r in fake_llm.chat_requests()] == ["你好"]
+    # The turn was queued for learning as a Telegram turn is, and extracted when the input ended.
+    assert [FakeLLM.request_text(r).count("你好") for r in fake_llm.json_requests() if is_extraction(r)] == [1]
     db = sqlite3.connect(tmp_path / "data" / "memory.sqlite3")
     try:
-        assert db.execute("SELECT count(*) FROM pending_turns WHERE scope_key = 'u9'").fetchone()[0] == 1
+        assert db.execute("SELECT count(*) FROM pending_turns WHERE scope_key = 'u9'").fetchone()[0] == 0
     finally:
         db.close()
 
