@@ -149,9 +149,11 @@ async def follow(embeddings: str) -> dict[str, Any]:
     from bot import build_bot, companion
 
     with Servers() as (tg, llm), tempfile.TemporaryDirectory(prefix="bench-path-") as tmp:
-        settings = Settings(_env_file=None, data_dir=Path(tmp), backup_dir=Path(tmp) / "backups",  # type: ignore[call-arg]
-                            telegram_bot_token=tg.token, telegram_api_base=tg.base_url, llm_api_key="sk-bench",
-                            llm_base_url=llm.base_url, quiet_seconds=0, embeddings=embeddings)
+        values: dict[str, object] = {
+            "data_dir": Path(tmp), "backup_dir": Path(tmp) / "backups", "telegram_bot_token": tg.token,
+            "telegram_api_base": tg.base_url, "llm_api_key": "sk-bench", "llm_base_url": llm.base_url,
+            "quiet_seconds": 0, "embeddings": embeddings}
+        settings = Settings(_env_file=None, **values)  # type: ignore[arg-type,call-arg]
         async with companion(settings) as (chat, parts):
             bot, dispatcher, _ = build_bot(settings, chat, parts)
             await parts.engine.ready()
