@@ -32,6 +32,7 @@ from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
+from companion.engine.following import ChangeFeed, Follower, Forgetting, News
 from companion.engine.followups import FollowUps
 from companion.engine.learning import Learner
 from companion.engine.locks import ScopeLocks
@@ -55,7 +56,7 @@ from companion.engine.types import (
     Standing,
 )
 from companion.engine.upkeep import Upkeep
-from companion.engine.writer import Forgetting, MemoryWriter
+from companion.engine.writer import MemoryWriter
 from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
 from companion.llm.tools import ToolFactory
@@ -69,11 +70,13 @@ __all__ = [
     "Consolidation",
     "DecayReport",
     "EngineConfig",
+    "Follower",
     "Forgetting",
     "MemoryContext",
     "MemoryEngine",
     "MemoryStats",
     "MemoryTurn",
+    "News",
     "Provenance",
     "Saved",
     "ShortStats",
@@ -96,8 +99,13 @@ class MemoryEngine(SteeringAPI):
         self.profiles = ProfileService(store, llm, config.tz, config.profile)
         self._short = ShortTermBook(store, config.tz)
         self._cache = IndexCache(store, keywords.keywords, cache_memories)
+        # The derived copies that follow the change journal (``following``): the engine's own here, the
+        # hosts' (a chat session, spool files) through ``follow``. Forget names none of them.
+        self._feed = ChangeFeed(store)
+        for copy in (self._cache, self.profiles, *((dense,) if dense is not None else ())):
+            self._feed.register(copy)
         self._writer = MemoryWriter(store, keywords, self._cache, self.profiles, self._short, config.capacity, dense,
-                                    locks)
+                                    locks, self._feed)
         self._learner = Learner(llm, keywords.keywords, config.tz)
         self._curator = Curator(store, self._writer, self.recall, dense, config.tz)
         self.followups = FollowUps(store, config.tz, self._writer)  # threads to follow up, written first by hosts
@@ -240,18 +248,35 @@ class MemoryEngine(SteeringAPI):
     async def forget_memories(
         self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
     ) -> list[Memory]:
-        """Forget and return what was forgotten (as it was, so the chat layer can scrub its short-term
-        context). The text goes at once, everywhere: table, index, profile, vectors, short-term memory
-        and the queued turns that told it (so a later extraction cannot bring it back); a content-free
-        tombstone stays."""
+        """Forget and return what was forgotten (as it was). The text goes at once, everywhere: table,
+        profile, vectors, short-term memory and the queued turns that told it (so a later extraction cannot
+        bring it back), in one transaction; then every derived copy that follows the change feed (``follow``:
+        the index, the cached profile, the vectors, a host's sessions and spools) is told, with what was
+        forgotten as it was. A content-free tombstone stays."""
         return (await self._writer.forget(scope, ids, reason)).memories
 
     async def forget_told(
         self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
     ) -> Forgetting:
-        """``forget_memories``, also returning the keys of the turns the memories came from (dropped from
-        the queue and the persisted short-term context), so the chat layer drops them from its own."""
+        """``forget_memories``, also returning the keys of the turns the memories came from (the followers
+        were given them already)."""
         return await self._writer.forget(scope, ids, reason)
+
+    def follow(self, follower: Follower) -> None:
+        """Register a derived copy of the memories (``companion.engine.following``): from now on it is told
+        every change of every scope (``News``) after this process makes it, with what a forget took as it
+        was, and another process's changes when ``catch_up`` finds them. Once is enough: forgetting needs
+        no word from its owner."""
+        self._feed.register(follower)
+
+    def unfollow(self, follower: Follower) -> None:
+        self._feed.unregister(follower)
+
+    async def catch_up(self, scope: Scope, counter: int) -> None:
+        """The scope's change counter as a turn read it (``TurnView.change``): changes another process made
+        since reach the followers before the turn uses their copies (one journal read when it moved; none
+        when this process made every change since)."""
+        await self._feed.catch_up(scope, counter)
 
     async def version(self, scope: Scope) -> int:
         """A number that moves whenever any of the scope's memories changes, whoever changed it (a page polls it)."""
@@ -298,8 +323,13 @@ class MemoryEngine(SteeringAPI):
         """A reply's turn, opened by its one read of the store: companion mode, the profile, today's events,
         the change counter (and the memories when the scope's index is not loaded; its newest ``turns``
         short-term turns when asked), as ``MemoryTurn.view``. The turn's calls need no other store call and
-        ``MemoryTurn.finish`` is its one write. Raises StorageError when the store cannot be read."""
-        return MemoryTurn(scope, await self._context.open_turn(scope, turns=turns), self._context)
+        ``MemoryTurn.finish`` is its one write (a journal read more when another process changed the scope
+        since: ``catch_up``). Raises StorageError when the store cannot be read."""
+        view = await self._context.open_turn(scope, turns=turns)
+        # What another process changed since reaches this process's derived copies (a session that must drop
+        # turns of a forget it cannot name in words among them) before the turn uses them.
+        await self._feed.catch_up(scope, view.change)
+        return MemoryTurn(scope, view, self._context)
 
     def unread_turn(self, scope: Scope) -> MemoryTurn:
         """A turn whose read failed (``open_turn`` raised): the same calls, each reading for itself."""

@@ -141,13 +141,28 @@ class Learning:
             self._spooled.discard(scope)
 
     async def scrub_spools(self, scope: Scope, keep: Callable[[Turn], bool]) -> None:
-        """A forget reaches the scope's turns in every spool file (this process's is mirrored already)."""
+        """A forget reaches the scope's turns in every spool file (``SpoolsFollow``, before this process's is
+        mirrored from its session)."""
         if self._spools is None:
             return
         try:
             await self._spools.scrub(scope, keep)
         except StorageError as exc:
             log.warning("a spool file could not be scrubbed for %s: %s", scope.key, exc)
+
+    async def forgotten(self, scope: Scope, session: Session | None, *, unexplained: bool) -> None:
+        """After a forget reached the session (``SessionsFollow``): this process's spool holds what the session
+        still waits with. ``unexplained``: the forget is known by handle only (another process's), so without
+        a session the scope's turns in this process's file go too, none of them proven clean."""
+        if session is not None:
+            await self.mirror(scope, session)
+        elif unexplained and self._spools is not None and scope in self._spooled:
+            try:
+                await self._spools.own().keep(scope, [])
+            except StorageError as exc:
+                log.warning("a spool file could not be scrubbed for %s: %s", scope.key, exc)
+                return
+            self._spooled.discard(scope)
 
     async def replay_spools(self) -> int:
         """Queue for learning the turns that processes gone (stopped during an outage, or crashed) left in

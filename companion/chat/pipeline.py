@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from companion.chat import texts
+from companion.chat.forgetting import SessionsFollow, SpoolsFollow
 from companion.chat.group import GroupTurn
 from companion.chat.hinting import Hints
 from companion.chat.layout import history_excess, reply_messages
@@ -35,7 +36,6 @@ from companion.chat.session import (
     new_turn_key,
     said_since,
     stored_turn,
-    untold,
 )
 from companion.chat.steering import opening_reviews, steer
 from companion.chat.summaries import Summaries
@@ -50,7 +50,7 @@ from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import run_tool_loop
 from companion.llm.tools import ToolFactory, Toolset
-from memory import Forgetting, MemoryContext, MemoryEngine, MemoryTurn
+from memory import MemoryContext, MemoryEngine, MemoryTurn
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,10 @@ class ChatService:
         self._summaries = Summaries(engine, clock, config.idle_summary_seconds, self._sessions.get)
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max), spools=spools)
+        # The copies of what was said follow every forget, whoever asks for it (``chat.forgetting``): the
+        # sessions first, then the spool files, this process's of which mirrors the sessions.
+        engine.follow(SessionsFollow(self._sessions, self._summaries.cancel))
+        engine.follow(SpoolsFollow(self._learning, self._sessions))
         self._tools = tools if config.tools_enabled else None
         self.hints = Hints(engine, clock)  # "how to start" hints to people outside companion mode, rate-limited
 
@@ -228,7 +232,8 @@ class ChatService:
         if self.modes.observe(scope, view.active, mark):
             return None
         session.steer.editing = view.editing
-        if not restoring and (stored_turn(view.conversation) > session.turn or view.forgot > session.forgot_seen):
+        if not restoring and (stored_turn(view.conversation) > session.turn or view.forgot > session.forgot_seen
+                              or not session.restored):
             # Another process added to this conversation (the one that writes first), or forgot something in it
             # (a worker, the operator, the Dida365 sync), which its turns here may still hold: read it again.
             session.history.clear()
@@ -257,11 +262,6 @@ class ChatService:
             return Reply(texts.SAVE_FAILED, ok=False)
         if outcome is None:
             return None
-        for done in outcome.forgotten:
-            session.forget(done.memories, done.turn_keys)
-            await self._learning.scrub_spools(scope, _untold_by(done))
-        if outcome.forgotten:
-            await self._learning.mirror(scope, session)
         if outcome.saved is not None:
             self._record(session, text, outcome.text, session.answering)
         return Reply(outcome.text, ok=True, saved=outcome.saved, replaced=outcome.replaced,
@@ -305,22 +305,11 @@ class ChatService:
     # ---- the user steers memory through buttons and commands ------------------------------------
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None) -> int:
-        """Forget (all when ``ids`` is None); the turns that told it leave the short-term context too,
-        so the next reply call (and a conversation summary) no longer carries it. Everything forgotten
-        takes the whole context, and the turn being answered, with it."""
-        done = await self.engine.forget_told(scope, ids)
-        await self._learning.scrub_spools(scope, (lambda turn: False) if ids is None else _untold_by(done))
-        session = self._sessions.get(scope)
-        if session is None:
-            return len(done.memories)
-        # The engine dropped the persisted copies already (queue and short-term, in its transaction).
-        if ids is None:
-            session.forget_everything()
-            self._summaries.cancel(scope)
-        else:
-            session.forget(done.memories, done.turn_keys)
-        await self._learning.mirror(scope, session)  # the spooled copies of those turns go too
-        return len(done.memories)
+        """Forget (all when ``ids`` is None). The turns that told it leave the short-term context, the
+        turns waiting to be queued and the spool files with it, as they follow every forget
+        (``chat.forgetting``), so the next reply call (and a conversation summary) no longer carries it.
+        Everything forgotten takes the whole context, and the turn being answered, with it."""
+        return await self.engine.forget(scope, ids)
 
     async def begin_edit(self, scope: Scope, handle: int) -> None:
         """The user's next message becomes the new text of this memory, whichever process takes it."""
@@ -437,11 +426,6 @@ class ChatService:
         idle summaries are dropped (the turns are queued for extraction anyway)."""
         self._summaries.cancel_all()
         await self._learning.drain()
-
-
-def _untold_by(done: Forgetting) -> Callable[[Turn], bool]:
-    """What a spool keeps of a scope's waiting turns after this forget (``session.untold``)."""
-    return lambda turn: untold(turn, done.memories, done.turn_keys)
 
 
 def _bounded(answer: str | None) -> str | None:

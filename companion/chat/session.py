@@ -144,6 +144,18 @@ class Session:
         if self.answering is not None:
             self.dropped.add(self.answering)
 
+    def forget_unproven(self) -> int:
+        """Another process forgot something, known here by handle only: no turn can be shown not to tell it.
+        The turns go, to be read again from the store (which that forget scrubbed) at the next turn's open;
+        the turns waiting to be queued go too (no store holds them: privacy before learning). Returns how
+        many waiting turns went."""
+        self.history.clear()
+        self.summarised_turn = 0
+        self.restored = False
+        dropped = len(self.unqueued)
+        self.unqueued.clear()
+        return dropped
+
     def forget(self, memories: Sequence[Memory], turn_keys: Collection[str]) -> None:
         """The turns the forgotten memories came from (by key, whatever their words) and the turns whose
         words tell them go from the history and the turns waiting to be queued."""

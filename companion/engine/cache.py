@@ -4,7 +4,8 @@ Bounded by the number of memories held, not the number of scopes: one user with 
 as much as a hundred typical users, so a count of scopes says nothing about the memory the cache takes.
 A cached scope follows its change counter (``ChangeJournal``): when the counter moved, whoever wrote
 (this process, another one: an operator's CLI), the journal says which memories changed and only those
-are read again; a scope-wide change (decay, a chat move) or a long gap drops the scope's index.
+are read again; a scope-wide change (decay, a chat move) or a long gap drops the scope's index. A forget
+of this process drops it at once (``IndexCache.follow``, a follower of the change feed).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from companion.core import tiers
 from companion.core.journal import SCOPE_WIDE
 from companion.core.models import Memory, MemoryType, Scope, Tier, Validity
+from companion.engine.following import News
 from companion.engine.types import Standing
 from companion.recall.index import ScopeIndex, Tokenize
 from companion.storage.base import MemoryStore
@@ -175,6 +177,13 @@ class IndexCache:
         self._held -= self._sizes.pop(scope, 0)
         self._standing.pop(scope, None)
         self._seen.pop(scope, None)
+
+    async def follow(self, news: News) -> None:
+        """A follower of the change feed (``following``): this process's forget drops the scope's index, as it
+        stands, at once (a write's plan reads a loaded index without bringing it up to date first). Entries
+        of other processes are the index's own to read, at its next look at the change counter (``_sync``)."""
+        if news.forgetting is not None:
+            self.invalidate(news.scope)
 
     def clear(self) -> None:
         self._indexes.clear()

@@ -1,9 +1,10 @@
 """The USER_PROMPT: a short two-layer profile (core always shown, dynamic on matching turns).
 
 Built by the model from the scope's memories (in the extraction's call when one runs while it is due),
-persisted so it survives restarts and LLM outages, and cached in process. A failed rebuild keeps the last
-good profile. The model is asked without the scope's lock; under it the profile is kept only if every
-memory it was built from is still there in those words.
+persisted so it survives restarts and LLM outages, and cached in process; the cache follows the change
+feed (a forget drops it). A failed rebuild keeps the last good profile. The model is asked without the
+scope's lock; under it the profile is kept only if every memory it was built from is still there in
+those words.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from companion.core.extraction import clean_keywords
 from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Scope, Tier, Validity
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
+from companion.engine.following import News
 from companion.llm.base import JsonModel
 from companion.storage.base import MemoryStore
 
@@ -142,6 +144,13 @@ class ProfileService:
 
     def invalidate(self, scope: Scope) -> None:
         self._cache.pop(scope, None)
+
+    async def follow(self, news: News) -> None:
+        """A follower of the change feed (``following``): a forget, here or in another process, drops the
+        cached profile, which may quote what was forgotten (the forget deleted the stored one: the next
+        read finds none until a rebuild)."""
+        if news.forgot:
+            self.invalidate(news.scope)
 
     def overflow(self, scope: Scope) -> None:
         """The facts learned since the scope's profile was built no longer fit beside it: rebuild it at the

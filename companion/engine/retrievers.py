@@ -28,6 +28,7 @@ import numpy as np
 
 from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
+from companion.engine.following import News
 from companion.llm.embeddings import E5Embedder, Embedder, EmbeddingError, LocalEmbedder
 from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
@@ -194,6 +195,12 @@ class DenseRetriever:
         found = {m.id: m for m in await self._store.fetch_by_ids(scope, wanted)}
         admitted = [found[h] for h in wanted if h in found and found[h].status in statuses]
         return [m for m in admitted if filters.admits(m)][:limit]
+
+    async def follow(self, news: News) -> None:
+        """A follower of the change feed (``following``): memories whose text went (forgotten, cleaned up,
+        evicted), here or in another process, lose their vectors now, not at the next write's ``sync``."""
+        if news.removed or news.partial:
+            await self.prune(news.scope)
 
     async def prune(self, scope: Scope | None = None) -> int:
         """Delete the vectors of forgotten memories (of one scope, or all): called after a forget, whatever

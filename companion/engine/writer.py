@@ -2,8 +2,10 @@
 superseding what they replace, within the scope's capacity), rewrites of one memory, and forgetting.
 
 Writes to one scope are serialised by its lock (``ScopeLocks``); other scopes never wait, and no lock is
-held across a model call. The caches, the profile and the vectors follow each write, so nothing derived
-keeps what the table no longer has.
+held across a model call. The recall index follows each write; every derived copy (the profile cache,
+the vectors, the chat layer's sessions and spools) is a follower of the change feed
+(``companion.engine.following``), told after each write: a forget writes the store and tells the feed
+what it took, and never names a copy, so a new copy cannot be missed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from companion.core.models import Memory, MemoryDraft, Scope, Status, StatusReas
 from companion.core.text import MAX_MEMORY_CHARS, normalize_text
 from companion.core.timeutil import utcnow
 from companion.engine.cache import IndexCache
+from companion.engine.following import ChangeFeed, Forgetting
 from companion.engine.locks import LocalScopeLocks, ScopeLocks
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
@@ -44,14 +47,6 @@ MAX_TERMS = 64
 
 
 @dataclass(frozen=True, slots=True)
-class Forgetting:
-    """What one forget took: the memories as they were, and the keys of the turns they came from."""
-
-    memories: list[Memory]
-    turn_keys: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
 class Written:
     ids: list[int]  # new rows first, then rows a draft was merged into
     earlier: dict[int, Memory]  # the kept earlier words of each reworded row, by the row's handle
@@ -61,7 +56,9 @@ class MemoryWriter:
     def __init__(
         self, store: MemoryStore, keywords: KeywordExtractor, cache: IndexCache, profiles: ProfileService,
         short: ShortTermBook, capacity: int, dense: DenseRetriever | None = None, locks: ScopeLocks | None = None,
+        feed: ChangeFeed | None = None,
     ) -> None:
+        """``feed``: the derived copies to tell after each write (the engine's; none by default)."""
         self._store = store
         self._keywords = keywords
         self._cache = cache
@@ -70,6 +67,7 @@ class MemoryWriter:
         self._capacity = capacity
         self._dense = dense
         self.locks = locks or LocalScopeLocks()
+        self.feed = feed or ChangeFeed(store)
 
     def lock(self, scope: Scope) -> AbstractAsyncContextManager[None]:
         return self.locks.hold(scope)
@@ -100,6 +98,7 @@ class MemoryWriter:
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        await self._told(scope)
         touched = [*ids, *(m.id for m in plan.updates)]
         if embed:
             await self.embed(scope, now, written=len(touched))
@@ -147,6 +146,7 @@ class MemoryWriter:
         self._profiles.invalidate(scope)
         if evicted:
             log.info("capacity: %d memories of %s evicted", evicted, scope.key)
+        await self._told(scope)
         return plan
 
     async def embed(self, scope: Scope, now: datetime, *, written: int | None = None) -> None:
@@ -224,6 +224,7 @@ class MemoryWriter:
             self._cache.remove(scope, handle)
             await self._cache.add(scope, [handle])
         self._profiles.invalidate(scope)
+        await self._told(scope)
         await self.embed(scope, now, written=1)
         return restored
 
@@ -253,15 +254,16 @@ class MemoryWriter:
             if memory.is_active:
                 await self._cache.add(scope, [memory.id])
         self._profiles.invalidate(scope)
+        await self._told(scope)
         await self.embed(scope, memory.updated_at, written=1)  # an edit changes what the vector must say
         return memory
 
     async def forget(self, scope: Scope, ids: Iterable[int] | None, reason: str) -> Forgetting:
-        """Forget and return what was forgotten (as it was) and the keys of the turns it came from, so
-        the chat layer can scrub its in-process context. The text goes at once, everywhere, in one store
-        transaction: table (a content-free tombstone stays), profile, the short-term items and queued
-        turns it came from or that tell it; with ``ids=None`` every queued turn and short-term item of
-        the scope too. Then the index, the cached profile and the vectors."""
+        """Forget and return what was forgotten (as it was) and the keys of the turns it came from. The text
+        goes at once, in one store transaction: table (a content-free tombstone stays), profile, vectors, the
+        short-term items and queued turns it came from or that tell it, and the journal entries; with
+        ``ids=None`` every queued turn and short-term item of the scope too. Then the change feed tells every
+        derived copy (``following``), with what was forgotten: nothing here names a copy."""
         wanted_ids = None if ids is None else set(ids)
         async with self.lock(scope):
             stored = await self._store.fetch_memories(scope, EVERY_STATUS - {Status.FORGOTTEN})
@@ -275,11 +277,15 @@ class MemoryWriter:
                     scope, None if wanted_ids is None else [m.id for m in wanted], utcnow(), reason,
                     queued=queued, short=short)
                 self._short.drop_cached(scope)
-        self._cache.invalidate(scope)
-        self._profiles.invalidate(scope)
-        if wanted and self._dense is not None:
-            await self._dense.prune(scope)  # the forgotten memories' vectors
-        return Forgetting(wanted, frozenset(keys))
+        done = Forgetting(wanted, frozenset(keys), everything=wanted_ids is None)
+        if wanted or done.everything:
+            await self.feed.forgot(scope, done)
+        return done
+
+    async def _told(self, scope: Scope) -> None:
+        """After a write: the followers take its journal entries now, not the next turn (which then reads
+        nothing more than its own context)."""
+        await self.feed.catch_up(scope)
 
 
 def _keep_words(merged: Memory, stored: Memory) -> Memory:
