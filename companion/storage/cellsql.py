@@ -6,14 +6,13 @@ snapshot reader (``snapshot.SnapshotReader.cell_rows``) runs them in SQLite's SQ
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from companion.core.cells import CellColumn, CellKind, memory_cells, offset_text, show_time
+from companion.core.csvfile import csv_text
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db
 
@@ -95,14 +94,6 @@ def finisher(columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None
         return tuple(cells)
 
     return finish
-
-
-def csv_text(rows: Iterable[Sequence[object]]) -> str:
-    """Rows as the csv module's default writer writes them (minimal quoting, CRLF): the form of
-    ``MemoryRecords.stream_csv``."""
-    out = io.StringIO(newline="")
-    csv.writer(out).writerows(rows)
-    return out.getvalue()
 
 
 async def csv_of(memories: AsyncIterator[tuple[Scope, list[Memory]]], columns: Sequence[CellColumn], tz: tzinfo,

@@ -16,8 +16,9 @@ from itertools import groupby
 from typing import Any
 
 from companion.core.cells import CellColumn, CellKind
+from companion.core.csvfile import csv_text
 from companion.core.models import Scope
-from companion.storage.cellsql import Dialect, csv_text, finisher, select_cells
+from companion.storage.cellsql import Dialect, finisher, select_cells
 from companion.storage.postgres.rows import BOOL, CODECS, scope_of
 
 
