@@ -114,7 +114,7 @@ LEGACY_HEADERS: tuple[str, ...] = tuple(c.header for c in COLUMNS if c.required)
 
 
 def unneutralise(cell: str) -> str:
-    return cell[1:] if cell.startswith("'") else cell
+    return cell.removeprefix(cells.NEUTRALISER)
 
 
 def show_code(enum: type[StrEnum], value: str) -> str:
