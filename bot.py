@@ -143,7 +143,7 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
     async with companion(settings) as (chat, parts), queue_parts(settings) as shared:
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
         leader = shared.leader if shared is not None else ALONE
-        scheduler = scheduled.build_scheduler(parts.engine, parts.store, settings, leader)
+        scheduler = scheduled.build_scheduler(parts.engine, parts.maintenance, settings, leader)
 
         async def blocked(scope: Scope) -> None:
             await switch_off_blocked(chat, buffer, scope)
@@ -180,9 +180,10 @@ async def serve(settings: Settings, *, receiving: bool = True) -> int:
                 await register_admin_commands(bot, settings.admin_ids)
             scheduler.start()
             # Decay and a missed backup run beside polling: users are answered while they run.
-            background.append(asyncio.create_task(scheduled.catch_up(parts.engine, parts.store, settings, leader)))
+            catching_up = scheduled.catch_up(parts.engine, parts.maintenance, settings, leader)
+            background.append(asyncio.create_task(catching_up))
             # Memory tables left at an old version are upgraded in small batches, never at start-up.
-            upgrading = asyncio.create_task(upgrade_tables(parts.store), name="upgrade-tables")
+            upgrading = asyncio.create_task(upgrade_tables(parts.maintenance), name="upgrade-tables")
             background.append(upgrading)
             if shared is None:
                 await receive(dispatcher, bot, settings, routes=routes)

@@ -49,6 +49,7 @@ FROM scopes AS s CROSS JOIN generate_series(1, $2) AS n;
 async def run(url: str, scopes: int, per_scope: int, zone: str) -> dict[str, Any]:
     import asyncpg
 
+    from companion.engine.maintenance import MaintenancePort
     from companion.ops.backup.nightly import make_backup
     from companion.storage.factory import open_store
 
@@ -66,7 +67,8 @@ async def run(url: str, scopes: int, per_scope: int, zone: str) -> dict[str, Any
             report["db_mb"] = await server_size_mb(schema_url)
             with tempfile.TemporaryDirectory(prefix="bench-pgbulk-") as tmp:
                 started = time.perf_counter()
-                result = await make_backup(store, Path(tmp) / "backups", NOW, ZoneInfo(zone), keep_days=7)
+                result = await make_backup(MaintenancePort(store), Path(tmp) / "backups", NOW, ZoneInfo(zone),
+                                           keep_days=7)
                 report["backup_s"] = round(time.perf_counter() - started, 2)
                 report["backup"] = {"files": result.files, "rows": result.rows, "users": result.users}
                 started = time.perf_counter()

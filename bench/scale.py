@@ -34,6 +34,7 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
 from companion.ops.engine_assembly import engine_on
 from companion.recall.index import RecallFilter
@@ -384,7 +385,8 @@ async def _streamed_backup(store: MemoryStore, settings: Settings, rows: int) ->
     """The nightly backup of a store without a database file: its memories streamed into the same CSV files
     (no snapshot, so no snapshot or plain-csv figures)."""
     with elapsed() as took:
-        result = await make_backup(store, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
+        result = await make_backup(MaintenancePort(store), settings.backup_dir, NOW, settings.tz,
+                                   settings.backup_keep_days)
     return {"seconds": round(took[0], 2), "snapshot_s": None, "snapshot_mb": None, "files": result.files,
             "rows": result.rows, "plain": None, "plain_ratio": None,
             "per_1m_rows_s": round(took[0] * 1_000_000 / max(rows, 1), 1)}
@@ -406,7 +408,8 @@ async def _backup(store: MemoryStore, settings: Settings, root: Path, rows: int)
     """The nightly backup (snapshot + one CSV per user), then the snapshot alone and the csv module
     alone on the same snapshot (the plain way), to tell the engine's extras from the unavoidable work."""
     with elapsed() as took:
-        result = await make_backup(store, settings.backup_dir, NOW, settings.tz, settings.backup_keep_days)
+        result = await make_backup(MaintenancePort(store), settings.backup_dir, NOW, settings.tz,
+                                   settings.backup_keep_days)
     spare = root / "snapshot-only.sqlite3"
     with elapsed() as snap:  # the copy alone, as the backup takes it (its journal switch is export work)
         await _files(store).snapshot(spare, standalone=False)

@@ -30,6 +30,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.usage import UsageRecord
+from companion.engine.admin_port import AdminPort
 from companion.llm.client import LLMClient
 from companion.ops.admin.admin_service import AdminService, usage_chart
 from companion.ops.admin.admin_texts import NO_CHART, PRIVATE_ONLY
@@ -86,7 +87,8 @@ async def admin_rig(tmp_path: Path) -> AsyncIterator[AdminRig]:
                            usage_sink=SQLiteUsageLog(store).add, clock=clock)
         engine = await engine_on(store, settings, KeywordExtractor(), client)
         chat = ChatService(engine, client, ChatConfig.from_settings(settings), clock=clock, rng=random.Random(1))
-        admin = AdminService(engine, store, SQLiteUsageLog(store), settings.tz, forget=chat.forget, clock=clock)
+        admin = AdminService(engine, AdminPort(store, SQLiteUsageLog(store)), settings.tz, forget=chat.forget,
+                             clock=clock)
         buffer = MessageBuffer(settings.quiet_seconds)
         bot = Bot(tg.token, session=AiohttpSession(api=TelegramAPIServer.from_base(tg.base_url)))
         dp = build_dispatcher(chat, buffer, settings, GroupSettings(engine), admin)

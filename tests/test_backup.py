@@ -14,6 +14,7 @@ import pytest
 
 from companion.core.errors import RestoreError
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Turn, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.csvformat import HEADERS as CSV_HEADERS
 from companion.ops.backup.csvformat import LEGACY_HEADERS, neutralise, unneutralise
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup, prune_backups
@@ -81,7 +82,7 @@ async def filled(db_path: Path) -> AsyncIterator[SQLiteStore]:
 
 @pytest.fixture
 async def backup_folder(filled: SQLiteStore, tmp_path: Path) -> Path:
-    result = await make_backup(filled, tmp_path / "backups", NOW, TZ, keep_days=30)
+    result = await make_backup(MaintenancePort(filled), tmp_path / "backups", NOW, TZ, keep_days=30)
     await filled.close()
     return result.folder
 
@@ -131,7 +132,7 @@ def test_neutralise_round_trips(cell: str, shown: str) -> None:
 
 
 async def test_backup_writes_snapshot_and_one_csv_per_scope(filled: SQLiteStore, tmp_path: Path) -> None:
-    result = await make_backup(filled, tmp_path / "backups", NOW, TZ, keep_days=30)
+    result = await make_backup(MaintenancePort(filled), tmp_path / "backups", NOW, TZ, keep_days=30)
     assert result.folder == tmp_path / "backups" / TODAY
     assert (result.files, result.rows, result.removed_folders) == (4, 14, 0)
     names = sorted(p.name for p in result.folder.iterdir())
@@ -216,7 +217,7 @@ async def test_odd_text_survives_backup_and_restore(tmp_path: Path) -> None:
     storage = await SQLiteStore.open(tmp_path / "live.sqlite3")
     memories = [mem(i, text, keywords=["'引号", "=1"]) for i, text in enumerate(ODD_TEXTS, start=1)]
     await storage.import_rows(BOB, memories, NOW)
-    result = await make_backup(storage, tmp_path / "backups", NOW, TZ, keep_days=1)
+    result = await make_backup(MaintenancePort(storage), tmp_path / "backups", NOW, TZ, keep_days=1)
     await storage.close()
     await restore(result.folder, tmp_path / "restored.sqlite3", NOW)
     restored = (await read_all(tmp_path / "restored.sqlite3"))[BOB]
@@ -392,7 +393,7 @@ async def test_backup_keeps_the_last_n_day_folders(filled: SQLiteStore, tmp_path
     make_dirs(root, old_days + others)
     (root / "2025-11-01").write_text("a file, not a folder", encoding="utf-8")
 
-    result = await make_backup(filled, root, NOW, TZ, keep_days=3)
+    result = await make_backup(MaintenancePort(filled), root, NOW, TZ, keep_days=3)
     assert result.removed_folders == 7
     remaining = sorted(p.name for p in root.iterdir())
     assert remaining == sorted(["2025-12-22", "2025-12-23", TODAY, "2025-11-01", *others])

@@ -17,6 +17,7 @@ import pytest
 
 from companion.core.errors import BackupError
 from companion.core.models import MemoryDraft, Scope
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup import nightly as backup
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, make_backup
 from companion.ops.backup.restore import restore
@@ -56,7 +57,7 @@ async def test_a_rerun_on_a_full_disk_leaves_the_days_backup_whole(
     backups = tmp_path / "backups"
     store = await seeded(tmp_path / "live.sqlite3", "养了猫")
     try:
-        first = await make_backup(store, backups, NOW, TZ, 30)
+        first = await make_backup(MaintenancePort(store), backups, NOW, TZ, 30)
         good = files_of(first.folder)
         await store.apply_changes(Scope(1), NOW, inserts=[MemoryDraft(event="新的一条", keywords=["新"],
                                                                       importance=60.0)])
@@ -72,7 +73,7 @@ async def test_a_rerun_on_a_full_disk_leaves_the_days_backup_whole(
         monkeypatch.setattr(backup, "write_csv", full_disk)
         monkeypatch.setattr(backup, "export_in_worker", in_process_export)
         with pytest.raises(BackupError, match="No space left on device"):
-            await make_backup(store, backups, NOW, TZ, 30)
+            await make_backup(MaintenancePort(store), backups, NOW, TZ, 30)
     finally:
         await store.close()
     assert len(written) == 2
@@ -87,10 +88,10 @@ async def test_a_rerun_replaces_the_day_when_whole(tmp_path: Path) -> None:
     backups = tmp_path / "backups"
     store = await seeded(tmp_path / "live.sqlite3", "养了猫")
     try:
-        await make_backup(store, backups, NOW, TZ, 30)
+        await make_backup(MaintenancePort(store), backups, NOW, TZ, 30)
         await store.apply_changes(Scope(1), NOW, inserts=[MemoryDraft(event="新的一条", keywords=["新"],
                                                                       importance=60.0)])
-        second = await make_backup(store, backups, NOW, TZ, 30)
+        second = await make_backup(MaintenancePort(store), backups, NOW, TZ, 30)
     finally:
         await store.close()
     assert (second.files, second.rows) == (3, 4)
@@ -141,7 +142,7 @@ async def test_one_damaged_table_costs_only_its_own_scope(tmp_path: Path) -> Non
     damage_table(live, table)
     store = await SQLiteStore.open(live)
     try:
-        result = await make_backup(store, tmp_path / "backups", NOW, TZ, 30)
+        result = await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, TZ, 30)
     finally:
         await store.close()
     assert (result.files, result.rows) == (2, 2)

@@ -33,6 +33,7 @@ from companion.core.models import (
     Tier,
     Validity,
 )
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.csvformat import HEADERS, LEGACY_HEADERS
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
 from companion.ops.backup.restore import LiveTombstones, Tombstone, read_backup_csv, restore
@@ -84,7 +85,7 @@ async def backup_of(root: Path, data: dict[Scope, list[Memory]], tz: tzinfo = SH
     await fill(live, data)
     store = await SQLiteStore.open(live)
     try:
-        return (await make_backup(store, root / "backups", NOW, tz, keep_days=30)).folder
+        return (await make_backup(MaintenancePort(store), root / "backups", NOW, tz, keep_days=30)).folder
     finally:
         await store.close()
 
@@ -128,7 +129,7 @@ async def test_tombstone_rows_are_content_free_and_restore_as_tombstones(tmp_pat
     store = await SQLiteStore.open(live)
     try:
         await store.apply_changes(scope, NOW, forget=[1])
-        folder = (await make_backup(store, tmp_path / "backups", NOW, SHANGHAI, keep_days=30)).folder
+        folder = (await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, SHANGHAI, keep_days=30)).folder
     finally:
         await store.close()
     with (folder / f"{scope.key}.csv").open(encoding="utf-8-sig", newline="") as handle:
@@ -378,7 +379,7 @@ async def test_a_restore_reforgets_the_profile_and_the_turns_that_told_it(tmp_pa
         [handle] = await store.apply_changes(PRIVATE, NOW, inserts=[draft], sources=["k1"])
         await store.add_short(PRIVATE, ShortKind.TURN, told, "别担心", NOW, keep=200, keys=("k1",))
         await store.save_profile(PRIVATE, Profile(core=fact), NOW)
-        folder = (await make_backup(store, tmp_path / "backups", NOW, SHANGHAI, keep_days=30)).folder
+        folder = (await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, SHANGHAI, keep_days=30)).folder
         await store.forget_everywhere(PRIVATE, [handle], NOW)
     finally:
         await store.close()

@@ -17,6 +17,7 @@ import pytest
 
 from companion.core.errors import BackupError, RestoreError
 from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup import nightly as backup
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME
 from companion.ops.backup.restore import restore
@@ -40,7 +41,8 @@ async def test_a_cancelled_backup_stops_writing_and_stays_marked_unfinished(tmp_
         await store.add_turn(Scope(uid), Turn(user="你好", reply=None, at=NOW))
     folder = backup.staging_folder(tmp_path / "backups", "2026-11-23")  # built there, renamed when whole
     try:
-        task = asyncio.create_task(stoppable_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 30))
+        task = asyncio.create_task(stoppable_backup(MaintenancePort(store), tmp_path / "backups", NOW,
+                                                    ZoneInfo("Asia/Shanghai"), 30))
         for _ in range(500):
             if files_in(folder) >= 3:
                 break
@@ -146,8 +148,8 @@ async def test_two_backups_of_one_day_take_turns(tmp_path: Path) -> None:
             await store.apply_changes(Scope(uid), NOW, inserts=[
                 MemoryDraft(event=f"用户{uid}养了猫", keywords=["猫"], importance=70.0)])
         first, second = await asyncio.gather(
-            backup.make_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7),
-            backup.make_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7))
+            backup.make_backup(MaintenancePort(store), tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7),
+            backup.make_backup(MaintenancePort(store), tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7))
     finally:
         await store.close()
     assert (first.folder, first.files, second.files) == (second.folder, 5, 5)

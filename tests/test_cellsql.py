@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.csvformat import CELLS, backup_row, fixed_offset, zone_name
 from companion.ops.backup.nightly import make_backup
 from companion.storage.base import MemoryStore
@@ -100,7 +101,7 @@ async def test_a_store_without_files_backs_up_the_same_csv_files_by_streaming(
             await store.import_rows(ALICE, memories(), NOW)
             await store.import_rows(bob, [replace(m, id=m.id + 10) for m in memories()[:2]], NOW)
             await store.set_active(Scope(303), True, NOW)  # registered, no memories: a file of headers alone
-            results.append(await make_backup(store, tmp_path / name, NOW, tz, keep_days=7))
+            results.append(await make_backup(MaintenancePort(store), tmp_path / name, NOW, tz, keep_days=7))
     files, streamed = results
     assert (streamed.files, streamed.rows, streamed.users) == (files.files, files.rows, files.users) == (3, 7, 3)
     assert sorted(p.name for p in streamed.folder.iterdir()) == sorted(

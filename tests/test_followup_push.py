@@ -18,6 +18,7 @@ from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
 from companion.console import run_console
 from companion.core.models import MemoryDraft, Scope, Status, StatusReason, Validity, When
+from companion.engine.admin_port import AdminPort
 from companion.ops.admin.admin_service import AdminService
 from companion.ops.admin.admin_texts import admin_stats
 from tests.scripted import ScriptedBrain
@@ -261,7 +262,7 @@ async def test_memories_why_and_stats_show_what_was_followed_up(rig: Rig, trip: 
     await rig.engine.followups.stop(ME, trip, rig.clock())
     assert "待问候" not in (await views.memory_page(rig.engine, ME, 0, "", False, rig.clock())).text
     assert "你说过别再提" in (await views.why_text(rig.engine, ME, "杭州", TZ, rig.clock()))[0]
-    admin = await AdminService(rig.engine, rig.store, None, TZ, clock=rig.clock).stats()
+    admin = await AdminService(rig.engine, AdminPort(rig.store, None), TZ, clock=rig.clock).stats()
     assert admin.followups == {"sent": 1, "answered": 0, "stopped": 1}
     assert "主动问候：发出 1 次，得到回复 0 次，被要求别再提 1 件" in admin_stats(admin)
 

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore
@@ -89,7 +90,7 @@ async def test_clock_jumps_across_decay_and_backups_lose_and_double_nothing(
                             assert new == old
                 assert after == await read_every_open(steady)  # a backward jump redoes and undoes nothing
                 if step in backup_at:
-                    result = await make_backup(jumpy, root / "backups", now, TZ, keep_days=60)
+                    result = await make_backup(MaintenancePort(jumpy), root / "backups", now, TZ, keep_days=60)
                     backed_up[result.folder.name] = after
         finally:
             await jumpy.close()
@@ -141,7 +142,7 @@ async def test_sigterm_at_any_moment_of_a_restore_leaves_the_old_or_the_new_data
     await build(backup_source, NEW_USERS, "新")
     store = await SQLiteStore.open(backup_source)
     try:
-        day = (await make_backup(store, tmp_path / "backups", START, TZ, keep_days=30)).folder
+        day = (await make_backup(MaintenancePort(store), tmp_path / "backups", START, TZ, keep_days=30)).folder
     finally:
         await store.close()
     old_state = new_state = None

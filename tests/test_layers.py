@@ -144,17 +144,25 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
 
 
 # One front door: these layers reach memory only through the engine (``memory.MemoryEngine`` and its narrow
-# ports: ``settings``, ``kanban``, ``scopes``, ``clear_turns``) and the data types of ``companion.core``; the
-# composition root (bot.py) builds the store aside. companion.ops and companion.hosts are next.
-ENGINE_ONLY = ("companion.chat", "companion.kanban", "handlers")
+# ports: ``settings``, ``kanban``, ``scopes``, ``clear_turns``; the operators' ``engine.admin_port`` and
+# ``engine.maintenance``) and the data types of ``companion.core``; the composition roots build the store aside:
+# bot.py, and in companion/ops its one composition module. companion.hosts is next.
+ENGINE_ONLY = ("companion.chat", "companion.kanban", "handlers", "companion.ops")
+COMPOSITION = frozenset({"companion.ops.engine_assembly"})
 
 
-@pytest.mark.parametrize("path", [f for f in project_files() if package_of(module_name(f)) in ENGINE_ONLY],
+def behind_the_door(module: str) -> bool:
+    """Whether a module may reach memory only through the engine: any module of ``ENGINE_ONLY``'s packages
+    but the named composition modules."""
+    return module not in COMPOSITION and any(module == p or module.startswith(p + ".") for p in ENGINE_ONLY)
+
+
+@pytest.mark.parametrize("path", [f for f in project_files() if behind_the_door(module_name(f))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_engine_is_the_only_door_to_memory(path: Path) -> None:
     found = [f"line {line}: {target}" for line, target in storage_modules_imported(path)]
-    assert not found, (f"{path.relative_to(ROOT)} imports companion.storage; ask the engine (memory.MemoryEngine) "
-                       "and import data types from companion.core:\n" + "\n".join(found))
+    assert not found, (f"{path.relative_to(ROOT)} imports companion.storage; ask the engine (memory.MemoryEngine "
+                       "or its ports) and import data types from companion.core:\n" + "\n".join(found))
 
 
 def test_the_door_guard_catches_even_the_seam(tmp_path: Path) -> None:
@@ -163,6 +171,20 @@ def test_the_door_guard_catches_even_the_seam(tmp_path: Path) -> None:
                    "import companion.storage.factory\n", encoding="utf-8")
     assert [t for _, t in storage_modules_imported(bad)] == ["companion.storage.base", "companion.storage",
                                                              "companion.storage.factory"]
+
+
+def test_the_door_covers_every_part_of_ops_but_its_composition_module() -> None:
+    """The whole of companion/ops is behind the door, deep modules included; the one exception is named, and
+    it is the only module of companion/ops the guard leaves out."""
+    for module in ("companion.ops", "companion.ops.operator_commands", "companion.ops.backup.nightly",
+                   "companion.ops.admin.admin_service", "companion.ops.jobs.scheduled", "companion.ops.new.deep"):
+        assert behind_the_door(module), module
+    assert not behind_the_door("companion.ops.engine_assembly")
+    assert not behind_the_door("companion.operations") and not behind_the_door("bot")
+    ops = [module_name(f) for f in project_files() if module_name(f).startswith("companion.ops")]
+    assert [m for m in ops if not behind_the_door(m)] == ["companion.ops.engine_assembly"]
+    # The exception is the composition module, which does build the store: were it not, it would be no exception.
+    assert storage_modules_imported(ROOT / "companion" / "ops" / "engine_assembly.py")
 
 
 # Database drivers: only companion/storage imports them, so what fails in a database reaches the layers above

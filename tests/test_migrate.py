@@ -13,11 +13,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from companion.core.errors import RestoreError, StorageError, UnfinishedMigrationError
+from companion.core.errors import MigrationMismatchError, RestoreError, StorageError, UnfinishedMigrationError
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
 from companion.core.setting import GROUP_MEMORY, LAST_DECAY_AT, MIGRATING, WEEKLY
 from companion.core.usage import UsageRecord
-from companion.ops.backup.migrate import Copied, MigrationMismatchError, migrate, read_scope
+from companion.engine.maintenance import MaintenancePort
+from companion.engine.migration import Copied, migrate, read_scope
 from companion.ops.backup.nightly import make_backup
 from companion.ops.operator_commands import run_memories, run_migrate, run_restore
 from companion.storage.base import MemoryStore
@@ -202,7 +203,7 @@ async def test_a_postgresql_installation_backs_up_to_csv_and_restores_from_it(
         store = await open_store(url)
         try:
             await fill(store)
-            result = await make_backup(store, tmp_path / "backups", NOW, UTC, 7)
+            result = await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, UTC, 7)
             want = {s: await store.fetch_memories(s, set(Status)) for s in await store.scopes()}
         finally:
             await store.close()
@@ -231,7 +232,7 @@ async def test_a_postgresql_restore_keeps_what_the_replaced_database_forgot(
         try:
             peanut, hotpot = await store.apply_changes(ALICE, NOW, inserts=[
                 MemoryDraft("对花生过敏", ["花生"], 90.0), MemoryDraft("喜欢火锅", ["火锅"], 70.0)])
-            result = await make_backup(store, tmp_path / "backups", NOW, UTC, 7)
+            result = await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, UTC, 7)
             await store.forget_everywhere(ALICE, [peanut], NOW + timedelta(hours=1), "user")
         finally:
             await store.close()

@@ -16,6 +16,7 @@ import pytest
 import companion.storage.sqlite.connection as connection_module
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.jobs import scheduled as jobs
 from tests.fakes import FakeLLM
 from tests.scripted import is_extraction, user_words
@@ -148,10 +149,10 @@ async def test_missed_backup_is_caught_up_at_startup(rig: Rig) -> None:
     (backups / "2020-01-01" / "memory.sqlite3").write_bytes(b"")
     (backups / "not-a-day").mkdir()
     assert jobs.newest_backup_day(backups) == date(2020, 1, 1)
-    await jobs.catch_up(rig.engine, rig.store, rig.settings)
+    await jobs.catch_up(rig.engine, MaintenancePort(rig.store), rig.settings)
     newest = jobs.newest_backup_day(backups)
     assert newest is not None and newest > date(2020, 1, 1)
     assert (backups / newest.isoformat() / f"u{ME.user_id}.csv").exists()
     before = sorted(p.name for p in backups.iterdir())
-    await jobs.catch_up(rig.engine, rig.store, rig.settings)
+    await jobs.catch_up(rig.engine, MaintenancePort(rig.store), rig.settings)
     assert sorted(p.name for p in backups.iterdir()) == before, "a second start the same day backs up nothing"

@@ -16,6 +16,7 @@ from companion.core import followups
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.core.setting import REVIEW_SENT, WEEKLY
 from companion.core.tiers import Suggestion
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.jobs import proactive as reviews
 from companion.ops.jobs import scheduled as jobs
 from companion.ops.jobs.leader import ALONE
@@ -111,7 +112,7 @@ async def test_background_upgrade_reaches_every_old_table(tmp_path: Path) -> Non
     conn.close()
     store = await SQLiteStore.open(path)
     try:
-        assert await upgrade_tables(store, batch=3, pause=0) == 2  # 3 + 3 + 1 tables
+        assert await upgrade_tables(MaintenancePort(store), batch=3, pause=0) == 2  # 3 + 3 + 1 tables
         assert await store.upgrade_stale() == 0
     finally:
         await store.close()
@@ -141,7 +142,8 @@ async def test_only_the_leading_process_runs_the_scheduled_jobs(
 
     await reviews.set_weekly(engine, ME, True)
     reviews.schedule(scheduler, engine, TZ, (0, 24), send_review, send_weekly, leader)
-    decay = jobs.build_scheduler(engine, InMemoryStore(), make_settings(tmp_path), leader).get_job("decay")
+    database = MaintenancePort(InMemoryStore())
+    decay = jobs.build_scheduler(engine, database, make_settings(tmp_path), leader).get_job("decay")
     await scheduler.get_job("weekly").func()
     await decay.func()
     assert weekly == ([ME] if leads else [])

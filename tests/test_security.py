@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from companion.core.errors import CompanionError, InvalidScopeError
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.timeutil import utcnow
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore
@@ -116,7 +117,7 @@ async def test_csv_cells_neutralised_and_restore_undoes_it(rig: Rig, tmp_path: P
     events = sorted(m.event for m in await rig.engine.memories(scope))
     store = await SQLiteStore.open(rig.settings.db_path)
     try:
-        result = await make_backup(store, tmp_path / "backups", now, rig.settings.tz, 30)
+        result = await make_backup(MaintenancePort(store), tmp_path / "backups", now, rig.settings.tz, 30)
     finally:
         await store.close()
     with (result.folder / f"u{USER}.csv").open(encoding="utf-8-sig", newline="") as handle:

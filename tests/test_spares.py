@@ -16,6 +16,7 @@ import pytest
 from companion.core.cells import CellColumn, CellKind
 from companion.core.errors import StorageError
 from companion.core.models import MemoryDraft, Scope, Validity
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.storage.sqlite import SQLiteStore, migrations, spares
 from companion.storage.sqlite.snapshot import open_snapshot
@@ -183,7 +184,7 @@ async def test_backup_decay_and_snapshot_read_a_taken_spare(store: SQLiteStore, 
     await spares_ready(db)
     await store.apply_changes(BOB, NOW, inserts=[draft("养了一只猫"), draft("猫叫咪咪")])
     assert table(db, BOB) != BOB.table
-    result = await make_backup(store, tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7)
+    result = await make_backup(MaintenancePort(store), tmp_path / "backups", NOW, ZoneInfo("Asia/Shanghai"), 7)
     assert result.rows == 3
     bob_csv = (result.folder / f"{BOB.key}.csv").read_text(encoding="utf-8")
     assert "养了一只猫" in bob_csv and "猫叫咪咪" in bob_csv

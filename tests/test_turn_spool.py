@@ -15,6 +15,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow
+from companion.engine.admin_port import AdminPort
 from companion.ops.admin.admin_service import AdminService
 from companion.storage.spool import Spools, TurnSpool
 from tests.support import Rig
@@ -110,7 +111,7 @@ async def test_forgetting_reaches_the_spooled_turns(rig: Rig, spools: Spools) ->
     await chat.forget(ALICE, None)  # everything of Alice's, the waiting turns and their spooled copies too
     [turns] = spooled(rig.settings.spool_dir).values()
     assert len(turns) == 1 and "钢琴" in turns[0] and "猫" not in "".join(turns)
-    admin = AdminService(rig.engine, rig.store, None, rig.settings.tz, spools=spools)
+    admin = AdminService(rig.engine, AdminPort(rig.store, None), rig.settings.tz, spools=spools)
     refuse(rig, False)
     await admin.forget_all(BOB.user_id)  # the operator's forget USER: in every spool file
     assert all(not turns for turns in spooled(rig.settings.spool_dir).values())

@@ -14,6 +14,7 @@ from companion.core import dates
 from companion.core.models import Memory, Status
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "'")
+NEUTRALISER = "'"  # put before a formula-like cell; restore strips exactly one
 SHOWN_TIME = "%Y-%m-%d %H:%M:%S"
 
 
@@ -40,7 +41,7 @@ class CellColumn:
 
 def neutralise(cell: str) -> str:
     """A leading apostrophe makes Excel show ``=1+1`` as text; restore strips exactly one."""
-    return f"'{cell}" if cell.startswith(FORMULA_PREFIXES) else cell
+    return NEUTRALISER + cell if cell.startswith(FORMULA_PREFIXES) else cell
 
 
 def show_code(labels: Mapping[str, str], value: str) -> str:

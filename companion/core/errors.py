@@ -28,6 +28,11 @@ class UnfinishedMigrationError(StorageError):
     """The database is the target of a ``migrate`` that has not finished: it may hold part of a copy."""
 
 
+class MigrationMismatchError(StorageError):
+    """The target of a copy (``migrate``) does not hold what the source holds after the copy (it was written to
+    meanwhile, or held other data under the same handles)."""
+
+
 class DatabaseBusyError(StorageError):
     """The database stayed locked past the busy timeout."""
 

@@ -63,6 +63,10 @@ class Status(StrEnum):
     FORGOTTEN = "forgotten"  # a content-free tombstone: handle, when and why, no text
 
 
+ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
+EVERY_STATUS: frozenset[Status] = frozenset(Status)
+
+
 class StatusReason(StrEnum):
     """Why a memory is archived, superseded or forgotten: the ``status_reason`` stored with it (and in the
     CSV), so the values never change."""

@@ -3,6 +3,7 @@
 The LLM client builds the record (purpose, model, tokens, the server's cache hit/miss split, latency),
 adds it to its own in-process ``UsageTotals`` and awaits an optional ``UsageSink``; a store's usage log
 (``MemoryStore.usage_log().add``) is such a sink, and so is a ``UsageTotals`` (tests, the benchmarks).
+The usage log's report comes back as ``UsageCell`` rows, one per local day and purpose.
 """
 
 from __future__ import annotations
@@ -102,3 +103,19 @@ class UsageTotals:
     def calls(self) -> dict[str, int]:
         """Calls per purpose (the benchmarks' count of what a run asked the model)."""
         return {purpose: totals.calls for purpose, totals in self.by_purpose().items()}
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCell:
+    """One (local day, purpose) of the usage log's report (the operator's stats and chart)."""
+
+    day: str  # YYYY-MM-DD, local
+    purpose: str
+    calls: int
+    failures: int
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hit_tokens: int
+    cache_miss_tokens: int
+    avg_latency_ms: float
+    tool_calls: int

@@ -9,4 +9,6 @@ settings), ``operator_commands`` (the command table of ``python bot.py``) and ``
 below the subpackages: ``workers`` raises its ``StartupError``).
 
 The modules here may import the subpackages, ``memory`` and everything below it; nothing in ``companion.ops``
-imports ``chat``, ``kanban``, ``console``, ``handlers`` or ``bot``."""
+imports ``chat``, ``kanban``, ``console``, ``handlers`` or ``bot``, and nothing but ``engine_assembly`` (which
+builds the store aside, as ``bot.py`` does) imports ``companion.storage``: the rest reaches memory through the
+engine and its operator ports (``engine.admin_port``, ``engine.maintenance``)."""

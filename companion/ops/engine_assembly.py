@@ -1,7 +1,8 @@
 """The engine assembled from settings: the store, the engine on it and the LLM client, opened and closed
 together; the bot (``bot.py``) and the operator commands (``operator_commands``) share it. The one place the bot's
 ``Settings`` become the engine's parts (``engine_config``, ``build_embedder``): the engine itself knows
-no settings."""
+no settings. The one module of ``companion.ops`` that holds the store: it builds it aside, as ``bot.py`` does,
+and hands the rest of ``ops`` only the engine and its narrow ports (``AdminPort``, ``MaintenancePort``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from companion.config.settings import Settings
     from companion.core.spools import TurnSpools
+    from companion.engine.maintenance import MaintenancePort
     from companion.llm.client import LLMClient
     from companion.llm.embeddings import Embedder
     from companion.ops.admin.admin_service import AdminService, Forget
@@ -107,11 +109,13 @@ class Services:
     engine: MemoryEngine
     llm: LLMClient | None
     spools: TurnSpools
+    maintenance: MaintenancePort  # the backup, the table upgrade: the store's whole-database door
 
 
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
+    from companion.engine.maintenance import MaintenancePort
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.factory import open_spools, open_store
 
@@ -128,7 +132,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
             engine = await engine_on(store, settings, keywords, llm)
             spools = open_spools(settings.spool_dir)
             try:
-                yield Services(store, engine, llm, spools)
+                yield Services(store, engine, llm, spools, MaintenancePort(store))
             finally:
                 spools.close()
                 await engine.close()  # the dense retriever's backend and vector connection
@@ -141,7 +145,8 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
 
 def admin_service(settings: Settings, parts: Services, forget: Forget | None = None) -> AdminService:
     """``forget``: the chat's forgetting (it also clears the short-term context), when a chat runs."""
+    from companion.engine.admin_port import AdminPort
     from companion.ops.admin.admin_service import AdminService
 
-    return AdminService(parts.engine, parts.store, parts.store.usage_log(), settings.tz, forget=forget,
-                        spools=parts.spools)
+    reads = AdminPort(parts.store, parts.store.usage_log())
+    return AdminService(parts.engine, reads, settings.tz, forget=forget, spools=parts.spools)

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 def require_database(settings: Settings) -> None:
     """Commands that read or maintain the database never create one (an empty one would hide the mistake).
     A server database (PostgreSQL) is checked by connecting to it."""
-    from companion.storage.factory import sqlite_path
+    from companion.engine.maintenance import database_file
 
-    if sqlite_path(settings.database) is not None and not settings.db_path.is_file():
+    if database_file(settings.database) is not None and not settings.db_path.is_file():
         raise ConfigError(f"no database at {settings.db_path}; check DATA_DIR (relative paths count from the "
                           "project folder)")
 
@@ -71,21 +71,18 @@ class ProgressLine:
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.errors import BackupError
     from companion.core.timeutil import utcnow
+    from companion.engine.maintenance import open_database
     from companion.ops.backup.stoppable import stoppable_backup
-    from companion.storage.factory import open_store
 
     require_database(settings)
     # Opening an empty file would make it an empty database: "0 users".
     if settings.db_path.is_file() and settings.db_path.stat().st_size == 0:
         raise BackupError(f"the database at {settings.db_path} is an empty file (0 bytes); nothing to back up")
-    storage = await open_store(settings.database)
-    try:
+    async with open_database(settings.database) as database:
         with ProgressLine("backup") as progress:
             result = await stoppable_backup(
-                storage, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress
+                database, settings.backup_dir, utcnow(), settings.tz, settings.backup_keep_days, progress
             )
-    finally:
-        await storage.close()
     scopes = counted(result.users, result.files + len(result.damaged))
     print(f"backup written to {result.folder}: {scopes}, {result.rows} memories")
     if result.damaged:
@@ -97,11 +94,11 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
+    from companion.engine.maintenance import database_file
     from companion.ops.backup import dblock
     from companion.ops.backup.restore import restore
-    from companion.storage.factory import sqlite_path
 
-    if sqlite_path(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
+    if database_file(settings.database) is None:  # a server database: rebuilt elsewhere, then copied in
         from companion.core.errors import RestoreError
         from companion.ops.backup.migrate import restore_into
 
@@ -146,17 +143,14 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.models import Scope
+    from companion.engine.maintenance import open_database
     from companion.ops.admin.table import memories_table
-    from companion.storage.factory import open_store
 
     require_database(settings)
-    storage = await open_store(settings.database)
-    try:
-        memories = await storage.fetch_memories(Scope(args.user_id, args.chat))
-        elsewhere = [(scope, len(await storage.fetch_memories(scope))) for scope in await storage.scopes()
+    async with open_database(settings.database) as database:
+        memories = await database.memories(Scope(args.user_id, args.chat))
+        elsewhere = [(scope, len(await database.memories(scope))) for scope in await database.scopes()
                      if scope.user_id == args.user_id and scope.chat_id != args.chat]
-    finally:
-        await storage.close()
     if memories:
         print(memories_table(memories, settings.tz))
         return 0
@@ -260,31 +254,23 @@ async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
 
     from companion.core.timeutil import utcnow
+    from companion.engine.maintenance import database_file, open_database
     from companion.ops.backup import dblock
-    from companion.ops.backup.migrate import migrate
-    from companion.storage.factory import open_store, sqlite_path
 
     source_url = args.source or settings.database
     if source_url == args.to:
         raise ConfigError("migrate --to names the database it would copy from; give another one")
-    source_file = sqlite_path(source_url)
+    source_file = database_file(source_url)
     if source_file is not None and not source_file.is_file():
         raise ConfigError(f"no database at {source_file} to copy from")
     with contextlib.ExitStack() as held:
         for url in (source_url, args.to):  # neither SQLite file may be written by anyone else meanwhile
-            path = sqlite_path(url)
+            path = database_file(url)
             if path is not None:
                 held.enter_context(dblock.hold(path, "migrate"))
-        source = await open_store(source_url)
-        try:
-            target = await open_store(args.to, copying=True)
-            try:
-                with ProgressLine("migrate") as progress:
-                    copied = await migrate(source, target, utcnow(), progress)
-            finally:
-                await target.close()
-        finally:
-            await source.close()
+        async with open_database(source_url) as source, open_database(args.to, copying=True) as target:
+            with ProgressLine("migrate") as progress:
+                copied = await source.copy_into(target, utcnow(), progress)
     print(f"copied {copied.memories} memories (tombstones included), {copied.turns} queued turns, {copied.short} "
           f"short-term items, {copied.profiles} profiles, {copied.meta} settings, {copied.usage} usage rows and "
           f"{copied.moves} unfinished chat moves of {copied.scopes} new scopes; verified {copied.verified_scopes} "

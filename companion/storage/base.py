@@ -23,11 +23,22 @@ from typing import Protocol, TypeVar
 
 from companion.core.cells import CellColumn
 from companion.core.journal import Change
-from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
+from companion.core.models import (
+    ACTIVE_ONLY,
+    EVERY_STATUS,
+    Memory,
+    MemoryDraft,
+    Profile,
+    Scope,
+    ShortItem,
+    ShortKind,
+    Status,
+    Turn,
+)
 from companion.core.setting import Setting
+from companion.core.usage import UsageCell
 from companion.storage.capabilities import (
     Maintenance,
-    UsageCell,
     UsageLog,
     VectorIndex,
     VectorRow,
@@ -37,7 +48,8 @@ from companion.storage.records import JOURNAL_KEEP, FollowUpScope, Thread
 from companion.storage.turns import TurnBatch, TurnRecord
 
 # The typed settings, the journal's entries and ``TurnView`` are data the layers above share with the store:
-# they live in ``companion.core`` (``setting``, ``journal``, ``turnview``) and are imported from there.
+# they live in ``companion.core`` (``setting``, ``journal``, ``turnview``) and are imported from there. So do
+# the status sets and the usage report's cells (``core.models``, ``core.usage``), re-exported here for storage.
 __all__ = [
     "ACTIVE_ONLY", "EVERY_STATUS", "JOURNAL_KEEP", "STREAM_BATCH", "Capabilities", "ChangeJournal", "ChatMoves",
     "FollowUpScope", "FollowUpState", "KanbanState", "Maintenance", "MemoryRecords", "MemoryStore", "ProfileStore",
@@ -45,8 +57,6 @@ __all__ = [
     "UsageLog", "VectorIndex", "VectorRow", "text_hash",
 ]
 
-ACTIVE_ONLY: frozenset[Status] = frozenset({Status.ACTIVE})
-EVERY_STATUS: frozenset[Status] = frozenset(Status)
 STREAM_BATCH = 500  # memories per batch of ``stream_memories``: one short read each
 CELL_BATCH = 5000  # rows per read of ``stream_csv``: a backup of a million rows in 200 reads
 

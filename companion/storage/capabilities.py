@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from companion.core.models import Scope
-from companion.core.usage import UsageRecord
+from companion.core.usage import UsageCell, UsageRecord
 
 # ---- the vectors capability -------------------------------------------------------------------------
 
@@ -45,22 +45,6 @@ class VectorIndex(Protocol):
 
 
 # ---- the usage-log capability -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class UsageCell:
-    """One (local day, purpose) of the report."""
-
-    day: str  # YYYY-MM-DD, local
-    purpose: str
-    calls: int
-    failures: int
-    prompt_tokens: int
-    completion_tokens: int
-    cache_hit_tokens: int
-    cache_miss_tokens: int
-    avg_latency_ms: float
-    tool_calls: int
 
 
 class UsageLog(Protocol):

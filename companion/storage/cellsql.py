@@ -1,19 +1,28 @@
 """``core.cells`` rules as SQL expressions over a memory table, so a backup of a million rows costs little
 more than the csv module alone (formatting each ``Memory`` in Python took several times as long). The
 snapshot reader (``snapshot.SnapshotReader.cell_rows``) runs them in SQLite's SQL, PostgreSQL's store
-(``stream_cells``) in its own (``Dialect``); ``tests/test_cellsql.py`` holds them equal to
-``core.cells.memory_cells``."""
+(``stream_cells``) in its own (``Dialect``). What can be is built from the Python rule's own data (the
+formula prefixes, the codes' labels, the offset's text); ``tests/test_cellsql.py`` holds every expression
+equal to ``core.cells.memory_cells`` for any value (a property test), in both databases."""
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from companion.core.cells import CellColumn, CellKind, memory_cells, offset_text, show_time
+from companion.core.cells import (
+    FORMULA_PREFIXES,
+    NEUTRALISER,
+    CellColumn,
+    CellKind,
+    memory_cells,
+    offset_text,
+    show_code,
+    show_time,
+)
+from companion.core.csvfile import csv_text
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db
 
@@ -39,13 +48,25 @@ SQLITE = Dialect(
 )
 
 
+def literal(text: str, dialect: Dialect) -> str:
+    """Text from code (a rule's characters, a code's label; never input) as an SQL literal: a control
+    character by its code, anything else quoted with its quotes doubled."""
+    if len(text) == 1 and not text.isprintable():
+        return dialect.char(ord(text))
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _neutralised(column: str, dialect: Dialect) -> str:
-    return (f"CASE WHEN substr({column}, 1, 1) IN ('=', '+', '-', '@', {dialect.char(9)}, {dialect.char(13)}, "
-            f"'''') THEN '''' || {column} ELSE {column} END")
+    """``core.cells.neutralise`` in SQL, built from its prefixes."""
+    prefixes = ", ".join(literal(p, dialect) for p in FORMULA_PREFIXES)
+    return (f"CASE WHEN substr({column}, 1, 1) IN ({prefixes}) THEN {literal(NEUTRALISER, dialect)} || {column} "
+            f"ELSE {column} END")
 
 
-def _code(column: str, labels: dict[str, str]) -> str:
-    cases = " ".join(f"WHEN '{code}' THEN '{code}（{label}）'" for code, label in labels.items())
+def _code(column: str, labels: Mapping[str, str], dialect: Dialect) -> str:
+    """``core.cells.show_code`` in SQL: each known code as the rule shows it."""
+    cases = " ".join(f"WHEN {literal(code, dialect)} THEN {literal(show_code(labels, code), dialect)}"
+                     for code in labels)
     return f"CASE {column} {cases} ELSE {column} END" if cases else column
 
 
@@ -66,7 +87,7 @@ def select_cells(columns: Sequence[CellColumn], offset: timedelta | None, dialec
         elif c.kind is CellKind.TIME and offset is not None:
             shown = dialect.time(c.field, int(offset.total_seconds()), offset_text(offset))
         elif c.kind is CellKind.CODE:
-            shown = _code(c.field, dict(c.labels or {}))
+            shown = _code(c.field, c.labels or {}, dialect)
         elif c.kind is CellKind.PLAIN:
             shown = dialect.plain(c.field)
         else:
@@ -95,14 +116,6 @@ def finisher(columns: Sequence[CellColumn], tz: tzinfo, offset: timedelta | None
         return tuple(cells)
 
     return finish
-
-
-def csv_text(rows: Iterable[Sequence[object]]) -> str:
-    """Rows as the csv module's default writer writes them (minimal quoting, CRLF): the form of
-    ``MemoryRecords.stream_csv``."""
-    out = io.StringIO(newline="")
-    csv.writer(out).writerows(rows)
-    return out.getvalue()
 
 
 async def csv_of(memories: AsyncIterator[tuple[Scope, list[Memory]]], columns: Sequence[CellColumn], tz: tzinfo,

@@ -3,4 +3,5 @@ command line (``admin_service``), the admin commands' texts (``admin_texts``), t
 (``admin_cli``, ``table``), the usage chart (``chart``) and CSV exports (``export``).
 
 May import ``companion.ops.backup`` (the CSV form), ``companion.ops.preflight``, ``memory`` and everything
-below; never ``jobs`` or ``workers`` (same layer), ``chat``, ``handlers`` or ``bot``."""
+below but ``companion.storage`` (the engine's ``admin_port`` instead); never ``jobs`` or ``workers`` (same
+layer), ``chat``, ``handlers`` or ``bot``."""

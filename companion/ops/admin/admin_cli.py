@@ -14,8 +14,8 @@ from tqdm import tqdm
 
 from companion.core.models import MemoryType, Status, Tier
 from companion.core.timeutil import show
+from companion.core.usage import UsageCell
 from companion.ops.admin.admin_service import HISTOGRAM, AdminService, Progress
-from companion.storage.base import UsageCell
 
 
 @contextmanager

@@ -3,7 +3,8 @@ and the command line (``python bot.py users | forget | export | stats``).
 
 Changes go through the engine's API (owner-checked handles, the same save, edit and forget as the
 user's own), so an admin edit updates the recall index and profile like any other. Reading every user
-(stats, export) walks the store scope by scope, each read its own short transaction, reporting progress.
+(stats, export) walks the scopes through the admin port (``engine.admin_port``) one by one, each read its
+own short transaction, reporting progress.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.spools import TurnSpools
 from companion.core.timeutil import utcnow
+from companion.core.usage import UsageCell
+from companion.engine.admin_port import AdminPort
 from companion.ops.admin.chart import usage_png
 from companion.ops.admin.export import export_csv_bytes
-from companion.storage.base import MemoryStore, UsageCell, UsageLog
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]
@@ -61,12 +63,11 @@ class AdminStats:
 
 
 class AdminService:
-    def __init__(self, engine: MemoryEngine, store: MemoryStore, usage: UsageLog | None, tz: tzinfo, *,
+    def __init__(self, engine: MemoryEngine, reads: AdminPort, tz: tzinfo, *,
                  forget: Forget | None = None, clock: Callable[[], datetime] = utcnow,
                  spools: TurnSpools | None = None) -> None:
         self.engine = engine
-        self.store = store
-        self.usage = usage
+        self.reads = reads
         self.tz = tz
         self.clock = clock
         self._forget = forget
@@ -77,16 +78,16 @@ class AdminService:
     async def _walk(self, scopes: list[Scope], progress: Progress | None) -> list[tuple[Scope, list[Memory]]]:
         out: list[tuple[Scope, list[Memory]]] = []
         for done, scope in enumerate(scopes, start=1):  # streamed: a big scope is read in short reads
-            out.append((scope, [m async for _, batch in self.store.stream_memories([scope]) for m in batch]))
+            out.append((scope, [m async for _, batch in self.reads.stream_memories([scope]) for m in batch]))
             if progress is not None:
                 progress(done, len(scopes))
         return out
 
     async def user_scopes(self, user_id: int) -> list[Scope]:
-        return [s for s in await self.store.scopes() if s.user_id == user_id]
+        return [s for s in await self.reads.scopes() if s.user_id == user_id]
 
     async def users(self, progress: Progress | None = None) -> list[UserSummary]:
-        walked = await self._walk(await self.store.scopes(), progress)
+        walked = await self._walk(await self.reads.scopes(), progress)
         ids = sorted({scope.user_id for scope, _ in walked})
         return [_summary(uid, [(s, ms) for s, ms in walked if s.user_id == uid]) for uid in ids]
 
@@ -96,7 +97,7 @@ class AdminService:
     async def export(self, user_id: int | None = None, keyword: str | None = None,
                      progress: Progress | None = None) -> tuple[bytes, int]:
         """CSV bytes of every non-forgotten memory (of one user, containing a keyword when given)."""
-        scopes = await (self.user_scopes(user_id) if user_id is not None else self.store.scopes())
+        scopes = await (self.user_scopes(user_id) if user_id is not None else self.reads.scopes())
         word = (keyword or "").lower()
         rows = [(scope, m) for scope, memories in await self._walk(scopes, progress) for m in memories
                 if m.status is not Status.FORGOTTEN
@@ -106,7 +107,7 @@ class AdminService:
     async def stats(self, progress: Progress | None = None) -> AdminStats:
         now = self.clock()
         stats = AdminStats()
-        walked = await self._walk(await self.store.scopes(), progress)
+        walked = await self._walk(await self.reads.scopes(), progress)
         stats.scopes = len(walked)
         stats.users = len({scope.user_id for scope, _ in walked})
         for _, memories in walked:
@@ -126,12 +127,10 @@ class AdminService:
 
     async def usage_report(self, now: datetime | None = None) -> list[UsageCell]:
         """LLM calls of the last seven local days (today included), by day and purpose."""
-        if self.usage is None:
-            return []
         now = now or self.clock()
         local = now.astimezone(self.tz)
         start = local.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=REPORT_DAYS - 1)
-        return await self.usage.report(start, local.utcoffset() or timedelta(0))
+        return await self.reads.usage_report(start, local.utcoffset() or timedelta(0))
 
     # ---- changes ---------------------------------------------------------------------------------
 
@@ -149,7 +148,7 @@ class AdminService:
     async def owner(self, user_id: int, handle: int) -> Scope:
         """The scope of ``user_id`` that holds ``handle`` (private or a group); raises NotYourMemoryError
         when the handle is another user's, MemoryNotFoundError when there is no such memory."""
-        owner = await self.store.owner_of(handle)
+        owner = await self.reads.owner_of(handle)
         if owner is None:
             raise MemoryNotFoundError(f"no memory {handle}")
         if owner.user_id != user_id:

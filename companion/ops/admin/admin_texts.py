@@ -10,9 +10,9 @@ from datetime import tzinfo
 
 from companion.core.models import Memory, MemoryType, Status, Tier, Validity
 from companion.core.timeutil import show
+from companion.core.usage import UsageCell
 from companion.ops.admin.admin_service import HISTOGRAM, AdminStats, UserSummary
 from companion.ops.backup.csvformat import LABELS
-from companion.storage.base import UsageCell
 
 NO_PERMISSION = "没有权限"
 PRIVATE_ONLY = "管理命令只在和我的私聊里回答，请私聊我再发。"

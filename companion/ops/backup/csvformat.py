@@ -114,7 +114,7 @@ LEGACY_HEADERS: tuple[str, ...] = tuple(c.header for c in COLUMNS if c.required)
 
 
 def unneutralise(cell: str) -> str:
-    return cell[1:] if cell.startswith("'") else cell
+    return cell.removeprefix(cells.NEUTRALISER)
 
 
 def show_code(enum: type[StrEnum], value: str) -> str:
@@ -150,9 +150,10 @@ CELLS: tuple[CellColumn, ...] = tuple(
 )
 
 
-def backup_row(memory: Memory, tz: tzinfo) -> list[object]:
-    """One memory's row of a backup file, zone last: what ``SnapshotReader.cell_rows`` gives in SQL."""
-    return [*cells.memory_cells(memory, CELLS, tz), zone_name(tz)]
+def backup_row(memory: Memory, tz: tzinfo, *, rounded: bool = False) -> list[object]:
+    """One memory's row of a backup file, zone last: what ``SnapshotReader.cell_rows`` gives in SQL.
+    ``rounded``: importance with two decimals, for a file people read (an export), not one to restore."""
+    return [*cells.memory_cells(memory, CELLS, tz, rounded=rounded), zone_name(tz)]
 
 
 # ---- reading ----------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import csv
 import fcntl
 import multiprocessing
 import os
@@ -31,12 +30,13 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from companion.core import csvfile
 from companion.core.errors import BackupError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import local_date
+from companion.engine.maintenance import MaintenancePort
+from companion.engine.snapshots import make_standalone, open_snapshot
 from companion.ops.backup.csvformat import CELLS, HEADERS, fixed_offset, zone_name
-from companion.storage.base import Maintenance, MemoryStore
-from companion.storage.maintenance import make_standalone, open_snapshot
 
 SNAPSHOT_NAME = "memory.sqlite3"
 IN_PROGRESS = ".backup-in-progress"
@@ -85,18 +85,9 @@ def replaced_folder(backup_dir: Path, day: str) -> Path:
 
 
 def write_csv(path: Path, rows: Iterable[Sequence[object]], lines: Iterable[str] = ()) -> int:
-    """Header, rows and lines of CSV text written before (``stream_csv``) into ``path`` (not yet durable:
-    see ``publish``); returns the rows written (``lines`` are not counted)."""
-    count = 0
-    with path.open("w", encoding="utf-8-sig", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(HEADERS)
-        for row in rows:
-            writer.writerow(row)
-            count += 1
-        for text in lines:
-            handle.write(text)
-    return count
+    """A backup's CSV file: its header, rows and lines of CSV text written before (``stream_csv``) into
+    ``path`` (not yet durable: see ``publish``); returns the rows written (``lines`` are not counted)."""
+    return csvfile.write_csv(path, HEADERS, rows, lines)
 
 
 def fsync(path: Path) -> None:
@@ -256,16 +247,16 @@ def export_in_worker(
 
 
 async def make_backup(
-    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
+    database: MaintenancePort, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
     progress: Progress | None = None, stop: threading.Event | None = None,
 ) -> BackupResult:
     """Snapshot the database, then write one CSV per scope from that snapshot, then prune old days; a
-    store kept in no database file (no ``maintenance`` capability) streams its memories into the CSV
+    database kept in no file (a server's) streams its memories into the CSV
     files instead, without a snapshot. One backup at a time: a second (the operator's ``backup`` while the
     bot makes its own) waits for the first, as both would build the same day."""
     backup_dir.mkdir(parents=True, exist_ok=True)
     async with _one_at_a_time(backup_dir):
-        return await _make_backup(store, backup_dir, now, tz, keep_days, progress, stop)
+        return await _make_backup(database, backup_dir, now, tz, keep_days, progress, stop)
 
 
 @contextlib.asynccontextmanager
@@ -319,13 +310,13 @@ def swap_in(staging: Path, folder: Path) -> None:
 
 
 async def export_streamed(
-    store: MemoryStore, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
+    database: MaintenancePort, folder: Path, tz: tzinfo, now: datetime, progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> tuple[Exported, int]:
     """One CSV per scope from the lines the store streams (``stream_csv``: rendered by the store, read in
     large pages across scopes), the files written and published off the event loop a group at a time;
     returns what was written and how many distinct users."""
-    scopes = await store.scopes()
+    scopes = await database.scopes()
     ready: list[tuple[Scope, list[str]]] = []
     done: set[Scope] = set()
     total_rows = 0
@@ -338,7 +329,7 @@ async def export_streamed(
             progress(len(done), len(scopes))
 
     held = 0  # characters of lines waiting for their files
-    async for scope, lines, count in store.stream_csv(CELLS, tz, fixed_offset(tz, now), (zone_name(tz),)):
+    async for scope, lines, count in database.stream_csv(CELLS, tz, fixed_offset(tz, now), (zone_name(tz),)):
         if stop is not None and stop.is_set():
             raise BackupStopped("backup stopped before every file was written")
         if not ready or ready[-1][0] != scope:
@@ -367,7 +358,7 @@ def write_scopes(folder: Path, scopes: Sequence[tuple[Scope, Sequence[str]]]) ->
 
 
 async def _make_backup(
-    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
+    database: MaintenancePort, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None,
     stop: threading.Event | None,
 ) -> BackupResult:
     day = local_date(now, tz)
@@ -375,21 +366,21 @@ async def _make_backup(
     staging = staging_folder(backup_dir, day)
     try:
         recover(backup_dir)
-        files = store.maintenance()
+        in_a_file = database.in_a_file
         # Every table at the current version first, so the CSV files all have the same columns.
-        while files is not None and await files.upgrade_stale(200):
+        while await database.upgrade_stale(200):
             pass
         staging.mkdir()
         # Until this marker is gone the folder is not a backup: restore refuses it (a run cut short by a
         # crash or a kill leaves it behind, so a half-written day is never taken for a whole one).
         (staging / IN_PROGRESS).write_text(f"started {now.isoformat()}\n", encoding="utf-8")
-        if files is None:
-            exported, users = await export_streamed(store, staging, tz, now, progress, stop)
+        if in_a_file:
+            exported = await _export_snapshot(database, staging, now, tz, progress, stop)
         else:
-            exported = await _export_snapshot(files, staging, now, tz, progress, stop)
+            exported, users = await export_streamed(database, staging, tz, now, progress, stop)
         (staging / IN_PROGRESS).unlink()
         swap_in(staging, folder)
-        if files is not None:
+        if in_a_file:
             with open_snapshot(folder / SNAPSHOT_NAME) as reader:
                 users = len({scope.user_id for scope, _ in reader.scopes()})
         removed = await asyncio.to_thread(prune_backups, backup_dir, now, tz, keep_days)
@@ -406,11 +397,11 @@ async def _make_backup(
 
 
 async def _export_snapshot(
-    files: Maintenance, staging: Path, now: datetime, tz: tzinfo, progress: Progress | None,
+    database: MaintenancePort, staging: Path, now: datetime, tz: tzinfo, progress: Progress | None,
     stop: threading.Event | None,
 ) -> Exported:
     tmp_snapshot = staging / f".{SNAPSHOT_NAME}.tmp"
-    await files.snapshot(tmp_snapshot, standalone=False)
+    await database.snapshot(tmp_snapshot, standalone=False)
     os.replace(tmp_snapshot, staging / SNAPSHOT_NAME)
     return await asyncio.to_thread(export_in_worker, staging / SNAPSHOT_NAME, staging, tz, now, progress, None, stop)
 

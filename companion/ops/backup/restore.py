@@ -27,11 +27,11 @@ import pandas as pd
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, Scope, Status, StatusReason
+from companion.engine.maintenance import file_url, open_database
+from companion.engine.snapshots import checkpoint, open_snapshot
 from companion.ops.backup.csvformat import LEGACY_HEADERS, parse_row
 from companion.ops.backup.nightly import IN_PROGRESS, fsync
 from companion.ops.backup.staging import remove_staging, staging_path
-from companion.storage.factory import open_store, sqlite_url
-from companion.storage.maintenance import checkpoint, open_snapshot
 
 Progress = Callable[[int, int], None]
 
@@ -236,14 +236,11 @@ async def _build(path: Path, data: list[ScopeBackup], now: datetime) -> set[int]
     """Write every scope's memories; returns the fresh handles given to first-format files. Files that
     keep their handles go first: fresh handles are then issued above every kept one, never onto one."""
     fresh: set[int] = set()
-    store = await open_store(sqlite_url(path))
-    try:
+    async with open_database(file_url(path)) as database:
         for part in sorted(data, key=lambda p: p.legacy):
-            handles = await store.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
+            handles = await database.import_rows(part.scope, part.memories, now, keep_ids=not part.legacy)
             if part.legacy:
                 fresh.update(handles)
-    finally:
-        await store.close()
     return fresh
 
 
@@ -265,21 +262,18 @@ async def reforget(path: Path, live: LiveTombstones, fresh: Iterable[int], now: 
         return 0
     fresh = set(fresh)
     total = 0
-    store = await open_store(sqlite_url(path))
-    try:
-        for scope in await store.scopes():
+    async with open_database(file_url(path)) as database:
+        for scope in await database.scopes():
             by_reason: dict[str, list[int]] = defaultdict(list)
-            for memory in await store.fetch_memories(scope, EVERY_BUT_FORGOTTEN):
+            for memory in await database.memories(scope, EVERY_BUT_FORGOTTEN):
                 stone = live.match(scope, memory, memory.id in fresh)
                 if stone is not None:
                     by_reason[stone.reason or StatusReason.USER].append(memory.id)
             for reason, ids in by_reason.items():
                 # The one forget path: with the tombstones go the profile, the vectors, and the queued and
                 # short-term turns that told them, all of which the backup holds too.
-                await store.forget_everywhere(scope, ids, now, reason)
+                await database.forget(scope, ids, now, reason)
                 total += len(ids)
-    finally:
-        await store.close()
     return total
 
 

@@ -10,14 +10,15 @@ import threading
 from datetime import datetime, tzinfo
 from pathlib import Path
 
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import BackupResult, BackupStopped, Progress, make_backup
-from companion.storage.base import MemoryStore
 
 __all__ = ["BackupStopped", "stoppable_backup"]
 
 
 async def stoppable_backup(
-    store: MemoryStore, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int, progress: Progress | None = None,
+    database: MaintenancePort, backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int,
+    progress: Progress | None = None,
 ) -> BackupResult:
     """``make_backup``, whose CSV export thread also stops when the run is cancelled (SIGTERM, Ctrl-C).
 
@@ -33,7 +34,7 @@ async def stoppable_backup(
             progress(done, total)
 
     try:
-        return await make_backup(store, backup_dir, now, tz, keep_days, report, stop)
+        return await make_backup(database, backup_dir, now, tz, keep_days, report, stop)
     except asyncio.CancelledError:
         stop.set()
         raise

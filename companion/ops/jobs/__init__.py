@@ -2,5 +2,6 @@
 and weekly summaries (``proactive``), the background upgrade of old tables (``upgrade``) and which process
 runs them (``leader``).
 
-May import ``companion.ops.backup``, ``companion.ops.preflight``, ``memory`` and everything below; never
-``admin`` or ``workers`` (same layer), ``chat``, ``handlers`` or ``bot``."""
+May import ``companion.ops.backup``, ``companion.ops.preflight``, ``memory`` and everything below but
+``companion.storage`` (the engine's ``maintenance`` port instead); never ``admin`` or ``workers`` (same
+layer), ``chat``, ``handlers`` or ``bot``."""

@@ -18,10 +18,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
+from companion.engine.maintenance import MaintenancePort
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
 from companion.ops.backup.stoppable import stoppable_backup
 from companion.ops.jobs.leader import ALONE, Leader
-from companion.storage.base import MemoryStore
 from memory import DecayReport, MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ async def run_decay(engine: MemoryEngine, now: datetime | None = None) -> DecayR
     return await engine.decay(now)
 
 
-async def run_backup(store: MemoryStore, settings: Settings, now: datetime | None = None) -> BackupResult:
-    result = await stoppable_backup(store, Path(settings.backup_dir), now or utcnow(), settings.tz,
+async def run_backup(database: MaintenancePort, settings: Settings, now: datetime | None = None) -> BackupResult:
+    result = await stoppable_backup(database, Path(settings.backup_dir), now or utcnow(), settings.tz,
                                     settings.backup_keep_days)
     if result.damaged:
         log.error("backup %s left out %d scopes that could not be read: %s", result.folder.name,
@@ -101,9 +101,9 @@ def schedule_spool_replay(scheduler: AsyncIOScheduler, replay: Callable[[], Awai
 
 
 def build_scheduler(
-    engine: MemoryEngine, store: MemoryStore, settings: Settings, leader: Leader = ALONE
+    engine: MemoryEngine, database: MaintenancePort, settings: Settings, leader: Leader = ALONE
 ) -> AsyncIOScheduler:
-    """Decay through the engine; the backup reads the store directly (the composition root hands both).
+    """Decay through the engine; the backup through the maintenance port (the composition root hands both).
     Each job runs only where ``leader`` says this process leads."""
     scheduler = AsyncIOScheduler(timezone=settings.tz)
 
@@ -111,7 +111,7 @@ def build_scheduler(
         await led(leader, "decay", lambda: run_decay_once(engine, settings.tz))
 
     async def backup_job() -> None:
-        await led(leader, "backup", lambda: run_backup(store, settings))
+        await led(leader, "backup", lambda: run_backup(database, settings))
 
     options = {"coalesce": True, "misfire_grace_time": 6 * 3600, "max_instances": 1}
     scheduler.add_job(
@@ -146,7 +146,7 @@ def backup_is_overdue(newest: date | None, now: datetime, tz: tzinfo, at: time) 
     return newest is None or newest < due_day
 
 
-async def catch_up(engine: MemoryEngine, store: MemoryStore, settings: Settings, leader: Leader = ALONE) -> None:
+async def catch_up(engine: MemoryEngine, database: MaintenancePort, settings: Settings, leader: Leader = ALONE) -> None:
     """At startup: a decay missed while the bot was down runs now (whole days, so nothing doubles), then
     a missed nightly backup, so a bot that was down at night still has last night's backup. Only in the
     process that leads."""
@@ -154,4 +154,4 @@ async def catch_up(engine: MemoryEngine, store: MemoryStore, settings: Settings,
     if await decay_is_overdue(engine, now):
         await led(leader, "decay catch-up", lambda: run_decay(engine, now))
     if backup_is_overdue(newest_backup_day(Path(settings.backup_dir)), now, settings.tz, settings.backup_time):
-        await led(leader, "backup catch-up", lambda: run_backup(store, settings))
+        await led(leader, "backup catch-up", lambda: run_backup(database, settings))

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from companion.core.errors import StorageError
-from companion.storage.base import MemoryStore
+from companion.engine.maintenance import MaintenancePort
 
 log = logging.getLogger(__name__)
 
@@ -15,15 +15,13 @@ BATCH = 50
 PAUSE_SECONDS = 0.05
 
 
-async def upgrade_tables(store: MemoryStore, batch: int = BATCH, pause: float = PAUSE_SECONDS) -> int:
-    """Upgrade every stale memory table; returns how many batches ran. A failure stops the run with one
-    warning (the tables are upgraded when touched anyway)."""
+async def upgrade_tables(database: MaintenancePort, batch: int = BATCH, pause: float = PAUSE_SECONDS) -> int:
+    """Upgrade every stale memory table; returns how many batches ran (none for a database kept in no file,
+    which has no schema-versioned tables). A failure stops the run with one warning (the tables are upgraded
+    when touched anyway)."""
     rounds = 0
-    files = store.maintenance()
-    if files is None:
-        return 0  # a store without schema-versioned tables has nothing to upgrade
     try:
-        while await files.upgrade_stale(batch):
+        while await database.upgrade_stale(batch):
             rounds += 1
             await asyncio.sleep(pause)
     except StorageError as exc:

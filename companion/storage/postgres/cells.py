@@ -16,8 +16,9 @@ from itertools import groupby
 from typing import Any
 
 from companion.core.cells import CellColumn, CellKind
+from companion.core.csvfile import csv_text
 from companion.core.models import Scope
-from companion.storage.cellsql import Dialect, csv_text, finisher, select_cells
+from companion.storage.cellsql import Dialect, finisher, select_cells
 from companion.storage.postgres.rows import BOOL, CODECS, scope_of
 
 
@@ -45,9 +46,10 @@ def _quoted(cell: str) -> str:
             f"ELSE {cell} END")
 
 
-def _shown(column: CellColumn, cell: str) -> str:
+def csv_cell(column: CellColumn, cell: str) -> str:
     """A cell's text as csv writes it: nothing for NULL, a float as Python's repr (``50.0``, ``1e-05``:
-    PostgreSQL's shortest form lacks only the ``.0`` of a whole number)."""
+    PostgreSQL's shortest form lacks only the ``.0`` of a whole number). ``tests/test_cellsql.py`` holds it
+    equal to the csv module for any value."""
     if column.kind is CellKind.IMPORTANCE:
         return f"regexp_replace(({cell})::text, '^(-?[0-9]+)$', '\\1.0')"
     if column.kind in (CellKind.TEXT, CellKind.WORDS, CellKind.CODE):
@@ -58,7 +60,7 @@ def _shown(column: CellColumn, cell: str) -> str:
 def lines_query(columns: Sequence[CellColumn], offset: timedelta) -> str:
     """A page's statement: the scopes ``$1, $2`` (user and chat ids), a row each (its lines joined, in handle
     order, and how many); ``$3``: what ends each line."""
-    cells = [_shown(c, cell) for c, cell in zip(columns, select_cells(columns, offset, POSTGRES), strict=True)]
+    cells = [csv_cell(c, cell) for c, cell in zip(columns, select_cells(columns, offset, POSTGRES), strict=True)]
     # concat: one copy of the line (a chain of || copies it once per cell) and nothing for a NULL.
     line = "concat(" + ", ',', ".join(cells) + ", $3::text)"
     return (f"SELECT m.user_id, m.chat_id, string_agg({line}, '' ORDER BY m.id), count(*) "
