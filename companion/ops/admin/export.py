@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import tzinfo
 
 from companion.core import cells
@@ -22,13 +22,15 @@ def memory_cells(memory: Memory, tz: tzinfo) -> list[object]:
     return [*cells.memory_cells(memory, CELLS, tz, rounded=True), zone_name(tz)]
 
 
-def export_csv_bytes(rows: Iterable[tuple[Scope, Memory]], tz: tzinfo) -> tuple[bytes, int]:
-    """The CSV file's bytes and the number of memory rows in it."""
+def export_csv_bytes(rows: Iterable[tuple[Scope, Memory]], tz: tzinfo, *,
+                     scope_name: Callable[[Scope], str] = lambda scope: scope.key) -> tuple[bytes, int]:
+    """The CSV file's bytes and the number of memory rows in it; ``scope_name``: the scope column's words
+    (a host that labels its scopes: the AstrBot plugin's ``platform:sender``)."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow((SCOPE_HEADER, *HEADERS))
     count = 0
     for scope, memory in rows:
-        writer.writerow((scope.key, *memory_cells(memory, tz)))
+        writer.writerow((scope_name(scope), *memory_cells(memory, tz)))
         count += 1
     return buffer.getvalue().encode("utf-8-sig"), count
