@@ -5,6 +5,7 @@ first, once, recorded before it is sent, with the way to stop it; none on a day 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import MemoryService
+from companion.hosts.astrbot.tools import call
 from companion.hosts.astrbot.weekly import followup_round
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -72,10 +74,13 @@ async def service(tmp_path: Path, clock: Clock) -> AsyncIterator[MemoryService]:
         await opened.close()
 
 
-async def told_trip(service: MemoryService) -> int:
-    await service.heard(ANN, ADDRESS)
-    memory = await service.add(ANN, "下周三去杭州出差三天", 7, 0, "event", date="2026-12-09", end_date="2026-12-11")
-    return memory.id
+async def told_trip(service: MemoryService, speaker: Speaker = ANN) -> int:
+    await service.heard(speaker, ADDRESS)
+    said = await call(service.tools, speaker.scope, "companion_memory_add",  # the model's tool, as AstrBot calls it
+                      {"content": "下周三去杭州出差三天", "importance": 70, "type": "event", "date": "2026-12-09",
+                       "end_date": "2026-12-11"})
+    handle: int = json.loads(said.removeprefix(texts.BEGIN).removesuffix(texts.END))["saved"]["handle"]
+    return handle
 
 
 async def test_written_first_once_where_the_platform_lets_it(service: MemoryService, clock: Clock) -> None:
@@ -130,7 +135,7 @@ async def test_a_cue_at_a_private_conversations_start_only(service: MemoryServic
     clock.local(12, 10)
     assert "应该已经结束了" not in str(await service.reference(ANN, "今天想睡懒觉"))  # the same conversation
     group = Speaker("telegram", "1", "g1")
-    await service.add(group, "下周三去杭州出差三天", 7, 0, "event", date="2026-12-09", end_date="2026-12-11")
+    await told_trip(service, group)
     assert "应该已经结束了" not in str(await service.reference(group, "早上好"))  # never in a group
     await service.engine.followups.stop(ANN.scope, handle, clock())
     clock.local(13, 9)

@@ -1,9 +1,11 @@
 """The AstrBot plugin's behaviour without AstrBot: scopes, settings, the request block and its scrubbing,
-tools' bounds, exact lifetimes, imports, export, nightly upkeep and learning through a host's model
-(the plugin inside real AstrBot: tests/astrbot/)."""
+the engine's tools under the plugin's names and their bounds, commands' bounds, exact lifetimes, imports,
+export, nightly upkeep and learning through a host's model (the plugin inside real AstrBot: tests/astrbot/)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, time, timedelta
@@ -12,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import MemoryType
+from companion.core.setting import EXACT_EXPIRY
+from companion.engine.tools import NOT_FOUND
 from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import BadArgument
 from companion.hosts.astrbot.fences import scrub
@@ -21,6 +24,9 @@ from companion.hosts.astrbot.importing import import_folder
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import MemoryService, for_prompt
+from companion.hosts.astrbot.tools import NAMES, call, specs
+from companion.ops.admin.export import SCOPE_HEADER
+from companion.ops.backup.csvformat import ZONE_HEADER
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -108,52 +114,98 @@ async def test_the_block_orders_instructions_first_and_holds_only_the_speaker(se
         [MemoryType.INSTRUCTION, MemoryType.PREFERENCE]
 
 
+async def tool(service: MemoryService, speaker: Speaker, name: str, **arguments: Any) -> dict[str, Any]:
+    """A call of the plugin's tool ``name`` for ``speaker``, its JSON result unfenced."""
+    text = await call(service.tools, speaker.scope, f"companion_memory_{name}", arguments)
+    assert text.startswith(texts.BEGIN) and text.endswith(texts.END)
+    result: dict[str, Any] = json.loads(text.removeprefix(texts.BEGIN).removesuffix(texts.END))
+    return result
+
+
+def test_the_plugin_offers_every_engine_tool_under_its_documented_name(service: MemoryService) -> None:
+    offered = {spec.name: spec for spec in specs(service.tools)}
+    assert set(offered) == set(NAMES) == {f"companion_memory_{verb}" for verb in
+                                          ("add", "search", "list", "update", "forget", "move", "archive", "due")}
+    engine = {t.name: t for t in service.tools(ALICE_G1.scope)}
+    assert {name: spec.parameters for name, spec in offered.items()} == \
+        {name: engine[NAMES[name]].parameters for name in offered}
+
+
+@pytest.mark.parametrize("arguments", [
+    {"content": ""}, {"content": "x" * 201}, {"content": "喜欢猫", "importance": 101},
+    {"content": "喜欢猫", "importance": "很重要"}, {"content": "喜欢猫", "valid_seconds": -1},
+    {"content": "喜欢猫", "type": "secret"}, {"content": "喜欢猫", "user_id": "bob"},
+    {"content": "去杭州出差", "type": "event", "date": "3月4号"},  # not ISO
+])
+async def test_tool_arguments_out_of_bounds_are_refused(service: MemoryService, arguments: dict[str, Any]) -> None:
+    assert "error" in await tool(service, ALICE_G1, "add", **arguments)
+    assert await service.memories(ALICE_G1) == []
+
+
 @pytest.mark.parametrize("arguments", [
     {"content": ""}, {"content": "x" * 501}, {"content": "喜欢猫", "importance": 11},
     {"content": "喜欢猫", "importance": "很重要"}, {"content": "喜欢猫", "valid_time": -1},
     {"content": "喜欢猫", "kind": "secret"},
 ])
-async def test_tool_arguments_out_of_bounds_are_refused(service: MemoryService, arguments: dict[str, Any]) -> None:
+async def test_command_arguments_out_of_bounds_are_refused(service: MemoryService, arguments: dict[str, Any]) -> None:
     with pytest.raises(BadArgument):
         await service.add(ALICE_G1, **arguments)
     assert await service.memories(ALICE_G1) == []
 
 
 @pytest.mark.parametrize(("arguments", "shown"), [
-    ({"content": "去杭州出差三天", "kind": "event", "date": "2026-03-04", "end_date": "2026-03-06"},
+    ({"content": "去杭州出差三天", "type": "event", "date": "2026-03-04", "end_date": "2026-03-06"},
      "3月4日-6日去杭州出差三天"),
-    ({"content": "下周三去杭州出差", "kind": "event"}, "3月4日（周三）去杭州出差"),  # the words, read in code
+    ({"content": "下周三去杭州出差", "type": "event"}, "3月4日（周三）去杭州出差"),  # the words, read in code
     ({"content": "结婚纪念日", "date": "2026-05-20", "yearly": True}, "每年5月20日结婚纪念日"),
-    ({"content": "去杭州出差", "kind": "event", "date": "2031-03-04"}, "去杭州出差"),  # implausible: dropped
-    ({"content": "去杭州出差", "kind": "event", "date": "3月4号"}, "去杭州出差"),  # not ISO: dropped
+    ({"content": "去杭州出差", "type": "event", "date": "2031-03-04"}, "去杭州出差"),  # implausible: dropped
 ])
 async def test_the_add_tool_takes_the_models_date(service: MemoryService, arguments: dict[str, Any],
                                                   shown: str) -> None:
-    memory = await service.add(ALICE_G1, **arguments)
-    assert memory.shown == shown
-    assert (await service.memories(ALICE_G1))[0].happens == memory.happens
+    saved = (await tool(service, ALICE_G1.private(), "add", **arguments))["saved"]
+    (memory,) = await service.memories(ALICE_G1.private())
+    assert memory.id == saved["handle"] and memory.shown == shown
 
 
-async def test_an_exact_lifetime_ends_the_memory_when_it_is_next_read(service: MemoryService, clock: Clock) -> None:
+async def test_an_exact_lifetime_ends_the_memory(service: MemoryService, clock: Clock) -> None:
     brief = await service.add(ALICE_G1, "明天下午开会", valid_time=3600)
+    told = (await tool(service, ALICE_G1, "add", content="今晚八点看球", valid_seconds=1800))["saved"]["handle"]
     kept = await service.add(ALICE_G1, "喜欢猫")
-    clock.now += timedelta(minutes=59)
-    assert {m.id for m in await service.memories(ALICE_G1)} == {brief.id, kept.id}
-    clock.now += timedelta(minutes=2)
+    clock.now += timedelta(minutes=29)
+    assert {m.id for m in await service.memories(ALICE_G1)} == {brief.id, told, kept.id}
+    clock.now += timedelta(minutes=32)
     assert [m.id for m in await service.memories(ALICE_G1)] == [kept.id]
+    assert [m["handle"] for m in (await tool(service, ALICE_G1, "list"))["memories"]] == [kept.id]
+    assert "开会" not in (await service.reference(ALICE_G1, "明天开会吗") or "")
+    await service.nightly()
     assert [m.id for m in await service.engine.memories(ALICE_G1.scope)] == [kept.id]  # forgotten, not hidden
 
 
-async def test_forget_by_handle_description_or_all_stays_in_the_scope(service: MemoryService) -> None:
+async def test_an_earlier_versions_exact_lifetime_still_ends_the_memory(service: MemoryService, clock: Clock) -> None:
+    old = await service.add(ALICE_G1, "明天下午开会")
+    await service.engine.settings.set(EXACT_EXPIRY, ALICE_G1.scope,
+                                      {str(old.id): (clock.now + timedelta(hours=1)).timestamp()})
+    assert [m.id for m in await service.memories(ALICE_G1)] == [old.id]
+    clock.now += timedelta(hours=2)
+    assert await service.memories(ALICE_G1) == []
+    assert await service.engine.memories(ALICE_G1.scope) == []  # forgotten, not hidden
+
+
+async def test_tools_forget_by_handle_or_description_and_stay_in_the_scope(service: MemoryService) -> None:
     cat = await service.add(ALICE_G1, "喜欢猫")
     await service.add(ALICE_G1, "住在杭州")
-    other = await service.add(Speaker("qq", "bob", "g1"), "喜欢猫")
-    with pytest.raises((NotYourMemoryError, MemoryNotFoundError)):  # another scope's: refused, not forgotten
-        await service.forget(ALICE_G1, str(other.id))
-    assert await service.forget(ALICE_G1, "杭州") == 1
+    bob = Speaker("qq", "bob", "g1")
+    other = await service.add(bob, "喜欢猫")
+    # Another scope's handle: refused exactly as one that does not exist.
+    assert await tool(service, ALICE_G1, "forget", handle=other.id) == {"error": NOT_FOUND.format(handle=other.id)}
+    assert "error" in await tool(service, ALICE_G1, "update", handle=other.id, content="喜欢狗")
+    assert (await tool(service, ALICE_G1, "forget", description="杭州"))["forgotten"] == 1
     assert [m.id for m in await service.memories(ALICE_G1)] == [cat.id]
-    assert await service.forget(ALICE_G1, "all") == 1
-    assert [m.id for m in await service.memories(Speaker("qq", "bob", "g1"))] == [other.id]
+    assert [m["content"] for m in (await tool(service, ALICE_G1, "search", query="猫"))["memories"]] == ["喜欢猫"]
+    assert (await tool(service, ALICE_G1, "move", handle=cat.id, tier="long"))["moved"]["tier"] == "long"
+    assert (await tool(service, ALICE_G1, "archive", handle=cat.id))["archived"] == cat.id
+    assert await service.memories(ALICE_G1) == []
+    assert [m.id for m in await service.memories(bob)] == [other.id]
     assert not await service.drop(ALICE_G1, other.id)
 
 
@@ -189,9 +241,9 @@ async def test_export_and_nightly_backup_are_excel_friendly_csv(service: MemoryS
     path, count = await service.export_csv("猫")
     raw = path.read_bytes()
     assert count == 1 and raw.startswith(b"\xef\xbb\xbf")
-    lines = raw.decode("utf-8-sig").splitlines()
-    assert lines[0].startswith("scope,id,type") and lines[1].startswith("qq:g1/alice,")
-    assert ",7,喜欢猫，也喜欢狗," in lines[1]
+    (row,) = csv.DictReader(io.StringIO(raw.decode("utf-8-sig")))  # the Telegram bot's export, scopes labelled
+    assert list(row)[:3] == [SCOPE_HEADER, "id", "事件"] and list(row)[-1] == ZONE_HEADER
+    assert (row[SCOPE_HEADER], row["事件"], row["重要程度"]) == ("qq:g1/alice", "喜欢猫，也喜欢狗", "70.00")
 
     service.options = Options(backup_keep=2)
     for day in range(3):

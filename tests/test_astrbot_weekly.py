@@ -1,31 +1,21 @@
-"""The plugin's clock jobs without AstrBot: the next run of a daily or weekly job in the plugin's timezone,
-and the weekly round: only opted-in scopes, only on a local Monday, once a week, a failed send retried."""
+"""The plugin's weekly round without AstrBot (the rule itself: tests/test_engine_weekly.py): only opted-in
+scopes, only on a local Monday, once a week, a failed send retried, to the address each opted in from."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import pytest
 
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import MemoryService
-from companion.hosts.astrbot.weekly import MONDAY, WEEKLY_AT, next_at, weekly_round
+from companion.hosts.astrbot.weekly import weekly_round
 
-SHANGHAI = ZoneInfo("Asia/Shanghai")
 # Monday 2026-03-02 10:00 in Shanghai is 02:00 UTC.
 MONDAY_10 = datetime(2026, 3, 2, 2, 0, tzinfo=UTC)
-
-
-def test_next_at_is_the_next_local_time_strictly_after_now() -> None:
-    assert next_at(MONDAY_10 - timedelta(minutes=1), SHANGHAI, WEEKLY_AT, MONDAY) == MONDAY_10
-    assert next_at(MONDAY_10, SHANGHAI, WEEKLY_AT, MONDAY) == MONDAY_10 + timedelta(days=7)
-    # Sunday 23:00 UTC is already Monday 07:00 in Shanghai: three hours to go, not a week.
-    assert next_at(datetime(2026, 3, 1, 23, 0, tzinfo=UTC), SHANGHAI, WEEKLY_AT, MONDAY) == MONDAY_10
-    assert next_at(MONDAY_10, SHANGHAI, time(3, 30)) == datetime(2026, 3, 2, 19, 30, tzinfo=UTC)
 
 
 class Clock:

@@ -146,8 +146,8 @@ def test_storage_is_reached_through_its_seam(path: Path) -> None:
 # One front door: these layers reach memory only through the engine (``memory.MemoryEngine`` and its narrow
 # ports: ``settings``, ``kanban``, ``scopes``, ``clear_turns``; the operators' ``engine.admin_port`` and
 # ``engine.maintenance``) and the data types of ``companion.core``; the composition roots build the store aside:
-# bot.py, and in companion/ops its one composition module. companion.hosts is next.
-ENGINE_ONLY = ("companion.chat", "companion.kanban", "handlers", "companion.ops")
+# bot.py, and in companion/ops its one composition module.
+ENGINE_ONLY = ("companion.chat", "companion.kanban", "companion.hosts", "handlers", "companion.ops")
 COMPOSITION = frozenset({"companion.ops.engine_assembly"})
 
 

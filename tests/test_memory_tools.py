@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -224,3 +225,22 @@ async def test_any_host_gets_the_same_tools_from_the_engine_bound_to_its_scope(r
     gone = await alice.dispatch(ToolCall("c4", "forget_memory", json.dumps({"handle": handle})))
     assert json.loads(gone.content) == {"forgotten": 1, "handle": handle}
     assert await rig.engine.memories(ALICE) == []
+
+
+async def test_save_memory_with_an_exact_lifetime_ends_then(rig: Rig) -> None:
+    """``valid_seconds`` (the AstrBot plugin's per-user design's ``valid_time``): the memory's own end, after
+    which no tool lists or finds it and the nightly cleanup removes it; the tier is what the model said."""
+    tools = Toolset(memory_tools(rig.engine, clock=rig.clock)(ALICE))
+    call = ToolCall("1", "save_memory", json.dumps({"content": "今晚八点看球", "valid_seconds": 3600}))
+    handle = json.loads((await tools.dispatch(call)).content)["saved"]["handle"]
+    [memory] = await rig.engine.memories(ALICE)
+    assert (memory.id, memory.tier, memory.validity) == (handle, Tier.MEDIUM, Validity.DAYS_7)
+    assert memory.expires_at == memory.created_at + timedelta(hours=1)
+    rig.clock.advance(minutes=61)
+    listed = await tools.dispatch(ToolCall("2", "list_memories", "{}"))
+    found = await tools.dispatch(ToolCall("3", "search_memories", json.dumps({"query": "看球"})))
+    assert json.loads(listed.content)["memories"] == json.loads(found.content)["memories"] == []
+    await rig.engine.decay(rig.clock())
+    assert await rig.engine.memories(ALICE) == []
+    short = ToolCall("4", "save_memory", json.dumps({"content": "今晚看球", "valid_seconds": 59}))
+    assert not (await tools.dispatch(short)).ok

@@ -2,7 +2,8 @@
 turn the database cannot take waits in the session, and in this process's spool file on disk, and is
 queued in order with the next one; a process that stopped or died meanwhile has its spool replayed by the
 next), extraction runs every few turns or at once on news, and extraction and profile rebuilds run as
-background tasks after the reply, so the user never waits for them. ``ChatService`` owns one."""
+background tasks after the reply, so the user never waits for them (that rule is every host's:
+``engine.cadence``, with the countdown kept in the ``Session``). ``ChatService`` owns one."""
 
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from companion.chat.session import Session
-from companion.core.errors import CompanionError, LLMError, RefusedDataError, StorageError
+from companion.core.errors import RefusedDataError, StorageError
 from companion.core.models import Recalled, Scope, Turn
 from companion.core.spools import SpooledTurns, TurnSpools
+from companion.engine.cadence import Cadence
 from memory import MemoryEngine, MemoryTurn
 
 log = logging.getLogger(__name__)
-
-NEWS_QUIET_TURNS = 12  # an important word triggers again only after this many turns
-NEWS_MIN_GAP = 3  # turns since the last extraction for news before news triggers another one
 
 
 class Learning:
@@ -33,16 +32,14 @@ class Learning:
     ) -> None:
         self.engine = engine
         self.clock = clock
-        self._rng = rng
-        self._every = extract_every
-        self._important = important_keywords
+        # The countdown and the background extractions are every host's rule (``engine.cadence``).
+        self._cadence = Cadence(engine, clock, rng, extract_every=extract_every, important_keywords=important_keywords)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._refreshing: set[Scope] = set()
         self._spools = spools
         self._spooled: set[Scope] = set()  # scopes with turns in this process's spool file
 
     def next_extraction(self) -> int:
-        return self._rng.randint(*self._every)
+        return self._cadence.next_extraction()
 
     async def finish_turn(
         self, memory: MemoryTurn, session: Session, turn: Turn | None, shown: Sequence[Recalled],
@@ -214,21 +211,7 @@ class Learning:
         """Count an answered turn toward the next extraction, before the turn is recorded (the countdown
         is kept with it: ``Session.state``); True when an extraction is due, which ``after_turn`` starts
         once the turn is queued."""
-        session.since_extraction += 1
-        session.news_waiting |= await self._is_news(memory, session, text)
-        # News told in quick succession ("感冒了……还有我要搬家了") shares one extraction call.
-        last = session.last_extraction_turn
-        news_due = session.news_waiting and (last is None or session.turn - last >= NEWS_MIN_GAP)
-        if not (news_due or session.since_extraction >= session.extract_at):
-            return False
-        if news_due:
-            # Only news holds news back: after a regular extraction, a second allergy told next is not made to
-            # wait for the gap.
-            session.last_extraction_turn = session.turn
-        session.news_waiting = False
-        session.since_extraction = 0
-        session.extract_at = self.next_extraction()
-        return True
+        return await self._cadence.count_turn(memory, session, text)
 
     def warm_reply(self, scope: Scope, answer: str) -> None:
         """The reply's vector for the next turn's window, made in the background while the reply is sent."""
@@ -242,74 +225,19 @@ class Learning:
         # No profile rebuild on a turn of its own: this turn waits in the queue, and the extraction that
         # reads it rebuilds a due profile in its own call, with what the turns tell.
 
-    async def _is_news(self, memory: MemoryTurn, session: Session, text: str) -> bool:
-        """A turn on a life topic (an important word) extracts at once when it tells something new: the
-        topic itself the first time, or a detail of it no memory of the scope holds yet ("对了我对虾也过敏"
-        after "我对花生过敏", a second pet, a new job). Retelling what is known ("我对花生过敏你知道的") and
-        talking on about it (a cold over several turns) wait for the regular extraction instead of paying
-        for one per mention; a word that triggered stays quiet for a while; the turn is queued either way,
-        so nothing it tells is lost."""
-        topics = [word for word in self._important if word in text]
-        if not topics:
-            return False
-        # A detail names a thing or someone (虾, 年糕, 芒果), not the everyday words around a topic ("准备", "算了"),
-        # which would cost an extraction per mention.
-        found = self.engine.keywords
-        details = [word for word in found.things(text) if word not in topics]
-        said = [
-            word for word in dict.fromkeys([*topics, *details])
-            if session.turn - session.news_turns.get(word, -NEWS_QUIET_TURNS) >= NEWS_QUIET_TURNS
-        ]
-        if not said:
-            return False
-        for word in said:
-            session.news_turns[word] = session.turn
-        try:
-            known = await memory.known_words(said)
-        except StorageError as exc:
-            log.warning("could not read what %s already knows; treating the turn as news: %s", memory.scope.key, exc)
-            known = set()
-        return bool(set(said) - known)
-
     # ---- background work -------------------------------------------------------------------------
 
     def extract(self, scope: Scope) -> None:
         """Extract the scope's queued turns in the background, then rebuild its profile."""
-        self._spawn(self._consolidate(scope), f"extract-{scope.key}")
+        self._cadence.extract(scope)
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _consolidate(self, scope: Scope) -> None:
-        try:
-            while True:
-                result = await self.engine.consolidate(scope, self.clock())
-                if result.turns < self.engine.extract_batch:
-                    break
-        except LLMError as exc:
-            log.warning("extraction for %s failed, turns stay queued: %s", scope.key, exc)
-            return
-        except CompanionError:
-            log.exception("extraction for %s failed", scope.key)
-            return
-        await self._refresh_profile(scope, self.clock())
-
-    async def _refresh_profile(self, scope: Scope, now: datetime) -> None:
-        if scope in self._refreshing:
-            return
-        self._refreshing.add(scope)
-        try:
-            await self.engine.refresh_profile(scope, now)
-        except LLMError as exc:
-            log.warning("profile refresh for %s failed, keeping the last one: %s", scope.key, exc)
-        except CompanionError:
-            log.exception("profile refresh for %s failed", scope.key)
-        finally:
-            self._refreshing.discard(scope)
-
     async def drain(self) -> None:
         """Wait for the background extractions and profile rebuilds."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._cadence.drain()

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from companion.chat.commands import Place, help_lines, menu
 from companion.core.models import StatusReason
+from companion.core.week import WeekSummary
+from companion.engine.weekly import weekly_text
 
 if TYPE_CHECKING:
     from companion.core.models import Memory
@@ -283,19 +285,7 @@ def stats(by_tier: dict[str, int], by_type: dict[str, int], archived: int, learn
 
 
 def weekly(learned: Sequence[Memory], promoted: int, archived: int, evicted: int) -> str:
-    lines = ["这周我记住了："]
-    lines += [f"· {m.shown}" for m in learned[:10]] or ["· （没有新的事情）"]
-    extra = []
-    if promoted:
-        extra.append(f"升级了 {promoted} 条")
-    if archived:
-        extra.append(f"归档了 {archived} 条")
-    if evicted:
-        extra.append(f"因为记忆太多清理了 {evicted} 条小事")
-    if extra:
-        lines.append("另外" + "，".join(extra) + "。")
-    lines.append("想看全部可以发 /memories。")
-    return "\n".join(lines)
+    return weekly_text(WeekSummary(list(learned), promoted, archived, evicted), "/memories")
 
 
 _MARKDOWN = (

@@ -204,6 +204,8 @@ class MemoryDraft:
     source_turns: tuple[str, ...] = ()
     happens: When | None = None  # when it happens (an event, a span, a yearly date); None for a lasting fact
     date_unclear: bool = False  # the words named a day that does not exist (2月30号): saved without one
+    # An exact end (a tool's or an import's lifetime in seconds), instead of the one the validity gives.
+    expires_at: datetime | None = None
 
 
 @dataclass(slots=True)

@@ -72,6 +72,7 @@ def new_memory(draft: MemoryDraft, handle: int, now: datetime) -> Memory:
     """The stored form of a draft: bookkeeping times and counters start here."""
     created = draft.created_at or now
     validity, expires, anchor = dated_lifetime(draft.validity, draft.happens, created, now)
+    expires = draft.expires_at if draft.expires_at is not None else expires
     tier = draft.tier or tier_for(validity)
     return Memory(
         id=handle, event=draft.event, keywords=list(draft.keywords), importance=clamp_importance(draft.importance),

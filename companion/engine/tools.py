@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from contextvars import ContextVar
-from datetime import datetime, time, tzinfo
+from datetime import datetime, time, timedelta, tzinfo
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
@@ -32,7 +32,7 @@ from pydantic import Field
 from companion.core import dates
 from companion.core import tiers as tier_rules
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.core.timeutil import local_date, utcnow
 from companion.engine.types import EngineConfig, Saved
 from companion.llm.tools import ResultBounds, Tool, ToolError, ToolFactory
@@ -51,6 +51,7 @@ Description = Annotated[str | None, Field(min_length=1, max_length=100)]
 DaysOverdue = Annotated[int, Field(ge=0, le=365)]
 TierList = Annotated[list[Tier] | None, Field(max_length=3)]
 TypeList = Annotated[list[MemoryType] | None, Field(max_length=4)]
+Seconds = Annotated[int | None, Field(ge=60, le=366 * 86400)]  # a minute to a year
 
 Forget = Callable[[Scope, Iterable[int]], Awaitable[int]]
 FORGET_CANDIDATES = 5
@@ -124,7 +125,7 @@ def memory_tools(
 
         async def save_memory(content: Content, type: MemoryType = MemoryType.FACT, tier: Tier = Tier.MEDIUM,
                               importance: Importance = 60, date: Day = None, end_date: Day = None,
-                              yearly: bool = False) -> dict[str, Any]:
+                              yearly: bool = False, valid_seconds: Seconds = None) -> dict[str, Any]:
             """Remember one thing about the user (when asked to, or when it matters for weeks).
 
             Args:
@@ -135,6 +136,8 @@ def memory_tools(
                 date: the day it happens (YYYY-MM-DD), for an event or plan; none for lasting facts.
                 end_date: the last day of a span (YYYY-MM-DD).
                 yearly: true for a birthday or anniversary.
+                valid_seconds: forget it exactly this many seconds from now (a reminder for tonight); none:
+                    the tier decides how long it lasts.
             """
             now = clock()
             told = SOURCE_TURN.get()
@@ -144,6 +147,9 @@ def memory_tools(
             draft = MemoryDraft(event=words.text, keywords=[], importance=float(importance), type=type,
                                 validity=tier_rules.VALIDITY_OF[tier], origin=Origin.TOOL, tier=tier, source_at=now,
                                 source_turns=(told,) if told else (), happens=given or words.when)
+            if valid_seconds is not None:
+                draft.validity = lifetime_validity(valid_seconds)
+                draft.expires_at = now + timedelta(seconds=valid_seconds)
             saved = await engine.save(scope, draft, now)
             if scope.chat_id is not None:
                 # A group hears the reply: the result names the saved memory, never its stored words
@@ -163,7 +169,7 @@ def memory_tools(
             now = clock()
             found = await engine.search(scope, query, now, tiers_=tiers, types=types,
                                         since=_day_start(since, tz), limit=limit, use=True)
-            return {"memories": [view(m, tz) for m in found]}
+            return {"memories": [view(m, tz) for m in found if not m.is_expired(now)]}
 
         async def update_memory(handle: Handle, content: Content | None = None,
                                 importance: Importance | None = None) -> dict[str, Any]:
@@ -195,7 +201,9 @@ def memory_tools(
 
         async def list_memories(tier: Tier | None = None) -> dict[str, Any]:
             """List the user's memories, most important first."""
-            found = [m for m in await engine.memories(scope) if tier is None or m.tier is tier]
+            now = clock()
+            found = [m for m in await engine.memories(scope) if (tier is None or m.tier is tier)
+                     and not m.is_expired(now)]
             found.sort(key=lambda m: (tier_rules.ORDER.index(m.tier), m.importance, m.id), reverse=True)
             return {"total": len(found), "memories": [view(m, tz) for m in found[:LIST_LIMIT]]}
 
@@ -231,6 +239,16 @@ def memory_tools(
                 *(Tool.function(fn, bounds=BOUNDS) for fn in readers)]
 
     return build
+
+
+def lifetime_validity(seconds: int) -> Validity:
+    """The validity an exact lifetime of ``seconds`` is stored with: the shortest that outlasts it, so the
+    nightly cleanup removes the memory once its end has passed; past 30 days none does, and reads skip it
+    after its end (a validity's decay would fade it before)."""
+    if seconds <= 0:
+        return Validity.PERMANENT
+    return Validity.DAYS_7 if seconds <= 7 * 86400 else Validity.DAYS_30 if seconds <= 30 * 86400 \
+        else Validity.PERMANENT
 
 
 def _day_start(day: str | None, tz: tzinfo) -> datetime | None:

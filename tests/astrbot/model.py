@@ -68,11 +68,11 @@ def script(body: dict[str, Any]) -> Answer:
     offered = {t["function"]["name"] for t in body.get("tools") or []}
     if text.startswith("记住：") and "companion_memory_add" in offered:  # a model calls only what it is offered
         said = text.removeprefix("记住：").split("\n", 1)[0].strip()
-        return ToolCallAnswer([("companion_memory_add", {"content": saved(said), "importance": 8,
+        return ToolCallAnswer([("companion_memory_add", {"content": saved(said), "importance": 80,
                                                          "type": "preference"})])
     if text.startswith("忘掉：") and "companion_memory_forget" in offered:
         said = text.removeprefix("忘掉：").split("\n", 1)[0].strip()
-        return ToolCallAnswer([("companion_memory_forget", {"target": said})])
+        return ToolCallAnswer([("companion_memory_forget", {"description": said})])
     return "嗯嗯。"
 
 

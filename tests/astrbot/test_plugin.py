@@ -64,8 +64,8 @@ async def test_admin_commands_export_and_forget(rig: Rig) -> None:
     assert replies[0].startswith("已导出 1 条记忆")
     (exported,) = astrbot.files
     rows = list(csv.DictReader(io.StringIO(Path(exported).read_text(encoding="utf-8-sig"))))
-    assert [(r["scope"], r["id"], r["content"], r["importance"]) for r in rows] == \
-        [("qq:carol", handle, "喜欢橘猫", "9")]
+    assert [(r["范围"], r["id"], r["事件"], r["重要程度"]) for r in rows] == \
+        [("qq:carol", handle, "喜欢橘猫", "90.00")]  # the Telegram bot's export format
 
     assert await astrbot.send(f"/忘记 {handle}", sender="mallory") == [f"没有找到这条记忆（编号 {handle}）。"]
     assert await astrbot.send(f"/忘记 {handle}", sender="carol") == [f"好的，已经忘掉第 {handle} 条。"]

@@ -4,7 +4,7 @@ seconds, memory types, content length, handles. A value out of bounds is ``BadAr
 
 from __future__ import annotations
 
-from companion.core.models import MemoryType, Validity
+from companion.core.models import MemoryType
 
 MAX_CONTENT = 500
 
@@ -32,13 +32,6 @@ def seconds_of(value: object) -> int:
     if number < 0 or number > 100 * 365 * 86400:
         raise BadArgument("valid_time 应在 0 到 100 年之间（秒）")
     return number
-
-
-def validity_for(seconds: int) -> Validity:
-    if seconds <= 0:
-        return Validity.PERMANENT
-    return Validity.DAYS_7 if seconds <= 7 * 86400 else Validity.DAYS_30 if seconds <= 30 * 86400 \
-        else Validity.PERMANENT
 
 
 def type_of(value: object) -> MemoryType:

@@ -5,7 +5,7 @@ time, importance (1-10), last_access_time, valid_time (seconds, 0/None: forever)
 keeps ``{group_id}.json``: ``{"users": {user_id: [{id, type, content, created_at, updated_at}]}}`` (or
 the users' map itself, or a list of ``{"user_id"/"id", "memories"}``). Times are unix seconds or
 ``YYYY-mm-dd HH:MM:SS`` (local time of the plugin's timezone). Each record's content hash is noted per
-scope, so a re-run skips what it brought in."""
+scope, so a re-run skips what it brought in; a record's ``valid_time`` is the memory's exact end."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
-from companion.core.setting import EXACT_EXPIRY, HOST_LABEL, IMPORTED
-from companion.hosts.astrbot.arguments import validity_for
+from companion.core.setting import HOST_LABEL, IMPORTED
+from companion.engine.tools import lifetime_validity
 from companion.hosts.astrbot.scopes import Speaker
 from companion.hosts.astrbot.service import Imported, MemoryService
 
@@ -107,7 +107,7 @@ async def import_folder(service: MemoryService, folder: Path, platform: str) -> 
     record's last access is kept as the memory's."""
     added = skipped = bad = 0
     now = service.now()
-    store = service.store
+    settings = service.engine.settings
     for path in sorted(folder.glob("*.json")):
         try:
             found = list(records(path, platform, service.options.tz))
@@ -116,26 +116,23 @@ async def import_folder(service: MemoryService, folder: Path, platform: str) -> 
             continue
         for record in found:
             scope = record.speaker.scope
-            imported = await store.get_setting(IMPORTED, scope) or {}
+            imported = await settings.get(IMPORTED, scope) or {}
             if record.digest in imported:
                 skipped += 1
                 continue
             (handle, *_) = await service.engine.remember(scope, [_draft(service, record, now)], now)
             if record.accessed is not None:
                 await service.engine.touch(scope, [handle], record.accessed)
-            await store.set_setting(IMPORTED, scope, {**imported, record.digest: handle})
-            await store.set_setting(HOST_LABEL, scope, record.speaker.label)
-            if record.seconds > 0:
-                lifetimes: dict[str, float] | None = await store.get_setting(EXACT_EXPIRY, scope)
-                table = dict(lifetimes) if lifetimes else {}
-                table[str(handle)] = ((record.created or now) + timedelta(seconds=record.seconds)).timestamp()
-                await store.set_setting(EXACT_EXPIRY, scope, table)
+            await settings.set(IMPORTED, scope, {**imported, record.digest: handle})
+            await settings.set(HOST_LABEL, scope, record.speaker.label)
             added += 1
     return Imported(added, skipped, bad)
 
 
 def _draft(service: MemoryService, record: Record, now: datetime) -> MemoryDraft:
     return MemoryDraft(event=record.content, keywords=service.engine.keywords.keywords(record.content),
-                       importance=record.importance, validity=validity_for(record.seconds), type=record.type,
+                       importance=record.importance, validity=lifetime_validity(record.seconds), type=record.type,
                        origin=Origin.EXPLICIT, created_at=record.created or now, source_at=record.updated,
-                       tier=Tier.MEDIUM if record.seconds <= 0 else None)
+                       tier=Tier.MEDIUM if record.seconds <= 0 else None,
+                       expires_at=(record.created or now) + timedelta(seconds=record.seconds) if record.seconds > 0
+                       else None)

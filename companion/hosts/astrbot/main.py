@@ -2,6 +2,8 @@
 
 The only module importing ``astrbot`` (``bridge`` meets its objects through Protocols); everything it does
 is ``service.MemoryService``.
+The model's memory tools are the engine's own (``tools``), registered with ``Context.add_llm_tools`` as
+``FunctionTool``s once the engine is open; AstrBot hands each call the event, whose speaker the tool runs for.
 The engine imports and opens once AstrBot is up (``on_astrbot_loaded``; or at the first request, whichever
 comes first), so loading the plugin stays cheap; the model used for learning and profiles is AstrBot's own
 current provider, looked up at each call. A failure in here is logged in one line and never costs AstrBot
@@ -16,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from astrbot.api import AstrBotConfig
+from astrbot.api import AstrBotConfig, FunctionTool, ToolSet
 from astrbot.api.event import AstrMessageEvent, MessageChain, MessageEventResult, filter
 from astrbot.api.provider import LLMResponse, ProviderRequest
 from astrbot.api.star import Context, Star, StarTools
@@ -24,6 +26,7 @@ from astrbot.api.star import Context, Star, StarTools
 from companion.core.errors import CompanionError
 from companion.core.models import Origin
 from companion.core.timeutil import utcnow
+from companion.engine.weekly import next_weekly
 from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import BadArgument
 from companion.hosts.astrbot.bridge import (
@@ -38,21 +41,13 @@ from companion.hosts.astrbot.bridge import (
 from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.weekly import (
-    FOLLOWUP_EVERY,
-    MONDAY,
-    WEEKLY_AT,
-    every,
-    followup_round,
-    next_at,
-    weekly_round,
-)
+from companion.hosts.astrbot.weekly import FOLLOWUP_EVERY, every, followup_round, weekly_round
 
 if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
     from companion.hosts.astrbot.service import MemoryService
 
 NAME = "astrbot_plugin_companion_memory"
-TOOLS = tuple(f"companion_memory_{verb}" for verb in
+TOOLS = tuple(f"companion_memory_{verb}" for verb in  # tools.NAMES, known before the engine loads
               ("add", "search", "list", "update", "forget", "move", "archive", "due"))
 SHORT_LIST = 6  # lines of "what you remember" a group sees when the list cannot go privately
 
@@ -68,6 +63,12 @@ def engine_class() -> type[MemoryService]:
     return MemoryService
 
 
+class MemoryTool(FunctionTool):
+    """An engine memory tool in AstrBot. A class of this module, so ``add_llm_tools`` files it under this
+    plugin (disabled and unloaded with it); its ``handler`` is a ``partial``, which AstrBot calls with the
+    event and never binds to the Star as it does the decorated tools of this module."""
+
+
 class CompanionMemory(Star):
     def __init__(self, context: Context, config: AstrBotConfig | None = None) -> None:
         super().__init__(context)
@@ -76,6 +77,7 @@ class CompanionMemory(Star):
         self._opening = asyncio.Lock()
         self._jobs: list[asyncio.Task[None]] = []
         self._confirming: set[str] = set()
+        self._tools: list[MemoryTool] = []
 
     @filter.on_astrbot_loaded()
     async def warm(self) -> None:
@@ -94,10 +96,17 @@ class CompanionMemory(Star):
                 wants_model = self.options.learning or self.options.profile
                 llm = ProviderModel(self.context) if wants_model else None
                 service = self._service = await service_class.open(data, self.options, llm)
+                if self.options.tools:
+                    from companion.hosts.astrbot.tools import specs
+
+                    self._tools = [MemoryTool(name=spec.name, description=spec.description,
+                                              parameters=spec.parameters, handler=partial(self._run_tool, spec.name))
+                                   for spec in specs(service.tools)]
+                    self.context.add_llm_tools(*self._tools)
                 self._jobs = [
                     asyncio.create_task(every(service.next_nightly, lambda _: service.nightly(), utcnow,
                                               "nightly memory upkeep")),
-                    asyncio.create_task(every(lambda now: next_at(now, self.options.tz, WEEKLY_AT, MONDAY),
+                    asyncio.create_task(every(lambda now: next_weekly(now, self.options.tz),
                                               self.weekly, utcnow, "the weekly summaries")),
                     asyncio.create_task(every(lambda now: now + FOLLOWUP_EVERY, self.followups, utcnow,
                                               "the follow-ups")),
@@ -120,6 +129,7 @@ class CompanionMemory(Star):
                                     ProviderModel(self.context).text)
 
     async def terminate(self) -> None:
+        self._tools = []  # AstrBot drops the tools filed under this plugin when it unloads it
         for job in self._jobs:
             job.cancel()
         self._jobs = []
@@ -133,9 +143,15 @@ class CompanionMemory(Star):
     async def remind(self, event: AstrMessageEvent, req: ProviderRequest) -> None:
         try:
             req.contexts = scrub(req.contexts)  # first: even without the engine, no earlier block stays
+            registered = bool(self._tools)
             service = await self.service()
             if self.options.tools:
                 req.system_prompt = f"{req.system_prompt}\n{texts.GUIDANCE}".strip()
+                if not registered:
+                    # A request made while the engine was still opening was given AstrBot's tools without ours.
+                    req.func_tool = req.func_tool or ToolSet()
+                    for tool in self._tools:
+                        req.func_tool.add_tool(tool)
             elif req.func_tool is not None:  # switched off in the WebUI: the model is not offered them
                 for name in TOOLS:
                     req.func_tool.remove_tool(name)
@@ -160,117 +176,16 @@ class CompanionMemory(Star):
 
     # ---- the model's tools (bound to the speaker in code) --------------------------------------------
 
-    async def _tool(self, event: AstrMessageEvent, work: Any) -> str:
+    async def _run_tool(self, name: str, event: AstrMessageEvent, **arguments: Any) -> str:
+        """One call of the engine's tool ``name``, for the speaker of ``event`` (never a scope the arguments name)."""
+        from companion.hosts.astrbot.tools import call
+
         if not self.options.tools:
             return "记忆工具已关闭。"
         try:
-            return texts.BEGIN + "\n" + str(await work(await self.service(), speaker_of(event))) + "\n" + texts.END
-        except BadArgument as exc:
-            return texts.TOOL_BAD.format(why=exc)
-        except CompanionError as exc:
+            return await call((await self.service()).tools, speaker_of(event).scope, name, arguments)
+        except CompanionError as exc:  # the engine could not open: the model is told, AstrBot goes on
             return texts.TOOL_BAD.format(why=type(exc).__name__)
-
-    @filter.llm_tool(name="companion_memory_add")
-    async def tool_add(self, event: AstrMessageEvent, content: str, importance: float = 5, valid_time: float = 0,
-                       type: str = "fact", date: str = "", end_date: str = "", yearly: bool = False) -> str:
-        """保存一条关于当前说话人的长期记忆。对方让你记住、或说出持久的偏好/事实/要求时使用。
-
-        Args:
-            content(string): 要记住的内容，一句话，第三人称或原话
-            importance(number): 重要性 1-10，默认 5
-            valid_time(number): 有效秒数，0 表示长期有效
-            type(string): preference / fact / instruction / event
-            date(string): 事情发生的日期 YYYY-MM-DD（活动、计划、生日），长期事实不填
-            end_date(string): 持续几天的事情的最后一天 YYYY-MM-DD
-            yearly(boolean): 每年都有的日子（生日、纪念日）为 true
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            memory = await service.add(speaker, content, importance, valid_time, type, date=date, end_date=end_date,
-                                       yearly=yearly)
-            return texts.TOOL_SAVED.format(id=memory.id, text=memory.shown)
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_search")
-    async def tool_search(self, event: AstrMessageEvent, query: str) -> str:
-        """在当前说话人的记忆里搜索。
-
-        Args:
-            query(string): 要找的内容
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            found = await service.search(speaker, query)
-            return "\n".join(f"[{m.id}] {m.shown}" for m in found) or texts.TOOL_NONE
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_list")
-    async def tool_list(self, event: AstrMessageEvent, type: str = "") -> str:
-        """列出当前说话人的记忆（可按类型）。
-
-        Args:
-            type(string): 可选：preference / fact / instruction / event
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            found = await service.listing(speaker, type)
-            return "\n".join(f"[{m.id}] ({m.type.value}) {m.shown}" for m in found) or texts.TOOL_NONE
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_update")
-    async def tool_update(self, event: AstrMessageEvent, id: float, content: str, importance: float = 0) -> str:
-        """改正当前说话人的一条记忆。
-
-        Args:
-            id(number): 记忆编号
-            content(string): 新内容
-            importance(number): 可选，新的重要性 1-10
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            memory = await service.update(speaker, int(id), content, importance or None)
-            return texts.TOOL_UPDATED.format(id=memory.id, text=memory.shown)
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_forget")
-    async def tool_forget(self, event: AstrMessageEvent, target: str) -> str:
-        """忘掉当前说话人的记忆：一个编号、一段描述，或 all 表示全部。
-
-        Args:
-            target(string): 编号、描述或 all
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            return texts.TOOL_FORGOT.format(count=await service.forget(speaker, target))
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_move")
-    async def tool_move(self, event: AstrMessageEvent, id: float, tier: str) -> str:
-        """把一条记忆移到短期、中期或长期。
-
-        Args:
-            id(number): 记忆编号
-            tier(string): short / medium / long
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            memory = await service.move(speaker, int(id), tier)
-            return texts.TOOL_MOVED.format(id=memory.id, tier=texts.TIER_NAMES[memory.tier.value])
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_archive")
-    async def tool_archive(self, event: AstrMessageEvent, id: float) -> str:
-        """归档一条不再需要、但不想删除的记忆。
-
-        Args:
-            id(number): 记忆编号
-        """
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            memory = await service.archive(speaker, int(id))
-            return texts.TOOL_ARCHIVED.format(id=memory.id)
-        return await self._tool(event, work)
-
-    @filter.llm_tool(name="companion_memory_due")
-    async def tool_due(self, event: AstrMessageEvent) -> str:
-        """列出当前说话人到期该回顾的记忆（可以问对方是否还需要）。"""
-        async def work(service: MemoryService, speaker: Speaker) -> str:
-            found = await service.due(speaker)
-            return "\n".join(f"[{m.id}] {m.shown}" for m in found) or texts.TOOL_NONE
-        return await self._tool(event, work)
 
     # ---- the users' commands ---------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -83,6 +84,11 @@ class Options:
     def hours(self) -> tuple[int, int]:
         """``followup_hours`` as (first, end) local hours."""
         return _hours(self.followup_hours) or (10, 21)
+
+    @staticmethod
+    def database_url(data_dir: Path) -> str:
+        """The plugin's store, spelled as the bot's ``DATABASE_URL`` (SQLite's file in the plugin's data folder)."""
+        return f"sqlite:///{data_dir / 'memory.sqlite3'}"
 
     def engine_config(self, *, builtin: bool = False) -> EngineConfig:
         """``builtin``: the built-in model is the one in use (its cosines put any two sentences close, so a

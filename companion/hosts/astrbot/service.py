@@ -1,47 +1,49 @@
-"""The plugin's behaviour on the engine, free of AstrBot: what a request is told, the model's memory tools,
-the users' and admins' commands, exports, backups and daily upkeep. Every call names a ``Speaker`` taken
-from the event in code; nothing a model or a user types can name another scope, bar an admin command.
+"""The plugin's behaviour on the engine, free of AstrBot: what a request is told, the model's memory tools
+(the engine's own: ``tools``), the users' and admins' commands, exports, backups, learning and daily upkeep.
+Every call names a ``Speaker`` taken from the event in code; nothing a model or a user types can name
+another scope, bar an admin command. The engine is the only door to the memories (its ``settings`` hold
+the plugin's own state beside them); the learning cadence and the weekly rule are every host's
+(``engine.cadence``, ``engine.weekly``), the CSV the Telegram bot's export.
 
-Exact lifetimes (the per-user design's ``valid_time`` in seconds) are kept beside the engine's coarser
-validity, per scope, and a memory past its time is forgotten the next time its scope is read."""
+Exact lifetimes (the per-user design's ``valid_time`` in seconds) are the memory's own end
+(``MemoryDraft.expires_at``); the per-scope table earlier versions kept beside the memories is still
+honoured: a memory past its time there is forgotten the next time its scope is read."""
 
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from companion.core import dates, followups
-from companion.core.errors import LLMError, MemoryNotFoundError, NotYourMemoryError
-from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Turn
+from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
+from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Turn
 from companion.core.setting import EXACT_EXPIRY, FOLLOWUP_CUES, HOST_ADDRESS, HOST_LABEL, WEEKLY
 from companion.core.text import sendable
 from companion.core.timeutil import utcnow
+from companion.engine.cadence import Cadence, Countdown
 from companion.engine.profile import matching_traits
+from companion.engine.tools import lifetime_validity
+from companion.engine.weekly import next_at
 from companion.hosts.astrbot import texts
 from companion.hosts.astrbot.arguments import (
-    BadArgument,
     content_of,
     handle_of,
     importance_of,
     seconds_of,
     type_of,
-    validity_for,
 )
 from companion.hosts.astrbot.fences import fenced
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.weekly import next_at
 from companion.llm.base import JsonModel
+from companion.llm.tools import ToolFactory
+from companion.ops.admin.export import export_csv_bytes
 from companion.recall.keywords import KeywordExtractor
-from companion.storage.base import MemoryStore
-from companion.storage.factory import open_store, sqlite_url
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,7 @@ TYPE_ORDER = {MemoryType.INSTRUCTION: 0, MemoryType.PREFERENCE: 1, MemoryType.FA
 MAX_LIST = 30
 MAX_SEARCH = 10
 CONVERSATION_GAP = timedelta(hours=12)  # silence that makes the next message a new conversation (the bot's)
-CSV_FIELDS = ("scope", "id", "type", "tier", "importance", "content", "created_at", "updated_at",
-              "last_accessed_at", "expires_at")
+EXPORTED = frozenset(Status) - {Status.FORGOTTEN}  # what the Telegram bot's export holds
 
 
 def for_prompt(memories: Sequence[Memory], limit: int) -> list[Memory]:
@@ -68,73 +69,60 @@ class Imported:
 
 
 class MemoryService:
-    def __init__(self, engine: MemoryEngine, store: MemoryStore, options: Options, data_dir: Path,
+    def __init__(self, engine: MemoryEngine, options: Options, data_dir: Path,
                  clock: Callable[[], datetime] = utcnow) -> None:
         self.engine = engine
-        self.store = store
         self.options = options
         self.data_dir = data_dir
+        self.tools: ToolFactory = engine.tools()  # the model's memory tools, built per call for its scope
         self._clock = clock
         self._labelled: set[str] = set()
-        self._learning: set[Scope] = set()
         self._addressed: dict[Scope, str] = {}  # private scopes whose address this process has stored
-        self._refreshing: set[Scope] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The Telegram bot's cadence, counted in exchanges (AstrBot keeps no session of ours to count in).
+        self.cadence = Cadence(engine, clock, random.Random(), extract_every=(options.learn_every,) * 2,
+                               important_keywords=engine.config.important_keywords)
+        self._counts: dict[Scope, Countdown] = {}
 
     @classmethod
     async def open(cls, data_dir: Path, options: Options, llm: JsonModel | None,
                    clock: Callable[[], datetime] = utcnow) -> MemoryService:
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = await open_store(sqlite_url(data_dir / "memory.sqlite3"))
-        try:
-            from companion.llm.embeddings import E5Embedder, Embedder, OpenAIEmbedder, builtin_embedder
+        from companion.llm.embeddings import E5Embedder, Embedder, OpenAIEmbedder, builtin_embedder
 
-            embedder: Embedder | None = None
-            if options.embedding_base_url and options.embedding_model:
-                embedder = OpenAIEmbedder(base_url=options.embedding_base_url, model=options.embedding_model,
-                                          api_key=options.embedding_api_key)
-            elif options.semantic:
-                embedder = builtin_embedder("in AstrBot's Python")
-            config = options.engine_config(builtin=isinstance(embedder, E5Embedder))
-            engine = await MemoryEngine.create(store, config, KeywordExtractor(), llm, embedder=embedder, clock=clock)
-        except BaseException:
-            await store.close()
-            raise
-        return cls(engine, store, options, data_dir, clock)
+        embedder: Embedder | None = None
+        if options.embedding_base_url and options.embedding_model:
+            embedder = OpenAIEmbedder(base_url=options.embedding_base_url, model=options.embedding_model,
+                                      api_key=options.embedding_api_key)
+        elif options.semantic:
+            embedder = builtin_embedder("in AstrBot's Python")
+        config = options.engine_config(builtin=isinstance(embedder, E5Embedder))
+        engine = await MemoryEngine.open(options.database_url(data_dir), config, KeywordExtractor(), llm,
+                                         embedder=embedder, clock=clock)
+        return cls(engine, options, data_dir, clock)
 
     def now(self) -> datetime:
         return self._clock()
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks)
+        self.cadence.cancel()
+        await self.cadence.drain()
         await self.engine.close()
-        await self.store.close()
 
     # ---- reading a scope ---------------------------------------------------------------------------
 
     async def _label(self, speaker: Speaker) -> None:
         key = speaker.scope.key
         if key not in self._labelled:
-            await self.store.set_setting(HOST_LABEL, speaker.scope, speaker.label)
+            await self.engine.settings.set(HOST_LABEL, speaker.scope, speaker.label)
             self._labelled.add(key)
 
     async def _expiry(self, scope: Scope) -> dict[str, float]:
-        found: dict[str, float] | None = await self.store.get_setting(EXACT_EXPIRY, scope)
+        """Earlier versions' exact lifetimes (handle -> unix time); new ones are the memory's own end."""
+        found: dict[str, float] | None = await self.engine.settings.get(EXACT_EXPIRY, scope)
         return dict(found) if found else {}
 
-    async def _set_expiry(self, scope: Scope, handle: int, seconds: int, now: datetime) -> None:
-        table = await self._expiry(scope)
-        if seconds > 0:
-            table[str(handle)] = (now + timedelta(seconds=seconds)).timestamp()
-        else:
-            table.pop(str(handle), None)
-        await self.store.set_setting(EXACT_EXPIRY, scope, table)
-
     async def memories(self, speaker: Speaker) -> list[Memory]:
-        """The speaker's live memories; those past their exact lifetime are forgotten here."""
+        """The speaker's live memories; those past an exact lifetime of the earlier table are forgotten here."""
         scope = speaker.scope
         now = self._clock()
         found = [m for m in await self.engine.memories(scope) if not m.is_expired(now)]
@@ -144,7 +132,7 @@ class MemoryService:
             await self.engine.forget(scope, gone, reason="expired")
             for handle in gone:
                 table.pop(str(handle), None)
-            await self.store.set_setting(EXACT_EXPIRY, scope, table)
+            await self.engine.settings.set(EXACT_EXPIRY, scope, table)
         return [m for m in found if m.id not in gone]
 
     # ---- what a request is told ----------------------------------------------------------------------
@@ -180,11 +168,11 @@ class MemoryService:
         said = (await self.engine.followups.state(scope)).said_at
         if said is not None and now - said <= CONVERSATION_GAP:
             return None
-        cued = {int(h): int(n) for h, n in (await self.store.get_setting(FOLLOWUP_CUES, scope) or {}).items()}
+        cued = {int(h): int(n) for h, n in (await self.engine.settings.get(FOLLOWUP_CUES, scope) or {}).items()}
         memory = await self.engine.followups.cue(scope, memories, now, cued)
         if memory is not None:
             cued[memory.id] = cued.get(memory.id, 0) + 1
-            await self.store.set_setting(FOLLOWUP_CUES, scope, {str(h): n for h, n in cued.items()})
+            await self.engine.settings.set(FOLLOWUP_CUES, scope, {str(h): n for h, n in cued.items()})
         return memory
 
     async def heard(self, speaker: Speaker, address: str) -> None:
@@ -195,7 +183,7 @@ class MemoryService:
         if not speaker.in_group and address and self._addressed.get(scope) != address:
             # Every private speaker is in "companion mode" here: the follow-up round's read looks for those.
             await self.engine.set_active(scope, True, now)
-            await self.store.set_setting(HOST_ADDRESS, scope, address)
+            await self.engine.settings.set(HOST_ADDRESS, scope, address)
             self._addressed[scope] = address
 
     async def _profile_lines(self, scope: Scope, text: str) -> list[str]:
@@ -207,36 +195,23 @@ class MemoryService:
         traits = matching_traits(profile, self.engine.keywords.keywords(text)) if text.strip() else []
         return [*lines, *([texts.TRAITS, *(f"- {t}" for t in traits)] if traits else [])]
 
-    # ---- the model's tools ---------------------------------------------------------------------------
+    # ---- the admins' and users' commands --------------------------------------------------------------
 
     async def add(self, speaker: Speaker, content: object, importance: object = 5, valid_time: object = 0,
-                  kind: object = "fact", origin: Origin = Origin.TOOL, *, date: object = "", end_date: object = "",
-                  yearly: object = False) -> Memory:
+                  kind: object = "fact", origin: Origin = Origin.EXPLICIT) -> Memory:
+        """An admin's ``/增加记忆``: the designs' 1-10 importance and lifetime in seconds (0: lasting)."""
         text, weight, seconds, mtype = content_of(content), importance_of(importance), seconds_of(valid_time), \
             type_of(kind)
         now = self._clock()
         await self._label(speaker)
         # Lasting memories stay medium-term, where the capacity counts them (the per-user design evicts any
-        # memory); a move to long-term (the tool) exempts one.
-        today = now.astimezone(self.engine.config.tz).date()
-        dated = dates.resolve_for(mtype, text, today)  # "下周三": its date
-        # The model's own ISO date wins over words read in the text; a wrong one is dropped, never guessed.
-        given = dates.model_when({"date": date, "end_date": end_date,
-                                  "yearly": yearly is True or str(yearly).lower() == "true"}, today)
+        # memory).
+        dated = dates.resolve_for(mtype, text, now.astimezone(self.engine.config.tz).date())  # "下周三": its date
         draft = MemoryDraft(event=dated.text, keywords=self.engine.keywords.keywords(dated.text), importance=weight,
-                            validity=validity_for(seconds), type=mtype, origin=origin, source_at=now,
-                            tier=Tier.MEDIUM if seconds <= 0 else None, happens=given or dated.when)
-        memory = await self.engine.save_draft(speaker.scope, draft, now)
-        await self._set_expiry(speaker.scope, memory.id, seconds, now)
-        return memory
-
-    async def search(self, speaker: Speaker, query: object) -> list[Memory]:
-        words = " ".join(str(query or "").split())[:200]
-        if not words:
-            return []
-        live = {m.id for m in await self.memories(speaker)}
-        found = await self.engine.search(speaker.scope, words, self._clock(), limit=MAX_SEARCH, use=True)
-        return [m for m in found if m.id in live]
+                            validity=lifetime_validity(seconds), type=mtype, origin=origin, source_at=now,
+                            tier=Tier.MEDIUM if seconds <= 0 else None, happens=dated.when,
+                            expires_at=now + timedelta(seconds=seconds) if seconds > 0 else None)
+        return await self.engine.save_draft(speaker.scope, draft, now)
 
     async def update(self, speaker: Speaker, handle: object, content: object,
                      importance: object | None = None) -> Memory:
@@ -244,38 +219,12 @@ class MemoryService:
         weight = None if importance in (None, "", 0) else importance_of(importance)
         return await self.engine.edit(speaker.scope, number, text, self._clock(), importance=weight)
 
-    async def forget(self, speaker: Speaker, target: object) -> int:
-        """``all``, a handle, or a description (the memories a search for it finds)."""
-        said = " ".join(str(target or "").split())
-        if not said:
-            raise BadArgument("请说明要忘掉哪条（编号、描述或 all）")
-        if said.lower() in ("all", "全部"):
-            return await self.engine.forget(speaker.scope, None)
-        if said.lstrip("#").isdigit():
-            await self.engine.get(speaker.scope, handle_of(said))
-            return await self.engine.forget(speaker.scope, [handle_of(said)])
-        found = await self.search(speaker, said)
-        return await self.engine.forget(speaker.scope, [m.id for m in found[:3]]) if found else 0
-
     async def listing(self, speaker: Speaker, kind: object = "") -> list[Memory]:
         memories = await self.memories(speaker)
         if kind:
             wanted = type_of(kind)
             memories = [m for m in memories if m.type is wanted]
         return for_prompt(memories, MAX_LIST)
-
-    async def move(self, speaker: Speaker, handle: object, tier: object) -> Memory:
-        try:
-            target = Tier(str(tier).strip().lower())
-        except ValueError:
-            raise BadArgument("tier 应为 short / medium / long") from None
-        return await self.engine.move(speaker.scope, handle_of(handle), target, self._clock())
-
-    async def archive(self, speaker: Speaker, handle: object) -> Memory:
-        return await self.engine.archive(speaker.scope, handle_of(handle), self._clock())
-
-    async def due(self, speaker: Speaker) -> list[Memory]:
-        return [m for m, _ in await self.engine.due_reviews(speaker.scope, self._clock())]
 
     # ---- admin ---------------------------------------------------------------------------------------
 
@@ -288,35 +237,29 @@ class MemoryService:
         return await self.engine.forget(speaker.scope, [number], reason="admin") > 0
 
     async def export_csv(self, keyword: str = "", folder: Path | None = None) -> tuple[Path, int]:
-        """Every scope's active memories (those naming ``keyword`` when given) as a CSV with a BOM, which
-        Excel opens as UTF-8."""
+        """Every scope's memories but the forgotten (those naming ``keyword`` when given) in the Telegram bot's
+        export format, each scope named as the plugin labelled it."""
         now = self._clock()
-        rows: list[list[str]] = []
-        for scope in await self.store.scopes():
-            label = await self.store.get_setting(HOST_LABEL, scope) or scope.key
-            expiry = await self._expiry(scope)
-            for m in await self.engine.memories(scope):
-                if m.is_expired(now) or (keyword and keyword not in m.event):
-                    continue
-                until = expiry.get(str(m.id))
-                expires = datetime.fromtimestamp(until, UTC) if until else m.expires_at
-                rows.append([label, str(m.id), m.type.value, m.tier.value, f"{m.importance / 10:g}", m.event,
-                             _iso(m.created_at), _iso(m.updated_at), _iso(m.last_accessed_at), _iso(expires)])
+        word = keyword.lower()
+        rows: list[tuple[Scope, Memory]] = []
+        labels: dict[Scope, str] = {}
+        for scope in await self.engine.scopes():
+            labels[scope] = await self.engine.settings.get(HOST_LABEL, scope) or scope.key
+            rows += [(scope, m) for m in await self.engine.memories(scope, EXPORTED)
+                     if not word or word in m.event.lower() or any(word in k.lower() for k in m.keywords)]
+        data, count = export_csv_bytes(rows, self.options.tz, scope_name=labels.__getitem__)
         target = (folder or self.data_dir / "exports") / f"memories-{now:%Y%m%d-%H%M%S}.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(CSV_FIELDS)
-        writer.writerows(rows)
-        await asyncio.to_thread(target.write_text, buffer.getvalue(), encoding="utf-8-sig")
-        return target, len(rows)
+        await asyncio.to_thread(target.write_bytes, data)
+        return target, count
 
     # ---- learning from the conversation -----------------------------------------------------------
 
     async def note_exchange(self, speaker: Speaker, user: str, reply: str) -> None:
-        """Queue a finished exchange; enough queued starts one extraction in the background, which rebuilds
-        the profile after. Otherwise the profile is rebuilt when due, as the Telegram bot does after a turn
-        (none yet, a day old, or changed memories and six hours since the last build)."""
+        """Queue a finished exchange and count it (the Telegram bot's cadence: every ``learn_every`` exchanges,
+        or at once on news); a due extraction runs in the background and rebuilds the profile after. Any
+        other exchange rebuilds a due profile: here memories come from commands and tools as much as from
+        learning (none yet, a day old, or changed memories and six hours since the last build)."""
         if not self.engine.can_extract or not user.strip():
             return
         scope = speaker.scope
@@ -325,53 +268,28 @@ class MemoryService:
             # As the bot's pipeline takes a message: no NUL or lone surrogate reaches the store (PostgreSQL).
             turn = Turn(user=sendable(user[:2000]), reply=sendable(reply[:2000]), at=self._clock())
             await self.engine.note_turn(scope, turn)
-            if scope not in self._learning and await self.engine.pending_count(scope) >= self.options.learn_every:
-                self._learning.add(scope)
-                self._spawn(self._learn(scope))
+            count = self._counts.setdefault(scope, self.cadence.countdown())
+            count.turn += 1
+            if await self.cadence.count_turn(self.engine.unread_turn(scope), count, turn.user):
+                self.cadence.extract(scope)
                 return
-        if self.options.profile and scope not in self._refreshing and scope not in self._learning:
-            self._spawn(self._refresh_profile(scope))
-
-    async def _learn(self, scope: Scope) -> None:
-        try:
-            await self.engine.consolidate(scope, self._clock())
-        except LLMError as exc:
-            log.warning("learning for a scope failed (turns stay queued): %s", exc)
-            return
-        finally:
-            self._learning.discard(scope)
         if self.options.profile:
-            await self._refresh_profile(scope)
-
-    async def _refresh_profile(self, scope: Scope) -> None:
-        if scope in self._refreshing:
-            return
-        self._refreshing.add(scope)
-        try:
-            await self.engine.refresh_profile(scope, self._clock())
-        except LLMError as exc:
-            log.warning("profile rebuild for a scope failed, the last one stays: %s", exc)
-        finally:
-            self._refreshing.discard(scope)
+            self.cadence.refresh_profile(scope)
 
     # ---- the weekly summary -------------------------------------------------------------------------
 
     async def set_weekly(self, speaker: Speaker, on: bool, address: str) -> None:
         """Opt in or out; ``address`` is where AstrBot reaches the speaker (their private chat's origin)."""
         await self._label(speaker)
-        await self.store.set_setting(WEEKLY, speaker.scope, on)
+        await self.engine.settings.set(WEEKLY, speaker.scope, on)
         if on:
-            await self.store.set_setting(HOST_ADDRESS, speaker.scope, address)
-
-    def _spawn(self, work: Any) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            await self.engine.settings.set(HOST_ADDRESS, speaker.scope, address)
+            # The weekly round reads the scopes in companion mode, as every private speaker's is here.
+            await self.engine.set_active(speaker.scope, True, self._clock())
 
     async def wait_idle(self) -> None:
         """Wait for background learning (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+        await self.cadence.drain()
 
     # ---- nightly upkeep --------------------------------------------------------------------------
 
@@ -390,6 +308,3 @@ class MemoryService:
     def next_nightly(self, now: datetime) -> datetime:
         return next_at(now, self.options.tz, self.options.backup_time)
 
-
-def _iso(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

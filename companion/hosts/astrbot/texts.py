@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from companion.core.week import WeekSummary
+from companion.engine.weekly import weekly_text
 
 # Fences around everything the plugin puts into a request: the next request scrubs them from the history
 # AstrBot saved, so one member's memories never stay in a group's shared conversation.
@@ -12,8 +13,8 @@ END = "</companion-memory>"
 GUIDANCE = (
     "你有长期记忆工具（companion_memory_*），它们只作用于当前正在说话的这个人。"
     "当对方明确让你记住什么、说出持久的偏好、事实或对你的要求时，用 companion_memory_add 保存"
-    "（type：preference 偏好 / fact 事实 / instruction 要求 / event 事件；importance 1-10；"
-    "valid_time 为有效秒数，0 表示长期有效）。"
+    "（type：preference 偏好 / fact 事实 / instruction 要求 / event 事件；importance 0-100；"
+    "tier：long 长期 / medium 几周 / short 几天；只在某个时刻前有效的事用 valid_seconds 给出有效秒数）。"
     "对方纠正旧信息时用 companion_memory_update；对方让你忘掉时用 companion_memory_forget；"
     "需要回忆更多细节时用 companion_memory_search 或 companion_memory_list。"
     "不要保存寒暄、一次性的小事或别人的隐私；不要向其他人透露这些记忆。"
@@ -53,22 +54,9 @@ ADMIN_EXPORTED = "已导出 {count} 条记忆：{path}"
 ADMIN_IMPORTED = "导入完成：新增 {added} 条，已存在跳过 {skipped} 条，无法识别 {bad} 个。"
 ADMIN_NOT_FOUND = "{user} 没有编号为 {id} 的记忆。"
 
-TOOL_SAVED = "已保存（编号 {id}）：{text}"
-TOOL_NONE = "没有找到相关记忆。"
-TOOL_UPDATED = "已更新（编号 {id}）：{text}"
-TOOL_FORGOT = "已忘掉 {count} 条。"
-TOOL_MOVED = "编号 {id} 已移到{tier}。"
-TOOL_ARCHIVED = "编号 {id} 已归档。"
 TOOL_BAD = "参数不对：{why}"
-TIER_NAMES = {"short": "短期记忆", "medium": "中期记忆", "long": "长期记忆"}
 
 
 def weekly(week: WeekSummary) -> str:
     """The weekly summary as the Telegram bot words it, pointing at the plugin's own list command."""
-    lines = ["这周我记住了：", *([f"· {m.shown}" for m in week.learned[:10]] or ["· （没有新的事情）"])]
-    extra = [text.format(n) for n, text in ((week.promoted, "升级了 {} 条"), (week.archived, "归档了 {} 条"),
-                                             (week.evicted, "因为记忆太多清理了 {} 条小事")) if n]
-    if extra:
-        lines.append("另外" + "，".join(extra) + "。")
-    lines.append("想看全部可以发 /我的记忆。")
-    return "\n".join(lines)
+    return weekly_text(week, "/我的记忆")

@@ -1,20 +1,22 @@
 """The plugin's own clock jobs, off AstrBot's loop work: the nightly upkeep, the opt-in weekly summary
-("这周我记住了……") sent on Monday morning in the configured timezone through AstrBot's send API, to the
-private chat where the user turned it on, and the follow-ups written first (the engine's choice, the same
-rules as the Telegram bot's). Sending and the model are handed in, so nothing here imports astrbot."""
+("这周我记住了……", the Telegram bot's rule and words: ``engine.weekly``) sent on Monday morning in the
+configured timezone through AstrBot's send API, to the private chat where the user turned it on, and the
+follow-ups written first (the engine's choice, the same rules as the Telegram bot's). Sending and the
+model are handed in, so nothing here imports astrbot."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, time, timedelta, tzinfo
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from companion.core.errors import LLMError
-from companion.core.models import Status
-from companion.core.setting import HOST_ADDRESS, WEEKLY, WEEKLY_SENT
-from companion.core.week import WEEK, summarise_week
+from companion.core.models import Scope
+from companion.core.setting import HOST_ADDRESS
+from companion.core.week import WeekSummary
+from companion.engine import weekly
 from companion.hosts.astrbot import texts
 
 if TYPE_CHECKING:
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MONDAY = 0
-WEEKLY_AT = time(10, 0)  # the Telegram bot's hour
 Send = Callable[[str, str], Awaitable[bool]]  # (address, text) -> delivered
 Reachable = Callable[[str], bool]  # whether the platform of an address lets the bot write first
 Write = Callable[[str], Awaitable[str]]  # a prompt -> the model's words (raises LLMError)
@@ -31,36 +31,18 @@ FOLLOWUP_EVERY = timedelta(minutes=30)
 FOLLOWUP_MAX_CHARS = 300
 
 
-def next_at(now: datetime, tz: tzinfo, at: time, weekday: int | None = None) -> datetime:
-    """The next local ``at`` (on ``weekday`` when given) strictly after ``now``, in UTC."""
-    local = now.astimezone(tz)
-    moment = local.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0)
-    if weekday is not None:
-        moment += timedelta(days=(weekday - moment.weekday()) % 7)
-    if moment <= local:
-        moment += timedelta(days=1 if weekday is None else 7)
-    return moment.astimezone(UTC)
-
-
 async def weekly_round(service: MemoryService, now: datetime, send: Send) -> int:
-    """On a Monday (local), every opted-in scope not sent one in the last week gets its summary; a send
-    that fails is not recorded, so the next run tries again. Returns how many went out."""
-    if now.astimezone(service.options.tz).weekday() != MONDAY:
+    """On the round's local day (a Monday), every opted-in scope not sent one in the last week gets its
+    summary at the address it opted in from; a send that fails is not recorded, so the next run tries
+    again. Returns how many went out."""
+    if not weekly.weekly_day(now, service.options.tz):
         return 0
-    sent = 0
-    store = service.store
-    for scope in sorted(await store.scopes(), key=lambda s: s.key):
-        address = await store.get_setting(HOST_ADDRESS, scope)
-        if not address or not await store.get_setting(WEEKLY, scope):
-            continue
-        last = await store.get_setting(WEEKLY_SENT, scope)
-        if last is not None and now - last < WEEK - timedelta(hours=12):
-            continue
-        week = summarise_week(await service.engine.memories(scope, set(Status)), now)
-        if await send(address, texts.weekly(week)):
-            await store.set_setting(WEEKLY_SENT, scope, now)
-            sent += 1
-    return sent
+
+    async def deliver(scope: Scope, week: WeekSummary) -> bool:
+        address = await service.engine.settings.get(HOST_ADDRESS, scope)
+        return address is not None and await send(address, texts.weekly(week))
+
+    return await weekly.weekly_round(service.engine, now, deliver)
 
 
 async def followup_round(service: MemoryService, now: datetime, send: Send, reachable: Reachable,
@@ -73,7 +55,7 @@ async def followup_round(service: MemoryService, now: datetime, send: Send, reac
     sent = 0
     for item in await service.engine.followups.to_write(now, service.options.hours):
         scope, memory = item.thread.scope, item.memory
-        address = await service.store.get_setting(HOST_ADDRESS, scope)
+        address = await service.engine.settings.get(HOST_ADDRESS, scope)
         if not address or not reachable(address):
             continue
         try:

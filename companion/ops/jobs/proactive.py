@@ -16,11 +16,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from companion.core import tiers
 from companion.core.followups import within_hours
-from companion.core.models import Memory, Scope, Status
-from companion.core.setting import REVIEW_SENT, WEEKLY, WEEKLY_SENT
+from companion.core.models import Memory, Scope
+from companion.core.setting import REVIEW_SENT, WEEKLY
 from companion.core.timeutil import utcnow
-from companion.core.week import WEEK, summarise_week
 from companion.core.week import WeekSummary as WeekSummary  # the senders' type, where it always was
+from companion.engine import weekly
 from companion.ops.jobs.leader import ALONE, Leader
 from companion.ops.jobs.scheduled import led
 from memory import MemoryEngine
@@ -56,7 +56,7 @@ async def review_round(
 
 
 async def week_summary(engine: MemoryEngine, scope: Scope, now: datetime) -> WeekSummary:
-    return summarise_week(await engine.memories(scope, set(Status)), now)
+    return await weekly.week_summary(engine, scope, now)
 
 
 async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:
@@ -65,18 +65,9 @@ async def set_weekly(engine: MemoryEngine, scope: Scope, on: bool) -> None:
 
 
 async def weekly_round(engine: MemoryEngine, now: datetime, send: WeeklySender) -> int:
-    """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on)."""
-    sent = 0
-    for scope in sorted(await engine.active_scopes(), key=lambda s: s.key):
-        if not await engine.setting(WEEKLY, scope):
-            continue
-        last = await engine.setting(WEEKLY_SENT, scope)
-        if last is not None and now - last < WEEK - timedelta(hours=12):
-            continue
-        if await send(scope, await week_summary(engine, scope, now)):
-            await engine.set_setting(WEEKLY_SENT, scope, now)
-            sent += 1
-    return sent
+    """The opt-in weekly "这周我记住了……" for every user who turned it on (/weekly on): every host's rule
+    (``engine.weekly``)."""
+    return await weekly.weekly_round(engine, now, send)
 
 
 FollowUpRound = Callable[[datetime], Awaitable[int]]
@@ -105,5 +96,5 @@ def schedule(scheduler: AsyncIOScheduler, engine: MemoryEngine, tz: tzinfo, hour
 
     options = {"coalesce": True, "misfire_grace_time": 3600, "max_instances": 1}
     scheduler.add_job(reviews_job, CronTrigger(minute=5, timezone=tz), id="reviews", **options)
-    scheduler.add_job(weekly_job, CronTrigger(day_of_week="mon", hour=10, minute=0, timezone=tz), id="weekly",
-                      **options)
+    scheduler.add_job(weekly_job, CronTrigger(day_of_week=weekly.WEEKLY_DAY, hour=weekly.WEEKLY_AT.hour,
+                                              minute=weekly.WEEKLY_AT.minute, timezone=tz), id="weekly", **options)
