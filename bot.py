@@ -123,7 +123,7 @@ async def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 async def serve(settings: Settings, *, receiving: bool = True) -> int:
     """The bot itself, once the checks passed; the caller holds the database lock (SQLite). ``receiving``:
     this process takes updates from Telegram (a ``worker`` only handles what the queue gives it)."""
-    from companion.chat.followups import FollowUpRound
+    from companion.chat.followup_round import FollowUpRound
     from companion.chat.stopping import wind_down
     from companion.config.runtime import settle_heap
     from companion.ops.backup.staging import remove_staging
@@ -252,15 +252,15 @@ async def run_console_mode(settings: Settings, args: argparse.Namespace) -> int:
 
     with dblock.hold(settings.db_path, "the console"), ExitStack() as logs:
         await preflight(settings, telegram=False)
-        from companion.console import is_terminal, run_console
         from companion.core.models import Scope
+        from companion.hosts.console import is_terminal, run_console
 
         if is_terminal():
             # Log lines printed to the terminal would land inside the line being typed.
             log_file = settings.data_dir / "console.log"
             logs.enter_context(logs_to_file(log_file))
             print(f"（日志写在 {log_file}）")
-        from companion.chat.followups import FollowUpRound
+        from companion.chat.followup_round import FollowUpRound
 
         async with companion(settings) as (chat, _):
             followup = FollowUpRound(chat, settings.followup_hours, enabled=settings.followups)

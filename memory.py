@@ -5,7 +5,7 @@ Telegram or the bot's settings: a host builds it from an ``EngineConfig``, a sto
 a keyword extractor, an LLM client and a clock. Writes to one scope are serialised by a per-scope lock
 (``ScopeLocks``); neither a lock nor a transaction spans an LLM call. A reply's turn is an object
 (``open_turn`` returns a ``MemoryTurn``) that costs two store calls: its read and its ``finish``. The
-user's steering (save, edit, archive, search, reviews...) is inherited from ``companion.engine.steering_api``.
+user's steering (save, edit, archive, search, reviews...) is inherited from ``companion.engine.steering``.
 """
 
 from __future__ import annotations
@@ -32,19 +32,20 @@ from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
 from companion.engine.context import ContextBuilder
+from companion.engine.curator import Curator
 from companion.engine.following import ChangeFeed, Follower, Forgetting, News
-from companion.engine.followups import FollowUps
-from companion.engine.learning import Learner
+from companion.engine.followup_threads import FollowUps
+from companion.engine.learner import Learner
 from companion.engine.locks import ScopeLocks
+from companion.engine.memory_turn import MemoryTurn
 from companion.engine.ports import KanbanPort, TypedSettings
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
-from companion.engine.steering import Curator
-from companion.engine.steering_api import SteeringAPI
+from companion.engine.steering import SteeringAPI
 from companion.engine.tools import Forget, memory_tools
-from companion.engine.turn import MemoryTurn
-from companion.engine.types import (
+from companion.engine.upkeep import Upkeep
+from companion.engine.values import (
     Consolidation,
     DecayReport,
     EngineConfig,
@@ -55,11 +56,10 @@ from companion.engine.types import (
     ShortStats,
     Standing,
 )
-from companion.engine.upkeep import Upkeep
 from companion.engine.writer import MemoryWriter
-from companion.llm.base import JsonModel
 from companion.llm.embeddings import Embedder
-from companion.llm.tools import ToolFactory
+from companion.llm.jsonmodel import JsonModel
+from companion.llm.toolkit import ToolFactory
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import ACTIVE_ONLY, MemoryStore
 from companion.storage.factory import open_store

@@ -27,8 +27,8 @@ from cryptography.fernet import Fernet
 
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
-from companion.kanban.client import DidaClient
-from companion.kanban.records import TokenBox
+from companion.kanban.card_records import TokenBox
+from companion.kanban.dida_api import DidaClient
 from companion.kanban.sync import DidaConfig, KanbanSync
 from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor

@@ -26,7 +26,7 @@ from bench import synth
 from bench.server import server_schema
 from bench.timing import machine, peak_rss_mb, progress
 from companion.config.settings import Settings
-from companion.core import followups
+from companion.core import followup_rules as followups
 from companion.core.models import MemoryDraft, Scope, When
 from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor

@@ -49,7 +49,7 @@ FROM scopes AS s CROSS JOIN generate_series(1, $2) AS n;
 async def run(url: str, scopes: int, per_scope: int, zone: str) -> dict[str, Any]:
     import asyncpg
 
-    from companion.engine.maintenance import MaintenancePort
+    from companion.engine.maintenance_port import MaintenancePort
     from companion.ops.backup.nightly import make_backup
     from companion.storage.factory import open_store
 

@@ -34,7 +34,7 @@ from companion.chat.persona import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
 from companion.ops.engine_assembly import engine_on
 from companion.recall.index import RecallFilter

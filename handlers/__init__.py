@@ -16,7 +16,7 @@ from handlers import (
     chat,
     commands,
     dida,
-    errors,
+    error_handler,
     forgetting,
     groups,
     memory_list,
@@ -24,9 +24,9 @@ from handlers import (
     user_commands,
 )
 from handlers.cleaning import KnownUpdates, SendableText
+from handlers.client_session import POLL_PACE_SECONDS, JsonSession, PacedPolling
 from handlers.delivery import KeptResponseTypes, RetryAfterMiddleware
 from handlers.order import NoState, UserOrder
-from handlers.session import POLL_PACE_SECONDS, JsonSession, PacedPolling
 
 
 def build_router() -> Router:
@@ -37,7 +37,7 @@ def build_router() -> Router:
     root.include_routers(chat.build_conversation(), board.build(), groups.build(), commands.build(), admin.build(),
                          dida.build(),
                          memory_list.build(), forgetting.build(), reviews.build(), user_commands.build(), chat.build(),
-                         errors.build())
+                         error_handler.build())
     return root
 
 

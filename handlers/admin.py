@@ -14,7 +14,7 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import CommandObject
 from aiogram.types import BotCommand, BotCommandScopeChat, BufferedInputFile, Message
 
-from companion.chat.commands import Place, menu
+from companion.chat.command_table import Place, menu
 from companion.config.settings import Settings
 from companion.core.errors import ChartUnavailableError, MemoryNotFoundError, NotYourMemoryError
 from companion.ops.admin import admin_texts as texts

@@ -28,8 +28,9 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message, W
 from aiogram.utils.web_app import safe_parse_webapp_init_data
 from aiohttp import web
 
-from companion.chat import board, texts
-from companion.chat.commands import BOARD, Place, offer
+from companion.chat import board_cards as board
+from companion.chat import texts
+from companion.chat.command_table import BOARD, Place, offer
 from companion.chat.group import Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings

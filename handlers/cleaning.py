@@ -3,7 +3,7 @@
 Message text that cannot be encoded (a lone surrogate Telegram passed on from a client) is made sendable:
 otherwise the reply to it, the model call and the stored turn would each fail on encoding it
 (``companion.core.text.sendable``). An update of no known type (one the session could not read and kept by its
-id alone, ``handlers.session.readable_updates``) is passed over quietly."""
+id alone, ``handlers.client_session.readable_updates``) is passed over quietly."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from aiogram.types import BotCommand, Message
 
 from companion.chat import texts
 from companion.chat.buffer import Buffering
-from companion.chat.commands import Place, menu, row
+from companion.chat.command_table import Place, menu, row
 from companion.chat.pipeline import ChatService
 from handlers.filters import IN_PRIVATE, PREFIX
 from handlers.scope import scope_of

@@ -11,10 +11,10 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import CommandObject
 from aiogram.types import LinkPreviewOptions, Message
 
-from companion.chat.commands import DIDA, Place, offer
+from companion.chat.command_table import DIDA, Place, offer
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
-from companion.kanban import texts
+from companion.kanban import card_texts as texts
 from companion.kanban.assembly import Kanban, open_kanban
 from companion.kanban.service import KanbanService
 from handlers.commands import command, commands_router

@@ -12,7 +12,7 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import texts, views
 from companion.chat.buffer import Buffering
-from companion.chat.commands import Place
+from companion.chat.command_table import Place
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError

@@ -26,7 +26,7 @@ from aiogram.utils.keyboard import InlineKeyboardBuilder
 from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.buffer import Buffering
-from companion.chat.commands import Place, menu
+from companion.chat.command_table import Place, menu
 from companion.chat.group import COMPANION_NAME, GroupSettings, GroupTurn, Rooms
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings

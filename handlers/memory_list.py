@@ -11,7 +11,7 @@ from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import texts, views
-from companion.chat.commands import Place
+from companion.chat.command_table import Place
 from companion.chat.group import Rooms
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError

@@ -14,7 +14,7 @@ from aiogram.types import CallbackQuery, Message
 
 from companion.chat import group_texts as gt
 from companion.chat import texts
-from companion.chat.followups import FollowUpSender
+from companion.chat.followup_round import FollowUpSender
 from companion.chat.group import GroupSettings, Rooms
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError

@@ -12,7 +12,7 @@ from aiogram.filters import CommandObject
 from aiogram.types import CallbackQuery, Message
 
 from companion.chat import texts, views
-from companion.chat.commands import Place
+from companion.chat.command_table import Place
 from companion.chat.pipeline import ChatService
 from companion.core.models import Memory, Scope
 from companion.core.timeutil import utcnow

@@ -23,7 +23,7 @@ from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.core.timeutil import utcnow
 from companion.llm.client import LLMClient
-from companion.llm.tools import Tool, ToolFactory
+from companion.llm.toolkit import Tool, ToolFactory
 from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.factory import open_store
@@ -40,7 +40,7 @@ Query = Annotated[str, Field(min_length=1, max_length=40)]
 
 
 def search_tool(engine: MemoryEngine) -> ToolFactory:
-    """A memory tool bound to the caller's scope, as the real tools are (companion.llm.tools)."""
+    """A memory tool bound to the caller's scope, as the real tools are (companion.llm.toolkit)."""
 
     def build(scope: Scope) -> list[Tool]:
         async def search_memories(query: Query) -> list[str]:

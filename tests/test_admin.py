@@ -28,6 +28,8 @@ from companion.chat.buffer import MessageBuffer
 from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
+from companion.core.csvexport import SCOPE_HEADER
+from companion.core.csvformat import HEADERS
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.usage import UsageRecord
 from companion.engine.admin_port import AdminPort
@@ -35,13 +37,11 @@ from companion.llm.client import LLMClient
 from companion.ops.admin.admin_service import AdminService, usage_chart
 from companion.ops.admin.admin_texts import NO_CHART, PRIVATE_ONLY
 from companion.ops.admin.chart import CHINESE, ENGLISH, Labels, pick_labels
-from companion.ops.admin.export import SCOPE_HEADER
-from companion.ops.backup.csvformat import HEADERS
 from companion.ops.engine_assembly import engine_on
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.base import EVERY_STATUS, UsageCell
 from companion.storage.sqlite import SQLiteStore
-from companion.storage.sqlite.usage import SQLiteUsageLog
+from companion.storage.sqlite.usage_log import SQLiteUsageLog
 from handlers import build_dispatcher
 from handlers.admin import register_admin_commands
 from handlers.commands import bot_commands

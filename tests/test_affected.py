@@ -13,7 +13,7 @@ from tests.affected import affected, changed_files
 
 @pytest.mark.parametrize(("change", "selected", "left_out"), [
     # a rule at the bottom: its own tests, and a test that reaches it only through the engine
-    ("companion/core/followups.py", ["tests/test_followups.py", "tests/test_engine_lifecycle.py"], []),
+    ("companion/core/followup_rules.py", ["tests/test_followups.py", "tests/test_engine_lifecycle.py"], []),
     # an operator view: its tests, not the recall's
     ("companion/ops/admin/chart.py", ["tests/test_admin.py", "tests/test_logs.py"], ["tests/test_dates.py"]),
     # a test module itself

@@ -14,12 +14,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.errors import LLMUnavailableError
-from companion.hosts.astrbot import texts
+from companion.hosts.astrbot import replies as texts
+from companion.hosts.astrbot.memory_service import MemoryService
 from companion.hosts.astrbot.options import Options
+from companion.hosts.astrbot.rounds import followup_round
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import MemoryService
-from companion.hosts.astrbot.tools import call
-from companion.hosts.astrbot.weekly import followup_round
+from companion.hosts.astrbot.tool_calls import call
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 ANN = Speaker("telegram", "1")

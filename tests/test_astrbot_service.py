@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
+from companion.core.csvexport import SCOPE_HEADER
+from companion.core.csvformat import ZONE_HEADER
 from companion.core.models import MemoryType
 from companion.core.setting import EXACT_EXPIRY
 from companion.engine.tools import NOT_FOUND
-from companion.hosts.astrbot import texts
+from companion.hosts.astrbot import replies as texts
 from companion.hosts.astrbot.arguments import BadArgument
 from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.importing import import_folder
+from companion.hosts.astrbot.memory_service import MemoryService, for_prompt
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import MemoryService, for_prompt
-from companion.hosts.astrbot.tools import NAMES, call, specs
-from companion.ops.admin.export import SCOPE_HEADER
-from companion.ops.backup.csvformat import ZONE_HEADER
+from companion.hosts.astrbot.tool_calls import NAMES, call, specs
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

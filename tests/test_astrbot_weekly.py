@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from companion.hosts.astrbot.memory_service import MemoryService
 from companion.hosts.astrbot.options import Options
+from companion.hosts.astrbot.rounds import weekly_round
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import MemoryService
-from companion.hosts.astrbot.weekly import weekly_round
 
 # Monday 2026-03-02 10:00 in Shanghai is 02:00 UTC.
 MONDAY_10 = datetime(2026, 3, 2, 2, 0, tzinfo=UTC)

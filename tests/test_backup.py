@@ -12,11 +12,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.core.csvformat import HEADERS as CSV_HEADERS
+from companion.core.csvformat import LEGACY_HEADERS, neutralise, unneutralise
 from companion.core.errors import RestoreError
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Turn, Validity
-from companion.engine.maintenance import MaintenancePort
-from companion.ops.backup.csvformat import HEADERS as CSV_HEADERS
-from companion.ops.backup.csvformat import LEGACY_HEADERS, neutralise, unneutralise
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup, prune_backups
 from companion.ops.backup.restore import read_backup_csv, restore
 from companion.storage.sqlite import SQLiteStore

@@ -17,7 +17,7 @@ import pytest
 
 from companion.core.errors import BackupError
 from companion.core.models import MemoryDraft, Scope
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup import nightly as backup
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, make_backup
 from companion.ops.backup.restore import restore

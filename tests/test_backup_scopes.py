@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.chat.texts import TELEGRAM_LIMIT
+from companion.core.csvformat import HEADERS, LEGACY_HEADERS
 from companion.core.errors import RestoreError
 from companion.core.extraction import fingerprint
 from companion.core.models import (
@@ -33,8 +34,7 @@ from companion.core.models import (
     Tier,
     Validity,
 )
-from companion.engine.maintenance import MaintenancePort
-from companion.ops.backup.csvformat import HEADERS, LEGACY_HEADERS
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import SNAPSHOT_NAME, make_backup
 from companion.ops.backup.restore import LiveTombstones, Tombstone, read_backup_csv, restore
 from companion.storage.sqlite import SQLiteStore

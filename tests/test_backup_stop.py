@@ -17,7 +17,7 @@ import pytest
 
 from companion.core.errors import BackupError, RestoreError
 from companion.core.models import MemoryDraft, MemoryType, Scope, Turn, Validity
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup import nightly as backup
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME
 from companion.ops.backup.restore import restore

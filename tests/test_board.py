@@ -1,4 +1,4 @@
-"""The memory board's server (handlers/board.py, companion/chat/board.py) on a real engine and SQLite file,
+"""The memory board's server (handlers/board.py, companion/chat/board_cards.py) on a real engine and SQLite file,
 its receipts sent through aiogram's client to the fake Telegram: who may read and change what (signed init
 data only, their own scopes only), what each change does to the memories, and what the board shows."""
 

@@ -15,15 +15,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from companion.core.csvformat import CELLS, backup_row, fixed_offset, zone_name
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
-from companion.engine.maintenance import MaintenancePort
-from companion.ops.backup.csvformat import CELLS, backup_row, fixed_offset, zone_name
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.storage.base import MemoryStore
 from companion.storage.factory import open_store
 from companion.storage.inmemory import InMemoryStore
 from companion.storage.maintenance import open_snapshot
-from companion.storage.postgres.cells import pages
+from companion.storage.postgres.csvcells import pages
 from companion.storage.sqlite import SQLiteStore
 from tests.pgtest import pg_schema
 

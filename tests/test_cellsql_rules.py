@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from companion.core.cells import FORMULA_PREFIXES, CellColumn, CellKind, memory_cells
 from companion.core.csvfile import csv_text
+from companion.core.csvformat import CELLS, COLUMNS, fixed_offset
 from companion.core.models import Status
-from companion.ops.backup.csvformat import CELLS, COLUMNS, fixed_offset
 from companion.storage.cellsql import SQLITE, select_cells
-from companion.storage.postgres.cells import POSTGRES, csv_cell
-from companion.storage.postgres.rows import CODECS as POSTGRES_CODECS
+from companion.storage.postgres.csvcells import POSTGRES, csv_cell
+from companion.storage.postgres.row_codec import CODECS as POSTGRES_CODECS
 from companion.storage.rows import MEMORY_CODECS
 from tests.pgtest import SERVER, require_server
 from tests.test_cellsql import NOW, memories

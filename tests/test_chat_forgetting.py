@@ -1,4 +1,4 @@
-"""The chat layer's copies of what was said follow every forget (``companion.chat.forgetting``), whichever
+"""The chat layer's copies of what was said follow every forget (``companion.chat.followers``), whichever
 door it came through, with no word from it: a session drops the turns that told the forgotten memory (its
 history and the turns waiting to be queued), the spool files drop their copies; a forget of another
 process, known by handle only, takes what the session cannot prove clean. The real pipeline on a real

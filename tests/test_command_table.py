@@ -10,10 +10,11 @@ import pytest
 from aiogram import Router
 from aiogram.filters import Command
 
-from companion import console
-from companion.chat import commands, texts
+from companion.chat import command_table as commands
 from companion.chat import group_texts as gt
-from companion.chat.commands import CommandRow, Place
+from companion.chat import texts
+from companion.chat.command_table import CommandRow, Place
+from companion.hosts import console
 from handlers import build_client, build_router
 from handlers.admin import register_admin_commands
 from handlers.commands import command

@@ -19,8 +19,8 @@ from prompt_toolkit.input.base import PipeInput
 from prompt_toolkit.output import DummyOutput
 
 from companion.chat import texts
-from companion.console import HELP, prompt_reader, run_console
 from companion.core.models import Scope
+from companion.hosts.console import HELP, prompt_reader, run_console
 from tests.fakes import FakeLLM
 from tests.process import ROOT, clean_env, console_terminal
 from tests.scripted import user_words

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from companion.chat import commands, texts
+from companion.chat import command_table as commands
+from companion.chat import texts
 from companion.chat.choices import number
-from companion.chat.commands import Place
-from companion.console import HELP, LEARNING, Read, run_console
+from companion.chat.command_table import Place
 from companion.core.models import Scope, Status
+from companion.hosts.console import HELP, LEARNING, Read, run_console
 from tests.fakes import FakeLLM
 from tests.process import ROOT, clean_env, console_terminal, run_cli
 from tests.scripted import ScriptedBrain, user_words

@@ -15,14 +15,15 @@ import aiohttp
 import pytest
 from cryptography.fernet import Fernet
 
-from companion.chat import commands
-from companion.chat.commands import Place
+from companion.chat import command_table as commands
+from companion.chat.command_table import Place
 from companion.core.errors import DidaAuthError, DidaLinkError
 from companion.core.models import Memory, MemoryType, Origin, Scope, Tier, Validity
-from companion.kanban import cards, texts
-from companion.kanban.client import DidaClient
+from companion.kanban import card_texts as texts
+from companion.kanban import cards
+from companion.kanban.card_records import Link, LinkState, TokenBox
+from companion.kanban.dida_api import DidaClient
 from companion.kanban.oauth import CallbackServer, OAuthStates
-from companion.kanban.records import Link, LinkState, TokenBox
 from companion.kanban.service import KanbanService, KanbanWorker, LinkConfig
 from companion.kanban.sync import DidaConfig, KanbanSync
 from tests.fakes.dida import CLIENT_ID, CLIENT_SECRET, FakeDida

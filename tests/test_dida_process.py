@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from companion.kanban import texts as dida_texts
+from companion.kanban import card_texts as dida_texts
 from tests.fakes import FakeLLM, FakeTelegram
 from tests.fakes.dida import CLIENT_ID, CLIENT_SECRET, FakeDida
 from tests.process import bot_env, start_bot

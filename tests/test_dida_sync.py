@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from companion.core.models import MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.text import MAX_MEMORY_CHARS
 from companion.core.timeutil import utcnow
-from companion.kanban.client import DidaClient
+from companion.kanban.card_records import CardState, Link, LinkState, TokenBox
+from companion.kanban.dida_api import DidaClient
 from companion.kanban.pull import Puller
-from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from companion.kanban.sync import DidaConfig, KanbanSync, Round
 from tests.fakes import FakeLLM
 from tests.fakes.dida import CLIENT_ID, CLIENT_SECRET, FakeDida

@@ -13,7 +13,7 @@ import pytest
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.setting import WEEKLY
 from companion.core.week import WeekSummary
-from companion.engine.types import EngineConfig
+from companion.engine.values import EngineConfig
 from companion.engine.weekly import next_at, next_weekly, weekly_day, weekly_round, weekly_text
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine

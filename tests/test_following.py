@@ -16,7 +16,7 @@ import pytest
 
 from companion.config.settings import Settings
 from companion.core import tiers
-from companion.core.journal import ChangeOp
+from companion.core.changes import ChangeOp
 from companion.core.models import MemoryDraft, MemoryType, Profile, Scope, Status, Validity
 from companion.ops.engine_assembly import open_engine
 from companion.recall.keywords import KeywordExtractor

@@ -12,13 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.chat import views
-from companion.chat.followups import FollowUpRound
+from companion.chat.followup_round import FollowUpRound
 from companion.chat.pipeline import ChatService
 from companion.chat.texts import FOLLOWUP_HOW_TO_STOP
 from companion.chat.types import ChatConfig
-from companion.console import run_console
 from companion.core.models import MemoryDraft, Scope, Status, StatusReason, Validity, When
 from companion.engine.admin_port import AdminPort
+from companion.hosts.console import run_console
 from companion.ops.admin.admin_service import AdminService
 from companion.ops.admin.admin_texts import admin_stats
 from tests.scripted import ScriptedBrain

@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companion.core import followups, rules
+from companion.core import followup_rules as followups
+from companion.core import rules
 from companion.core.models import Memory, MemoryDraft, Scope, Status, Validity, When
 from tests.scripted import ScriptedBrain, reference_data
 from tests.support import Rig

@@ -8,8 +8,8 @@ import pytest
 
 from companion.core.models import Memory, MemoryType, Origin, Tier, Validity
 from companion.engine.retrievers import DensePolicy
-from companion.recall.filters import MemoryFilter, matches_words
 from companion.recall.fusion import RRF_K, reciprocal_rank_fusion
+from companion.recall.search_filters import MemoryFilter, matches_words
 
 NOW = datetime(2025, 12, 23, 4, 0, tzinfo=UTC)
 

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.chat import texts
+from companion.core.csvformat import HEADERS
 from companion.core.errors import LLMBadResponseError, LLMError, RestoreError
 from companion.core.extraction import parse_extraction
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.llm.client import ToolCall
-from companion.llm.tools import Tool, Toolset
-from companion.ops.backup.csvformat import HEADERS
+from companion.llm.toolkit import Tool, Toolset
 from companion.ops.backup.restore import read_backup_csv
 from tests.fakes.base import WAIT_SCALE
 from tests.support import USER, Live, Rig

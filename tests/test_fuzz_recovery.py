@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from companion.core.models import Memory, MemoryType, Origin, Scope, Status, Tier, Validity
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore

@@ -36,7 +36,7 @@ LAYERS: dict[str, float] = {
     "companion.ops.jobs": 3.6,
     "companion.ops.workers": 3.6,
     "companion.kanban": 4,  # the Dida365 kanban: HTTP client, cards, sync rules over the engine API
-    "companion.console": 5,
+    "companion.hosts.console": 5,
     "companion.hosts": 4,
     "handlers": 6,
     "bot": 7,

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from companion.core.models import Scope
 from companion.llm.client import ToolCall
-from companion.llm.tools import ResultBounds, Tool, ToolError, Toolset, bound_result, parse_docstring
+from companion.llm.toolkit import ResultBounds, Tool, ToolError, Toolset, bound_result, parse_docstring
 
 Importance = Annotated[int, Field(ge=0, le=100)]
 Content = Annotated[str, Len(1, 50)]

@@ -15,7 +15,7 @@ from companion.chat.types import ChatConfig
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.engine.tools import memory_tools
 from companion.llm.client import ToolCall
-from companion.llm.tools import Toolset
+from companion.llm.toolkit import Toolset
 from companion.storage.base import EVERY_STATUS
 from tests.support import Rig
 

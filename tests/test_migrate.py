@@ -17,7 +17,7 @@ from companion.core.errors import MigrationMismatchError, RestoreError, StorageE
 from companion.core.models import MemoryDraft, Profile, Scope, ShortKind, Status, Tier, Turn, Validity
 from companion.core.setting import GROUP_MEMORY, LAST_DECAY_AT, MIGRATING, WEEKLY
 from companion.core.usage import UsageRecord
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.engine.migration import Copied, migrate, read_scope
 from companion.ops.backup.nightly import make_backup
 from companion.ops.operator_commands import run_memories, run_migrate, run_restore

@@ -42,7 +42,7 @@ import memory
 from companion.core.models import MemoryDraft, MemoryType, Scope, Tier, Validity
 from companion.llm.client import LLMClient
 from companion.llm.loop import run_tool_loop
-from companion.llm.tools import Toolset
+from companion.llm.toolkit import Toolset
 from companion.recall.keywords import KeywordExtractor
 
 NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from companion.chat.followups import FollowUpRound
+from companion.chat.followup_round import FollowUpRound
 from companion.core.models import MemoryDraft, Scope, Validity, When
 from companion.core.setting import WEEKLY
 from companion.ops.jobs import proactive as reviews

@@ -16,7 +16,7 @@ from companion.chat.persona import render_reference, render_system_prompt, with_
 from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.llm.tools import Tool, ToolError, ToolFactory
+from companion.llm.toolkit import Tool, ToolError, ToolFactory
 from memory import MemoryContext, MemoryEngine
 from tests.fakes import FakeLLM
 from tests.scripted import (

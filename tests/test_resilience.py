@@ -16,7 +16,7 @@ import pytest
 import companion.storage.sqlite.connection as connection_module
 from companion.chat import texts
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.jobs import scheduled as jobs
 from tests.fakes import FakeLLM
 from tests.scripted import is_extraction, user_words

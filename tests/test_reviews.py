@@ -12,11 +12,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from companion.core import followups
+from companion.core import followup_rules as followups
 from companion.core.models import Memory, MemoryDraft, Scope, Validity
 from companion.core.setting import REVIEW_SENT, WEEKLY
 from companion.core.tiers import Suggestion
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.jobs import proactive as reviews
 from companion.ops.jobs import scheduled as jobs
 from companion.ops.jobs.leader import ALONE

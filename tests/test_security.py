@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from companion.core.errors import CompanionError, InvalidScopeError
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.core.timeutil import utcnow
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.ops.backup.restore import restore
 from companion.storage.sqlite import SQLiteStore

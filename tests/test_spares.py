@@ -16,7 +16,7 @@ import pytest
 from companion.core.cells import CellColumn, CellKind
 from companion.core.errors import StorageError
 from companion.core.models import MemoryDraft, Scope, Validity
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import make_backup
 from companion.storage.sqlite import SQLiteStore, migrations, spares
 from companion.storage.sqlite.snapshot import open_snapshot

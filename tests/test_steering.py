@@ -14,7 +14,7 @@ from companion.core.errors import NothingToUndoError, NotYourMemoryError
 from companion.core.models import MemoryDraft, Scope, Status, Tier, Validity
 from companion.core.setting import REVIEW_SENT
 from companion.core.tiers import Action
-from companion.engine.steering import REVIEW_UNDO_WINDOW
+from companion.engine.curator import REVIEW_UNDO_WINDOW
 from tests.support import Rig
 
 ME = Scope(4242)

@@ -15,11 +15,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from companion.core.cells import memory_cells
+from companion.core.changes import ChangeOp
+from companion.core.csvformat import CELLS, fixed_offset
 from companion.core.errors import StorageError
-from companion.core.journal import ChangeOp
 from companion.core.models import Scope, ShortKind, Status, StatusReason, Tier, Turn, Validity
 from companion.core.setting import GROUP_MEMORY, LAST_DECAY_AT, LAST_EXTRACTION, MOVED_TO, SHARE_PRIVATE, WEEKLY
-from companion.ops.backup.csvformat import CELLS, fixed_offset
 from companion.storage.base import MemoryStore
 from tests.test_store_contract import ALICE, BOB, DAY, NOW, draft
 

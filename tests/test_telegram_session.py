@@ -1,4 +1,4 @@
-"""The Telegram client's session (handlers/session.py): JSON bodies against the fake Bot API, uploads still
+"""The Telegram client's session (handlers/client_session.py): JSON bodies against the fake Bot API, uploads still
 as forms, network failures as aiogram's typed error, polling in batches under load."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiogram.types import BufferedInputFile, InlineKeyboardButton, InlineKeyboar
 
 from companion.chat import texts
 from handlers import build_client
-from handlers.session import PacedPolling, readable_updates
+from handlers.client_session import PacedPolling, readable_updates
 from tests.fakes import FakeTelegram
 from tests.support import USER, Live
 

@@ -19,7 +19,7 @@ from companion.core.errors import LLMBadResponseError, LLMUnavailableError
 from companion.core.usage import UsageRecord, UsageTotals
 from companion.llm.client import LLMClient
 from companion.llm.loop import LoopLimits, run_tool_loop
-from companion.llm.tools import Tool, Toolset
+from companion.llm.toolkit import Tool, Toolset
 from tests.fakes import FakeLLM
 from tests.fakes.llm import ToolCallAnswer, embedding
 

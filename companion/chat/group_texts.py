@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from companion.chat.commands import Place, help_lines
+from companion.chat.command_table import Place, help_lines
 
 GROUP_NOT_STARTED = "你在这个群里还没开启陪伴模式哦。发送 /start_aiGF@{bot} 开启（只对你自己生效）。"
 

@@ -16,7 +16,7 @@ from datetime import datetime, tzinfo
 from functools import cache
 
 import prompts
-from companion.core import followups
+from companion.core import followup_rules as followups
 from companion.core.models import When
 from companion.core.timeutil import show
 from memory import MemoryContext

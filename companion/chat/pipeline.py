@@ -21,13 +21,14 @@ from dataclasses import replace
 from datetime import datetime
 
 from companion.chat import texts
-from companion.chat.forgetting import SessionsFollow, SpoolsFollow
+from companion.chat.followers import SessionsFollow, SpoolsFollow
 from companion.chat.group import GroupTurn
 from companion.chat.hinting import Hints
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
 from companion.chat.persona import render_reference
+from companion.chat.requests import opening_reviews, steer
 from companion.chat.session import (
     INJECTION_WINDOW,
     Session,
@@ -37,7 +38,6 @@ from companion.chat.session import (
     said_since,
     stored_turn,
 )
-from companion.chat.steering import opening_reviews, steer
 from companion.chat.summaries import Summaries
 from companion.chat.types import ChatConfig, Reply
 from companion.core import rules
@@ -49,7 +49,7 @@ from companion.core.timeutil import utcnow
 from companion.engine.tools import SOURCE_TURN
 from companion.llm.client import LLMClient
 from companion.llm.loop import run_tool_loop
-from companion.llm.tools import ToolFactory, Toolset
+from companion.llm.toolkit import ToolFactory, Toolset
 from memory import MemoryContext, MemoryEngine, MemoryTurn
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class ChatService:
         self._summaries = Summaries(engine, clock, config.idle_summary_seconds, self._sessions.get)
         self._learning = Learning(engine, clock, self._rng, important_keywords=config.important_keywords,
                                   extract_every=(config.extract_every_min, config.extract_every_max), spools=spools)
-        # The copies of what was said follow every forget, whoever asks for it (``chat.forgetting``): the
+        # The copies of what was said follow every forget, whoever asks for it (``chat.followers``): the
         # sessions first, then the spool files, this process's of which mirrors the sessions.
         engine.follow(SessionsFollow(self._sessions, self._summaries.cancel))
         engine.follow(SpoolsFollow(self._learning, self._sessions))
@@ -307,7 +307,7 @@ class ChatService:
     async def forget(self, scope: Scope, ids: Iterable[int] | None) -> int:
         """Forget (all when ``ids`` is None). The turns that told it leave the short-term context, the
         turns waiting to be queued and the spool files with it, as they follow every forget
-        (``chat.forgetting``), so the next reply call (and a conversation summary) no longer carries it.
+        (``chat.followers``), so the next reply call (and a conversation summary) no longer carries it.
         Everything forgotten takes the whole context, and the turn being answered, with it."""
         return await self.engine.forget(scope, ids)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from companion.chat.steering import SteeringState, scrub
+from companion.chat.requests import SteeringState, scrub
 from companion.core.extraction import tells
 from companion.core.models import Memory, Turn
 from companion.core.turnview import TurnView

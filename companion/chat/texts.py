@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
-from companion.chat.commands import Place, help_lines, menu
+from companion.chat.command_table import Place, help_lines, menu
 from companion.core.models import StatusReason
 from companion.core.week import WeekSummary
 from companion.engine.weekly import weekly_text
@@ -14,7 +14,7 @@ from companion.engine.weekly import weekly_text
 if TYPE_CHECKING:
     from companion.core.models import Memory
     from companion.core.tiers import Action, Suggestion
-    from companion.engine.followups import Thread
+    from companion.engine.followup_threads import Thread
 
 TELEGRAM_LIMIT = 4096
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from companion.chat import texts
-from companion.chat.steering import FORGET_MATCHES, forget_all_count
+from companion.chat.requests import FORGET_MATCHES, forget_all_count
 from companion.core.models import Memory, Scope, Status, Tier
 from companion.core.timeutil import show
 from memory import MemoryEngine

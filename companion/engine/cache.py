@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from companion.core import tiers
-from companion.core.journal import SCOPE_WIDE
+from companion.core.changes import SCOPE_WIDE
 from companion.core.models import Memory, MemoryType, Scope, Tier, Validity
 from companion.engine.following import News
-from companion.engine.types import Standing
+from companion.engine.values import Standing
 from companion.recall.index import ScopeIndex, Tokenize
 from companion.storage.base import MemoryStore
 

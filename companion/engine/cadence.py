@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.models import Profile, Scope
-from companion.engine.turn import MemoryTurn
-from companion.engine.types import Consolidation
+from companion.engine.memory_turn import MemoryTurn
+from companion.engine.values import Consolidation
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from typing import Protocol
 
 from companion.core.models import Memory, Recalled, Scope, Turn
 from companion.core.setting import LAST_EXTRACTION
-from companion.engine.learning import MAX_RELATED, Learner, related
+from companion.engine.learner import MAX_RELATED, Learner, related
 from companion.engine.locks import KeyedLocks
 from companion.engine.profile import ProfileService
 from companion.engine.shortterm import ShortTermBook
-from companion.engine.types import Consolidation
+from companion.engine.values import Consolidation
 from companion.engine.writer import MemoryWriter
 from companion.storage.base import MemoryStore
 

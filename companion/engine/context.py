@@ -14,11 +14,11 @@ from companion.core import dates
 from companion.core.models import Memory, Profile, Recalled, Scope, ShortItem, Turn
 from companion.core.turnview import TurnView
 from companion.engine.cache import IndexCache
-from companion.engine.followups import FollowUps
+from companion.engine.followup_threads import FollowUps
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import SHORT_TURNS_KEPT, TODAY_EVENTS_KEPT, ShortTermBook
-from companion.engine.types import EngineConfig, MemoryContext
+from companion.engine.values import EngineConfig, MemoryContext
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query

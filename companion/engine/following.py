@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from companion.core.journal import Change, ChangeOp
+from companion.core.changes import Change, ChangeOp
 from companion.core.models import Memory, Scope
 from companion.storage.base import MemoryStore
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
-from companion.core.journal import Change
+from companion.core.changes import Change
 from companion.core.models import Scope
 from companion.core.setting import Setting
 from companion.storage.base import ChangeJournal, KanbanState, SettingStore

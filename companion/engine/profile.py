@@ -25,7 +25,7 @@ from companion.core.models import DynamicTrait, Memory, MemoryType, Profile, Sco
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date
 from companion.engine.following import News
-from companion.llm.base import JsonModel
+from companion.llm.jsonmodel import JsonModel
 from companion.storage.base import MemoryStore
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from companion.core.models import Memory, Recalled, Scope, Status
 from companion.core.timeutil import utcnow
 from companion.engine.following import News
 from companion.llm.embeddings import E5Embedder, Embedder, EmbeddingError, LocalEmbedder
-from companion.recall.filters import MemoryFilter
 from companion.recall.fusion import reciprocal_rank_fusion
 from companion.recall.index import RecallFilter
 from companion.recall.query import CURRENT_WEIGHT, EARLIER_USER_TURNS, REPLY_WEIGHT
+from companion.recall.search_filters import MemoryFilter
 from companion.storage.base import MemoryStore, VectorIndex, VectorRow, text_hash
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from companion.core import tiers as tier_rules
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Tier, Validity
 from companion.core.timeutil import local_date, utcnow
-from companion.engine.types import EngineConfig, Saved
-from companion.llm.tools import ResultBounds, Tool, ToolError, ToolFactory
+from companion.engine.values import EngineConfig, Saved
+from companion.llm.toolkit import ResultBounds, Tool, ToolError, ToolFactory
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from companion.engine.cache import IndexCache
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import ShortTermBook
-from companion.engine.types import DecayReport
+from companion.engine.values import DecayReport
 from companion.engine.writer import MemoryWriter
 from companion.storage.base import JOURNAL_KEEP, MemoryStore
 

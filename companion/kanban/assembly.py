@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 from companion.config.settings import Settings
 from companion.core.errors import DidaLinkError
 from companion.core.timeutil import utcnow
-from companion.kanban.client import DidaClient
+from companion.kanban.card_records import TokenBox
+from companion.kanban.dida_api import DidaClient
 from companion.kanban.oauth import CallbackServer
-from companion.kanban.records import TokenBox
 from companion.kanban.service import KanbanService, KanbanWorker, LinkConfig
 from companion.kanban.sync import DidaConfig, Forget, KanbanSync
 from memory import MemoryEngine

@@ -24,8 +24,8 @@ from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope
 from companion.core.timeutil import from_db, to_db
 from companion.engine.ports import KanbanPort
 from companion.kanban import cards
-from companion.kanban.client import DidaClient, ProjectData
-from companion.kanban.records import CardState, Link
+from companion.kanban.card_records import CardState, Link
+from companion.kanban.dida_api import DidaClient, ProjectData
 from memory import MemoryEngine
 
 # A card missing from a poll and still missing a poll interval later was deleted (the default interval; a

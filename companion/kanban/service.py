@@ -17,10 +17,10 @@ from companion.core.errors import DidaAuthError, DidaError, DidaLinkError
 from companion.core.models import Scope
 from companion.core.timeutil import utcnow
 from companion.engine.ports import KanbanPort
-from companion.kanban import texts
-from companion.kanban.client import authorize_url
+from companion.kanban import card_texts as texts
+from companion.kanban.card_records import Link, LinkState
+from companion.kanban.dida_api import authorize_url
 from companion.kanban.oauth import OAuthStates
-from companion.kanban.records import Link, LinkState
 from companion.kanban.sync import KanbanSync, Outbox, Round
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from companion.core.changes import SCOPE_WIDE
 from companion.core.errors import (
     DidaAuthError,
     DidaError,
@@ -26,13 +27,12 @@ from companion.core.errors import (
     DidaRateLimitedError,
     DidaUnavailableError,
 )
-from companion.core.journal import SCOPE_WIDE
 from companion.core.models import Memory, Scope, Status
 from companion.engine.ports import KanbanPort
 from companion.kanban import cards
-from companion.kanban.client import DidaClient, ProjectData
+from companion.kanban.card_records import CardState, Link, LinkState, TokenBox
+from companion.kanban.dida_api import DidaClient, ProjectData
 from companion.kanban.pull import ABSENT_TIME, Puller, memory_of
-from companion.kanban.records import CardState, Link, LinkState, TokenBox
 from memory import MemoryEngine
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from openai import AsyncOpenAI
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
 from companion.core.usage import UsageRecord, UsageSink, UsageTotals
-from companion.llm.base import Message as Message  # re-exported: callers build messages with it
-from companion.llm.base import json_object
+from companion.llm.jsonmodel import Message as Message  # re-exported: callers build messages with it
+from companion.llm.jsonmodel import json_object
 
 log = logging.getLogger(__name__)
 

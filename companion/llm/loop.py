@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from companion.core.errors import LLMBadResponseError
 from companion.llm.client import Completion, LLMClient, Message, ToolCall
-from companion.llm.tools import ToolOutcome, Toolset
+from companion.llm.toolkit import ToolOutcome, Toolset
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from companion.config.settings import Settings
     from companion.core.spools import TurnSpools
-    from companion.engine.maintenance import MaintenancePort
+    from companion.engine.maintenance_port import MaintenancePort
     from companion.llm.client import LLMClient
     from companion.llm.embeddings import Embedder
     from companion.ops.admin.admin_service import AdminService, Forget
@@ -115,7 +115,7 @@ class Services:
 @asynccontextmanager
 async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Services]:
     """The store, the engine on it and, when needed or configured, the LLM client; closed in reverse order."""
-    from companion.engine.maintenance import MaintenancePort
+    from companion.engine.maintenance_port import MaintenancePort
     from companion.recall.keywords import KeywordExtractor
     from companion.storage.factory import open_spools, open_store
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def require_database(settings: Settings) -> None:
     """Commands that read or maintain the database never create one (an empty one would hide the mistake).
     A server database (PostgreSQL) is checked by connecting to it."""
-    from companion.engine.maintenance import database_file
+    from companion.engine.maintenance_port import database_file
 
     if database_file(settings.database) is not None and not settings.db_path.is_file():
         raise ConfigError(f"no database at {settings.db_path}; check DATA_DIR (relative paths count from the "
@@ -71,7 +71,7 @@ class ProgressLine:
 async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.errors import BackupError
     from companion.core.timeutil import utcnow
-    from companion.engine.maintenance import open_database
+    from companion.engine.maintenance_port import open_database
     from companion.ops.backup.stoppable import stoppable_backup
 
     require_database(settings)
@@ -94,7 +94,7 @@ async def run_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.timeutil import utcnow
-    from companion.engine.maintenance import database_file
+    from companion.engine.maintenance_port import database_file
     from companion.ops.backup import dblock
     from companion.ops.backup.restore import restore
 
@@ -143,7 +143,7 @@ async def run_restore(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_memories(settings: Settings, args: argparse.Namespace) -> int:
     from companion.core.models import Scope
-    from companion.engine.maintenance import open_database
+    from companion.engine.maintenance_port import open_database
     from companion.ops.admin.table import memories_table
 
     require_database(settings)
@@ -254,7 +254,7 @@ async def run_migrate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
 
     from companion.core.timeutil import utcnow
-    from companion.engine.maintenance import database_file, open_database
+    from companion.engine.maintenance_port import database_file, open_database
     from companion.ops.backup import dblock
 
     source_url = args.source or settings.database

@@ -22,7 +22,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from typing import Protocol, TypeVar
 
 from companion.core.cells import CellColumn
-from companion.core.journal import Change
+from companion.core.changes import Change
 from companion.core.models import (
     ACTIVE_ONLY,
     EVERY_STATUS,

@@ -10,9 +10,9 @@ from typing import TypeVar
 
 from companion.core import rules
 from companion.core.cells import CellColumn
+from companion.core.changes import Change, ChangeOp
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
-from companion.core.journal import Change, ChangeOp
 from companion.core.models import (
     Memory,
     MemoryDraft,

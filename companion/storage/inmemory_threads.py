@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import date, datetime
 
-from companion.core.journal import ChangeOp
+from companion.core.changes import ChangeOp
 from companion.core.models import Scope
 from companion.storage.records import ENDS_THREAD, FollowUpScope, Thread
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from companion.core.journal import ChangeOp
+from companion.core.changes import ChangeOp
 from companion.core.models import Memory, Scope, Status, StatusReason
 from companion.core.setting import SETTINGS, Keyed
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from companion.hosts.astrbot.texts import BEGIN, END
+from companion.hosts.astrbot.replies import BEGIN, END
 from tests.fakes.llm import Answer, ToolCallAnswer
 
 

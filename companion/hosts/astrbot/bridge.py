@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from companion.core.errors import LLMUnavailableError, StorageError
 from companion.hosts.astrbot.scopes import Speaker
-from companion.llm.base import Message, json_object
+from companion.llm.jsonmodel import Message, json_object
 
 logger = logging.getLogger("astrbot")  # AstrBot's own logger: its console and the WebUI's log show it
 

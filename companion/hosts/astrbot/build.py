@@ -21,10 +21,6 @@ OURS = frozenset({"companion", "memory", "prompts"})
 # The engine and what it stands on; the bot's settings, chat, ops and Telegram layers stay behind.
 PACKAGES = ("companion/core", "companion/storage", "companion/recall", "companion/llm", "companion/engine",
             "prompts")
-# Single modules of the bot's operations the plugin shares (the export's CSV format), with their packages'
-# ``__init__`` (docstrings only): nothing else of companion/ops (its scheduler, workers) comes along.
-SHARED = ("companion/ops/__init__.py", "companion/ops/admin/__init__.py", "companion/ops/admin/export.py",
-          "companion/ops/backup/__init__.py", "companion/ops/backup/csvformat.py")
 # README.md is the plugin's own, written for AstrBot users (docs/astrbot.md is the developers' page).
 PLUGIN_FILES = ("metadata.yaml", "_conf_schema.json", "requirements.txt", "README.md")
 LEFT_OUT = frozenset({"build.py", "main.py"})
@@ -63,8 +59,6 @@ def sources() -> Iterator[tuple[Path, Path]]:
     yield ROOT / "memory.py", Path("memory.py")
     yield ROOT / "companion" / "__init__.py", Path("companion/__init__.py")
     yield ROOT / "companion" / "hosts" / "__init__.py", Path("companion/hosts/__init__.py")
-    for shared in SHARED:
-        yield ROOT / shared, Path(shared)
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".md", ".txt"):

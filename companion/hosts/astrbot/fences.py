@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from companion.hosts.astrbot.texts import BEGIN, END
+from companion.hosts.astrbot.replies import BEGIN, END
 
 
 def scrub(contexts: list[dict[str, Any]]) -> list[dict[str, Any]]:

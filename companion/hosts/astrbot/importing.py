@@ -20,8 +20,8 @@ from typing import Any
 from companion.core.models import MemoryDraft, MemoryType, Origin, Tier
 from companion.core.setting import HOST_LABEL, IMPORTED
 from companion.engine.tools import lifetime_validity
+from companion.hosts.astrbot.memory_service import Imported, MemoryService
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.service import Imported, MemoryService
 
 
 @dataclass(frozen=True, slots=True)

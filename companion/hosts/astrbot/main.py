@@ -27,7 +27,7 @@ from companion.core.errors import CompanionError
 from companion.core.models import Origin
 from companion.core.timeutil import utcnow
 from companion.engine.weekly import next_weekly
-from companion.hosts.astrbot import texts
+from companion.hosts.astrbot import replies as texts
 from companion.hosts.astrbot.arguments import BadArgument
 from companion.hosts.astrbot.bridge import (
     ProviderModel,
@@ -40,11 +40,11 @@ from companion.hosts.astrbot.bridge import (
 )
 from companion.hosts.astrbot.fences import scrub
 from companion.hosts.astrbot.options import Options
+from companion.hosts.astrbot.rounds import FOLLOWUP_EVERY, every, followup_round, weekly_round
 from companion.hosts.astrbot.scopes import Speaker
-from companion.hosts.astrbot.weekly import FOLLOWUP_EVERY, every, followup_round, weekly_round
 
 if TYPE_CHECKING:  # the engine loads in the background once AstrBot is up, not while plugins load
-    from companion.hosts.astrbot.service import MemoryService
+    from companion.hosts.astrbot.memory_service import MemoryService
 
 NAME = "astrbot_plugin_companion_memory"
 TOOLS = tuple(f"companion_memory_{verb}" for verb in  # tools.NAMES, known before the engine loads
@@ -58,7 +58,7 @@ def final(event: AstrMessageEvent, text: str) -> MessageEventResult:
 
 
 def engine_class() -> type[MemoryService]:
-    from companion.hosts.astrbot.service import MemoryService
+    from companion.hosts.astrbot.memory_service import MemoryService
 
     return MemoryService
 
@@ -97,7 +97,7 @@ class CompanionMemory(Star):
                 llm = ProviderModel(self.context) if wants_model else None
                 service = self._service = await service_class.open(data, self.options, llm)
                 if self.options.tools:
-                    from companion.hosts.astrbot.tools import specs
+                    from companion.hosts.astrbot.tool_calls import specs
 
                     self._tools = [MemoryTool(name=spec.name, description=spec.description,
                                               parameters=spec.parameters, handler=partial(self._run_tool, spec.name))
@@ -178,7 +178,7 @@ class CompanionMemory(Star):
 
     async def _run_tool(self, name: str, event: AstrMessageEvent, **arguments: Any) -> str:
         """One call of the engine's tool ``name``, for the speaker of ``event`` (never a scope the arguments name)."""
-        from companion.hosts.astrbot.tools import call
+        from companion.hosts.astrbot.tool_calls import call
 
         if not self.options.tools:
             return "记忆工具已关闭。"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 
 from companion.core import dates
+from companion.core.csvexport import export_csv_bytes
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Validity
 from companion.core.spools import TurnSpools
@@ -22,7 +23,6 @@ from companion.core.timeutil import utcnow
 from companion.core.usage import UsageCell
 from companion.engine.admin_port import AdminPort
 from companion.ops.admin.chart import usage_png
-from companion.ops.admin.export import export_csv_bytes
 from memory import MemoryEngine
 
 Progress = Callable[[int, int], None]

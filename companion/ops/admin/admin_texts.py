@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import tzinfo
 
+from companion.core.csvformat import LABELS
 from companion.core.models import Memory, MemoryType, Status, Tier, Validity
 from companion.core.timeutil import show
 from companion.core.usage import UsageCell
 from companion.ops.admin.admin_service import HISTOGRAM, AdminStats, UserSummary
-from companion.ops.backup.csvformat import LABELS
 
 NO_PERMISSION = "没有权限"
 PRIVATE_ONLY = "管理命令只在和我的私聊里回答，请私聊我再发。"

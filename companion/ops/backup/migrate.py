@@ -11,7 +11,7 @@ from pathlib import Path
 
 from companion.core.errors import RestoreError
 from companion.core.models import Status
-from companion.engine.maintenance import file_url, open_database
+from companion.engine.maintenance_port import file_url, open_database
 from companion.engine.migration import Progress
 from companion.ops.backup.restore import LiveTombstones, RestoreResult, Tombstone, restore
 

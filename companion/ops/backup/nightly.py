@@ -31,12 +31,12 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from companion.core import csvfile
+from companion.core.csvformat import CELLS, HEADERS, fixed_offset, zone_name
 from companion.core.errors import BackupError, StorageError
 from companion.core.models import Scope
 from companion.core.timeutil import local_date
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.engine.snapshots import make_standalone, open_snapshot
-from companion.ops.backup.csvformat import CELLS, HEADERS, fixed_offset, zone_name
 
 SNAPSHOT_NAME = "memory.sqlite3"
 IN_PROGRESS = ".backup-in-progress"

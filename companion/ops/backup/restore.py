@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from companion.core.csvformat import LEGACY_HEADERS, parse_row
 from companion.core.errors import InvalidScopeError, RestoreError, StorageError
 from companion.core.extraction import fingerprint
 from companion.core.models import Memory, Scope, Status, StatusReason
-from companion.engine.maintenance import file_url, open_database
+from companion.engine.maintenance_port import file_url, open_database
 from companion.engine.snapshots import checkpoint, open_snapshot
-from companion.ops.backup.csvformat import LEGACY_HEADERS, parse_row
 from companion.ops.backup.nightly import IN_PROGRESS, fsync
 from companion.ops.backup.staging import remove_staging, staging_path
 

@@ -10,7 +10,7 @@ import threading
 from datetime import datetime, tzinfo
 from pathlib import Path
 
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import BackupResult, BackupStopped, Progress, make_backup
 
 __all__ = ["BackupStopped", "stoppable_backup"]

@@ -15,7 +15,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from companion.core import tiers
-from companion.core.followups import within_hours
+from companion.core.followup_rules import within_hours
 from companion.core.models import Memory, Scope
 from companion.core.setting import REVIEW_SENT, WEEKLY
 from companion.core.timeutil import utcnow

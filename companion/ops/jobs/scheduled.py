@@ -18,7 +18,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from companion.config.settings import Settings
 from companion.core.errors import LLMError
 from companion.core.timeutil import utcnow
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 from companion.ops.backup.nightly import IN_PROGRESS, SNAPSHOT_NAME, BackupResult
 from companion.ops.backup.stoppable import stoppable_backup
 from companion.ops.jobs.leader import ALONE, Leader

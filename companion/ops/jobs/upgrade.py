@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from companion.core.errors import StorageError
-from companion.engine.maintenance import MaintenancePort
+from companion.engine.maintenance_port import MaintenancePort
 
 log = logging.getLogger(__name__)
 

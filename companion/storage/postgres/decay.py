@@ -9,7 +9,7 @@ Python rules compute them. ``$1``/``$2`` are the batch's user and chat ids (arra
 from __future__ import annotations
 
 from companion.core import rules
-from companion.core.journal import ChangeOp
+from companion.core.changes import ChangeOp
 from companion.core.models import StatusReason
 
 DAY_S = 86_400

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from companion.core.models import Scope
 from companion.core.usage import UsageRecord
 from companion.storage.base import UsageCell, VectorRow
-from companion.storage.postgres.rows import key, second
+from companion.storage.postgres.row_codec import key, second
 from companion.storage.vectormath import pack, similarities
 
 if TYPE_CHECKING:  # a run-time import would be circular: store -> extras

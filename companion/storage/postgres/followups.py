@@ -10,7 +10,7 @@ from typing import Any
 
 from companion.core.models import Scope
 from companion.storage.postgres.pool import Pool
-from companion.storage.postgres.rows import key, scope_of, second
+from companion.storage.postgres.row_codec import key, scope_of, second
 from companion.storage.records import FollowUpScope, Thread
 
 COLUMNS = "user_id, chat_id, handle, due_on, until_on, pushed_at, answered, stopped, closed"

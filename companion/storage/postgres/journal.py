@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from companion.core.journal import Change, ChangeOp
+from companion.core.changes import Change, ChangeOp
 from companion.core.models import Memory, Scope, Status
-from companion.storage.postgres.rows import key, scope_of, second
+from companion.storage.postgres.row_codec import key, scope_of, second
 from companion.storage.postgres.schema import Conn
 from companion.storage.records import ENDS_THREAD, change_op
 

@@ -27,7 +27,7 @@ from companion.storage.postgres.reconnect import (
     reconnecting,
     wrap_public_methods,
 )
-from companion.storage.postgres.rows import key, second
+from companion.storage.postgres.row_codec import key, second
 from companion.storage.postgres.schema import Conn
 
 log = logging.getLogger(__name__)

@@ -16,18 +16,19 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TypeVar
 
 from companion.core.cells import CellColumn
-from companion.core.journal import Change, ChangeOp
+from companion.core.changes import Change, ChangeOp
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.setting import Setting
 from companion.core.timeutil import utcnow
 from companion.core.turnview import TurnView
 from companion.storage.base import ACTIVE_ONLY, CELL_BATCH, STREAM_BATCH
-from companion.storage.postgres import cells, decay, journal, turn, writes
+from companion.storage.postgres import csvcells as cells
+from companion.storage.postgres import decay, journal, turn, writes
 from companion.storage.postgres.extras import PgUsageLog, PgVectors
 from companion.storage.postgres.followups import FollowUpTables
 from companion.storage.postgres.kanban import KanbanTables
 from companion.storage.postgres.pool import DRIVER_ERRORS, pg_error
-from companion.storage.postgres.rows import (
+from companion.storage.postgres.row_codec import (
     SELECT_MEMORY,
     SHORT_COLUMNS,
     TURN_COLUMNS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from companion.core.models import Scope, ShortKind, Turn
 from companion.core.turnview import TurnView
 from companion.storage.postgres.journal import NEWEST
-from companion.storage.postgres.rows import (
+from companion.storage.postgres.row_codec import (
     SELECT_MEMORY,
     SHORT_COLUMNS,
     key,

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from companion.core.changes import ChangeOp
 from companion.core.errors import StorageError
 from companion.core.extraction import fingerprint
-from companion.core.journal import ChangeOp
 from companion.core.models import Memory, MemoryDraft, Scope, ShortKind
 from companion.core.rules import new_memory
 from companion.storage.postgres import journal
-from companion.storage.postgres.rows import (
+from companion.storage.postgres.row_codec import (
     INSERT_MEMORY,
     UPDATE_MEMORY,
     key,

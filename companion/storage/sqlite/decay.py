@@ -17,7 +17,7 @@ from datetime import datetime
 import aiosqlite
 
 from companion.core import rules
-from companion.core.journal import ChangeOp
+from companion.core.changes import ChangeOp
 from companion.core.models import StatusReason
 from companion.core.timeutil import to_db
 

@@ -2,7 +2,7 @@
 
 The table owner ``followups`` has its migration set here (``FOLLOWUPS``, registered with ``migrations``);
 ``sqlite`` imports this module so every store has the table. Rows hold dates and flags, never words: the
-engine derives them from the memories (``companion.engine.followups``), and a forgotten memory's row goes in
+engine derives them from the memories (``companion.engine.followup_threads``), and a forgotten memory's row goes in
 the forget's own transaction (``journal.record``). One partial index serves the round that looks for
 threads due over every scope: one indexed query however many users there are.
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from companion.core.journal import Change, ChangeOp
+from companion.core.changes import Change, ChangeOp
 from companion.core.models import Memory, Scope, Status
 from companion.core.timeutil import from_db, to_db
 from companion.storage.records import ENDS_THREAD, change_op

@@ -7,7 +7,7 @@ Shared tables hold the scope registry, profiles, the turns waiting for extractio
 changes are named migrations (``migrations.py``); a memory table is upgraded when its scope is touched or
 by ``upgrade_stale`` in the background, never all at start-up.
 Decay and cleanup are set-based SQL per table (``decay.py``), the same rules as ``core.rules``;
-writing memory rows is ``writes.py``, forgetting and what it reaches ``forgetting.py``, a group's move to
+writing memory rows is ``writes.py``, forgetting and what it reaches ``tombstones.py``, a group's move to
 a new chat id ``chatmove.py``, a reply's one read and one write and the pending edit ``turn.py``.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 import aiosqlite
 
 from companion.core.cells import CellColumn
-from companion.core.journal import Change, ChangeOp
+from companion.core.changes import Change, ChangeOp
 from companion.core.models import Memory, MemoryDraft, Profile, Scope, ShortItem, ShortKind, Status, Turn
 from companion.core.setting import Setting
 from companion.core.timeutil import to_db, utcnow
@@ -49,14 +49,14 @@ from companion.storage.rows import (
     row_to_profile,
     row_to_turn,
 )
-from companion.storage.sqlite import (  # noqa: F401 - usage and vector_schema register their migration sets
+from companion.storage.sqlite import (  # noqa: F401 - usage_log and vector_schema register their migration sets
     chatmove,
     decay,
-    forgetting,
     journal,
     migrations,
-    shortterm,
-    usage,
+    short_items,
+    tombstones,
+    usage_log,
     vector_schema,
     writes,
 )
@@ -65,7 +65,7 @@ from companion.storage.sqlite.followups import FollowUpTables
 from companion.storage.sqlite.kanban import KanbanTables
 from companion.storage.sqlite.snapshot import STANDALONE
 from companion.storage.sqlite.turn import QUEUE_TURN, TurnCalls, mention_sql, queue_params, touch_sql
-from companion.storage.sqlite.usage import SQLiteUsageLog
+from companion.storage.sqlite.usage_log import SQLiteUsageLog
 
 if TYPE_CHECKING:  # a run-time import would be circular: vectors -> store
     from companion.storage.sqlite.vectors import VectorStore
@@ -129,7 +129,7 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
         async with self._tx() as conn:
             await self._ensure_scope(conn, scope, now)
             ids = await self._write(conn, scope, inserts, updates, sources, now)
-            gone = await forgetting.tombstone(conn, self.memory_table(scope), scope.key, forget_ids, now, reason)
+            gone = await tombstones.tombstone(conn, self.memory_table(scope), scope.key, forget_ids, now, reason)
             if ids or updates or gone:
                 await conn.execute("UPDATE profiles SET dirty = 1 WHERE scope_key = ?", (scope.key,))
         return ids
@@ -171,9 +171,9 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
             known = self._version(scope) is not None
             if known:
                 await self._ensure_scope(conn, scope, now)
-            turns = await forgetting.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
+            turns = await tombstones.forget_everywhere(conn, scope.key, self.memory_table(scope) if known else None,
                                                        ids, now, reason, queued, short)
-        await asyncio.to_thread(forgetting.clear_the_log, self.path)
+        await asyncio.to_thread(tombstones.clear_the_log, self.path)
         return turns
 
     async def forgotten_turns(self, scope: Scope, keys: Collection[str]) -> set[str]:
@@ -361,17 +361,17 @@ class SQLiteStore(TurnCalls, KanbanTables, FollowUpTables):
         recalled: bool = False, keys: Sequence[str] = (),
     ) -> None:
         async with self._tx() as conn:
-            await shortterm.add(conn, scope.key, kind, user, reply, at, recalled, keep, keys)
+            await short_items.add(conn, scope.key, kind, user, reply, at, recalled, keep, keys)
             if kind is ShortKind.EVENT:
                 await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], at)
 
     async def short_items(self, scope: Scope, kind: ShortKind, limit: int) -> list[ShortItem]:
         async with self._tx(write=False) as conn:
-            return await shortterm.items(conn, scope.key, kind, limit)
+            return await short_items.items(conn, scope.key, kind, limit)
 
     async def drop_short(self, scope: Scope, ids: Sequence[int] | None = None, kind: ShortKind | None = None) -> None:
         async with self._tx() as conn:
-            await shortterm.delete(conn, scope.key, ids, kind)
+            await short_items.delete(conn, scope.key, ids, kind)
             if drops_events(ids, kind):
                 await journal.record(conn, scope.key, [(None, ChangeOp.EVENTS)], utcnow())
 

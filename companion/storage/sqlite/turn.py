@@ -15,7 +15,8 @@ from companion.core.timeutil import from_db, to_db
 from companion.core.turnview import TurnView
 from companion.storage.migration_sets import Migration, MigrationSet
 from companion.storage.rows import PROFILE_COLUMNS, SELECT_MEMORY, marks, row_to_memory, row_to_profile, turn_to_row
-from companion.storage.sqlite import journal, migrations, shortterm
+from companion.storage.sqlite import journal, migrations
+from companion.storage.sqlite import short_items as shortterm
 from companion.storage.sqlite.connection import Connection
 from companion.storage.sqlite.migrations import register
 from companion.storage.turns import TurnRecord, setting_fields, setting_keys

@@ -15,7 +15,7 @@ from datetime import datetime
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Turn
 from companion.core.turnview import TurnView
 from companion.engine.context import ContextBuilder, Reads
-from companion.engine.types import MemoryContext
+from companion.engine.values import MemoryContext
 
 
 class MemoryTurn:

@@ -21,7 +21,7 @@ from companion.chat.persona import render_system_prompt
 from companion.chat.pipeline import ChatService
 from companion.core.errors import LLMError
 from companion.core.models import Memory, Scope
-from companion.engine.followups import DueFollowUp
+from companion.engine.followup_threads import DueFollowUp
 from companion.llm.client import LLMClient
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from companion.core.models import WEEKDAYS, Memory, MemoryDraft, MemoryType, Rec
 from companion.core.text import normalize_text
 from companion.core.timeutil import local_date, show
 from companion.engine.saving import guess_draft, parse_saved
-from companion.llm.base import JsonModel
+from companion.llm.jsonmodel import JsonModel
 from companion.recall.index import Tokenize
 from companion.storage.base import MemoryStore
 

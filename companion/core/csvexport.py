@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 from datetime import tzinfo
 
 from companion.core.csvfile import csv_bytes
+from companion.core.csvformat import HEADERS, backup_row
 from companion.core.models import Memory, Scope
-from companion.ops.backup.csvformat import HEADERS, backup_row
 
 SCOPE_HEADER = "范围"
 

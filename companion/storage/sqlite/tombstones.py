@@ -15,13 +15,14 @@ from pathlib import Path
 
 import aiosqlite
 
+from companion.core.changes import ChangeOp
 from companion.core.extraction import fingerprint
-from companion.core.journal import ChangeOp
 from companion.core.models import Status
 from companion.core.timeutil import to_db
 from companion.storage.records import forget_op
 from companion.storage.rows import HANDLES_PER_STATEMENT, marks
-from companion.storage.sqlite import journal, shortterm, turn
+from companion.storage.sqlite import journal, turn
+from companion.storage.sqlite import short_items as shortterm
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from companion.core import dates, followups
+from companion.core import dates
+from companion.core import followup_rules as followups
+from companion.core.csvexport import export_csv_bytes
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, MemoryDraft, MemoryType, Origin, Scope, Status, Tier, Turn
 from companion.core.setting import EXACT_EXPIRY, FOLLOWUP_CUES, HOST_ADDRESS, HOST_LABEL, WEEKLY
@@ -29,7 +31,7 @@ from companion.engine.cadence import Cadence, Countdown
 from companion.engine.profile import matching_traits
 from companion.engine.tools import lifetime_validity
 from companion.engine.weekly import next_at
-from companion.hosts.astrbot import texts
+from companion.hosts.astrbot import replies as texts
 from companion.hosts.astrbot.arguments import (
     content_of,
     handle_of,
@@ -40,9 +42,8 @@ from companion.hosts.astrbot.arguments import (
 from companion.hosts.astrbot.fences import fenced
 from companion.hosts.astrbot.options import Options
 from companion.hosts.astrbot.scopes import Speaker
-from companion.llm.base import JsonModel
-from companion.llm.tools import ToolFactory
-from companion.ops.admin.export import export_csv_bytes
+from companion.llm.jsonmodel import JsonModel
+from companion.llm.toolkit import ToolFactory
 from companion.recall.keywords import KeywordExtractor
 from memory import MemoryEngine
 

@@ -2,7 +2,7 @@
 
 The Telegram menus (one per command scope), ``/help`` in private chats and groups, and the console's
 commands are all read from ``TABLE``. A command's name is the key a front end maps to its handler
-(``handlers/`` register each row's name on their routers; ``companion.console`` maps the console rows).
+(``handlers/`` register each row's name on their routers; ``companion.hosts.console`` maps the console rows).
 A new command is one row here plus its handler. Plain data: no Telegram types, so the console and the
 tests read it without aiogram.
 """
@@ -94,7 +94,7 @@ TABLE: tuple[CommandRow, ...] = (
     CommandRow("mem_export", _OP, "管理：导出记忆为CSV"),
     CommandRow("mem_stats", _OP, "管理：记忆和调用统计"),
     CommandRow("mem_user", _OP, "管理：一个用户的概况"),
-    # The terminal (companion/console.py).
+    # The terminal (companion/hosts/console.py).
     CommandRow("start_aiGF", _C, help="开启陪伴模式", ignore_case=True),
     CommandRow("stop_aiGF", _C, help="关闭陪伴模式（长期记忆会保留）", ignore_case=True),
     CommandRow("memories", _C, help="看看我记得什么（翻页、忘掉、归档、升级、恢复）", args="[关键词]", topic=_MEM),

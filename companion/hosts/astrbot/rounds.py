@@ -17,10 +17,10 @@ from companion.core.models import Scope
 from companion.core.setting import HOST_ADDRESS
 from companion.core.week import WeekSummary
 from companion.engine import weekly
-from companion.hosts.astrbot import texts
+from companion.hosts.astrbot import replies as texts
 
 if TYPE_CHECKING:
-    from companion.hosts.astrbot.service import MemoryService
+    from companion.hosts.astrbot.memory_service import MemoryService
 
 log = logging.getLogger(__name__)
 

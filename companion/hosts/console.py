@@ -19,10 +19,11 @@ from typing import TextIO
 
 from prompt_toolkit import PromptSession
 
-from companion.chat import commands, texts, views
+from companion.chat import command_table as commands
+from companion.chat import texts, views
 from companion.chat.choices import TypedChoices
-from companion.chat.commands import Place
-from companion.chat.followups import FollowUpRound
+from companion.chat.command_table import Place
+from companion.chat.followup_round import FollowUpRound
 from companion.chat.pipeline import ChatService
 from companion.core.errors import CompanionError
 from companion.core.models import Scope

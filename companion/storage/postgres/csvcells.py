@@ -19,7 +19,7 @@ from companion.core.cells import CellColumn, CellKind
 from companion.core.csvfile import csv_text
 from companion.core.models import Scope
 from companion.storage.cellsql import Dialect, finisher, select_cells
-from companion.storage.postgres.rows import BOOL, CODECS, scope_of
+from companion.storage.postgres.row_codec import BOOL, CODECS, scope_of
 
 
 def _local_time(column: str, seconds: int, text: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from companion.core.models import Scope
 from companion.hosts.astrbot.fences import fenced
 from companion.llm.client import ToolCall
-from companion.llm.tools import ToolFactory, Toolset
+from companion.llm.toolkit import ToolFactory, Toolset
 
 PREFIX = "companion_memory_"
 # The plugin's names for the engine's tools, one to one.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
 import prompts
-from companion.core import followups
-from companion.core.journal import ChangeOp
+from companion.core import followup_rules as followups
+from companion.core.changes import ChangeOp
 from companion.core.models import Memory, Scope, Status, StatusReason
 from companion.core.setting import FOLLOWUP_SEQ
 from companion.core.timeutil import show
