@@ -27,7 +27,7 @@ from typing import Any
 from aiogram.fsm.state import State
 from aiogram.fsm.storage.base import BaseEventIsolation, BaseStorage, StorageKey
 
-from companion.engine.locks import KeyedLocks
+from companion.core.keyedlocks import KeyedLocks
 
 
 class UserOrder(BaseEventIsolation):

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from companion.core.keyedlocks import KeyedLocks
 from companion.core.models import Memory, Recalled, Scope, Turn
 from companion.core.setting import LAST_EXTRACTION
 from companion.engine.learner import MAX_RELATED, Learner, related
-from companion.engine.locks import KeyedLocks
 from companion.engine.profile import ProfileService
 from companion.engine.shortterm import ShortTermBook
 from companion.engine.values import Consolidation
