@@ -325,11 +325,7 @@ class MemoryEngine(SteeringAPI):
         short-term turns when asked), as ``MemoryTurn.view``. The turn's calls need no other store call and
         ``MemoryTurn.finish`` is its one write (a journal read more when another process changed the scope
         since: ``catch_up``). Raises StorageError when the store cannot be read."""
-        view = await self._context.open_turn(scope, turns=turns)
-        # What another process changed since reaches this process's derived copies (a session that must drop
-        # turns of a forget it cannot name in words among them) before the turn uses them.
-        await self._feed.catch_up(scope, view.change)
-        return MemoryTurn(scope, view, self._context)
+        return await MemoryTurn.open(scope, self._context, self._feed, turns=turns)
 
     def unread_turn(self, scope: Scope) -> MemoryTurn:
         """A turn whose read failed (``open_turn`` raised): the same calls, each reading for itself."""

@@ -18,7 +18,7 @@ from companion.engine.followup_threads import FollowUps
 from companion.engine.profile import ProfileService, matching_traits
 from companion.engine.retrievers import DenseRetriever
 from companion.engine.shortterm import SHORT_TURNS_KEPT, TODAY_EVENTS_KEPT, ShortTermBook
-from companion.engine.values import EngineConfig, MemoryContext
+from companion.engine.values import EngineConfig, MemoryContext, Standing
 from companion.recall.index import RecallFilter, ScopeIndex, mentions
 from companion.recall.keywords import KeywordExtractor
 from companion.recall.query import build_query
@@ -128,7 +128,7 @@ class ContextBuilder:
         # hides the others for a turn; else those learned after the core was built, until a rebuild takes
         # them in (they are only shown as learned today on their first day, below). A user back after some
         # days is not told about without what they said last time.
-        unsaid = [e for e in standing.unprofiled(profile.built_at if profile.core else None)
+        unsaid = [e for e in unprofiled(standing, profile.built_at if profile.core else None)
                   if e not in standing.recent and not _said_in(profile.core, e)]
         # Every fact learned since the profile was built is in view, newest first; past the profile's own
         # budget the profile is rebuilt at the next extraction, which takes them in; a hard bound (the model
@@ -175,6 +175,11 @@ class ContextBuilder:
             await self._store.record_turn(scope, record)
         self._cache.mentioned(scope, mentioned, now)
         return mentioned
+
+
+def unprofiled(standing: Standing, built_at: datetime | None) -> list[str]:
+    """The lasting facts a profile core built at ``built_at`` (None: no core) does not know yet."""
+    return [m.event for m in standing.lasting if built_at is None or m.created_at > built_at]
 
 
 def scheduled_on(index: ScopeIndex, days: tuple[date, date], today: date, limit: int = MAX_SCHEDULED) -> list[Memory]:

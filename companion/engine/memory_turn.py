@@ -15,6 +15,7 @@ from datetime import datetime
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Turn
 from companion.core.turnview import TurnView
 from companion.engine.context import ContextBuilder, Reads
+from companion.engine.following import ChangeFeed
 from companion.engine.values import MemoryContext
 
 
@@ -28,6 +29,15 @@ class MemoryTurn:
         self._builder = builder
         self._reads = Reads.LIVE if view is None else Reads.OBSERVED
         self._recalled: list[int] = []  # what this turn's context recalled: an access each, at ``finish``
+
+    @classmethod
+    async def open(cls, scope: Scope, builder: ContextBuilder, feed: ChangeFeed, *, turns: int = 0) -> MemoryTurn:
+        """The turn after its one read (``ContextBuilder.open_turn``); what another process changed since
+        reaches this process's derived copies (``following``) before the turn uses them (a journal read more
+        only when the counter moved past what this process wrote)."""
+        view = await builder.open_turn(scope, turns=turns)
+        await feed.catch_up(scope, view.change)
+        return cls(scope, view, builder)
 
     async def context(
         self, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int], allow_recall: bool = True,

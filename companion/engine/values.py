@@ -55,11 +55,6 @@ class Standing:
     # never built or dropped by a forget until it is rebuilt; or they were learned after it was built).
     lasting: list[Memory] = field(default_factory=list)
 
-    def unprofiled(self, built_at: datetime | None) -> list[str]:
-        """The lasting facts a profile core built at ``built_at`` (None: no core) does not know yet."""
-        return [m.event for m in self.lasting if built_at is None or m.created_at > built_at]
-
-
 
 @dataclass(frozen=True, slots=True)
 class ShortStats:
