@@ -255,13 +255,6 @@ class MemoryEngine(SteeringAPI):
         forgotten as it was. A content-free tombstone stays."""
         return (await self._writer.forget(scope, ids, reason)).memories
 
-    async def forget_told(
-        self, scope: Scope, ids: Iterable[int] | None = None, *, reason: str = "user"
-    ) -> Forgetting:
-        """``forget_memories``, also returning the keys of the turns the memories came from (the followers
-        were given them already)."""
-        return await self._writer.forget(scope, ids, reason)
-
     def follow(self, follower: Follower) -> None:
         """Register a derived copy of the memories (``companion.engine.following``): from now on it is told
         every change of every scope (``News``) after this process makes it, with what a forget took as it

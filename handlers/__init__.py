@@ -6,7 +6,7 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.telegram import TelegramAPIServer
 
 from companion.chat.buffer import Buffering
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.config.settings import Settings
 from companion.ops.admin.admin_service import AdminService
@@ -59,7 +59,7 @@ def build_dispatcher(chat: ChatService, buffer: Buffering, settings: Settings, g
     # aiogram's FSM middleware runs for its events isolation alone: one user's updates in a chat in the order
     # sent (handlers/order.py); no handler keeps FSM state.
     dispatcher = Dispatcher(chat=chat, buffer=buffer, settings=settings, engine=chat.engine, tz=settings.tz,
-                            groups=groups, rooms=Rooms(), storage=NoState(), events_isolation=UserOrder())
+                            groups=groups, rooms=chat.rooms, storage=NoState(), events_isolation=UserOrder())
     if admin is not None:
         dispatcher["admin"] = admin
     if settings.webapp_url:  # the memory board: /board and the button on /memories open it

@@ -235,7 +235,7 @@ class Board:
         body = await self._body(request)
         scope = await self._scope(user, body.get("scope"))
         memory = await self._chat.engine.get(scope, body["id"])  # owner-checked before anything changes
-        count = await forget_here(self._chat, self._rooms, scope, [memory])
+        count = await forget_here(self._chat, scope, [memory])
         await self._notify(user, texts.forgotten(count))
         return {"ok": True, "version": await self._chat.engine.version(scope)}
 

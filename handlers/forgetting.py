@@ -13,7 +13,7 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 from companion.chat import texts, views
 from companion.chat.buffer import Buffering
 from companion.chat.command_table import Place
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.models import Memory, Scope
@@ -56,16 +56,14 @@ async def pressed_scope(query: CallbackQuery, data: ForgetCB | ReviewCB, groups:
     return scope_of_callback(query)
 
 
-async def forget_here(chat: ChatService, rooms: Rooms, scope: Scope, memories: Sequence[Memory] | None) -> int:
-    """Forget (everything with ``None``), and drop what the group's room still shows of it: the member's
-    lines that tell it, or every line about them (the room is in-process context the handlers keep)."""
-    count = await chat.forget(scope, None if memories is None else [m.id for m in memories])
-    rooms.forget(scope, memories)
-    return count
+async def forget_here(chat: ChatService, scope: Scope, memories: Sequence[Memory] | None) -> int:
+    """Forget (everything with ``None``); the session, the spools and the group's room follow the forget
+    (``chat.followers``)."""
+    return await chat.forget(scope, None if memories is None else [m.id for m in memories])
 
 
 async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings, rooms: Rooms, buffer: Buffering) -> None:
+                    groups: GroupSettings, buffer: Buffering) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupForgetCB) else None)
@@ -76,7 +74,7 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
         return
     if callback_data.action == ForgetAction.ALL:
         buffer.take(scope)  # said before the press and not answered yet: it goes with the rest
-        count = await forget_here(chat, rooms, scope, None)
+        count = await forget_here(chat, scope, None)
         await edit_shown(query.message, texts.forgot_all(count), None)
         await query.answer()
         return
@@ -85,7 +83,7 @@ async def on_forget(query: CallbackQuery, callback_data: ForgetCB, engine: Memor
     except (NotYourMemoryError, MemoryNotFoundError) as error:
         await refuse(query, error)
         return
-    count = await forget_here(chat, rooms, scope, [memory])
+    count = await forget_here(chat, scope, [memory])
     await query.answer(texts.forgotten(count))
     # The choice is made: the buttons go, as after 取消 (a second press would only find nothing to forget).
     await edit_shown(query.message, f"{query.message.text or ''}\n\n{texts.forgotten(count)}", None)

@@ -12,7 +12,6 @@ from aiogram.types import CallbackQuery, InlineKeyboardMarkup, Message
 
 from companion.chat import texts, views
 from companion.chat.command_table import Place
-from companion.chat.group import Rooms
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Scope, Status
@@ -61,7 +60,7 @@ async def on_page(query: CallbackQuery, callback_data: PageCB, engine: MemoryEng
 
 
 async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine: MemoryEngine,
-                           chat: ChatService, rooms: Rooms) -> None:
+                           chat: ChatService) -> None:
     scope = scope_of_callback(query)
     if scope is None or not isinstance(query.message, Message):
         await query.answer()
@@ -79,7 +78,7 @@ async def on_memory_button(query: CallbackQuery, callback_data: MemoryCB, engine
             await query.message.answer(texts.EDIT_PROMPT)
             return
         if callback_data.action == MemoryAction.FORGET:
-            await forget_here(chat, rooms, scope, [memory])
+            await forget_here(chat, scope, [memory])
             note = texts.forgotten(1)
         elif callback_data.action == MemoryAction.ARCHIVE:
             memory = await engine.archive(scope, handle, now)

@@ -15,7 +15,7 @@ from aiogram.types import CallbackQuery, Message
 from companion.chat import group_texts as gt
 from companion.chat import texts
 from companion.chat.followup_round import FollowUpSender
-from companion.chat.group import GroupSettings, Rooms
+from companion.chat.group import GroupSettings
 from companion.chat.pipeline import ChatService
 from companion.core.errors import MemoryNotFoundError, NothingToUndoError, NotYourMemoryError
 from companion.core.models import Memory, Scope, Tier
@@ -113,7 +113,7 @@ def followup_sender(bot: Bot, blocked: Blocked) -> FollowUpSender:
 
 
 async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: MemoryEngine, chat: ChatService,
-                    groups: GroupSettings, rooms: Rooms) -> None:
+                    groups: GroupSettings) -> None:
     scope = await pressed_scope(query, callback_data, groups)
     if scope is None or not isinstance(query.message, Message):
         await query.answer(texts.NOT_YOURS if isinstance(callback_data, GroupReviewCB) else None)
@@ -132,7 +132,7 @@ async def on_review(query: CallbackQuery, callback_data: ReviewCB, engine: Memor
             return
         action = Action(callback_data.action)
         if action is Action.FORGET:
-            await forget_here(chat, rooms, scope, [before])
+            await forget_here(chat, scope, [before])
             after = before
         else:
             after = await engine.review(scope, before.id, action, now)

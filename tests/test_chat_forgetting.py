@@ -113,3 +113,20 @@ async def test_the_engines_forget_reaches_the_spool_files(rig: Rig, spools: Spoo
     await rig.engine.forget(ALICE, None)  # not the chat's forget: the operator's, a tool's, another host's
     assert spooled(rig.settings.spool_dir) == []
     assert waiting(chat) == [] and history(chat) == []
+
+
+IN_GROUP = Scope(1001, -100777)
+
+
+async def test_a_forget_through_any_door_leaves_the_groups_room(rig: Rig) -> None:
+    """The room (other members' recent lines, never stored) follows the forget too: the lines about the member
+    that tell the forgotten memory go, other lines stay; everything forgotten takes every line about them."""
+    [handle] = await rig.engine.remember(IN_GROUP, [dog()], rig.clock())
+    room = rig.chat.rooms.room(IN_GROUP.chat_id or 0)
+    room.add("小明", "我家小狗叫豆豆，超可爱", about=ALICE.user_id)
+    room.add("小明", "今天好冷", about=ALICE.user_id)
+    room.add("小红", "豆豆是谁呀", about=2002)
+    await rig.engine.forget(IN_GROUP, [handle])  # the engine's door: no handler names the room
+    assert [text for _, text, _ in room.lines] == ["今天好冷", "豆豆是谁呀"]
+    await rig.engine.forget(IN_GROUP)
+    assert [text for _, text, _ in room.lines] == ["豆豆是谁呀"]

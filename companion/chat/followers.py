@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+from companion.chat.group import Rooms
 from companion.chat.learning import Learning
 from companion.chat.session import Session, untold
 from companion.core.models import Scope, Turn
@@ -78,3 +79,19 @@ class SpoolsFollow:
         if news.forgetting is not None:
             await self._learning.scrub_spools(news.scope, untold_by(news.forgetting))
         await self._learning.forgotten(news.scope, self._sessions.get(news.scope), unexplained=news.unexplained)
+
+
+class RoomsFollow:
+    """The groups' rooms (other members' recent lines, in this process only, never stored) as a follower: what
+    a member forgot of a group leaves that group's room, the lines that tell it; all of the member's lines when
+    they forgot everything, or when another process forgot something this one cannot match in words."""
+
+    def __init__(self, rooms: Rooms) -> None:
+        self._rooms = rooms
+
+    async def follow(self, news: News) -> None:
+        if not news.forgot or news.scope.chat_id is None:
+            return
+        done = news.forgetting
+        matched = done is not None and not done.everything and not news.unexplained
+        self._rooms.forget(news.scope, done.memories if matched and done is not None else None)

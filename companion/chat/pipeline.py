@@ -21,8 +21,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from companion.chat import texts
-from companion.chat.followers import SessionsFollow, SpoolsFollow
-from companion.chat.group import GroupTurn
+from companion.chat.followers import RoomsFollow, SessionsFollow, SpoolsFollow
+from companion.chat.group import GroupTurn, Rooms
 from companion.chat.hinting import Hints
 from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
@@ -85,6 +85,8 @@ class ChatService:
         # sessions first, then the spool files, this process's of which mirrors the sessions.
         engine.follow(SessionsFollow(self._sessions, self._summaries.cancel))
         engine.follow(SpoolsFollow(self._learning, self._sessions))
+        self.rooms = Rooms()  # each group's recent lines, which the group's replies quote (``chat.group``)
+        engine.follow(RoomsFollow(self.rooms))
         self._tools = tools if config.tools_enabled else None
         self.hints = Hints(engine, clock)  # "how to start" hints to people outside companion mode, rate-limited
 

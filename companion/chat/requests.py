@@ -18,7 +18,7 @@ from companion.core import tiers
 from companion.core.errors import MemoryNotFoundError, NotYourMemoryError
 from companion.core.extraction import tells
 from companion.core.models import Memory, Scope, Status, StatusReason
-from memory import Forgetting, MemoryEngine
+from memory import MemoryEngine
 
 FORGET_MATCHES = 5
 H = TypeVar("H", bound=tuple[Any, ...])
@@ -39,7 +39,6 @@ class Outcome:
     saved: Memory | None = None  # a receipt: handlers add fine / edit / forget buttons
     replaced: Memory | None = None  # the words the save replaced: handlers add an undo button
     to_forget: tuple[Memory, ...] = ()  # candidates: handlers ask for a confirmation
-    forgotten: tuple[Forgetting, ...] = ()  # forgotten here: the session drops the turns they came from
     forget_all: int | None = None  # "全部忘掉": handlers ask for a confirmation (memories it would forget)
 
 
@@ -60,10 +59,10 @@ async def steer(
         answer = read_review_answer(text, [s.action for _, s in state.review])
         if answer is not None:
             pending, state.review = state.review, []
-            forgotten: list[Forgetting] = []
-            lines = [await _apply(engine, scope, memory, action, now, forgotten)
+            # A forget here reaches the session's turns through the engine's followers (``chat.followers``).
+            lines = [await _apply(engine, scope, memory, action, now)
                      for (memory, _), action in zip(pending, answer, strict=True)]
-            return Outcome("\n".join(lines), forgotten=tuple(forgotten))
+            return Outcome("\n".join(lines))
     intent = read_intent(text)
     if intent is None:
         return None
@@ -94,12 +93,11 @@ async def forget_all_count(engine: MemoryEngine, scope: Scope) -> int:
                for m in await engine.memories(scope, {Status.ACTIVE, Status.ARCHIVED, Status.SUPERSEDED}))
 
 
-async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime,
-                 forgotten: list[Forgetting]) -> str:
+async def _apply(engine: MemoryEngine, scope: Scope, memory: Memory, action: tiers.Action, now: datetime) -> str:
     try:
         if action is tiers.Action.FORGET:
             after = await engine.get(scope, memory.id)  # owner check before anything changes
-            forgotten.append(await engine.forget_told(scope, [memory.id]))
+            await engine.forget(scope, [memory.id])
         else:
             after = await engine.review(scope, memory.id, action, now)
     except (MemoryNotFoundError, NotYourMemoryError):
