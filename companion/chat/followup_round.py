@@ -1,15 +1,15 @@
 """Follow-ups written first (push): the round that finds, for every user, a told event to ask about and
 writes one message about it, composed by the model from that memory and the recent conversation.
 
-Who may get one is ``core.followups.may_push`` (local hours, not on a day the user wrote, one a local day,
-none after two unanswered in a row); which threads are due is the engine's (``engine.followups``, one indexed
-read). A message is recorded before it is sent (at most once: a crash between the two loses it, never
+Who may get one is ``core.followup_rules.may_push`` (local hours, not on a day the user wrote, one a local
+day, none after two unanswered in a row); which threads are due, the round and the record-then-send rule are
+the engine's, the same for every host (``engine.followup_threads``: ``to_write``, one indexed read; ``round``;
+``deliver``). A message is recorded before it is sent (at most once: a crash between the two loses it, never
 repeats it); on a model outage nothing is recorded and the next round tries again. Only private memories of
 users in companion mode who have not turned follow-ups off; a group's are never followed up."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +26,6 @@ from companion.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 
-AT_ONCE = 4  # follow-ups composed and sent at the same time in one round
 MAX_CHARS = 300  # a follow-up is a line or two; a broken endpoint's megabytes are cut
 HISTORY = 10  # conversation turns the model sees when it writes first
 
@@ -66,19 +65,11 @@ class FollowUpRound:
         """Returns how many follow-ups went out; ``only``: this scope's alone (the console's user)."""
         if not self.enabled:
             return 0
-        # A few users written to at once: a round with many due waits on the model, not on one user after another.
-        gate = asyncio.Semaphore(AT_ONCE)
 
-        async def one(item: DueFollowUp) -> bool:
-            async with gate:
-                return await self._write(item.thread.scope, item.memory, now, item.first, send)
+        async def write(item: DueFollowUp) -> bool:
+            return await self._write(item.thread.scope, item.memory, now, item.first, send)
 
-        due = await self.chat.engine.followups.to_write(now, self.hours, only=only)
-        results = await asyncio.gather(*map(one, due), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):  # the others went out; the job's wrapper logs this one
-                raise result
-        return sum(bool(r) for r in results)
+        return await self.chat.engine.followups.round(now, self.hours, write, only=only)
 
     async def _write(self, scope: Scope, memory: Memory, now: datetime, first: bool, send: FollowUpSender) -> bool:
         engine = self.chat.engine
@@ -88,9 +79,6 @@ class FollowUpRound:
             return None if text is None else text + (texts.FOLLOWUP_HOW_TO_STOP if first else "")
 
         async def deliver(text: str) -> bool:
-            # Recorded first: at most once, whatever happens after.
-            if not await engine.followups.sent(scope, memory.id, now):
-                return False  # forgotten while the model wrote
-            return await send(scope, memory.id, text)
+            return await engine.followups.deliver(scope, memory.id, now, lambda: send(scope, memory.id, text))
 
         return await self.chat.write_first(scope, memory.id, write, deliver)

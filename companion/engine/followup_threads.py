@@ -9,10 +9,11 @@ here holds words, and nothing here decides when a message may go out (``core.fol
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta, tzinfo
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PAGE = 2000  # journal entries read at once
 DUE_LIMIT = 1000  # threads a round looks at; the rest wait for the next round
+AT_ONCE = 4  # follow-ups composed and sent at the same time in one round
 # A server database may commit an entry after one with a higher seq: the cursor stays this far behind,
 # so such an entry is read on the next round (reading an entry twice changes nothing).
 SETTLE = timedelta(minutes=1)
@@ -149,6 +151,30 @@ class FollowUps:
             writable = not gate.off and followups.may_push(now, self._tz, hours, gate.said_at, gate.sent)
             chosen[scope] = replace(item, first=not gate.sent) if writable else None
         return [item for item in chosen.values() if item is not None]
+
+    async def round(self, now: datetime, hours: tuple[int, int], write: Callable[[DueFollowUp], Awaitable[bool]],
+                    *, at_once: int = AT_ONCE, only: Scope | None = None) -> int:
+        """One follow-up round, the same for every host: ``write`` (the host's: compose, then ``deliver``) for
+        each of ``to_write``, ``at_once`` at a time (a round with many due waits on the model, not on one user
+        after another). Returns how many went out; an error of one is raised after the others finished."""
+        gate = asyncio.Semaphore(at_once)
+
+        async def one(item: DueFollowUp) -> bool:
+            async with gate:
+                return await write(item)
+
+        results = await asyncio.gather(*map(one, await self.to_write(now, hours, only=only)), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):  # the others went out; the caller's job wrapper logs this one
+                raise result
+        return sum(bool(r) for r in results)
+
+    async def deliver(self, scope: Scope, handle: int, now: datetime, send: Callable[[], Awaitable[bool]]) -> bool:
+        """Record the message written first about ``handle`` (``sent``), then ``send`` it: at most once, whatever
+        happens after. False when the memory was forgotten while the model wrote, or the host could not send."""
+        if not await self.sent(scope, handle, now):
+            return False
+        return await send()
 
     async def _refresh_stale(self, today: date) -> None:
         """Threads whose days are over close; a yearly date's moves to its next day."""

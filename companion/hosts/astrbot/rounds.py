@@ -17,6 +17,7 @@ from companion.core.models import Scope
 from companion.core.setting import HOST_ADDRESS
 from companion.core.week import WeekSummary
 from companion.engine import weekly
+from companion.engine.followup_threads import DueFollowUp
 from companion.hosts.astrbot import replies as texts
 
 if TYPE_CHECKING:
@@ -52,24 +53,24 @@ async def followup_round(service: MemoryService, now: datetime, send: Send, reac
     the memory, recorded before it is sent (at most once). Returns how many went out."""
     if not service.options.followups:
         return 0
-    sent = 0
-    for item in await service.engine.followups.to_write(now, service.options.hours):
+    followups = service.engine.followups
+
+    async def one(item: DueFollowUp) -> bool:
         scope, memory = item.thread.scope, item.memory
         address = await service.engine.settings.get(HOST_ADDRESS, scope)
         if not address or not reachable(address):
-            continue
+            return False
         try:
-            text = (await write(service.engine.followups.prompt(memory, now))).strip()[:FOLLOWUP_MAX_CHARS]
+            text = (await write(followups.prompt(memory, now))).strip()[:FOLLOWUP_MAX_CHARS]
         except LLMError as exc:
             log.warning("follow-up not written, the model failed: %s", type(exc).__name__)
-            continue
+            return False
         if not text:
-            continue
-        if not await service.engine.followups.sent(scope, memory.id, now):
-            continue  # forgotten while the model wrote
-        if await send(address, text + (texts.FOLLOWUP_HOW_TO_STOP if item.first else "")):
-            sent += 1
-    return sent
+            return False
+        text += texts.FOLLOWUP_HOW_TO_STOP if item.first else ""
+        return await followups.deliver(scope, memory.id, now, lambda: send(address, text))
+
+    return await followups.round(now, service.options.hours, one, at_once=1)
 
 
 async def every(when: Callable[[datetime], datetime], job: Callable[[datetime], Awaitable[object]],
