@@ -120,6 +120,39 @@ def test_a_swap_cut_short_is_finished_by_the_next_run(tmp_path: Path, new_writte
     assert (tmp_path / DAY_NAME / SNAPSHOT_NAME).read_bytes() == (b"new" if new_written else b"old")
 
 
+class Killed(BaseException):
+    """A kill -9 part-way through removing files (BaseException: nothing may catch it)."""
+
+
+@pytest.mark.parametrize("after", [0, 1, 2, 3])
+def test_a_backup_removed_part_way_is_left_marked_unfinished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int
+) -> None:
+    """The previous backup being removed after a swap, or an old one pruned: a kill after any file leaves either
+    nothing or a folder marked unfinished, never one that looks whole with files missing (restore would take it)."""
+    folder = tmp_path / "2026-11-20"
+    folder.mkdir()
+    for name in (SNAPSHOT_NAME, "u1.csv", "u2.csv", "report.txt"):
+        (folder / name).write_text(name)
+    removed = 0
+    unlink = Path.unlink
+
+    def dying(path: Path, missing_ok: bool = False) -> None:
+        nonlocal removed
+        if removed == after:
+            raise Killed
+        removed += 1
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", dying)
+    with pytest.raises(Killed):
+        backup.discard(folder)
+    monkeypatch.undo()
+    assert (folder / IN_PROGRESS).exists()
+    backup.discard(folder)  # the next run finishes it
+    assert not folder.exists()
+
+
 def damage_table(db: Path, table: str) -> None:
     """Overwrite the root page of one table with garbage, as a bad sector would."""
     conn = sqlite3.connect(db)

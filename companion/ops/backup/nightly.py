@@ -84,6 +84,22 @@ def replaced_folder(backup_dir: Path, day: str) -> Path:
     return backup_dir / f".{day}.replaced"
 
 
+def discard(folder: Path) -> None:
+    """Remove a backup folder so that a process killed part-way leaves it marked unfinished (``IN_PROGRESS``:
+    restore refuses it, the next run removes it), never looking like a whole backup with files missing."""
+    marker = folder / IN_PROGRESS
+    marker.write_text("being removed\n", encoding="utf-8")
+    for child in folder.iterdir():
+        if child == marker:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    marker.unlink()
+    folder.rmdir()
+
+
 def write_csv(path: Path, rows: Iterable[Sequence[object]], lines: Iterable[str] = ()) -> int:
     """A backup's CSV file: its header, rows and lines of CSV text written before (``stream_csv``) into
     ``path`` (not yet durable: see ``publish``); returns the rows written (``lines`` are not counted)."""
@@ -291,7 +307,7 @@ def recover_day(backup_dir: Path, day: str) -> None:
     folder, old = backup_dir / day, replaced_folder(backup_dir, day)
     if old.exists():
         if folder.exists():
-            shutil.rmtree(old)
+            discard(old)
         else:
             os.replace(old, folder)
     shutil.rmtree(staging_folder(backup_dir, day), ignore_errors=True)
@@ -306,7 +322,7 @@ def swap_in(staging: Path, folder: Path) -> None:
     os.replace(staging, folder)
     fsync(folder.parent)
     if old.exists():
-        shutil.rmtree(old)
+        discard(old)
 
 
 async def export_streamed(
@@ -417,7 +433,7 @@ def prune_backups(backup_dir: Path, now: datetime, tz: tzinfo, keep_days: int) -
     removed = 0
     for child in days[max(keep_days, 1) :]:
         if child.name != today:
-            shutil.rmtree(child)
+            discard(child)
             removed += 1
     return removed
 
