@@ -324,23 +324,6 @@ class MemoryEngine(SteeringAPI):
         """A turn whose read failed (``open_turn`` raised): the same calls, each reading for itself."""
         return MemoryTurn(scope, None, self._context)
 
-    async def build_context(
-        self, scope: Scope, text: str, now: datetime, *, turn: int, cooldown: Mapping[int, int],
-        allow_recall: bool = True, earlier: Sequence[str] = (), reply: str | None = None,
-        earlier_since: datetime | None = None, follow_up: Mapping[int, int] | None = None,
-    ) -> MemoryContext:
-        """A reply's context outside a turn, reading what it needs and recording the recalled memories'
-        accesses at once (a turn's ``MemoryTurn.context`` leaves them to its write). ``earlier`` and
-        ``earlier_since`` as for ``recall``; ``follow_up``: how often each memory was cued already, to pick
-        one told event to follow up (``core.followups``; None: none, as in a group or past a conversation's
-        first reply)."""
-        context = await self._context.build(scope, text, now, turn=turn, cooldown=cooldown, allow_recall=allow_recall,
-                                            earlier=earlier, reply=reply, earlier_since=earlier_since,
-                                            follow_up=follow_up)
-        if context.recalled:
-            await self._store.touch(scope, [r.memory.id for r in context.recalled], now)
-        return context
-
     def tools(self, *, forget: Forget | None = None) -> ToolFactory:
         """The memory tools a model may call, built per call for the caller's scope
         (``companion.engine.tools``); ``forget``: the host's, when it keeps its own copies to scrub."""

@@ -56,7 +56,7 @@ def _chat_call(llm: LLMClient, messages: list[Message]) -> Callable[[], Awaitabl
 
 
 async def _engine_turn_ms(samples: int) -> float:
-    """build_context + render_reference + note_turn for a user with 100 memories: the engine's share."""
+    """A turn's open and context + render_reference + note_turn for a user with 100 memories: the engine's share."""
     with tempfile.TemporaryDirectory(prefix="bench-parts-") as tmp:
         engine = await open_engine(Settings(_env_file=None, data_dir=Path(tmp)),  # type: ignore[call-arg]
                                          KeywordExtractor())
@@ -68,7 +68,7 @@ async def _engine_turn_ms(samples: int) -> float:
 
             async def turn() -> None:
                 text = next(texts)
-                context = await engine.build_context(scope, text, now, turn=1, cooldown={})
+                context = await (await engine.open_turn(scope)).context(text, now, turn=1, cooldown={})
                 render_reference(context, now, engine.config.tz)
                 await engine.note_turn(scope, Turn(user=text, reply="嗯嗯", at=now))
 

@@ -6,7 +6,7 @@ then starts like the bot after a restart (with every module the bot imports, aio
 memory is the bot's, not the loader's. Every
 user has companion mode on, the start-up worst case. The measured parts go through the engine's API as
 the bot calls it: start-up (open the store, load the engine and the active scopes, the first reply's
-memory context), ``build_context`` + ``render_reference`` per turn, ``remember`` per write,
+memory context), ``open_turn`` + ``MemoryTurn.context`` + ``render_reference`` per turn, ``remember`` per write,
 ``make_backup`` for the nightly backup, ``decay`` over every scope while a user keeps chatting; and
 the same backup and decay done the plainest way (``bench/plain.py``) for the ratio.
 """

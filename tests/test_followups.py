@@ -86,8 +86,8 @@ async def test_a_groups_memories_are_never_followed_up(rig: Rig) -> None:
     for scope in (ME, group):
         trip = MemoryDraft("去杭州出差", ["杭州"], 70, Validity.DAYS_30, happens=ended)
         await rig.engine.save_draft(scope, trip, now)
-    private = await rig.engine.build_context(ME, "早上好", now, turn=1, cooldown={}, follow_up={})
-    in_group = await rig.engine.build_context(group, "早上好", now, turn=1, cooldown={}, follow_up={})
+    private = await (await rig.engine.open_turn(ME)).context("早上好", now, turn=1, cooldown={}, follow_up={})
+    in_group = await (await rig.engine.open_turn(group)).context("早上好", now, turn=1, cooldown={}, follow_up={})
     assert private.followup is not None and in_group.followup is None
 
 

@@ -49,9 +49,9 @@ async def test_a_memory_of_any_tier_is_recalled_when_a_turn_touches_it(rig: Rig)
               for i, city in enumerate(("北京", "广州", "成都", "西安", "武汉", "南京"))]
     dog = draft("养了一只柯基叫豆豆", ["柯基", "豆豆", "狗"], Tier.MEDIUM, importance=55.0)
     await rig.engine.remember(ME, [trip, *newer, *medium, dog], now)
-    context = await rig.engine.build_context(ME, "下周三去上海出差要带什么", now, turn=1, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("下周三去上海出差要带什么", now, turn=1, cooldown={})
     assert [r.memory.event for r in context.recalled][:1] == ["2026-12-02 要去上海出差"]
-    context = await rig.engine.build_context(ME, "我的柯基豆豆", now, turn=2, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("我的柯基豆豆", now, turn=2, cooldown={})
     assert "养了一只柯基叫豆豆" in [r.memory.event for r in context.recalled]
 
 
@@ -264,7 +264,7 @@ async def test_forgetting_one_fact_never_hides_the_others_until_the_profile_is_r
     assert profile is not None and "咪咪" in profile.core and "花生" in profile.core
     handle = next(m.id for m in await rig.engine.memories(ME) if "花生" in m.event)
     assert await rig.engine.forget(ME, [handle]) == 1
-    context = await rig.engine.build_context(ME, "今天下班有点累", now, turn=1, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("今天下班有点累", now, turn=1, cooldown={})
     assert "养了一只猫叫咪咪" in context.core
     assert "花生" not in json.dumps([context.core, context.recent, context.today], ensure_ascii=False)
 
@@ -285,14 +285,14 @@ async def test_a_lasting_fact_learned_after_the_profile_was_built_stays_until_a_
     cat = draft("养了一只猫叫咪咪", ["猫", "咪咪"], Tier.MEDIUM, importance=65.0, validity=Validity.PERMANENT,
                 created_at=later)
     await rig.engine.remember(ME, [cat], later)
-    context = await rig.engine.build_context(ME, "今天下班有点累", later, turn=1, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("今天下班有点累", later, turn=1, cooldown={})
     assert context.recent == ["养了一只猫叫咪咪"] and "咪咪" not in context.core
     back = start + timedelta(days=5)  # the user is back; no extraction has run since
-    context = await rig.engine.build_context(ME, "今天下班有点累", back, turn=2, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("今天下班有点累", back, turn=2, cooldown={})
     assert context.core == "对花生过敏；养了一只猫叫咪咪" and context.recent == []
     rebuilt = await rig.engine.refresh_profile(ME, back, force=True)
     assert rebuilt is not None and "咪咪" in rebuilt.core
-    context = await rig.engine.build_context(ME, "今天下班有点累", back, turn=3, cooldown={})
+    context = await (await rig.engine.open_turn(ME)).context("今天下班有点累", back, turn=3, cooldown={})
     assert context.core == rebuilt.core, "a fact the rebuilt core holds is not added again"
 
 

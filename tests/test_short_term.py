@@ -90,7 +90,7 @@ async def test_todays_events_are_read_once_and_follow_every_change(fake_llm: Fak
         await bot.engine.set_active(ME, True, clock())
 
         async def today(turn: int) -> list[str]:
-            return (await bot.engine.build_context(ME, "在吗", clock(), turn=turn, cooldown={})).today
+            return (await (await bot.engine.open_turn(ME)).context("在吗", clock(), turn=turn, cooldown={})).today
 
         assert await today(1) == []
         fake_llm.set_json_reply(json.dumps({"today": ["吃了感冒药"], "memories": []}, ensure_ascii=False))

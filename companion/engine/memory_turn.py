@@ -44,7 +44,7 @@ class MemoryTurn:
         earlier: Sequence[str] = (), reply: str | None = None, earlier_since: datetime | None = None,
         follow_up: Mapping[int, int] | None = None,
     ) -> MemoryContext:
-        """What the reply is told (``MemoryEngine.build_context``); the memories it recalls get an access
+        """What the reply is told (``ContextBuilder.build``); the memories it recalls get an access
         each in ``finish``'s write."""
         context = await self._builder.build(self.scope, text, now, turn=turn, cooldown=cooldown,
                                             allow_recall=allow_recall, earlier=earlier, reply=reply,
