@@ -152,7 +152,7 @@ async def _serve_plain(conn: Connection, driver: multiprocessing.process.BasePro
     from aiogram import Dispatcher
     from aiogram.types import Message
 
-    from companion.chat.persona import render_system_prompt
+    from companion.chat.prompt import render_system_prompt
     from companion.llm.client import Message as Said
     from companion.ops.engine_assembly import build_llm
     from handlers import build_client

@@ -22,7 +22,7 @@ from aiogram.types import Update
 from bench.botdriver import serve_main
 from bench.brain import REPLIES
 from bench.script_zh import TURNS
-from companion.chat.persona import render_reference
+from companion.chat.prompt import render_reference
 from companion.config.settings import Settings
 from companion.core.models import MemoryDraft, Scope, Turn
 from companion.core.timeutil import utcnow

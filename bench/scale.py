@@ -30,7 +30,7 @@ from bench import synth
 from bench.plain import plain_csv, plain_decay
 from bench.server import server_schema, server_size_mb
 from bench.timing import Stopwatch, elapsed, machine, peak_rss_mb, progress
-from companion.chat.persona import render_reference
+from companion.chat.prompt import render_reference
 from companion.config.settings import Settings
 from companion.core.models import DynamicTrait, Profile, Scope
 from companion.engine.cache import IndexCache

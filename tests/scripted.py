@@ -66,7 +66,7 @@ def is_extraction(body: dict[str, Any]) -> bool:
     return EXTRACT_MARK in request_text(body)
 
 
-# The reply layout (companion/chat/persona.py): a fixed system message, the history, then the latest
+# The reply layout (companion/chat/prompt.py): a fixed system message, the history, then the latest
 # user message with this turn's reference block (time, profile, recalled memories) before the user's words.
 REFERENCE_OPEN = "【参考资料："
 REFERENCE_CLOSE = "【参考资料结束】"

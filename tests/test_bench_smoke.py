@@ -21,7 +21,7 @@ from bench.plots import draw_all
 from bench.recall import run_engine
 from bench.scale import NEW_USERS, ScaleConfig, run_scale
 from bench.script_zh import SECOND_FACTS, SECOND_NEWS, SECOND_TURNS
-from companion.chat.persona import render_reference
+from companion.chat.prompt import render_reference
 from companion.core.models import Memory, MemoryType, Origin, Recalled, Validity
 from companion.recall.keywords import KeywordExtractor
 from companion.storage.sqlite import SQLiteStore

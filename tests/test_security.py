@@ -1,7 +1,7 @@
 """Proof 6, security: no input reaches a table name; another user's button or tool call changes nothing;
 secrets and memory text stay out of logs above DEBUG and out of error messages; CSV cells are neutralised
 against formula injection and restore undoes it exactly; a memory that tries to instruct the model stays
-quoted reference data (proved in ``tests/test_reply_layout.py``)."""
+quoted reference data (proved in ``tests/test_prompt.py``)."""
 
 from __future__ import annotations
 
@@ -134,5 +134,5 @@ async def test_csv_cells_neutralised_and_restore_undoes_it(rig: Rig, tmp_path: P
         await restored.close()
 
 
-# A memory that tries to instruct the model stays quoted data: tests/test_reply_layout.py
+# A memory that tries to instruct the model stays quoted data: tests/test_prompt.py
 # (test_a_memory_that_reads_like_an_instruction_stays_quoted_data) proves it on the real prompt.

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from companion.chat import texts
-from companion.chat.layout import history_messages
-from companion.chat.persona import render_system_prompt
 from companion.chat.pipeline import ChatService
+from companion.chat.prompt import history_messages, render_system_prompt
 from companion.core.errors import LLMError
 from companion.core.models import Memory, Scope
 from companion.engine.followup_threads import DueFollowUp

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from companion.chat.persona import quote
+from companion.chat.prompt import quote
 from companion.core.extraction import tells
 from companion.core.models import Memory, MemoryType, Recalled, Scope, Status
 from companion.core.setting import GROUP_MEMORY, MOVED_TO, SHARE_PRIVATE

@@ -6,7 +6,7 @@ back, so another worker process continues the conversation (``Session.state``). 
 through the engine; what each turn hands to it, and when extraction and
 profile rebuilds run (background tasks after the reply, so the user never waits), is ``learning``.
 
-A reply call is laid out for DeepSeek's prefix cache (``layout``). When tools are on and a ``ToolFactory``
+A reply call is laid out for DeepSeek's prefix cache (``prompt``). When tools are on and a ``ToolFactory``
 is given, the reply runs the bounded tool loop with tools built for this turn's scope; otherwise it is the
 plain chat call, with no tools field.
 """
@@ -24,10 +24,9 @@ from companion.chat import texts
 from companion.chat.followers import RoomsFollow, SessionsFollow, SpoolsFollow
 from companion.chat.group import GroupTurn, Rooms
 from companion.chat.hinting import Hints
-from companion.chat.layout import history_excess, reply_messages
 from companion.chat.learning import Learning
 from companion.chat.modes import CompanionModes
-from companion.chat.persona import render_reference
+from companion.chat.prompt import history_excess, render_reference, reply_messages
 from companion.chat.requests import opening_reviews, steer
 from companion.chat.session import (
     INJECTION_WINDOW,

@@ -11,9 +11,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from companion.chat.layout import history_excess
-from companion.chat.persona import render_reference, render_system_prompt, with_reference
 from companion.chat.pipeline import ChatService
+from companion.chat.prompt import history_excess, render_reference, render_system_prompt, with_reference
 from companion.chat.types import ChatConfig
 from companion.core.models import MemoryDraft, Scope, Validity
 from companion.llm.toolkit import Tool, ToolError, ToolFactory
