@@ -28,6 +28,7 @@ from bot import build_bot
 from bot import companion as companion_service
 from companion.config.runtime import settle_heap
 from companion.config.settings import Settings
+from companion.core.usage import UsageTotals
 
 
 def bot_settings(root: Path, info: dict[str, str]) -> Settings:
@@ -102,18 +103,20 @@ async def _serve(conn: Connection, driver: multiprocessing.process.BaseProcess, 
                  config: BotConfig) -> dict[str, Any]:
     """``run_bot`` without the maintenance scheduler (its jobs run at night, not in this window)."""
     async with companion_service(settings) as (chat, parts):
+        calls = UsageTotals()
+        chat.llm.usage_sinks.append(calls)  # beside the store's usage log, which the bot keeps
         bot, dispatcher, buffer = build_bot(settings, chat, parts)
         settle_heap()  # as bot.py does once start-up is done
         polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
         try:
             report = await _measured(conn, driver, config)
-            report["llm_calls"] = chat.llm.usage.calls()
+            report["llm_calls"] = calls.calls()
         finally:
             await dispatcher.stop_polling()
             await polling
             await buffer.close()
             await bot.session.close()
-    report["llm_calls_final"] = chat.llm.usage.calls()
+    report["llm_calls_final"] = calls.calls()
     return report
 
 
@@ -161,6 +164,8 @@ async def _serve_plain(conn: Connection, driver: multiprocessing.process.BasePro
     assert settings.telegram_bot_token is not None
     bot = build_client(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base)
     llm = build_llm(settings)
+    calls = UsageTotals()
+    llm.usage_sinks.append(calls)
     dispatcher = Dispatcher(disable_fsm=True)
     system: Said = {"role": "system", "content": render_system_prompt()}
     history: dict[int, deque[Said]] = {}
@@ -178,7 +183,7 @@ async def _serve_plain(conn: Connection, driver: multiprocessing.process.BasePro
     polling = asyncio.create_task(dispatcher.start_polling(bot, handle_signals=False, close_bot_session=False))
     try:
         report = await _measured(conn, driver, config)
-        report["llm_calls_final"] = llm.usage.calls()
+        report["llm_calls_final"] = calls.calls()
     finally:
         await dispatcher.stop_polling()
         await polling

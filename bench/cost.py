@@ -31,6 +31,7 @@ from companion.chat.pipeline import ChatService
 from companion.chat.types import ChatConfig
 from companion.config.settings import Settings
 from companion.core.models import Scope
+from companion.core.usage import UsageTotals
 from companion.engine.tools import memory_tools
 from companion.llm.client import LLMClient
 from companion.ops.engine_assembly import open_engine
@@ -106,8 +107,9 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
         model.install(fake)
         with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
             settings = Settings(_env_file=None, data_dir=Path(tmp))  # type: ignore[call-arg]
+            usage = UsageTotals()
             llm = LLMClient(api_key="sk-bench", base_url=fake.base_url,
-                            model="deepseek-chat", max_retries=0)
+                            model="deepseek-chat", max_retries=0, usage_sink=usage)
             engine = await open_engine(settings, KeywordExtractor(), llm)
             try:
                 replies, learned = await _converse(engine, llm, settings, config, script, facts)
@@ -117,7 +119,7 @@ async def run_cost(config: CostConfig, turns: Sequence[str] = TURNS,
                 await llm.close()
         if record is not None:
             record.extend(fake.requests)
-        report = _report(config, fake.requests, model.answers, llm, replies, stored)
+        report = _report(config, fake.requests, model.answers, usage, replies, stored)
         report["learning"] = learning_lags(script, facts, learned, news)
         return report
 
@@ -165,7 +167,7 @@ async def _converse(engine: MemoryEngine, llm: LLMClient, settings: Settings, co
 
 
 def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: Sequence[tuple[str, str]],
-            llm: LLMClient, replies: Sequence[tuple[int, int]], stored: int) -> dict[str, Any]:
+            usage: UsageTotals, replies: Sequence[tuple[int, int]], stored: int) -> dict[str, Any]:
     per100 = 100 / config.turns
     sizes: dict[str, Counter[str]] = {p: Counter() for p in PURPOSES}
     context_tokens: list[float] = []
@@ -196,9 +198,9 @@ def _report(config: CostConfig, requests: Sequence[Mapping[str, Any]], answers: 
         "turns_with_recall": sum(1 for recalled, _ in replies if recalled),
         "recalled_memories_mentioned": sum(mentioned for _, mentioned in replies),
         "memories_stored": stored,
-        "client_usage": {"calls": llm.usage.calls(),
-                         "prompt_chars": {p: t.prompt_chars for p, t in llm.usage.by_purpose().items()},
-                         "completion_chars": {p: t.completion_chars for p, t in llm.usage.by_purpose().items()}},
+        "client_usage": {"calls": usage.calls(),
+                         "prompt_chars": {p: t.prompt_chars for p, t in usage.by_purpose().items()},
+                         "completion_chars": {p: t.completion_chars for p, t in usage.by_purpose().items()}},
         "server_requests": {p: sizes[p]["calls"] for p in sizes},
         "cache": share_summary(shares),
         "cache_per_call": [{k: round(v, 3) for k, v in share.items()} for share in shares],

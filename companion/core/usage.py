@@ -1,8 +1,8 @@
 """Cost accounting: one ``UsageRecord`` per LLM call, the one record type from the client to the usage log.
 
-The LLM client builds the record (purpose, model, tokens, the server's cache hit/miss split, latency),
-adds it to its own in-process ``UsageTotals`` and awaits an optional ``UsageSink``; a store's usage log
-(``MemoryStore.usage_log().add``) is such a sink, and so is a ``UsageTotals`` (tests, the benchmarks).
+The LLM client builds the record (purpose, model, tokens, the server's cache hit/miss split, latency) and
+awaits each of its ``UsageSink``s: a store's usage log (``MemoryStore.usage_log().add``, the one a deployment
+keeps) is such a sink, and so is a ``UsageTotals`` (tests, the benchmarks: an in-process tally).
 The usage log's report comes back as ``UsageCell`` rows, one per local day and purpose.
 """
 

@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 
 from companion.core.errors import LLMBadResponseError, LLMError, LLMUnavailableError
 from companion.core.timeutil import utcnow
-from companion.core.usage import UsageRecord, UsageSink, UsageTotals
+from companion.core.usage import UsageRecord, UsageSink
 from companion.llm.jsonmodel import Message as Message  # re-exported: callers build messages with it
 from companion.llm.jsonmodel import json_object
 
@@ -90,17 +90,16 @@ class LLMClient:
     """Chat, tool-calling and JSON-mode calls. The SDK retries connection errors, 429 and 5xx with
     exponential backoff (``max_retries``); what still fails becomes ``LLMUnavailableError``.
 
-    Every request becomes one ``UsageRecord``, added to ``usage`` (this client's tally by day and purpose)
-    and handed to ``usage_sink`` (settable after construction, so the composition root can wire the store's
-    usage log once storage is open); a failing sink is logged and never fails a call."""
+    Every request becomes one ``UsageRecord``, handed to each of ``usage_sinks`` (the composition root adds
+    the store's usage log once storage is open, the one tally a deployment keeps; a benchmark adds a
+    ``UsageTotals``); a failing sink is logged and never fails a call, nor keeps the record from the others."""
 
     def __init__(
         self, *, api_key: str, base_url: str, model: str, timeout: float = 30.0, max_retries: int = 3,
         usage_sink: UsageSink | None = None, clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.model = model
-        self.usage = UsageTotals()
-        self.usage_sink = usage_sink
+        self.usage_sinks: list[UsageSink] = [] if usage_sink is None else [usage_sink]
         self._clock = clock
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
                                    http_client=_http_client())
@@ -161,7 +160,7 @@ class LLMClient:
     async def _record(
         self, purpose: str, usage: Any, started: float, prompt_chars: int, completion: Completion | None,
     ) -> None:
-        """One record per request (``completion`` None: it failed), to the tally and to the sink."""
+        """One record per request (``completion`` None: it failed), to every sink."""
         if not isinstance(usage, dict) or completion is None:
             usage = {}
         hit, miss = cache_split(usage)
@@ -174,13 +173,11 @@ class LLMClient:
             tool_calls=len(completion.tool_calls) if completion else 0, prompt_chars=prompt_chars,
             completion_chars=len(completion.content or "") if completion else 0,
         )
-        self.usage.add(record)
-        if self.usage_sink is None:
-            return
-        try:
-            await self.usage_sink(record)
-        except Exception:  # an edge: accounting must never cost the user a reply
-            log.exception("usage sink failed for a %s call", purpose)
+        for sink in self.usage_sinks:
+            try:
+                await sink(record)
+            except Exception:  # an edge: accounting must never cost the user a reply
+                log.exception("usage sink failed for a %s call", purpose)
 
     async def _request(self, messages: Sequence[Message], purpose: str, options: dict[str, Any]) -> dict[str, Any]:
         """One SDK call (with the SDK's own retries), its failures mapped to our typed errors; the answer's

@@ -128,7 +128,7 @@ async def services(settings: Settings, *, need_llm: bool) -> AsyncIterator[Servi
         try:
             usage = store.usage_log()
             if llm is not None and usage is not None:
-                llm.usage_sink = usage.add  # every call's tokens and latency, one row after its answer
+                llm.usage_sinks.append(usage.add)  # every call's tokens and latency, one row after its answer
             engine = await engine_on(store, settings, keywords, llm)
             spools = open_spools(settings.spool_dir)
             try:

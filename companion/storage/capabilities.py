@@ -49,7 +49,7 @@ class VectorIndex(Protocol):
 
 class UsageLog(Protocol):
     async def add(self, record: UsageRecord) -> None:
-        """Keep one call (the LLM client's record; an ``LLMClient.usage_sink``)."""
+        """Keep one call (the LLM client's record; one of ``LLMClient.usage_sinks``)."""
         ...
 
     async def report(self, since: datetime, offset: timedelta) -> list[UsageCell]:
