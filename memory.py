@@ -31,13 +31,12 @@ from companion.core.setting import LAST_DECAY_AT, LAST_EXTRACTION, Setting
 from companion.core.timeutil import utcnow
 from companion.engine.cache import DEFAULT_CACHE_MEMORIES, IndexCache
 from companion.engine.consolidation import Consolidator
-from companion.engine.context import ContextBuilder
+from companion.engine.context import ContextBuilder, MemoryTurn
 from companion.engine.curator import Curator
 from companion.engine.following import ChangeFeed, Follower, Forgetting, News
 from companion.engine.followup_threads import FollowUps
 from companion.engine.learner import Learner
 from companion.engine.locks import ScopeLocks
-from companion.engine.memory_turn import MemoryTurn
 from companion.engine.ports import KanbanPort, TypedSettings
 from companion.engine.profile import ProfileService
 from companion.engine.retrievers import DenseRetriever

@@ -1,7 +1,7 @@
 """Services and value types the memory engine composes: the writer (every change to a scope's memories,
 under the scope's lock), the scope locks (``ScopeLocks``, asyncio in one process), the index cache, the
 learner (what the model is asked to learn), consolidation (queued turns into memories, conversation
-summaries), the reply's context, a reply's turn (``memory_turn``: its one read and one write), derived copies
+summaries), a reply's turn and its context (``context``: its one read, what it is told, its one write), derived copies
 following the change journal (``following``), the curator (the user's steering) and its part of the engine's
 API (``steering``), short-term memory, the profile, explicit-save judging, the dense retriever, and the config
 and reports (``values``). The rules every host shares: the memory tools (``tools``), when to learn

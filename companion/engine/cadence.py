@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from companion.core.errors import CompanionError, LLMError, StorageError
 from companion.core.models import Profile, Scope
-from companion.engine.memory_turn import MemoryTurn
+from companion.engine.context import MemoryTurn
 from companion.engine.values import Consolidation
 
 log = logging.getLogger(__name__)
