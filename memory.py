@@ -257,18 +257,12 @@ class MemoryEngine(SteeringAPI):
     def follow(self, follower: Follower) -> None:
         """Register a derived copy of the memories (``companion.engine.following``): from now on it is told
         every change of every scope (``News``) after this process makes it, with what a forget took as it
-        was, and another process's changes when ``catch_up`` finds them. Once is enough: forgetting needs
-        no word from its owner."""
+        was, and another process's changes when a turn's read finds the counter moved (``open_turn``). Once
+        is enough: forgetting needs no word from its owner."""
         self._feed.register(follower)
 
     def unfollow(self, follower: Follower) -> None:
         self._feed.unregister(follower)
-
-    async def catch_up(self, scope: Scope, counter: int) -> None:
-        """The scope's change counter as a turn read it (``TurnView.change``): changes another process made
-        since reach the followers before the turn uses their copies (one journal read when it moved; none
-        when this process made every change since)."""
-        await self._feed.catch_up(scope, counter)
 
     async def version(self, scope: Scope) -> int:
         """A number that moves whenever any of the scope's memories changes, whoever changed it (a page polls it)."""
@@ -316,7 +310,7 @@ class MemoryEngine(SteeringAPI):
         the change counter (and the memories when the scope's index is not loaded; its newest ``turns``
         short-term turns when asked), as ``MemoryTurn.view``. The turn's calls need no other store call and
         ``MemoryTurn.finish`` is its one write (a journal read more when another process changed the scope
-        since: ``catch_up``). Raises StorageError when the store cannot be read."""
+        since: ``ChangeFeed.catch_up``). Raises StorageError when the store cannot be read."""
         return await MemoryTurn.open(scope, self._context, self._feed, turns=turns)
 
     def unread_turn(self, scope: Scope) -> MemoryTurn:

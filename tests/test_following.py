@@ -116,15 +116,15 @@ async def test_another_process_forget_reaches_the_copies_when_a_turn_reads_the_c
     copy = Recorder([])
     engine.follow(copy)
     [a] = await engine.remember(ME, [dog("k1")], NOW)
-    await engine.catch_up(ME, await engine.version(ME))
+    await engine.open_turn(ME)
     told = len(copy.news)
-    await engine.catch_up(ME, await engine.version(ME))
+    await engine.open_turn(ME)
     assert len(copy.news) == told, "a counter that did not move tells nothing"
 
     async with another_process(settings) as other:
         await other.forget(ME, [a])
     assert not copy.forgets(), "this process hears of it at its next read of the counter"
-    await engine.catch_up(ME, await engine.version(ME))
+    await engine.open_turn(ME)
     [news] = copy.forgets()
     # The journal holds the handle, never the words: the copy must drop what it cannot prove clean.
     assert news.forgetting is None and news.forgotten == {a} and news.unexplained
@@ -152,12 +152,12 @@ async def test_the_cached_profile_follows_forgets_here_and_elsewhere(engine: Mem
     assert await engine.profile(ME) is None, "the forget deleted the stored profile; the cached copy followed"
 
     await store.save_profile(ME, Profile(core="用户喜欢喝珍珠奶茶", built_at=NOW), NOW)
-    await engine.catch_up(ME, await engine.version(ME))
+    await engine.open_turn(ME)
     assert (await engine.profile(ME)) is not None
     async with another_process(settings) as other:
         await other.forget(ME, [b])
     assert (await engine.profile(ME)) is not None, "the copy of another process's forget is stale until a read"
-    await engine.catch_up(ME, await engine.version(ME))
+    await engine.open_turn(ME)
     assert await engine.profile(ME) is None
 
 

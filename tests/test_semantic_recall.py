@@ -352,7 +352,7 @@ async def test_a_save_encodes_what_it_wrote_and_a_small_backlog_reindex_the_rest
 
 async def test_vectors_follow_a_forget_made_elsewhere_when_a_turn_reads_the_counter(setup: Setup) -> None:
     [a] = await setup.engine.remember(ME, [dog()], NOW)
-    await setup.engine.catch_up(ME, await setup.engine.version(ME))
+    await setup.engine.open_turn(ME)
     # Tombstoned by another process's store on the same file, which does not prune.
     other = await SQLiteStore.open(setup.settings.db_path)
     try:
@@ -360,5 +360,5 @@ async def test_vectors_follow_a_forget_made_elsewhere_when_a_turn_reads_the_coun
     finally:
         await other.close()
     assert await setup.dense.vectors.count() == 1
-    await setup.engine.catch_up(ME, await setup.engine.version(ME))  # a turn's read of the counter
+    await setup.engine.open_turn(ME)  # a turn's read of the counter
     assert await setup.dense.vectors.count() == 0, "the vectors follow the journal, before any recall"
